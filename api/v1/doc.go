@@ -1,0 +1,28 @@
+// Package v1 holds the Go types of InferencePool, API group
+// inference.networking.k8s.io version v1, written for poolpicker and kept
+// wire-compatible with the published Gateway API Inference Extension CRD:
+// same JSON field names, defaults, limits and validation rules.
+//
+// +kubebuilder:object:generate=true
+// +groupName=inference.networking.k8s.io
+package v1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the API group and version of the types in this package.
+	GroupVersion = schema.GroupVersion{Group: "inference.networking.k8s.io", Version: "v1"}
+
+	// SchemeBuilder registers the types of this package with a runtime.Scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this package to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func init() {
+	SchemeBuilder.Register(&InferencePool{}, &InferencePoolList{})
+}

@@ -1,0 +1,28 @@
+// Package v1alpha2 holds the Go types of InferenceObjective and
+// InferenceModelRewrite, API group inference.networking.x-k8s.io version
+// v1alpha2, written for poolpicker and wire-compatible with the published CRDs.
+//
+// +kubebuilder:object:generate=true
+// +groupName=inference.networking.x-k8s.io
+package v1alpha2
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the API group and version of the types in this package.
+	GroupVersion = schema.GroupVersion{Group: "inference.networking.x-k8s.io", Version: "v1alpha2"}
+
+	// SchemeBuilder registers the types of this package with a runtime.Scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this package to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func init() {
+	SchemeBuilder.Register(&InferenceObjective{}, &InferenceObjectiveList{},
+		&InferenceModelRewrite{}, &InferenceModelRewriteList{})
+}

@@ -1,0 +1,80 @@
+package datastore
+
+import (
+	"strconv"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Endpoint is one target port of one ready pod. Its identity fields are
+// immutable; its metrics and in-flight count live in a state shared by every
+// snapshot the endpoint appears in, so they survive endpoint-set swaps.
+type Endpoint struct {
+	// Address is "ip:port", the value sent to the gateway.
+	Address string
+	// IP is the pod IP.
+	IP string
+	// Port is the target port.
+	Port int32
+	// Pod is the namespace/name of the pod.
+	Pod types.NamespacedName
+	// PodUID tells a recreated pod with the same name apart.
+	PodUID types.UID
+	// Labels are the pod's labels (shared, never mutated).
+	Labels map[string]string
+
+	state *endpointState
+}
+
+type endpointState struct {
+	metrics      atomic.Pointer[Metrics]
+	inFlight     atomic.Int64
+	scrapeErrors atomic.Uint64
+}
+
+// Key identifies the endpoint across snapshots: the pod UID and the port.
+func (e *Endpoint) Key() EndpointKey { return EndpointKey{UID: e.PodUID, Port: e.Port} }
+
+// Metrics returns the latest scrape, or nil when the endpoint was never scraped.
+func (e *Endpoint) Metrics() *Metrics { return e.state.metrics.Load() }
+
+// SetMetrics publishes a new scrape.
+func (e *Endpoint) SetMetrics(m *Metrics) { e.state.metrics.Store(m) }
+
+// InFlight is the number of requests poolpicker sent to the endpoint and has
+// not yet seen finish.
+func (e *Endpoint) InFlight() int64 { return e.state.inFlight.Load() }
+
+// AddInFlight adjusts the in-flight count by delta (+1 on pick, -1 on finish).
+func (e *Endpoint) AddInFlight(delta int64) { e.state.inFlight.Add(delta) }
+
+// CountScrapeError records a failed scrape of the endpoint.
+func (e *Endpoint) CountScrapeError() { e.state.scrapeErrors.Add(1) }
+
+// ScrapeErrors is the number of failed scrapes of the endpoint.
+func (e *Endpoint) ScrapeErrors() uint64 { return e.state.scrapeErrors.Load() }
+
+// EndpointKey identifies an endpoint: a pod (by UID) and a target port.
+type EndpointKey struct {
+	UID  types.UID
+	Port int32
+}
+
+// EndpointSource is what the pool watch knows of a ready pod.
+type EndpointSource struct {
+	Pod    types.NamespacedName
+	UID    types.UID
+	IP     string
+	Labels map[string]string
+}
+
+func joinHostPort(ip string, port int32) string {
+	// IPv6 addresses need brackets, as in net.JoinHostPort.
+	for i := 0; i < len(ip); i++ {
+		if ip[i] == ':' {
+			return "[" + ip + "]:" + strconv.Itoa(int(port))
+		}
+	}
+	return ip + ":" + strconv.Itoa(int(port))
+}

@@ -1,0 +1,196 @@
+package datastore
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// PoolKey is the namespace/name of an InferencePool.
+type PoolKey = types.NamespacedName
+
+// PoolSpec is what the picker uses of an InferencePool's spec and metadata.
+// Immutable once published.
+type PoolSpec struct {
+	// Selector is spec.selector.matchLabels.
+	Selector map[string]string
+	// TargetPorts is spec.targetPorts, in order.
+	TargetPorts []int32
+	// PickerService and PickerPort are spec.endpointPickerRef's Service name and
+	// port: how gateways address this pool's picker (the stream's :authority).
+	PickerService string
+	PickerPort    int32
+	// Annotations are the pool's annotations (profile choice, metrics settings).
+	Annotations map[string]string
+	// Generation is metadata.generation of the pool object this came from.
+	Generation int64
+}
+
+// EndpointSet is an immutable snapshot of a pool's endpoints.
+type EndpointSet struct {
+	// Endpoints are sorted by address.
+	Endpoints []*Endpoint
+	byAddress map[string]*Endpoint
+}
+
+// Len is the number of endpoints.
+func (s *EndpointSet) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.Endpoints)
+}
+
+// Get returns the endpoint with address "ip:port", if in the set.
+func (s *EndpointSet) Get(address string) (*Endpoint, bool) {
+	if s == nil {
+		return nil, false
+	}
+	e, ok := s.byAddress[address]
+	return e, ok
+}
+
+var emptyEndpointSet = &EndpointSet{byAddress: map[string]*Endpoint{}}
+
+// Pool is one served InferencePool: its spec, its endpoints, and whether its
+// pod watch has synced. Reads are lock-free; writes are serialised by mu.
+type Pool struct {
+	Key PoolKey
+
+	spec      atomic.Pointer[PoolSpec]
+	endpoints atomic.Pointer[EndpointSet]
+	synced    atomic.Bool
+	policy    atomic.Pointer[Policy]
+
+	mu       sync.Mutex // serialises writers of endpoints
+	registry *Registry
+	// sources is the last pod set given to SetPods, kept to recompute endpoints
+	// when target ports change without a new watch.
+	sources []EndpointSource
+	removed atomic.Bool
+}
+
+// Spec returns the current spec; never nil for a pool from the registry.
+func (p *Pool) Spec() *PoolSpec { return p.spec.Load() }
+
+// Endpoints returns the current endpoint snapshot; never nil.
+func (p *Pool) Endpoints() *EndpointSet { return p.endpoints.Load() }
+
+// Synced reports whether the pool's pod watch has listed at least once, so
+// its endpoint set reflects the API server.
+func (p *Pool) Synced() bool { return p.synced.Load() }
+
+// SetSynced marks the pool's endpoint set as reflecting the API server.
+func (p *Pool) SetSynced(v bool) { p.synced.Store(v) }
+
+// Policy returns the pool's objectives and rewrites; never nil.
+func (p *Pool) Policy() *Policy { return p.policy.Load() }
+
+// SetPolicy publishes new objectives and rewrites for the pool.
+func (p *Pool) SetPolicy(pol *Policy) {
+	if pol == nil {
+		pol = &Policy{}
+	}
+	p.policy.Store(pol)
+}
+
+// Removed reports whether the pool has left the registry; holders of a stale
+// *Pool use it to stop work for the pool.
+func (p *Pool) Removed() bool { return p.removed.Load() }
+
+// SetPods replaces the pool's ready pods and recomputes its endpoints
+// (pods × target ports) in one atomic swap: a reader sees the whole old set
+// or the whole new one. Endpoints that stay keep their metrics and in-flight
+// counts. Observers hear of the added and removed endpoints.
+func (p *Pool) SetPods(pods []EndpointSource) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sources = slices.Clone(pods)
+	p.rebuildLocked()
+}
+
+// setSpec publishes a new spec; a target-port change recomputes endpoints
+// from the pods already known.
+func (p *Pool) setSpec(spec *PoolSpec) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.spec.Swap(spec)
+	if old == nil || !slices.Equal(old.TargetPorts, spec.TargetPorts) {
+		p.rebuildLocked()
+	}
+}
+
+func (p *Pool) rebuildLocked() {
+	spec := p.spec.Load()
+	old := p.endpoints.Load()
+	next := &EndpointSet{byAddress: make(map[string]*Endpoint, len(p.sources)*len(spec.TargetPorts))}
+	for _, src := range p.sources {
+		if src.IP == "" {
+			continue
+		}
+		for _, port := range spec.TargetPorts {
+			addr := joinHostPort(src.IP, port)
+			if _, dup := next.byAddress[addr]; dup {
+				continue
+			}
+			e := reuse(old, addr, src.UID)
+			if e == nil {
+				e = &Endpoint{Address: addr, IP: src.IP, Port: port, Pod: src.Pod, PodUID: src.UID, Labels: src.Labels, state: &endpointState{}}
+			} else if !maps2Equal(e.Labels, src.Labels) {
+				cp := *e
+				cp.Labels = src.Labels
+				e = &cp
+			}
+			next.byAddress[addr] = e
+			next.Endpoints = append(next.Endpoints, e)
+		}
+	}
+	slices.SortFunc(next.Endpoints, func(a, b *Endpoint) int {
+		switch {
+		case a.Address < b.Address:
+			return -1
+		case a.Address > b.Address:
+			return 1
+		}
+		return 0
+	})
+	p.endpoints.Store(next)
+
+	var added, removed []*Endpoint
+	for _, e := range next.Endpoints {
+		if o, ok := old.Get(e.Address); !ok || o.state != e.state {
+			added = append(added, e)
+		}
+	}
+	if old != nil {
+		for _, e := range old.Endpoints {
+			if n, ok := next.Get(e.Address); !ok || n.state != e.state {
+				removed = append(removed, e)
+			}
+		}
+	}
+	if len(added)+len(removed) > 0 && p.registry != nil {
+		p.registry.notifyEndpoints(p, added, removed)
+	}
+}
+
+func reuse(old *EndpointSet, addr string, uid types.UID) *Endpoint {
+	if e, ok := old.Get(addr); ok && e.PodUID == uid {
+		return e
+	}
+	return nil
+}
+
+func maps2Equal(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins the code generators poolpicker runs through `go run`, so
+// nothing has to be installed beforehand.
+package tools
+
+import (
+	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
+)

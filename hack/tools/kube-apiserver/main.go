@@ -1,0 +1,14 @@
+// Command kube-apiserver builds the upstream Kubernetes API server used by
+// poolpicker's tests and local demo; it adds nothing of its own.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewAPIServerCommand()))
+}

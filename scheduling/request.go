@@ -1,0 +1,64 @@
+package scheduling
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// Request is what the scheduler needs of one inference request; extproc
+// fills it from the stream's headers and body.
+type Request struct {
+	// ID is the request's x-request-id, for logs.
+	ID string
+	// Model is the "model" field of the body as the client sent it; empty for
+	// requests without a body (GET /v1/models), which any endpoint can serve.
+	Model string
+	// Objective is the x-gateway-inference-objective header, naming an
+	// InferenceObjective of the pool; empty means priority 0.
+	Objective string
+	// Prompt is the text whose prefix the model servers may have cached: the
+	// completion prompt, or the chat messages in order. Nil when none.
+	Prompt []byte
+	// Subset, when not nil, restricts candidates to these "ip:port" addresses
+	// (the gateway's subset hint); an empty non-nil subset leaves none.
+	Subset []string
+	// CandidateIPs, when not nil, restricts candidates to these pod IPs
+	// (conformance-test header test-epp-endpoint-selection).
+	CandidateIPs []string
+}
+
+// Result is the scheduler's decision.
+type Result struct {
+	// Endpoints are the primary endpoint then fallbacks, in order; never empty
+	// when the error is nil.
+	Endpoints []*datastore.Endpoint
+	// TargetModel is the model to write into the body: Model after the pool's
+	// rewrite rules, equal to Model when none applied.
+	TargetModel string
+	// Profile names the scheduling profile that ran.
+	Profile string
+}
+
+// Error is a scheduling failure that maps to an HTTP status for the client.
+type Error struct {
+	// Code is the HTTP status to answer: 429 when shed, 503 when no endpoint.
+	Code int
+	// Reason is a short machine-readable cause, e.g. "NoReadyEndpoints".
+	Reason string
+	// Message says what happened in words an operator can act on.
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Reason, e.Message) }
+
+// ErrNoEndpoints returns the 503 error for a pool with no eligible endpoint.
+func ErrNoEndpoints(format string, args ...any) *Error {
+	return &Error{Code: http.StatusServiceUnavailable, Reason: "NoEligibleEndpoints", Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrShed returns the 429 error for a sheddable request refused under saturation.
+func ErrShed(format string, args ...any) *Error {
+	return &Error{Code: http.StatusTooManyRequests, Reason: "Shed", Message: fmt.Sprintf(format, args...)}
+}
