@@ -39,6 +39,9 @@ type Result struct {
 	TargetModel string
 	// Profile names the scheduling profile that ran.
 	Profile string
+	// Priority is the request's priority from its InferenceObjective (0 when
+	// none); below zero means sheddable.
+	Priority int
 }
 
 // Error is a scheduling failure that maps to an HTTP status for the client.

@@ -1,0 +1,227 @@
+package scheduling
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// The config's fixed header, as in the reference EPP's EndpointPickerConfig.
+const (
+	ConfigAPIVersion = "inference.networking.x-k8s.io/v1alpha1"
+	ConfigKind       = "EndpointPickerConfig"
+)
+
+// DefaultProfileName names the profile used when a config gives none, and
+// the profile pools get when they name none (if the config has one by that
+// name; otherwise the config's first profile).
+const DefaultProfileName = "default"
+
+// ProfileAnnotation on an InferencePool names the scheduling profile for the
+// pool's requests. Read on every request, so a change applies at once.
+// Unset, or naming no profile of the config, means the default profile.
+const ProfileAnnotation = "poolpicker.io/scheduling-profile"
+
+// DefaultConfigText is the configuration used when none is given: the
+// subset filter, then load scorers (queue depth, KV-cache use, poolpicker's
+// own in-flight count), LoRA affinity and prefix-cache affinity, and the
+// max-score picker. Prefix affinity weighs most, so a request follows its
+// cached prefix until the load scorers together outweigh it, which happens
+// when the sticky endpoint is the most loaded of the pool on both queue and
+// KV cache.
+const DefaultConfigText = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: subset-filter
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: in-flight-scorer
+- type: lora-affinity-scorer
+- type: prefix-cache-scorer
+  parameters:
+    hashBlockSize: 64
+    maxPrefixBlocksToMatch: 256
+    lruCapacityPerServer: 31250
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: subset-filter
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: in-flight-scorer
+    weight: 1
+  - pluginRef: lora-affinity-scorer
+    weight: 1
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: max-score-picker
+`
+
+// Config is a parsed EndpointPickerConfig. Build it with LoadConfig, which
+// also checks it; a Config is a description, and every Scheduler built from
+// it gets its own plugin instances.
+type Config struct {
+	APIVersion         string        `json:"apiVersion"`
+	Kind               string        `json:"kind"`
+	Plugins            []PluginSpec  `json:"plugins"`
+	SchedulingProfiles []ProfileSpec `json:"schedulingProfiles,omitempty"`
+}
+
+// PluginSpec declares one plugin instance.
+type PluginSpec struct {
+	// Type is a registered plugin type (PluginTypes).
+	Type string `json:"type"`
+	// Name is what profiles refer to; empty means Type.
+	Name string `json:"name,omitempty"`
+	// Parameters are decoded by the type's factory.
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+}
+
+// ProfileSpec is a named list of plugin references.
+type ProfileSpec struct {
+	Name    string      `json:"name"`
+	Plugins []PluginRef `json:"plugins"`
+}
+
+// PluginRef refers to a declared plugin; Weight applies to scorers only
+// (omitted: 1).
+type PluginRef struct {
+	PluginRef string   `json:"pluginRef"`
+	Weight    *float64 `json:"weight,omitempty"`
+}
+
+// DefaultConfig returns the parsed DefaultConfigText.
+func DefaultConfig() *Config {
+	cfg, err := LoadConfig([]byte(DefaultConfigText))
+	if err != nil {
+		panic("scheduling: built-in default config is invalid: " + err.Error())
+	}
+	return cfg
+}
+
+// LoadConfigFile reads and checks the config at path.
+func LoadConfigFile(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("scheduling config: %w", err)
+	}
+	cfg, err := LoadConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// LoadConfig parses a YAML (or JSON) EndpointPickerConfig and checks it
+// completely: header, unknown fields, plugin types and their parameters,
+// profile references and weights. Every error names the culprit. A config
+// without schedulingProfiles gets one profile named "default" that refers to
+// every plugin, in order, each scorer with weight 1.
+func LoadConfig(data []byte) (*Config, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("scheduling config: empty")
+	}
+	cfg := &Config{}
+	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
+		return nil, fmt.Errorf("scheduling config: %w", err)
+	}
+	if err := cfg.complete(); err != nil {
+		return nil, fmt.Errorf("scheduling config: %w", err)
+	}
+	// Building the plugins once is the only complete check of parameters.
+	// The conformance option is New's to check: it is not known here.
+	if _, err := buildProfiles(cfg, Options{EnableConformanceTestFilter: true}); err != nil {
+		return nil, fmt.Errorf("scheduling config: %w", err)
+	}
+	return cfg, nil
+}
+
+// complete checks the structure and fills defaults (names, default profile).
+func (c *Config) complete() error {
+	if c.APIVersion != ConfigAPIVersion {
+		return fmt.Errorf("apiVersion %q: must be %q", c.APIVersion, ConfigAPIVersion)
+	}
+	if c.Kind != ConfigKind {
+		return fmt.Errorf("kind %q: must be %q", c.Kind, ConfigKind)
+	}
+	if len(c.Plugins) == 0 {
+		return fmt.Errorf("plugins: none declared")
+	}
+	names := make(map[string]int, len(c.Plugins))
+	for i := range c.Plugins {
+		p := &c.Plugins[i]
+		if p.Type == "" {
+			return fmt.Errorf("plugins[%d]: type is required", i)
+		}
+		if _, ok := builtins[p.Type]; !ok {
+			return fmt.Errorf("plugins[%d]: unknown type %q (known: %s)", i, p.Type, strings.Join(PluginTypes(), ", "))
+		}
+		if p.Name == "" {
+			p.Name = p.Type
+		}
+		if j, dup := names[p.Name]; dup {
+			return fmt.Errorf("plugins[%d]: name %q already used by plugins[%d]; give each instance its own name", i, p.Name, j)
+		}
+		names[p.Name] = i
+	}
+	if len(c.SchedulingProfiles) == 0 {
+		prof := ProfileSpec{Name: DefaultProfileName}
+		for _, p := range c.Plugins {
+			prof.Plugins = append(prof.Plugins, PluginRef{PluginRef: p.Name})
+		}
+		c.SchedulingProfiles = []ProfileSpec{prof}
+	}
+	profiles := make(map[string]int, len(c.SchedulingProfiles))
+	for i, prof := range c.SchedulingProfiles {
+		if prof.Name == "" {
+			return fmt.Errorf("schedulingProfiles[%d]: name is required", i)
+		}
+		if j, dup := profiles[prof.Name]; dup {
+			return fmt.Errorf("schedulingProfiles[%d]: name %q already used by schedulingProfiles[%d]", i, prof.Name, j)
+		}
+		profiles[prof.Name] = i
+		seen := make(map[string]bool, len(prof.Plugins))
+		for j, ref := range prof.Plugins {
+			if ref.PluginRef == "" {
+				return fmt.Errorf("profile %q plugins[%d]: pluginRef is required", prof.Name, j)
+			}
+			if _, ok := names[ref.PluginRef]; !ok {
+				return fmt.Errorf("profile %q plugins[%d]: pluginRef %q names no declared plugin", prof.Name, j, ref.PluginRef)
+			}
+			if seen[ref.PluginRef] {
+				return fmt.Errorf("profile %q: plugin %q referenced twice", prof.Name, ref.PluginRef)
+			}
+			seen[ref.PluginRef] = true
+			if ref.Weight != nil && (*ref.Weight < 0 || *ref.Weight != *ref.Weight || *ref.Weight > 1e6) {
+				return fmt.Errorf("profile %q plugin %q: weight %v must be between 0 and 1e6", prof.Name, ref.PluginRef, *ref.Weight)
+			}
+		}
+	}
+	return nil
+}
+
+// defaultProfile is the profile of pools that name none.
+func (c *Config) defaultProfile() string {
+	for _, p := range c.SchedulingProfiles {
+		if p.Name == DefaultProfileName {
+			return p.Name
+		}
+	}
+	return c.SchedulingProfiles[0].Name
+}
+
+// ProfileNames lists the config's profiles in order.
+func (c *Config) ProfileNames() []string {
+	out := make([]string, len(c.SchedulingProfiles))
+	for i, p := range c.SchedulingProfiles {
+		out[i] = p.Name
+	}
+	return out
+}

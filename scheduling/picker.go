@@ -1,0 +1,182 @@
+package scheduling
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// pickerParams are the parameters every picker takes.
+type pickerParams struct {
+	// MaxNumOfEndpoints caps the endpoints of a result below
+	// Options.MaxEndpoints; 0 or absent: no cap of the picker's own.
+	MaxNumOfEndpoints int `json:"maxNumOfEndpoints"`
+}
+
+func decodePickerParams(params json.RawMessage) (pickerParams, error) {
+	var p pickerParams
+	if err := decodeParams(params, &p); err != nil {
+		return p, err
+	}
+	if p.MaxNumOfEndpoints < 0 {
+		return p, fmt.Errorf("parameters: maxNumOfEndpoints %d must be at least 1 (or 0 for the scheduler's MaxEndpoints)", p.MaxNumOfEndpoints)
+	}
+	return p, nil
+}
+
+// scoreTieEpsilon is the difference under which two weighted totals tie:
+// sums of float weights differ in the last bits for equal inputs.
+const scoreTieEpsilon = 1e-9
+
+// maxScorePicker picks the highest totals, best first; among equal totals
+// it chooses uniformly at random, so equal endpoints share the load.
+type maxScorePicker struct {
+	name TypedName
+	max  int
+}
+
+func newMaxScorePicker(name string, params json.RawMessage) (Plugin, error) {
+	p, err := decodePickerParams(params)
+	if err != nil {
+		return nil, err
+	}
+	return &maxScorePicker{name: TypedName{Type: MaxScorePickerType, Name: name}, max: p.MaxNumOfEndpoints}, nil
+}
+
+func (p *maxScorePicker) TypedName() TypedName { return p.name }
+func (p *maxScorePicker) MaxEndpoints() int    { return p.max }
+
+func (p *maxScorePicker) Pick(_ context.Context, cs *CycleState, _ *Request, c []Candidate, scores []float64, n int, picked []int) []int {
+	base := len(picked)
+	for k := 0; k < n; k++ {
+		best, ties := -1, 0
+		for i := range c {
+			if containsInt(picked[base:], i) {
+				continue
+			}
+			switch {
+			case best < 0 || scores[i] > scores[best]+scoreTieEpsilon:
+				best, ties = i, 1
+			case scores[i] >= scores[best]-scoreTieEpsilon:
+				// Reservoir sampling: each of the tied is kept with
+				// probability 1/ties, so the choice is uniform.
+				ties++
+				if cs.randN(ties) == 0 {
+					best = i
+				}
+			}
+		}
+		if best < 0 {
+			break
+		}
+		picked = append(picked, best)
+	}
+	return picked
+}
+
+// randomPicker picks uniformly at random, ignoring scores: a baseline.
+type randomPicker struct {
+	name TypedName
+	max  int
+}
+
+func newRandomPicker(name string, params json.RawMessage) (Plugin, error) {
+	p, err := decodePickerParams(params)
+	if err != nil {
+		return nil, err
+	}
+	return &randomPicker{name: TypedName{Type: RandomPickerType, Name: name}, max: p.MaxNumOfEndpoints}, nil
+}
+
+func (p *randomPicker) TypedName() TypedName { return p.name }
+func (p *randomPicker) MaxEndpoints() int    { return p.max }
+
+func (p *randomPicker) Pick(_ context.Context, cs *CycleState, _ *Request, c []Candidate, _ []float64, n int, picked []int) []int {
+	base := len(picked)
+	for k := 0; k < n && k < len(c); k++ {
+		r := cs.randN(len(c) - k)
+		for i := range c {
+			if containsInt(picked[base:], i) {
+				continue
+			}
+			if r == 0 {
+				picked = append(picked, i)
+				break
+			}
+			r--
+		}
+	}
+	return picked
+}
+
+// weightedRandomPicker picks at random with probability proportional to the
+// total score, without replacement: it spreads load where max-score would
+// send a burst to one endpoint, yet still favours the better ones. When the
+// remaining totals are all 0 it picks uniformly.
+type weightedRandomPicker struct {
+	name TypedName
+	max  int
+}
+
+func newWeightedRandomPicker(name string, params json.RawMessage) (Plugin, error) {
+	p, err := decodePickerParams(params)
+	if err != nil {
+		return nil, err
+	}
+	return &weightedRandomPicker{name: TypedName{Type: WeightedRandomPickerType, Name: name}, max: p.MaxNumOfEndpoints}, nil
+}
+
+func (p *weightedRandomPicker) TypedName() TypedName { return p.name }
+func (p *weightedRandomPicker) MaxEndpoints() int    { return p.max }
+
+func (p *weightedRandomPicker) Pick(_ context.Context, cs *CycleState, _ *Request, c []Candidate, scores []float64, n int, picked []int) []int {
+	base := len(picked)
+	for k := 0; k < n && k < len(c); k++ {
+		total := 0.0
+		for i := range c {
+			if !containsInt(picked[base:], i) {
+				total += scores[i]
+			}
+		}
+		chosen := -1
+		if total > 0 {
+			x := cs.randFloat() * total
+			for i := range c {
+				if containsInt(picked[base:], i) || scores[i] <= 0 {
+					continue
+				}
+				chosen = i
+				if x < scores[i] {
+					break
+				}
+				x -= scores[i]
+			}
+		} else {
+			r := cs.randN(len(c) - k)
+			for i := range c {
+				if containsInt(picked[base:], i) {
+					continue
+				}
+				if r == 0 {
+					chosen = i
+					break
+				}
+				r--
+			}
+		}
+		if chosen < 0 {
+			break
+		}
+		picked = append(picked, chosen)
+	}
+	return picked
+}
+
+func containsInt(list []int, x int) bool {
+	for _, v := range list {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,179 @@
+package scheduling
+
+import (
+	"context"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// TypedName identifies a plugin instance: its registered type and the
+// instance name a profile refers to (the type when the config gives none).
+type TypedName struct {
+	Type string
+	Name string
+}
+
+func (t TypedName) String() string {
+	if t.Name == t.Type {
+		return t.Type
+	}
+	return t.Name + "/" + t.Type
+}
+
+// Plugin is anything a profile can list. A plugin serves each extension
+// point (Filter, Scorer, Picker, PostPicker) whose interface it implements.
+// One instance is shared by every profile and every pool, so plugins keep
+// per-pool state keyed by pool and per-request state in the CycleState.
+type Plugin interface {
+	TypedName() TypedName
+}
+
+// Candidate is one endpoint considered in a scheduling cycle.
+type Candidate struct {
+	Endpoint *datastore.Endpoint
+	// Metrics is the endpoint's latest scrape when it is fresh; nil when the
+	// endpoint's load is unknown (never scraped, or staler than
+	// Options.MetricsStaleness). Scorers treat nil as unknown, never as zero.
+	Metrics *datastore.Metrics
+}
+
+// Known reports whether the candidate's load is known.
+func (c *Candidate) Known() bool { return c.Metrics != nil }
+
+// Filter narrows the candidates.
+type Filter interface {
+	Plugin
+	// Filter returns the candidates that may serve req, in their order. It
+	// may compact candidates in place and return a prefix of it.
+	Filter(ctx context.Context, cs *CycleState, req *Request, candidates []Candidate) []Candidate
+}
+
+// Scorer ranks candidates; the profile multiplies its scores by its weight.
+type Scorer interface {
+	Plugin
+	// Score writes into scores[i] a value in [0,1] for candidates[i], higher
+	// meaning better; len(scores) == len(candidates) and scores start at 0.
+	// Values outside [0,1] are clamped, NaN counts as 0.
+	Score(ctx context.Context, cs *CycleState, req *Request, candidates []Candidate, scores []float64)
+}
+
+// Picker chooses endpoints from scored candidates.
+type Picker interface {
+	Plugin
+	// Pick appends to picked the indexes into candidates of up to n distinct
+	// candidates, the one to use first first, and returns it. scores are the
+	// weighted totals of the profile's scorers.
+	Pick(ctx context.Context, cs *CycleState, req *Request, candidates []Candidate, scores []float64, n int, picked []int) []int
+}
+
+// PostPicker hears of the decision after a successful pick, before Schedule
+// returns: the place for a plugin to learn from what it chose.
+type PostPicker interface {
+	Plugin
+	PostPick(ctx context.Context, cs *CycleState, req *Request, result *Result)
+}
+
+// maxEndpointser is implemented by pickers whose config caps how many
+// endpoints they return (maxNumOfEndpoints).
+type maxEndpointser interface {
+	MaxEndpoints() int
+}
+
+// StateKey names a value a plugin keeps in a CycleState; use the plugin's
+// instance name so two instances of one type do not collide.
+type StateKey string
+
+type stateEntry struct {
+	key   StateKey
+	value any
+	cycle uint64
+}
+
+// CycleState carries what one scheduling cycle knows and what plugins hand
+// to each other within it (a scorer's prompt hashes, read again after the
+// pick). It is owned by one Schedule call at a time and recycled afterwards,
+// so plugins must not keep it; nothing about a request survives in package
+// variables.
+type CycleState struct {
+	// Pool is the pool being scheduled.
+	Pool *datastore.Pool
+	// TargetModel is the request's model after the pool's rewrite rules.
+	TargetModel string
+	// Priority is the request's priority from its InferenceObjective.
+	Priority int
+
+	cycle   uint64
+	entries []stateEntry
+	rand    func() uint64
+
+	// Buffers of the framework, kept across cycles to avoid allocation.
+	candidates []Candidate
+	scores     []float64
+	totals     []float64
+	picked     []int
+}
+
+// Write stores v under key for the rest of this cycle.
+func (cs *CycleState) Write(key StateKey, v any) {
+	for i := range cs.entries {
+		if cs.entries[i].key == key {
+			cs.entries[i].value = v
+			cs.entries[i].cycle = cs.cycle
+			return
+		}
+	}
+	cs.entries = append(cs.entries, stateEntry{key: key, value: v, cycle: cs.cycle})
+}
+
+// Read returns what was written under key in this cycle.
+func (cs *CycleState) Read(key StateKey) (any, bool) {
+	for i := range cs.entries {
+		if cs.entries[i].key == key && cs.entries[i].cycle == cs.cycle {
+			return cs.entries[i].value, true
+		}
+	}
+	return nil, false
+}
+
+// Reuse returns what was written under key in an earlier cycle of this
+// recycled state, or nil: a plugin's buffers to reset and write again, so a
+// steady stream of requests does not allocate.
+func (cs *CycleState) Reuse(key StateKey) any {
+	for i := range cs.entries {
+		if cs.entries[i].key == key {
+			return cs.entries[i].value
+		}
+	}
+	return nil
+}
+
+// Rand returns a uniformly random uint64 from the scheduler's source
+// (Options.Rand), for tie-breaks and weighted choices.
+func (cs *CycleState) Rand() uint64 { return cs.rand() }
+
+// randFloat returns a uniform float64 in [0,1).
+func (cs *CycleState) randFloat() float64 {
+	return float64(cs.rand()>>11) / (1 << 53)
+}
+
+// randN returns a uniform int in [0,n), n > 0.
+func (cs *CycleState) randN(n int) int {
+	return int(cs.rand() % uint64(n))
+}
+
+func (cs *CycleState) reset(pool *datastore.Pool, rnd func() uint64) {
+	cs.cycle++
+	cs.Pool = pool
+	cs.TargetModel = ""
+	cs.Priority = 0
+	cs.rand = rnd
+	cs.candidates = cs.candidates[:0]
+	cs.picked = cs.picked[:0]
+}
+
+// release drops references to request data so a pooled state pins nothing.
+func (cs *CycleState) release() {
+	cs.Pool = nil
+	cs.TargetModel = ""
+	clear(cs.candidates[:cap(cs.candidates)])
+}

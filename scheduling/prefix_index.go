@@ -1,0 +1,295 @@
+package scheduling
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// prefixShards is the number of lock shards of a pool's block index; a
+// power of two so a hash picks its shard with a mask.
+const prefixShards = 32
+
+// prefixIndex approximates which prompt blocks each endpoint of one pool has
+// in its KV cache. Per endpoint, an LRU of block hashes bounded like the
+// server's cache; per pool, an inverted index from block hash to the
+// endpoints holding it, which is what scoring reads: a 4 KB prompt is 64
+// index lookups, not 64 per endpoint.
+//
+// Locks: scoring takes shard read locks only. Recording takes the
+// endpoint's mutex, then shard write locks (the LRU's eviction callback).
+// Endpoint creation and removal take mu, then the endpoint's mutex. Nothing
+// is shared between pools.
+type prefixIndex struct {
+	shards [prefixShards]indexShard
+
+	// endpoints is an immutable map replaced whole under mu; reads are
+	// lock-free.
+	endpoints atomic.Pointer[map[datastore.EndpointKey]*prefixEndpoint]
+	// slots is the high-water mark of endpoint slot numbers.
+	slots atomic.Int32
+
+	mu        sync.Mutex
+	freeSlots []int32
+	removed   bool
+}
+
+type indexShard struct {
+	mu sync.RWMutex
+	m  map[uint64]holders
+	// Keep neighbouring shards' locks off one cache line.
+	_ [64]byte
+}
+
+// holders are the endpoints holding one block; usually one, so the first
+// is stored inline and costs no allocation.
+type holders struct {
+	first *prefixEndpoint
+	rest  []*prefixEndpoint
+}
+
+// prefixEndpoint is one endpoint's LRU of block hashes.
+type prefixEndpoint struct {
+	key datastore.EndpointKey
+	// slot numbers the endpoint within its pool's index, for per-cycle
+	// arrays; immutable, and reused only after the endpoint's blocks have
+	// left the index.
+	slot int32
+	idx  *prefixIndex
+
+	mu       sync.Mutex
+	lru      *simplelru.LRU[uint64, struct{}]
+	capacity int
+	dead     bool
+}
+
+func newPrefixIndex() *prefixIndex {
+	x := &prefixIndex{}
+	for i := range x.shards {
+		x.shards[i].m = make(map[uint64]holders)
+	}
+	empty := map[datastore.EndpointKey]*prefixEndpoint{}
+	x.endpoints.Store(&empty)
+	return x
+}
+
+// lookup returns the endpoint's LRU state, or nil when it has none.
+func (x *prefixIndex) lookup(key datastore.EndpointKey) *prefixEndpoint {
+	return (*x.endpoints.Load())[key]
+}
+
+// endpointFor returns e's state, creating it when e is still in the pool.
+// It returns nil for an endpoint that left the pool (or a removed pool), so
+// a pick racing a removal leaves nothing behind.
+func (x *prefixIndex) endpointFor(pool *datastore.Pool, e *datastore.Endpoint, capacity int) *prefixEndpoint {
+	key := e.Key()
+	if pe := x.lookup(key); pe != nil {
+		return pe
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.removed {
+		return nil
+	}
+	cur := *x.endpoints.Load()
+	if pe := cur[key]; pe != nil {
+		return pe
+	}
+	// The pool swaps its endpoint set before it tells observers, and the
+	// observer takes mu: if e is still in the set here, its removal (if
+	// any) is yet to be heard and will find this state.
+	if now, ok := pool.Endpoints().Get(e.Address); !ok || now.Key() != key {
+		return nil
+	}
+	pe := &prefixEndpoint{key: key, idx: x, capacity: capacity}
+	if n := len(x.freeSlots); n > 0 {
+		pe.slot = x.freeSlots[n-1]
+		x.freeSlots = x.freeSlots[:n-1]
+	} else {
+		pe.slot = x.slots.Load()
+		x.slots.Store(pe.slot + 1)
+	}
+	pe.lru, _ = simplelru.NewLRU(capacity, func(h uint64, _ struct{}) { x.removeHolder(h, pe) })
+	next := make(map[datastore.EndpointKey]*prefixEndpoint, len(cur)+1)
+	for k, v := range cur {
+		next[k] = v
+	}
+	next[key] = pe
+	x.endpoints.Store(&next)
+	return pe
+}
+
+// drop forgets endpoints that left the pool: their LRUs and every index
+// entry that names them.
+func (x *prefixIndex) drop(removed []*datastore.Endpoint) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	cur := *x.endpoints.Load()
+	var gone []*prefixEndpoint
+	for _, e := range removed {
+		if pe := cur[e.Key()]; pe != nil {
+			gone = append(gone, pe)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	next := make(map[datastore.EndpointKey]*prefixEndpoint, len(cur))
+	for k, v := range cur {
+		next[k] = v
+	}
+	for _, pe := range gone {
+		delete(next, pe.key)
+	}
+	x.endpoints.Store(&next)
+	for _, pe := range gone {
+		pe.mu.Lock()
+		pe.dead = true
+		pe.lru.Purge() // the eviction callback removes each block from the index
+		pe.mu.Unlock()
+		x.freeSlots = append(x.freeSlots, pe.slot)
+	}
+}
+
+// markRemoved stops the index from growing once its pool is gone.
+func (x *prefixIndex) markRemoved() {
+	x.mu.Lock()
+	x.removed = true
+	x.mu.Unlock()
+}
+
+// record notes that the endpoint now caches the blocks. Earlier blocks are
+// touched last, so they are the most recently used: an LRU that evicts the
+// start of a prompt loses the whole prefix, one that evicts its tail loses
+// only the tail.
+func (pe *prefixEndpoint) record(hashes []uint64, capacity int) {
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	if pe.dead {
+		return
+	}
+	if capacity != pe.capacity {
+		pe.lru.Resize(capacity)
+		pe.capacity = capacity
+	}
+	for i := len(hashes) - 1; i >= 0; i-- {
+		h := hashes[i]
+		if _, ok := pe.lru.Get(h); ok {
+			continue
+		}
+		pe.lru.Add(h, struct{}{})
+		pe.idx.addHolder(h, pe)
+	}
+}
+
+func (pe *prefixEndpoint) len() int {
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	return pe.lru.Len()
+}
+
+func (x *prefixIndex) shard(h uint64) *indexShard { return &x.shards[h&(prefixShards-1)] }
+
+func (x *prefixIndex) addHolder(h uint64, pe *prefixEndpoint) {
+	sh := x.shard(h)
+	sh.mu.Lock()
+	hs := sh.m[h]
+	switch {
+	case hs.first == nil:
+		hs.first = pe
+	case hs.first == pe:
+	default:
+		for _, o := range hs.rest {
+			if o == pe {
+				sh.mu.Unlock()
+				return
+			}
+		}
+		hs.rest = append(hs.rest, pe)
+	}
+	sh.m[h] = hs
+	sh.mu.Unlock()
+}
+
+func (x *prefixIndex) removeHolder(h uint64, pe *prefixEndpoint) {
+	sh := x.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	hs, ok := sh.m[h]
+	if !ok {
+		return
+	}
+	if hs.first == pe {
+		if n := len(hs.rest); n > 0 {
+			hs.first = hs.rest[n-1]
+			hs.rest[n-1] = nil
+			hs.rest = hs.rest[:n-1]
+		} else {
+			delete(sh.m, h)
+			return
+		}
+	} else {
+		for i, o := range hs.rest {
+			if o == pe {
+				last := len(hs.rest) - 1
+				hs.rest[i] = hs.rest[last]
+				hs.rest[last] = nil
+				hs.rest = hs.rest[:last]
+				break
+			}
+		}
+	}
+	if len(hs.rest) == 0 {
+		hs.rest = nil
+	}
+	sh.m[h] = hs
+}
+
+// match computes, for each endpoint slot, how many leading blocks of hashes
+// it holds, into matched (zeroed, indexed by slot); it returns the longest.
+// Blocks are chained, so an endpoint matches block i only if it matched
+// every block before; the walk stops at the first block nobody extends.
+func (x *prefixIndex) match(hashes []uint64, matched []int32) int {
+	longest := 0
+	for i, h := range hashes {
+		sh := x.shard(h)
+		sh.mu.RLock()
+		hs := sh.m[h]
+		advanced := 0
+		if hs.first != nil {
+			advanced += advance(hs.first, matched, int32(i))
+			for _, pe := range hs.rest {
+				advanced += advance(pe, matched, int32(i))
+			}
+		}
+		sh.mu.RUnlock()
+		if advanced == 0 {
+			break
+		}
+		longest = i + 1
+	}
+	return longest
+}
+
+func advance(pe *prefixEndpoint, matched []int32, i int32) int {
+	if s := pe.slot; int(s) < len(matched) && matched[s] == i {
+		matched[s] = i + 1
+		return 1
+	}
+	return 0
+}
+
+// blocks counts the distinct blocks in the index (test and bench use).
+func (x *prefixIndex) blocks() int {
+	n := 0
+	for i := range x.shards {
+		sh := &x.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}

@@ -1,0 +1,391 @@
+package scheduling
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxEndpoints         = 3
+	DefaultMetricsStaleness     = 2 * time.Second
+	DefaultQueueDepthThreshold  = 5
+	DefaultKVCacheUtilThreshold = 0.8
+)
+
+// Options configures a Scheduler. The zero value of every field means its
+// documented default; flags are bound to it in cmd/poolpicker.
+type Options struct {
+	// ConfigFile is the path of an EndpointPickerConfig YAML file, read by
+	// New when it is given no Config. Empty: ConfigText, else the default.
+	ConfigFile string
+	// ConfigText is an EndpointPickerConfig given inline. Empty: ConfigFile,
+	// else DefaultConfigText. Setting both is an error.
+	ConfigText string
+
+	// MaxEndpoints is the most endpoints a Result holds: the primary, then
+	// fallbacks the gateway may retry in order. A picker's maxNumOfEndpoints
+	// may lower it. Zero: 3.
+	MaxEndpoints int
+	// MetricsStaleness is the age past which an endpoint's scrape no longer
+	// counts: its load is unknown. Zero: 2s, the scraper's default staleness.
+	MetricsStaleness time.Duration
+	// QueueDepthThreshold is the number of waiting requests at which an
+	// endpoint counts as saturated for admission. Zero: 5.
+	QueueDepthThreshold int
+	// KVCacheUtilThreshold is the KV-cache use (0..1) at which an endpoint
+	// counts as saturated for admission. Zero: 0.8.
+	KVCacheUtilThreshold float64
+	// EnableConformanceTestFilter restricts candidates to Request.CandidateIPs
+	// (the conformance suite's test-epp-endpoint-selection header) in every
+	// profile. Never for production: it lets a client choose its endpoint.
+	// Zero (false): off, and a config that names the filter is refused.
+	EnableConformanceTestFilter bool
+
+	// Rand returns uniformly random uint64s for tie-breaks, weighted picks and
+	// rewrite splits; it must be safe for concurrent use. Nil: math/rand/v2.
+	Rand func() uint64
+	// Logger receives the scheduler's logs (keys pool, request). Zero: discard.
+	Logger logr.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.MaxEndpoints <= 0 {
+		o.MaxEndpoints = DefaultMaxEndpoints
+	}
+	if o.MetricsStaleness <= 0 {
+		o.MetricsStaleness = DefaultMetricsStaleness
+	}
+	if o.QueueDepthThreshold <= 0 {
+		o.QueueDepthThreshold = DefaultQueueDepthThreshold
+	}
+	if o.KVCacheUtilThreshold <= 0 {
+		o.KVCacheUtilThreshold = DefaultKVCacheUtilThreshold
+	}
+	if o.Rand == nil {
+		o.Rand = rand.Uint64
+	}
+}
+
+// LoadConfig returns the config the options name: ConfigFile, ConfigText,
+// or the default when neither is set.
+func (o *Options) LoadConfig() (*Config, error) {
+	switch {
+	case o.ConfigFile != "" && o.ConfigText != "":
+		return nil, fmt.Errorf("scheduling config: give a config file or a config text, not both")
+	case o.ConfigFile != "":
+		return LoadConfigFile(o.ConfigFile)
+	case o.ConfigText != "":
+		return LoadConfig([]byte(o.ConfigText))
+	}
+	return DefaultConfig(), nil
+}
+
+// Scheduler picks endpoints for requests of every served pool. Schedule is
+// safe for concurrent use and takes no lock shared between pools; per-pool
+// state (the prefix index) lives in the plugins, keyed by pool, and is
+// dropped when the pool or its endpoints go. Register the Scheduler with
+// the registry (Registry.AddObserver) so it hears of those changes.
+type Scheduler struct {
+	opts      Options
+	built     *builtConfig
+	observers []datastore.Observer
+	states    sync.Pool // *CycleState
+	// pools holds per-pool scheduler state (*poolState) keyed by *Pool, so a
+	// pool removed and added again starts afresh.
+	pools sync.Map
+}
+
+type poolState struct {
+	// warnedProfile is the last unknown profile name logged for the pool, so
+	// a bad annotation is logged once, not per request.
+	warnedProfile atomic.Pointer[string]
+}
+
+var _ datastore.Observer = (*Scheduler)(nil)
+
+// New builds a Scheduler from cfg (nil: the config opts names, see
+// Options.LoadConfig), with its own plugin instances.
+func New(cfg *Config, opts Options) (*Scheduler, error) {
+	opts.setDefaults()
+	if cfg == nil {
+		var err error
+		if cfg, err = opts.LoadConfig(); err != nil {
+			return nil, err
+		}
+	}
+	built, err := buildProfiles(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("scheduling config: %w", err)
+	}
+	s := &Scheduler{opts: opts, built: built}
+	for _, p := range built.plugins {
+		if o, ok := p.(datastore.Observer); ok {
+			s.observers = append(s.observers, o)
+		}
+	}
+	s.states.New = func() any { return &CycleState{} }
+	opts.Logger.V(1).Info("scheduler configured", "profiles", cfg.ProfileNames(), "defaultProfile", built.defaultProfile,
+		"maxEndpoints", opts.MaxEndpoints, "metricsStaleness", opts.MetricsStaleness)
+	return s, nil
+}
+
+// DefaultProfile names the profile of pools that name none.
+func (s *Scheduler) DefaultProfile() string { return s.built.defaultProfile }
+
+// Schedule picks the endpoints for req in pool: the primary, then up to
+// MaxEndpoints-1 fallbacks, in order. It applies the pool's model rewrite
+// (Result.TargetModel), refuses a sheddable request (priority < 0) with a
+// 429 Error when every endpoint is saturated or unknown, and answers a 503
+// Error when no endpoint is eligible. Endpoints whose load is unknown come
+// after every endpoint whose load is known. It does not touch in-flight
+// counts: the caller adds and removes the request.
+func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Request) (*Result, error) {
+	if pool == nil {
+		return nil, ErrNoEndpoints("no pool given")
+	}
+	if req == nil {
+		req = &Request{}
+	}
+	eps := pool.Endpoints()
+	if eps.Len() == 0 {
+		return nil, ErrNoEndpoints("pool %s has no ready endpoints", pool.Key)
+	}
+
+	cs := s.states.Get().(*CycleState)
+	cs.reset(pool, s.opts.Rand)
+	defer func() {
+		cs.release()
+		s.states.Put(cs)
+	}()
+
+	policy := pool.Policy()
+	cs.TargetModel = rewriteModel(policy, req.Model, cs.rand)
+	cs.Priority, _ = policy.Priority(req.Objective)
+
+	now := time.Now()
+	saturated := 0
+	for _, e := range eps.Endpoints {
+		m := e.Metrics()
+		if !m.Fresh(now, s.opts.MetricsStaleness) {
+			m = nil
+			saturated++
+		} else if m.WaitingRequests >= s.opts.QueueDepthThreshold || m.KVCacheUsage >= s.opts.KVCacheUtilThreshold {
+			saturated++
+		}
+		cs.candidates = append(cs.candidates, Candidate{Endpoint: e, Metrics: m})
+	}
+	if cs.Priority < 0 && saturated == len(eps.Endpoints) {
+		return nil, ErrShed("pool %s is saturated (every endpoint has at least %d waiting requests, KV cache at least %.0f%% used, or no fresh metrics); request of objective %q (priority %d) is sheddable",
+			pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, req.Objective, cs.Priority)
+	}
+
+	prof := s.profileFor(pool)
+	cands := cs.candidates
+	for _, f := range prof.filters {
+		cands = f.Filter(ctx, cs, req, cands)
+		if len(cands) == 0 {
+			return nil, ErrNoEndpoints("pool %s: filter %q left no endpoint (of %d) for the request", pool.Key, f.TypedName().Name, len(eps.Endpoints))
+		}
+	}
+	known := partitionKnown(cands)
+
+	totals := grow(&cs.totals, len(cands))
+	scores := grow(&cs.scores, len(cands))
+	clear(totals)
+	for _, ws := range prof.scorers {
+		clear(scores)
+		ws.Score(ctx, cs, req, cands, scores)
+		for i, v := range scores {
+			totals[i] += ws.weight * clamp01(v)
+		}
+	}
+
+	n := s.opts.MaxEndpoints
+	if prof.pickerMax > 0 && prof.pickerMax < n {
+		n = prof.pickerMax
+	}
+	n = min(n, len(cands))
+	picked := cs.picked[:0]
+	if known > 0 {
+		picked = prof.picker.Pick(ctx, cs, req, cands[:known], totals[:known], min(n, known), picked)
+	}
+	if len(picked) < n && known < len(cands) {
+		// Unknown endpoints only after every known one: a fresh pool still
+		// serves, but an unscraped pod never outranks a measured one.
+		from := len(picked)
+		picked = prof.picker.Pick(ctx, cs, req, cands[known:], totals[known:], n-len(picked), picked)
+		for i := from; i < len(picked); i++ {
+			picked[i] += known
+		}
+	}
+	cs.picked = picked
+	if len(picked) == 0 {
+		return nil, ErrNoEndpoints("pool %s: picker %q chose no endpoint", pool.Key, prof.picker.TypedName().Name)
+	}
+
+	res := newResult(len(picked))
+	for _, i := range picked {
+		res.Endpoints = append(res.Endpoints, cands[i].Endpoint)
+	}
+	res.TargetModel = cs.TargetModel
+	res.Profile = prof.name
+	res.Priority = cs.Priority
+	for _, pp := range prof.postPickers {
+		pp.PostPick(ctx, cs, req, res)
+	}
+	if l := s.opts.Logger.V(4); l.Enabled() {
+		l.Info("scheduled", "pool", pool.Key.String(), "request", req.ID, "profile", prof.name,
+			"endpoint", res.Endpoints[0].Address, "fallbacks", len(res.Endpoints)-1, "targetModel", res.TargetModel)
+	}
+	return res, nil
+}
+
+// resultBox allocates a Result and room for its endpoints at once.
+type resultBox struct {
+	res Result
+	buf [DefaultMaxEndpoints + 1]*datastore.Endpoint
+}
+
+func newResult(n int) *Result {
+	b := &resultBox{}
+	if n <= len(b.buf) {
+		b.res.Endpoints = b.buf[:0:n]
+	} else {
+		b.res.Endpoints = make([]*datastore.Endpoint, 0, n)
+	}
+	return &b.res
+}
+
+// profileFor reads the pool's annotation on every call, so a change of
+// profile applies to the next request.
+func (s *Scheduler) profileFor(pool *datastore.Pool) *profile {
+	var name string
+	if spec := pool.Spec(); spec != nil {
+		name = spec.Annotations[ProfileAnnotation]
+	}
+	if name != "" {
+		if p, ok := s.built.profiles[name]; ok {
+			return p
+		}
+		st := s.poolState(pool)
+		if w := st.warnedProfile.Load(); w == nil || *w != name {
+			st.warnedProfile.Store(&name)
+			s.opts.Logger.Error(nil, "pool names an unknown scheduling profile; using the default", "pool", pool.Key.String(),
+				"annotation", ProfileAnnotation, "profile", name, "default", s.built.defaultProfile)
+		}
+	}
+	return s.built.profiles[s.built.defaultProfile]
+}
+
+func (s *Scheduler) poolState(pool *datastore.Pool) *poolState {
+	if v, ok := s.pools.Load(pool); ok {
+		return v.(*poolState)
+	}
+	v, loaded := s.pools.LoadOrStore(pool, &poolState{})
+	if !loaded && pool.Removed() {
+		// PoolRemoved may have run before the store; do not keep state for
+		// a pool that is gone.
+		s.pools.Delete(pool)
+	}
+	return v.(*poolState)
+}
+
+// EndpointsChanged implements datastore.Observer: plugins drop what they
+// keep for endpoints that left.
+func (s *Scheduler) EndpointsChanged(pool *datastore.Pool, added, removed []*datastore.Endpoint) {
+	for _, o := range s.observers {
+		o.EndpointsChanged(pool, added, removed)
+	}
+}
+
+// PoolRemoved implements datastore.Observer: the pool's state is dropped.
+func (s *Scheduler) PoolRemoved(pool *datastore.Pool) {
+	s.pools.Delete(pool)
+	for _, o := range s.observers {
+		o.PoolRemoved(pool)
+	}
+}
+
+// partitionKnown moves candidates with known load before the others,
+// keeping each group's order, and returns how many are known.
+func partitionKnown(c []Candidate) int {
+	k := 0
+	for i := range c {
+		if c[i].Metrics != nil {
+			if i != k {
+				// Rotate the unknown run right by one; runs are short in
+				// practice (unknown endpoints are rare).
+				x := c[i]
+				copy(c[k+1:i+1], c[k:i])
+				c[k] = x
+			}
+			k++
+		}
+	}
+	return k
+}
+
+func grow(buf *[]float64, n int) []float64 {
+	if cap(*buf) < n {
+		*buf = make([]float64, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+func clamp01(v float64) float64 {
+	switch {
+	case v > 1:
+		return 1
+	case v >= 0:
+		return v
+	}
+	return 0 // negative or NaN
+}
+
+// rewriteModel applies the pool's rewrite rule for model (exact match),
+// choosing a target by weight; targets all weighted 0 share equally.
+func rewriteModel(policy *datastore.Policy, model string, rnd func() uint64) string {
+	if policy == nil || model == "" {
+		return model
+	}
+	targets := policy.Rewrites[model]
+	if len(targets) == 0 {
+		return model
+	}
+	var total uint64
+	for _, t := range targets {
+		if t.Weight > 0 {
+			total += uint64(t.Weight)
+		}
+	}
+	var chosen string
+	if total == 0 {
+		chosen = targets[rnd()%uint64(len(targets))].Model
+	} else {
+		x := rnd() % total
+		for _, t := range targets {
+			if t.Weight <= 0 {
+				continue
+			}
+			if x < uint64(t.Weight) {
+				chosen = t.Model
+				break
+			}
+			x -= uint64(t.Weight)
+		}
+	}
+	if chosen == "" {
+		return model
+	}
+	return chosen
+}

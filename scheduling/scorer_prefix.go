@@ -1,0 +1,218 @@
+package scheduling
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// Defaults of the prefix-cache scorer's parameters (the reference EPP's).
+const (
+	DefaultHashBlockSize          = 64
+	DefaultMaxPrefixBlocksToMatch = 256
+	DefaultLRUCapacityPerServer   = 31250
+	DefaultBytesPerToken          = 4
+)
+
+// Bounds of the prefix-cache scorer's parameters: beyond them a value is a
+// typo, and an LRU that large would exhaust memory.
+const (
+	maxHashBlockSize        = 1 << 20
+	maxPrefixBlocksToMatch  = 1 << 16
+	maxLRUCapacityPerServer = 1 << 24
+)
+
+// prefixParams are the prefix-cache scorer's parameters.
+type prefixParams struct {
+	// HashBlockSize is the bytes of prompt per hashed block. Zero: 64.
+	HashBlockSize int `json:"hashBlockSize"`
+	// MaxPrefixBlocksToMatch bounds the blocks hashed per prompt. Zero: 256.
+	MaxPrefixBlocksToMatch int `json:"maxPrefixBlocksToMatch"`
+	// LRUCapacityPerServer is the blocks remembered per endpoint when its
+	// cache size is unknown (or autoTune is off). Zero: 31250.
+	LRUCapacityPerServer int `json:"lruCapacityPerServer"`
+	// AutoTune sizes each endpoint's LRU from its scraped cache_config_info
+	// (blocks × tokens per block × BytesPerToken / HashBlockSize). Absent: true.
+	AutoTune *bool `json:"autoTune"`
+	// BytesPerToken is the prompt bytes per token assumed by AutoTune. Zero: 4.
+	BytesPerToken int `json:"bytesPerToken"`
+}
+
+// prefixCacheScorer scores an endpoint by the share of the prompt's leading
+// blocks it is believed to hold in its KV cache: longest cached prefix /
+// prompt blocks. The prompt (Request.Prompt) is cut into HashBlockSize-byte
+// blocks, each hashed with xxhash seeded by the previous block's hash (the
+// first by the target model's), so a block hash stands for the whole prefix
+// up to it, and equal text under different models never matches. After each
+// pick the primary endpoint records the blocks (PostPick). The beliefs are
+// an approximation: the server's real cache is not observed.
+type prefixCacheScorer struct {
+	name   TypedName
+	key    StateKey
+	params prefixParams
+	// indexes maps *datastore.Pool to its *prefixIndex; a removed pool's
+	// entry is deleted (PoolRemoved), and one re-added starts empty.
+	indexes sync.Map
+}
+
+var (
+	_ Scorer             = (*prefixCacheScorer)(nil)
+	_ PostPicker         = (*prefixCacheScorer)(nil)
+	_ datastore.Observer = (*prefixCacheScorer)(nil)
+)
+
+func newPrefixCacheScorer(name string, raw json.RawMessage) (Plugin, error) {
+	var p prefixParams
+	if err := decodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	checks := []struct {
+		field    string
+		v        *int
+		def, max int
+	}{
+		{"hashBlockSize", &p.HashBlockSize, DefaultHashBlockSize, maxHashBlockSize},
+		{"maxPrefixBlocksToMatch", &p.MaxPrefixBlocksToMatch, DefaultMaxPrefixBlocksToMatch, maxPrefixBlocksToMatch},
+		{"lruCapacityPerServer", &p.LRUCapacityPerServer, DefaultLRUCapacityPerServer, maxLRUCapacityPerServer},
+		{"bytesPerToken", &p.BytesPerToken, DefaultBytesPerToken, 64},
+	}
+	for _, c := range checks {
+		switch {
+		case *c.v == 0:
+			*c.v = c.def
+		case *c.v < 0 || *c.v > c.max:
+			return nil, fmt.Errorf("parameters: %s %d must be between 1 and %d", c.field, *c.v, c.max)
+		}
+	}
+	if p.AutoTune == nil {
+		t := true
+		p.AutoTune = &t
+	}
+	return &prefixCacheScorer{name: TypedName{Type: PrefixCacheScorerType, Name: name}, key: StateKey(name), params: p}, nil
+}
+
+func (s *prefixCacheScorer) TypedName() TypedName { return s.name }
+
+// prefixCycle is the scorer's state for one request.
+type prefixCycle struct {
+	hashes  []uint64
+	matched []int32
+	index   *prefixIndex
+}
+
+func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Request, c []Candidate, scores []float64) {
+	st, _ := cs.Reuse(s.key).(*prefixCycle)
+	if st == nil {
+		st = &prefixCycle{}
+	}
+	cs.Write(s.key, st)
+	st.hashes = hashPrompt(st.hashes[:0], cs.TargetModel, req.Prompt, s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
+	st.index = s.index(cs.Pool)
+	if len(st.hashes) == 0 || st.index == nil {
+		return
+	}
+	slots := int(st.index.slots.Load())
+	if cap(st.matched) < slots {
+		st.matched = make([]int32, slots)
+	}
+	st.matched = st.matched[:slots]
+	clear(st.matched)
+	if st.index.match(st.hashes, st.matched) == 0 {
+		return
+	}
+	eps := *st.index.endpoints.Load()
+	total := float64(len(st.hashes))
+	for i := range c {
+		if pe := eps[c[i].Endpoint.Key()]; pe != nil && int(pe.slot) < slots {
+			scores[i] = float64(st.matched[pe.slot]) / total
+		}
+	}
+}
+
+// PostPick records the prompt's blocks in the primary endpoint's LRU.
+func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, _ *Request, res *Result) {
+	v, ok := cs.Read(s.key)
+	if !ok || len(res.Endpoints) == 0 {
+		return
+	}
+	st := v.(*prefixCycle)
+	if len(st.hashes) == 0 || st.index == nil {
+		return
+	}
+	e := res.Endpoints[0]
+	capacity := s.capacity(e.Metrics())
+	if pe := st.index.endpointFor(cs.Pool, e, capacity); pe != nil {
+		pe.record(st.hashes, capacity)
+	}
+}
+
+// capacity is the number of blocks an endpoint's LRU holds: the server's
+// KV cache in prompt bytes over the block size, when the server says how
+// big its cache is; LRUCapacityPerServer otherwise.
+func (s *prefixCacheScorer) capacity(m *datastore.Metrics) int {
+	if *s.params.AutoTune && m != nil && m.NumBlocks > 0 && m.BlockSize > 0 {
+		c := int64(m.NumBlocks) * int64(m.BlockSize) * int64(s.params.BytesPerToken) / int64(s.params.HashBlockSize)
+		return int(min(max(c, 1), maxLRUCapacityPerServer))
+	}
+	return s.params.LRUCapacityPerServer
+}
+
+// index returns the pool's index, creating it unless the pool is removed.
+func (s *prefixCacheScorer) index(pool *datastore.Pool) *prefixIndex {
+	if v, ok := s.indexes.Load(pool); ok {
+		return v.(*prefixIndex)
+	}
+	if pool.Removed() {
+		return nil
+	}
+	v, loaded := s.indexes.LoadOrStore(pool, newPrefixIndex())
+	x := v.(*prefixIndex)
+	if !loaded && pool.Removed() {
+		// PoolRemoved ran between the check and the store; undo.
+		s.indexes.Delete(pool)
+		x.markRemoved()
+	}
+	return x
+}
+
+// EndpointsChanged drops the LRUs and index entries of endpoints that left.
+func (s *prefixCacheScorer) EndpointsChanged(pool *datastore.Pool, _, removed []*datastore.Endpoint) {
+	if len(removed) == 0 {
+		return
+	}
+	if v, ok := s.indexes.Load(pool); ok {
+		v.(*prefixIndex).drop(removed)
+	}
+}
+
+// PoolRemoved drops the pool's whole index.
+func (s *prefixCacheScorer) PoolRemoved(pool *datastore.Pool) {
+	if v, ok := s.indexes.LoadAndDelete(pool); ok {
+		v.(*prefixIndex).markRemoved()
+	}
+}
+
+// hashPrompt appends to dst the chained hashes of the prompt's whole blocks,
+// at most maxBlocks of them. A trailing partial block is not hashed: the
+// server caches whole blocks too, and the next request's longer prompt
+// would hash it differently anyway.
+func hashPrompt(dst []uint64, model string, prompt []byte, blockSize, maxBlocks int) []uint64 {
+	n := min(len(prompt)/blockSize, maxBlocks)
+	if n == 0 {
+		return dst
+	}
+	prev := xxhash.Sum64String(model)
+	var d xxhash.Digest
+	for i := 0; i < n; i++ {
+		d.ResetWithSeed(prev)
+		_, _ = d.Write(prompt[i*blockSize : (i+1)*blockSize])
+		prev = d.Sum64()
+		dst = append(dst, prev)
+	}
+	return dst
+}
