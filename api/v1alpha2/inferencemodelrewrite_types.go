@@ -51,7 +51,6 @@ type InferenceModelRewriteRule struct {
 	// request in proportion to its weight.
 	//
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:XValidation:rule="self.all(t, has(t.weight)) || self.all(t, !has(t.weight))",message="weight must be set for all targets or for none"
 	Targets []TargetModel `json:"targets,omitempty"`
 }
 
