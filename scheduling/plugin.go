@@ -105,6 +105,9 @@ type CycleState struct {
 	cycle   uint64
 	entries []stateEntry
 	rand    func() uint64
+	// Saturation thresholds (Options.QueueDepthThreshold, KVCacheUtilThreshold).
+	queueThreshold int
+	kvThreshold    float64
 
 	// Buffers of the framework, kept across cycles to avoid allocation.
 	candidates []Candidate
@@ -147,6 +150,14 @@ func (cs *CycleState) Reuse(key StateKey) any {
 	return nil
 }
 
+// Saturated reports whether the candidate's known load is at or over the
+// scheduler's saturation thresholds (waiting requests or KV-cache use);
+// false when its load is unknown.
+func (cs *CycleState) Saturated(c *Candidate) bool {
+	m := c.Metrics
+	return m != nil && (m.WaitingRequests >= cs.queueThreshold || m.KVCacheUsage >= cs.kvThreshold)
+}
+
 // Rand returns a uniformly random uint64 from the scheduler's source
 // (Options.Rand), for tie-breaks and weighted choices.
 func (cs *CycleState) Rand() uint64 { return cs.rand() }
@@ -161,12 +172,14 @@ func (cs *CycleState) randN(n int) int {
 	return int(cs.rand() % uint64(n))
 }
 
-func (cs *CycleState) reset(pool *datastore.Pool, rnd func() uint64) {
+func (cs *CycleState) reset(pool *datastore.Pool, opts *Options) {
 	cs.cycle++
+	cs.queueThreshold = opts.QueueDepthThreshold
+	cs.kvThreshold = opts.KVCacheUtilThreshold
 	cs.Pool = pool
 	cs.TargetModel = ""
 	cs.Priority = 0
-	cs.rand = rnd
+	cs.rand = opts.Rand
 	cs.candidates = cs.candidates[:0]
 	cs.picked = cs.picked[:0]
 }

@@ -161,7 +161,7 @@ func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Req
 	}
 
 	cs := s.states.Get().(*CycleState)
-	cs.reset(pool, s.opts.Rand)
+	cs.reset(pool, &s.opts)
 	defer func() {
 		cs.release()
 		s.states.Put(cs)
@@ -177,11 +177,11 @@ func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Req
 		m := e.Metrics()
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
-			saturated++
-		} else if m.WaitingRequests >= s.opts.QueueDepthThreshold || m.KVCacheUsage >= s.opts.KVCacheUtilThreshold {
-			saturated++
 		}
 		cs.candidates = append(cs.candidates, Candidate{Endpoint: e, Metrics: m})
+		if c := &cs.candidates[len(cs.candidates)-1]; !c.Known() || cs.Saturated(c) {
+			saturated++
+		}
 	}
 	if cs.Priority < 0 && saturated == len(eps.Endpoints) {
 		return nil, ErrShed("pool %s is saturated (every endpoint has at least %d waiting requests, KV cache at least %.0f%% used, or no fresh metrics); request of objective %q (priority %d) is sheddable",

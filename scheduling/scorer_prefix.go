@@ -50,7 +50,10 @@ type prefixParams struct {
 // first by the target model's), so a block hash stands for the whole prefix
 // up to it, and equal text under different models never matches. After each
 // pick the primary endpoint records the blocks (PostPick). The beliefs are
-// an approximation: the server's real cache is not observed.
+// an approximation: the server's real cache is not observed. An endpoint at
+// or over the saturation thresholds (CycleState.Saturated) scores 0: its
+// cache is not worth its queue, so a sticky prefix spills to the next best
+// endpoint, which then learns the prefix.
 type prefixCacheScorer struct {
 	name   TypedName
 	key    StateKey
@@ -128,6 +131,11 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 	eps := *st.index.endpoints.Load()
 	total := float64(len(st.hashes))
 	for i := range c {
+		if cs.Saturated(&c[i]) {
+			// A saturated server's queue costs more than its cache saves:
+			// affinity lapses, so traffic spills to the next best.
+			continue
+		}
 		if pe := eps[c[i].Endpoint.Key()]; pe != nil && int(pe.slot) < slots {
 			scores[i] = float64(st.matched[pe.slot]) / total
 		}

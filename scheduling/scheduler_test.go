@@ -1,0 +1,576 @@
+package scheduling
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+var ctx = context.Background()
+
+func addresses(res *Result) []string {
+	var out []string
+	for _, e := range res.Endpoints {
+		out = append(out, e.Address)
+	}
+	return out
+}
+
+func wantAddresses(t *testing.T, res *Result, want ...*datastore.Endpoint) {
+	t.Helper()
+	got := addresses(res)
+	if len(got) != len(want) {
+		t.Fatalf("endpoints %v, want %d of them", got, len(want))
+	}
+	for i, e := range want {
+		if got[i] != e.Address {
+			t.Fatalf("endpoints %v, want %s at position %d", got, e.Address, i)
+		}
+	}
+}
+
+func schedErr(t *testing.T, err error) *Error {
+	t.Helper()
+	var se *Error
+	if !errors.As(err, &se) {
+		t.Fatalf("error %v (%T), want *scheduling.Error", err, err)
+	}
+	return se
+}
+
+func TestScheduleQueueAware(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 4, s)
+	for i, q := range []int{6, 0, 3, 9} {
+		tp.ep(t, i+1).SetMetrics(load(q, 0.2))
+	}
+	res, err := s.Schedule(ctx, tp.pool, &Request{ID: "r1", Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Shortest queue first, then the next shortest: the fallbacks are ordered.
+	wantAddresses(t, res, tp.ep(t, 2), tp.ep(t, 3), tp.ep(t, 1))
+	if res.Profile != DefaultProfileName || res.TargetModel != "m" {
+		t.Fatalf("profile %q target %q", res.Profile, res.TargetModel)
+	}
+}
+
+func TestScheduleSpreadsByInFlight(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 4, s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	// Between two scrapes the metrics do not move; only the in-flight count,
+	// which extproc keeps, tells the picks apart.
+	counts := map[string]int{}
+	for i := 0; i < 40; i++ {
+		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Endpoints[0].AddInFlight(1)
+		counts[res.Endpoints[0].Address]++
+	}
+	if len(counts) != 4 {
+		t.Fatalf("picks went to %d endpoints, want 4: %v", len(counts), counts)
+	}
+	for a, n := range counts {
+		if n != 10 {
+			t.Fatalf("endpoint %s got %d of 40 picks, want 10: %v", a, n, counts)
+		}
+	}
+}
+
+func TestScheduleAvoidsHighKVCache(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 3, s)
+	for i, kv := range []float64{0.95, 0.1, 0.5} {
+		tp.ep(t, i+1).SetMetrics(load(1, kv))
+	}
+	for i := 0; i < 20; i++ {
+		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAddresses(t, res, tp.ep(t, 2), tp.ep(t, 3), tp.ep(t, 1))
+	}
+}
+
+func TestScheduleLoRAAffinity(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 4, s)
+	lora := func(running, waiting []string) *datastore.Metrics {
+		m := load(1, 0.3)
+		m.RunningAdapters, m.WaitingAdapters, m.MaxAdapters = running, waiting, 2
+		return m
+	}
+	tp.ep(t, 1).SetMetrics(lora([]string{"a", "b"}, nil))            // full, without the adapter
+	tp.ep(t, 2).SetMetrics(lora([]string{"a"}, []string{"sql-lora"})) // loading it, slot free
+	tp.ep(t, 3).SetMetrics(lora([]string{"sql-lora"}, nil))           // running it
+	tp.ep(t, 4).SetMetrics(lora(nil, nil))                            // free slots
+	// The client asks for "sql"; the pool's rewrite sends it to the adapter.
+	tp.pool.SetPolicy(&datastore.Policy{Rewrites: map[string][]datastore.RewriteTarget{"sql": {{Model: "sql-lora", Weight: 1}}}})
+	res, err := s.Schedule(ctx, tp.pool, &Request{Model: "sql"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TargetModel != "sql-lora" {
+		t.Fatalf("target model %q, want sql-lora", res.TargetModel)
+	}
+	wantAddresses(t, res, tp.ep(t, 3), tp.ep(t, 2), tp.ep(t, 4))
+}
+
+func TestSchedulePrefixStickinessThenSpill(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 4, s)
+	tp.setAll(func() *datastore.Metrics { return load(1, 0.3) })
+	conversation := prompt("system prompt and history", 4096)
+
+	serve := func(p []byte) *datastore.Endpoint {
+		t.Helper()
+		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A request that is picked, served and finished.
+		e := res.Endpoints[0]
+		e.AddInFlight(1)
+		e.AddInFlight(-1)
+		return e
+	}
+	sticky := serve(conversation)
+	for i := 0; i < 20; i++ {
+		if got := serve(conversation); got != sticky {
+			t.Fatalf("pick %d went to %s, want the endpoint holding the prefix, %s", i, got.Address, sticky.Address)
+		}
+	}
+	// The next turn of the conversation shares its first 4 KB.
+	next := append(append([]byte{}, conversation...), prompt("next turn", 1024)...)
+	if got := serve(next); got != sticky {
+		t.Fatalf("longer prompt went to %s, want %s", got.Address, sticky.Address)
+	}
+	// Moderate extra load does not break affinity...
+	sticky.SetMetrics(load(3, 0.6))
+	if got := serve(conversation); got != sticky {
+		t.Fatalf("with a short queue the prompt went to %s, want %s", got.Address, sticky.Address)
+	}
+	// ...saturation does: the prompt spills, and the new endpoint learns it.
+	sticky.SetMetrics(load(12, 0.92))
+	spill := serve(conversation)
+	if spill == sticky {
+		t.Fatalf("prompt stayed on saturated %s", sticky.Address)
+	}
+	for i := 0; i < 5; i++ {
+		if got := serve(conversation); got != spill {
+			t.Fatalf("after the spill pick %d went to %s, want %s", i, got.Address, spill.Address)
+		}
+	}
+	// An unrelated prompt is not drawn to either.
+	other := prompt("unrelated", 4096)
+	res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Endpoints[0] == sticky {
+		t.Fatalf("unrelated prompt went to the saturated endpoint")
+	}
+}
+
+func TestScheduleAvoidsUnknownEndpoints(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 4, s)
+	stale := load(0, 0) // the best load, but 10s old
+	stale.ScrapedAt = time.Now().Add(-10 * time.Second)
+	tp.ep(t, 1).SetMetrics(stale)
+	// pod 2 was never scraped.
+	tp.ep(t, 3).SetMetrics(load(4, 0.7))
+	tp.ep(t, 4).SetMetrics(load(4, 0.75))
+	for i := 0; i < 50; i++ {
+		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := addresses(res)
+		if got[0] != tp.ep(t, 3).Address || got[1] != tp.ep(t, 4).Address {
+			t.Fatalf("pick %d: %v, want the known endpoints first", i, got)
+		}
+		if got[2] != tp.ep(t, 1).Address && got[2] != tp.ep(t, 2).Address {
+			t.Fatalf("pick %d: %v, want an unknown endpoint last", i, got)
+		}
+	}
+
+	// When nothing is known the pool still serves, from all of them.
+	tp.ep(t, 3).SetMetrics(stale)
+	tp.ep(t, 4).SetMetrics(stale)
+	seen := map[string]bool{}
+	for i := 0; i < 200; i++ {
+		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m"})
+		if err != nil {
+			t.Fatalf("all-unknown pool: %v", err)
+		}
+		seen[res.Endpoints[0].Address] = true
+	}
+	if len(seen) != 4 {
+		t.Fatalf("all-unknown pool: picks went to %d endpoints, want all 4", len(seen))
+	}
+}
+
+func TestScheduleShedsSheddableWhenSaturated(t *testing.T) {
+	s := mustScheduler(t, "", Options{QueueDepthThreshold: 5, KVCacheUtilThreshold: 0.8})
+	tp := newTestPool(t, 3, s)
+	tp.pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{"batch": -1, "chat": 2}})
+	tp.ep(t, 1).SetMetrics(load(5, 0.1))  // queue at threshold
+	tp.ep(t, 2).SetMetrics(load(0, 0.85)) // KV over threshold
+	stale := load(0, 0)
+	stale.ScrapedAt = time.Now().Add(-time.Minute)
+	tp.ep(t, 3).SetMetrics(stale) // unknown counts as saturated
+
+	cases := []struct {
+		objective string
+		wantCode  int // 0: scheduled
+		priority  int
+	}{
+		{"batch", http.StatusTooManyRequests, -1},
+		{"chat", 0, 2},
+		{"", 0, 0},
+		{"not-an-objective", 0, 0},
+	}
+	for _, c := range cases {
+		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Objective: c.objective})
+		if c.wantCode == 0 {
+			if err != nil {
+				t.Fatalf("objective %q: %v", c.objective, err)
+			}
+			if res.Priority != c.priority {
+				t.Fatalf("objective %q: priority %d, want %d", c.objective, res.Priority, c.priority)
+			}
+			continue
+		}
+		if se := schedErr(t, err); se.Code != c.wantCode || se.Reason != "Shed" {
+			t.Fatalf("objective %q: %+v, want code %d", c.objective, se, c.wantCode)
+		}
+	}
+	// One endpoint with room is enough to admit sheddable requests.
+	tp.ep(t, 1).SetMetrics(load(4, 0.79))
+	res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Objective: "batch"})
+	if err != nil {
+		t.Fatalf("pool with room shed a sheddable request: %v", err)
+	}
+	if res.Endpoints[0] == tp.ep(t, 3) {
+		t.Fatalf("picked the unknown endpoint %s first", res.Endpoints[0].Address)
+	}
+}
+
+func TestScheduleRewriteWeights(t *testing.T) {
+	s := mustScheduler(t, "", Options{Rand: seededRand(42)})
+	tp := newTestPool(t, 2, s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	tp.pool.SetPolicy(&datastore.Policy{Rewrites: map[string][]datastore.RewriteTarget{
+		"llama": {{Model: "llama-v1", Weight: 70}, {Model: "llama-v2", Weight: 30}},
+	}})
+	const n = 10000
+	counts := map[string]int{}
+	for i := 0; i < n; i++ {
+		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "llama"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[res.TargetModel]++
+	}
+	if len(counts) != 2 {
+		t.Fatalf("targets %v, want llama-v1 and llama-v2 only", counts)
+	}
+	// Binomial(n, 0.7): within 5 standard deviations of the mean.
+	p := 0.7
+	mean, sd := n*p, math.Sqrt(n*p*(1-p))
+	if got := float64(counts["llama-v1"]); math.Abs(got-mean) > 5*sd {
+		t.Fatalf("llama-v1 chosen %v of %d times, want %v ± %.0f", got, n, mean, 5*sd)
+	}
+	// A model without a rule is left alone; matching is exact.
+	for _, m := range []string{"llama-3", "LLAMA", ""} {
+		res, err := s.Schedule(ctx, tp.pool, &Request{Model: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.TargetModel != m {
+			t.Fatalf("model %q rewritten to %q", m, res.TargetModel)
+		}
+	}
+}
+
+const twoProfiles = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: max-score-picker
+- type: random-picker
+  parameters:
+    maxNumOfEndpoints: 1
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+- name: random
+  plugins:
+  - pluginRef: random-picker
+`
+
+func TestScheduleProfileFromAnnotation(t *testing.T) {
+	s := mustScheduler(t, twoProfiles, Options{})
+	tp := newTestPool(t, 3, s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	cases := []struct {
+		annotation  string
+		wantProfile string
+		wantLen     int
+	}{
+		{"", "default", 3},
+		{"random", "random", 1},
+		{"no-such-profile", "default", 3},
+		{"default", "default", 3},
+	}
+	for _, c := range cases {
+		// Changing the pool's annotation takes effect on the next request.
+		tp.setAnnotation(c.annotation)
+		res, err := s.Schedule(ctx, tp.pool, &Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Profile != c.wantProfile || len(res.Endpoints) != c.wantLen {
+			t.Fatalf("annotation %q: profile %q with %d endpoints, want %q with %d", c.annotation, res.Profile, len(res.Endpoints), c.wantProfile, c.wantLen)
+		}
+	}
+}
+
+func TestScheduleSubsetHint(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 12, s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	many := []string{"10.9.9.9:8000"}
+	for i := 3; i <= 12; i++ {
+		many = append(many, tp.ep(t, i).Address)
+	}
+	cases := []struct {
+		name    string
+		subset  []string
+		allowed []string
+	}{
+		{"small", []string{tp.ep(t, 2).Address, tp.ep(t, 5).Address, "10.9.9.9:8000"}, []string{tp.ep(t, 2).Address, tp.ep(t, 5).Address}},
+		{"large", many, many[1:]},
+		{"empty", []string{}, nil},
+		{"foreign", []string{"10.9.9.9:8000"}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for i := 0; i < 20; i++ {
+				res, err := s.Schedule(ctx, tp.pool, &Request{Subset: c.subset})
+				if c.allowed == nil {
+					if se := schedErr(t, err); se.Code != http.StatusServiceUnavailable {
+						t.Fatalf("code %d, want 503", se.Code)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, a := range addresses(res) {
+					if !containsString(c.allowed, a) {
+						t.Fatalf("picked %s outside the subset %v", a, c.allowed)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestScheduleConformanceTestFilter(t *testing.T) {
+	s := mustScheduler(t, "", Options{EnableConformanceTestFilter: true})
+	tp := newTestPool(t, 3, s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	want := tp.ep(t, 2)
+	for i := 0; i < 10; i++ {
+		res, err := s.Schedule(ctx, tp.pool, &Request{CandidateIPs: []string{want.IP}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAddresses(t, res, want)
+	}
+	// Disabled, the request's candidate IPs are ignored.
+	off := mustScheduler(t, "", Options{})
+	seen := map[string]bool{}
+	for i := 0; i < 50; i++ {
+		res, err := off.Schedule(ctx, tp.pool, &Request{CandidateIPs: []string{want.IP}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[res.Endpoints[0].Address] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("with the filter off the candidate IPs still steered every pick: %v", seen)
+	}
+}
+
+func TestScheduleNoEndpoints(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 0, s)
+	_, err := s.Schedule(ctx, tp.pool, &Request{})
+	if se := schedErr(t, err); se.Code != http.StatusServiceUnavailable {
+		t.Fatalf("code %d, want 503", se.Code)
+	}
+	_, err = s.Schedule(ctx, nil, &Request{})
+	if se := schedErr(t, err); se.Code != http.StatusServiceUnavailable {
+		t.Fatalf("nil pool: code %d, want 503", se.Code)
+	}
+}
+
+func TestScheduleMaxEndpoints(t *testing.T) {
+	cases := []struct {
+		name   string
+		config string
+		opts   Options
+		pods   int
+		want   int
+	}{
+		{"default", "", Options{}, 5, 3},
+		{"option", "", Options{MaxEndpoints: 1}, 5, 1},
+		{"option above default", "", Options{MaxEndpoints: 5}, 5, 5},
+		{"small pool", "", Options{}, 2, 2},
+		{"picker cap", twoProfiles, Options{}, 5, 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := mustScheduler(t, c.config, c.opts)
+			tp := newTestPool(t, c.pods, s)
+			tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+			res, err := s.Schedule(ctx, tp.pool, &Request{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Endpoints) != c.want {
+				t.Fatalf("%d endpoints, want %d", len(res.Endpoints), c.want)
+			}
+			seen := map[string]bool{}
+			for _, a := range addresses(res) {
+				if seen[a] {
+					t.Fatalf("endpoint %s twice in %v", a, addresses(res))
+				}
+				seen[a] = true
+			}
+		})
+	}
+}
+
+// TestSchedulePodLeavingMidTraffic removes a pod while goroutines schedule:
+// no Schedule call that starts after SetPods returned may pick it.
+func TestSchedulePodLeavingMidTraffic(t *testing.T) {
+	s := mustScheduler(t, "", Options{Rand: nil})
+	tp := newTestPool(t, 6, s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	leaving := tp.ep(t, 1)
+	// Make the leaving pod the favourite: lightest load and the prefix.
+	leaving.SetMetrics(load(0, 0))
+	p := prompt("shared", 2048)
+
+	var removed atomic.Bool
+	var after atomic.Int64
+	const wantAfter = 2000
+	started, enough := make(chan struct{}), make(chan struct{})
+	var startOnce, enoughOnce sync.Once
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				gone := removed.Load()
+				res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+				if err != nil {
+					errs <- err
+					return
+				}
+				startOnce.Do(func() { close(started) })
+				if !gone {
+					continue
+				}
+				if after.Add(1) == wantAfter {
+					enoughOnce.Do(func() { close(enough) })
+				}
+				for _, e := range res.Endpoints {
+					if e.Key() == leaving.Key() {
+						errs <- errors.New("removed endpoint " + e.Address + " picked after SetPods returned")
+						return
+					}
+				}
+			}
+		}()
+	}
+	finish := func() {
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	timeout := time.After(30 * time.Second)
+	select {
+	case <-started:
+	case <-timeout:
+		finish()
+		t.Fatal("no request was scheduled")
+	}
+	// Remove the pod while traffic flows.
+	tp.pool.SetPods(tp.pods[1:])
+	removed.Store(true)
+	select {
+	case <-enough:
+	case err := <-errs:
+		errs <- err
+	case <-timeout:
+	}
+	finish()
+	if after.Load() == 0 {
+		t.Fatal("no request was scheduled after the removal")
+	}
+	// The prefix state of the departed endpoint is gone too.
+	if s.prefixHolds(tp.pool, leaving) {
+		t.Fatal("prefix index still holds blocks of the removed endpoint")
+	}
+}
+
+func TestSchedulePrefixStateDroppedWithPool(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 3, s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	if _, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: prompt("x", 1024)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.prefixBlocks(tp.pool); got != 16 {
+		t.Fatalf("index holds %d blocks, want 16 (1 KB / 64 B)", got)
+	}
+	tp.reg.Remove(tp.pool.Key)
+	if got := s.prefixPools(); got != 0 {
+		t.Fatalf("%d pool indexes left after the pool was removed", got)
+	}
+	// A late request for the removed pool leaves nothing behind.
+	if _, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: prompt("x", 1024)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.prefixPools(); got != 0 {
+		t.Fatalf("%d pool indexes after a late request for a removed pool", got)
+	}
+}

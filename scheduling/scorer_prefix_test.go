@@ -1,0 +1,296 @@
+package scheduling
+
+import (
+	"testing"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+func TestHashPrompt(t *testing.T) {
+	p := prompt("abc", 1000)
+	cases := []struct {
+		name      string
+		prompt    []byte
+		model     string
+		block     int
+		maxBlocks int
+		want      int
+	}{
+		{"whole blocks only", p, "m", 64, 256, 15},
+		{"capped", p, "m", 64, 4, 4},
+		{"shorter than a block", p[:63], "m", 64, 256, 0},
+		{"empty", nil, "m", 64, 256, 0},
+		{"block of one byte", p[:10], "m", 1, 256, 10},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := hashPrompt(nil, c.model, c.prompt, c.block, c.maxBlocks); len(got) != c.want {
+				t.Fatalf("%d hashes, want %d", len(got), c.want)
+			}
+		})
+	}
+
+	a := hashPrompt(nil, "m", p, 64, 256)
+	// Chained: a prompt sharing the first 5 blocks shares exactly 5 hashes.
+	q := append(append([]byte{}, p[:320]...), prompt("xyz", 680)...)
+	b := hashPrompt(nil, "m", q, 64, 256)
+	for i := range b {
+		if same := a[i] == b[i]; same != (i < 5) {
+			t.Fatalf("block %d: equal=%v, want %v", i, same, i < 5)
+		}
+	}
+	// The same block text after a different prefix hashes differently.
+	r := append(append([]byte{}, prompt("zzz", 64)...), p[64:]...)
+	if c := hashPrompt(nil, "m", r, 64, 256); c[1] == a[1] {
+		t.Fatal("block 1 hash ignores the block before it")
+	}
+	// Another model never matches.
+	if c := hashPrompt(nil, "other", p, 64, 256); c[0] == a[0] {
+		t.Fatal("prompt hashes ignore the model")
+	}
+	// Deterministic.
+	if c := hashPrompt(nil, "m", p, 64, 256); c[14] != a[14] {
+		t.Fatal("hashes differ between runs")
+	}
+}
+
+// prefixFixture is a prefix scorer over a real pool.
+type prefixFixture struct {
+	t  *testing.T
+	tp *testPool
+	s  *prefixCacheScorer
+}
+
+func newPrefixFixture(t *testing.T, pods int, params string) *prefixFixture {
+	s := build(t, PrefixCacheScorerType, params).(*prefixCacheScorer)
+	tp := newTestPool(t, pods, nil)
+	tp.reg.AddObserver(s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	return &prefixFixture{t: t, tp: tp, s: s}
+}
+
+// score scores every endpoint for the prompt and returns the scores by pod
+// (index 0 unused); with record > 0 it then records the prompt on that pod.
+func (f *prefixFixture) score(p []byte, record int) []float64 {
+	f.t.Helper()
+	cs := newCycle(f.tp.pool, "m", 1)
+	cands := candidates(f.tp.pool)
+	scores := make([]float64, len(cands))
+	f.s.Score(ctx, cs, &Request{Prompt: p}, cands, scores)
+	out := make([]float64, len(f.tp.pods)+1)
+	for i := 1; i < len(out); i++ {
+		for j, c := range cands {
+			if c.Endpoint.Address == podSource(i).IP+":8000" {
+				out[i] = scores[j]
+			}
+		}
+	}
+	if record > 0 {
+		f.s.PostPick(ctx, cs, &Request{Prompt: p}, &Result{Endpoints: []*datastore.Endpoint{f.tp.ep(f.t, record)}})
+	}
+	return out
+}
+
+func (f *prefixFixture) index() *prefixIndex {
+	v, ok := f.s.indexes.Load(f.tp.pool)
+	if !ok {
+		return nil
+	}
+	return v.(*prefixIndex)
+}
+
+func TestPrefixScorer(t *testing.T) {
+	base := prompt("sys", 640) // 10 blocks
+	half := append(append([]byte{}, base[:320]...), prompt("other", 320)...)
+	cases := []struct {
+		name string
+		// records are (prompt, pod) recorded in order before scoring.
+		records []struct {
+			p   []byte
+			pod int
+		}
+		score []byte
+		want  []float64 // by pod 1..3
+	}{
+		{"nothing recorded", nil, base, []float64{0, 0, 0}},
+		{"exact prompt recorded on pod 2", []struct {
+			p   []byte
+			pod int
+		}{{base, 2}}, base, []float64{0, 1, 0}},
+		{"half shared", []struct {
+			p   []byte
+			pod int
+		}{{base, 2}, {half, 3}}, base, []float64{0, 1, 0.5}},
+		{"longer prompt than cached", []struct {
+			p   []byte
+			pod int
+		}{{base[:320], 1}}, base, []float64{0.5, 0, 0}},
+		{"prompt under one block", []struct {
+			p   []byte
+			pod int
+		}{{base, 1}}, base[:50], []float64{0, 0, 0}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 3, "")
+			for _, r := range c.records {
+				f.score(r.p, r.pod)
+			}
+			got := f.score(c.score, 0)[1:]
+			if !approxEqual(got, c.want) {
+				t.Fatalf("scores %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestPrefixScorerIgnoresSaturated(t *testing.T) {
+	f := newPrefixFixture(t, 2, "")
+	p := prompt("x", 640)
+	f.score(p, 1)
+	if got := f.score(p, 0); got[1] != 1 {
+		t.Fatalf("score %v before saturation", got)
+	}
+	f.tp.ep(t, 1).SetMetrics(load(DefaultQueueDepthThreshold, 0.1))
+	if got := f.score(p, 0); got[1] != 0 {
+		t.Fatalf("saturated endpoint scored %v, want 0", got[1])
+	}
+	// An unknown endpoint keeps its affinity (it only matters when every
+	// endpoint is unknown).
+	f.tp.ep(t, 1).SetMetrics(nil)
+	if got := f.score(p, 0); got[1] != 1 {
+		t.Fatalf("unknown endpoint scored %v, want 1", got[1])
+	}
+}
+
+func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
+	f := newPrefixFixture(t, 2, `{"hashBlockSize": 64, "lruCapacityPerServer": 20}`)
+	// 20 blocks fit; a second prompt of 15 blocks evicts 15 of the first's
+	// blocks, its least recently used: the tail, since the head was touched
+	// last.
+	a, b := prompt("a", 64*20), prompt("b", 64*15)
+	f.score(a, 1)
+	if got := f.score(a, 0)[1]; got != 1 {
+		t.Fatalf("a scores %v after recording", got)
+	}
+	f.score(b, 1)
+	if got := f.score(a, 0)[1]; !approxEqual([]float64{got}, []float64{5.0 / 20}) {
+		t.Fatalf("a scores %v after eviction, want 5/20 (its head survives)", got)
+	}
+	if got := f.score(b, 0)[1]; got != 1 {
+		t.Fatalf("b scores %v, want 1", got)
+	}
+	pe := f.index().lookup(f.tp.ep(t, 1).Key())
+	if n := pe.len(); n != 20 {
+		t.Fatalf("LRU holds %d blocks, want its capacity 20", n)
+	}
+	if n := f.index().blocks(); n != 20 {
+		t.Fatalf("index holds %d blocks, want 20: evicted blocks must leave it", n)
+	}
+
+	// The server's cache size, once scraped, resizes the LRU:
+	// 10 blocks × 16 tokens × 4 bytes / 64 bytes = 10 blocks.
+	m := load(0, 0.1)
+	m.NumBlocks, m.BlockSize = 10, 16
+	f.tp.ep(t, 1).SetMetrics(m)
+	if c := f.s.capacity(m); c != 10 {
+		t.Fatalf("capacity %d, want 10", c)
+	}
+	f.score(b[:64], 1)
+	if n := pe.len(); n != 10 {
+		t.Fatalf("LRU holds %d blocks after resize, want 10", n)
+	}
+	if n := f.index().blocks(); n != 10 {
+		t.Fatalf("index holds %d blocks after resize, want 10", n)
+	}
+}
+
+func TestPrefixCapacity(t *testing.T) {
+	cases := []struct {
+		name   string
+		params string
+		m      *datastore.Metrics
+		want   int
+	}{
+		{"unknown metrics", "", nil, DefaultLRUCapacityPerServer},
+		{"no cache info", "", &datastore.Metrics{}, DefaultLRUCapacityPerServer},
+		{"vLLM-sized cache", "", &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 30000},
+		{"bytes per token", `{"bytesPerToken": 2}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 15000},
+		{"auto-tune off", `{"autoTune": false, "lruCapacityPerServer": 7}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 7},
+		{"tiny cache", "", &datastore.Metrics{NumBlocks: 1, BlockSize: 1}, 1},
+		{"huge cache is capped", "", &datastore.Metrics{NumBlocks: 1 << 30, BlockSize: 1 << 10}, maxLRUCapacityPerServer},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := build(t, PrefixCacheScorerType, c.params).(*prefixCacheScorer)
+			if got := s.capacity(c.m); got != c.want {
+				t.Fatalf("capacity %d, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+func TestPrefixDropsDepartedEndpoints(t *testing.T) {
+	f := newPrefixFixture(t, 3, "")
+	shared := prompt("shared", 640)
+	for pod := 1; pod <= 3; pod++ {
+		f.score(shared, pod)
+	}
+	f.score(prompt("only-on-1", 640), 1)
+	if n := f.index().blocks(); n != 20 {
+		t.Fatalf("index holds %d blocks, want 20", n)
+	}
+	gone := f.tp.ep(t, 1)
+	slot := f.index().lookup(gone.Key()).slot
+
+	f.tp.pool.SetPods(f.tp.pods[1:])
+	if f.index().lookup(gone.Key()) != nil {
+		t.Fatal("departed endpoint still has an LRU")
+	}
+	if n := f.index().blocks(); n != 10 {
+		t.Fatalf("index holds %d blocks, want the 10 shared ones", n)
+	}
+	if got := f.score(shared, 0); got[1] != 0 || got[2] != 1 || got[3] != 1 {
+		t.Fatalf("remaining endpoints score %v", got)
+	}
+	// A pick of the departed endpoint recorded late creates nothing.
+	cs := newCycle(f.tp.pool, "m", 1)
+	f.s.Score(ctx, cs, &Request{Prompt: shared}, candidates(f.tp.pool), make([]float64, 2))
+	f.s.PostPick(ctx, cs, &Request{Prompt: shared}, &Result{Endpoints: []*datastore.Endpoint{gone}})
+	if f.index().lookup(gone.Key()) != nil {
+		t.Fatal("late record of a departed endpoint created state")
+	}
+	// The endpoint comes back: it starts cold, in the reused slot.
+	f.tp.pool.SetPods(f.tp.pods)
+	back := f.tp.ep(t, 1)
+	f.tp.ep(t, 1).SetMetrics(load(0, 0.1))
+	if got := f.score(shared, 0); got[1] != 0 {
+		t.Fatalf("returning endpoint scores %v, want 0", got[1])
+	}
+	f.score(prompt("new", 640), 1)
+	if pe := f.index().lookup(back.Key()); pe == nil || pe.slot != slot {
+		t.Fatalf("returning endpoint state %+v, want slot %d reused", pe, slot)
+	}
+
+	f.tp.reg.Remove(f.tp.pool.Key)
+	if f.index() != nil {
+		t.Fatal("index kept after its pool was removed")
+	}
+}
+
+func TestPrefixCycleStateReuse(t *testing.T) {
+	// A recycled CycleState must not leak one request's hashes into the next.
+	f := newPrefixFixture(t, 2, "")
+	cs := newCycle(f.tp.pool, "m", 1)
+	cands := candidates(f.tp.pool)
+	f.s.Score(ctx, cs, &Request{Prompt: prompt("a", 640)}, cands, make([]float64, 2))
+	cs.reset(f.tp.pool, &Options{QueueDepthThreshold: 5, KVCacheUtilThreshold: 0.8, Rand: seededRand(1)})
+	if _, ok := cs.Read(f.s.key); ok {
+		t.Fatal("state of the previous cycle readable after reset")
+	}
+	// No Score this cycle (e.g. the profile has no prompt): PostPick records nothing.
+	f.s.PostPick(ctx, cs, &Request{}, &Result{Endpoints: []*datastore.Endpoint{f.tp.ep(t, 1)}})
+	if n := f.index().blocks(); n != 0 {
+		t.Fatalf("index holds %d blocks from a stale cycle", n)
+	}
+}
