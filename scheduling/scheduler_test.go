@@ -110,7 +110,7 @@ func TestScheduleLoRAAffinity(t *testing.T) {
 		m.RunningAdapters, m.WaitingAdapters, m.MaxAdapters = running, waiting, 2
 		return m
 	}
-	tp.ep(t, 1).SetMetrics(lora([]string{"a", "b"}, nil))            // full, without the adapter
+	tp.ep(t, 1).SetMetrics(lora([]string{"a", "b"}, nil))             // full, without the adapter
 	tp.ep(t, 2).SetMetrics(lora([]string{"a"}, []string{"sql-lora"})) // loading it, slot free
 	tp.ep(t, 3).SetMetrics(lora([]string{"sql-lora"}, nil))           // running it
 	tp.ep(t, 4).SetMetrics(lora(nil, nil))                            // free slots
