@@ -25,7 +25,7 @@ control-plane: ## Build kube-apiserver and etcd into bin/ (only when missing or 
 	hack/build-control-plane.sh
 
 .PHONY: test
-test: control-plane ## Run every test (unit, API server, e2e) with the race detector.
+test: control-plane verify ## Run every test (unit, API server, e2e) with the race detector.
 	KUBEBUILDER_ASSETS=$(BIN) go test -race -count=1 ./...
 
 .PHONY: run

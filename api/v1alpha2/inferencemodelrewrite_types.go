@@ -51,7 +51,8 @@ type InferenceModelRewriteRule struct {
 	// request in proportion to its weight.
 	//
 	// +kubebuilder:validation:MinItems=1
-	Targets []TargetModel `json:"targets,omitempty"`
+	// +required
+	Targets []TargetModel `json:"targets"`
 }
 
 // Match is a criterion on a request.
