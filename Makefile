@@ -31,3 +31,8 @@ test: control-plane verify ## Run every test (unit, API server, e2e) with the ra
 .PHONY: run
 run: control-plane ## Run poolpicker locally: API server, sample pools, simulated model servers.
 	go run ./cmd/localdemo
+
+.PHONY: docs
+docs: ## Build the documentation site from site-src/ into site/ (needs Debian's mkdocs + mkdocs-material).
+	@command -v mkdocs >/dev/null || { echo "mkdocs missing: apt-get install -y mkdocs mkdocs-material" >&2; exit 1; }
+	mkdocs build --strict
