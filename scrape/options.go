@@ -1,0 +1,130 @@
+package scrape
+
+import (
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Options.
+const (
+	// DefaultRefreshInterval is the time between two scrapes of an endpoint.
+	DefaultRefreshInterval = 50 * time.Millisecond
+	// DefaultTimeout bounds one scrape.
+	DefaultTimeout = time.Second
+	// DefaultStalenessThreshold is the age past which a snapshot is stale and
+	// its endpoint's load unknown (see datastore.Metrics.Fresh).
+	DefaultStalenessThreshold = 2 * time.Second
+	// DefaultMaxBodyBytes caps a metrics page: a vLLM page is tens to a few
+	// hundred kilobytes.
+	DefaultMaxBodyBytes = 4 << 20
+	// DefaultMaxIdleConnsPerHost keeps one connection per scraper of a
+	// server, and one more for a server in two pools.
+	DefaultMaxIdleConnsPerHost = 2
+	// DefaultMaxIdleConns bounds idle connections across all endpoints; it
+	// must exceed the number of endpoints or keep-alive thrashes.
+	DefaultMaxIdleConns = 4096
+	// DefaultPath is the metrics path of a model server.
+	DefaultPath = "/metrics"
+	// DefaultScheme is the scheme metrics are fetched with.
+	DefaultScheme = "http"
+)
+
+// Pool annotations and the pod label that configure scraping per pool and
+// per pod; they override Options.
+const (
+	// AnnotationMetricsPath is the metrics path of the pool's servers.
+	AnnotationMetricsPath = "poolpicker.io/metrics-path"
+	// AnnotationMetricsPort is the metrics port of the pool's servers, when
+	// it is not the target port.
+	AnnotationMetricsPort = "poolpicker.io/metrics-port"
+	// AnnotationMetricsScheme is http or https.
+	AnnotationMetricsScheme = "poolpicker.io/metrics-scheme"
+	// AnnotationModelServerEngine is vllm, sglang or trtllm.
+	AnnotationModelServerEngine = "poolpicker.io/model-server-engine"
+	// LabelModelServerEngine on a pod overrides the pool's engine.
+	LabelModelServerEngine = "poolpicker.io/model-server-engine"
+)
+
+// Options configure a Manager. Zero values mean the documented defaults.
+type Options struct {
+	// RefreshInterval is the time between scrapes of one endpoint; zero
+	// means DefaultRefreshInterval.
+	RefreshInterval time.Duration
+	// Timeout bounds one scrape: connecting, the request and reading the
+	// page; zero means DefaultTimeout.
+	Timeout time.Duration
+	// StalenessThreshold is the age past which a snapshot is stale; zero
+	// means DefaultStalenessThreshold. The pool aggregates count fresh
+	// endpoints only; the scheduler is given the same value.
+	StalenessThreshold time.Duration
+	// MaxBodyBytes caps a page; a larger one fails the scrape. Zero means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxIdleConns bounds idle keep-alive connections across all endpoints;
+	// zero means DefaultMaxIdleConns.
+	MaxIdleConns int
+	// MaxIdleConnsPerHost bounds idle connections to one server; zero means
+	// DefaultMaxIdleConnsPerHost.
+	MaxIdleConnsPerHost int
+	// IdleConnTimeout closes a connection idle that long, such as one to a
+	// removed endpoint; zero means 20 refresh intervals, at least a second.
+	IdleConnTimeout time.Duration
+	// Path is the metrics path; empty means DefaultPath. A pool's
+	// AnnotationMetricsPath overrides it.
+	Path string
+	// Port is the metrics port; zero means each endpoint's target port. A
+	// pool's AnnotationMetricsPort overrides it.
+	Port int32
+	// Scheme is http or https; empty means DefaultScheme. A pool's
+	// AnnotationMetricsScheme overrides it.
+	Scheme string
+	// InsecureSkipVerify skips verifying model servers' certificates over
+	// https (they are usually self-signed).
+	InsecureSkipVerify bool
+	// MetricNames rename the default engine's (vLLM's) metrics.
+	MetricNames MetricNameOverrides
+	// DisableFastPath parses whole pages with expfmt instead of only the
+	// used families' lines: several times the CPU, for diagnosis.
+	DisableFastPath bool
+	// Registerer receives the pool aggregate gauges and scrape counters;
+	// nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger logs scrape failures and recoveries, keyed by pool; the zero
+	// value discards.
+	Logger logr.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.RefreshInterval <= 0 {
+		o.RefreshInterval = DefaultRefreshInterval
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.StalenessThreshold <= 0 {
+		o.StalenessThreshold = DefaultStalenessThreshold
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxIdleConns <= 0 {
+		o.MaxIdleConns = DefaultMaxIdleConns
+	}
+	if o.MaxIdleConnsPerHost <= 0 {
+		o.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	if o.IdleConnTimeout <= 0 {
+		o.IdleConnTimeout = max(20*o.RefreshInterval, time.Second)
+	}
+	if o.Path == "" {
+		o.Path = DefaultPath
+	}
+	if o.Scheme == "" {
+		o.Scheme = DefaultScheme
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+}

@@ -1,0 +1,99 @@
+package scrape
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// statsCollector exports per-pool scrape counters and the pool aggregates.
+// The aggregates are computed when collected, from the endpoints' current
+// snapshots, so they cost nothing between collections and vanish with
+// their pool.
+type statsCollector struct {
+	m       *Manager
+	errors  *prometheus.CounterVec
+	scrapes *prometheus.CounterVec
+	kv      *prometheus.Desc
+	queue   *prometheus.Desc
+	running *prometheus.Desc
+}
+
+func newStatsCollector(m *Manager) *statsCollector {
+	pool := []string{"namespace", "name"}
+	return &statsCollector{
+		m: m,
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inference_pool_metrics_scrape_errors_total",
+			Help: "Failed scrapes of the pool's model-server metrics, by reason (config, connect, timeout, status, body, too_large, parse, transport).",
+		}, append(pool, "reason")),
+		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inference_pool_metrics_scrapes_total",
+			Help: "Scrapes of the pool's model-server metrics, failed or not.",
+		}, pool),
+		kv: prometheus.NewDesc("inference_pool_average_kv_cache_utilization",
+			"Average KV-cache utilization (0..1) of the pool's endpoints with fresh metrics; absent when none has.", pool, nil),
+		queue: prometheus.NewDesc("inference_pool_average_queue_size",
+			"Average number of queued requests of the pool's endpoints with fresh metrics; absent when none has.", pool, nil),
+		running: prometheus.NewDesc("inference_pool_average_running_requests",
+			"Average number of running requests of the pool's endpoints with fresh metrics; absent when none has.", pool, nil),
+	}
+}
+
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.errors.Describe(ch)
+	c.scrapes.Describe(ch)
+	ch <- c.kv
+	ch <- c.queue
+	ch <- c.running
+}
+
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	c.errors.Collect(ch)
+	c.scrapes.Collect(ch)
+	now := time.Now()
+	for _, p := range c.m.scrapedPools() {
+		a, ok := aggregate(p, now, c.m.opts.StalenessThreshold)
+		if !ok {
+			continue
+		}
+		ns, name := p.Key.Namespace, p.Key.Name
+		ch <- prometheus.MustNewConstMetric(c.kv, prometheus.GaugeValue, a.kv, ns, name)
+		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, a.queue, ns, name)
+		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, a.running, ns, name)
+	}
+}
+
+func (c *statsCollector) forgetPool(key datastore.PoolKey) {
+	l := prometheus.Labels{"namespace": key.Namespace, "name": key.Name}
+	c.errors.DeletePartialMatch(l)
+	c.scrapes.DeletePartialMatch(l)
+}
+
+type poolAggregate struct{ kv, queue, running float64 }
+
+// aggregate averages the pool's fresh endpoints; false when none is fresh,
+// because an average over unknown loads is unknown, not zero.
+func aggregate(p *datastore.Pool, now time.Time, staleness time.Duration) (poolAggregate, bool) {
+	var a poolAggregate
+	n := 0
+	for _, e := range p.Endpoints().Endpoints {
+		m := e.Metrics()
+		if !m.Fresh(now, staleness) {
+			continue
+		}
+		n++
+		a.kv += m.KVCacheUsage
+		a.queue += float64(m.WaitingRequests)
+		a.running += float64(m.RunningRequests)
+	}
+	if n == 0 {
+		return a, false
+	}
+	a.kv /= float64(n)
+	a.queue /= float64(n)
+	a.running /= float64(n)
+	return a, true
+}
