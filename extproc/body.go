@@ -1,0 +1,615 @@
+package extproc
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// pathKind says what a request path's body holds for the picker.
+type pathKind int
+
+const (
+	// pathUnknown: a path the picker has no schema for; the model is read
+	// when the body is JSON and carries one, nothing is required.
+	pathUnknown pathKind = iota
+	// pathNone: no path seen (NGINX Gateway Fabric's shim sends no
+	// pseudo-headers); the body is taken to be an OpenAI request.
+	pathNone
+	pathCompletions
+	pathChat
+	// pathModelOnly: /v1/responses, /v1/embeddings: only the model matters.
+	pathModelOnly
+)
+
+func classifyPath(path string) pathKind {
+	if path == "" {
+		return pathNone
+	}
+	for i := 0; i < len(path); i++ {
+		if path[i] == '?' || path[i] == '#' {
+			path = path[:i]
+			break
+		}
+	}
+	for len(path) > 1 && path[len(path)-1] == '/' {
+		path = path[:len(path)-1]
+	}
+	switch path {
+	case "/v1/completions":
+		return pathCompletions
+	case "/v1/chat/completions":
+		return pathChat
+	case "/v1/responses", "/v1/embeddings":
+		return pathModelOnly
+	}
+	return pathUnknown
+}
+
+// strict reports whether a body on this path must be a JSON object with a model.
+func (k pathKind) strict() bool { return k != pathUnknown }
+
+// requestBody is what the picker reads from an OpenAI request body.
+type requestBody struct {
+	Model string
+	// modelStart and modelEnd delimit the model value (quotes included) in
+	// the body, so a rewrite touches nothing else.
+	modelStart, modelEnd int
+	hasModel             bool
+	// Prompt is the completion prompt or the chat messages with role markers.
+	Prompt []byte
+	Stream bool
+}
+
+// bodyError is a request body the picker cannot read; it maps to a 400.
+type bodyError struct{ msg string }
+
+func (e *bodyError) Error() string { return e.msg }
+
+func badBody(format string, args ...any) error { return &bodyError{msg: fmt.Sprintf(format, args...)} }
+
+// maxJSONDepth bounds nesting so a hostile body cannot exhaust the stack.
+const maxJSONDepth = 512
+
+// parseRequestBody validates body as JSON in one pass and extracts model,
+// prompt (completions) or messages (chat), and stream. Unknown fields are
+// skipped without being decoded. For pathUnknown a non-JSON body is not an
+// error: the result is simply empty.
+func parseRequestBody(body []byte, kind pathKind) (*requestBody, error) {
+	out := &requestBody{}
+	err := scanTopLevel(body, kind, out)
+	if err != nil {
+		if !kind.strict() {
+			return &requestBody{}, nil
+		}
+		return nil, err
+	}
+	if !out.hasModel && kind.strict() {
+		return nil, badBody(`request body has no "model" field`)
+	}
+	return out, nil
+}
+
+func scanTopLevel(b []byte, kind pathKind, out *requestBody) error {
+	i := skipWS(b, 0)
+	if i >= len(b) {
+		return badBody("request body is empty, want a JSON object")
+	}
+	if b[i] != '{' {
+		return badBody("request body is not a JSON object (starts with %q at offset %d)", b[i], i)
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return checkTrailing(b, i+1)
+	}
+	var key []byte
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return syntaxErr(b, i, "object key")
+		}
+		ks := i
+		end, escaped, err := scanString(b, i)
+		if err != nil {
+			return err
+		}
+		if escaped {
+			key, err = appendUnescaped(key[:0], b[ks+1:end-1])
+			if err != nil {
+				return err
+			}
+		} else {
+			key = b[ks+1 : end-1]
+		}
+		i = skipWS(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return syntaxErr(b, i, "':' after object key")
+		}
+		i = skipWS(b, i+1)
+		vs := i
+		ve, err := skipValue(b, i, 1)
+		if err != nil {
+			return err
+		}
+		if err := out.field(string(key), b[vs:ve], vs, kind); err != nil {
+			return err
+		}
+		i = skipWS(b, ve)
+		if i >= len(b) {
+			return syntaxErr(b, i, "',' or '}'")
+		}
+		if b[i] == ',' {
+			i = skipWS(b, i+1)
+			continue
+		}
+		if b[i] == '}' {
+			return checkTrailing(b, i+1)
+		}
+		return syntaxErr(b, i, "',' or '}'")
+	}
+}
+
+// field records one top-level member; later duplicates win, as in encoding/json.
+func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) error {
+	switch key {
+	case "model":
+		if len(raw) == 0 || raw[0] != '"' {
+			return badBody(`"model" must be a string`)
+		}
+		m, err := unquote(raw)
+		if err != nil {
+			return err
+		}
+		if m == "" && kind.strict() {
+			return badBody(`"model" is empty`)
+		}
+		r.Model, r.hasModel = m, true
+		r.modelStart, r.modelEnd = offset, offset+len(raw)
+	case "stream":
+		r.Stream = string(raw) == "true"
+	case "prompt":
+		if kind == pathCompletions || kind == pathNone {
+			p, err := appendPrompt(nil, raw)
+			if err != nil {
+				return err
+			}
+			r.Prompt = p
+		}
+	case "messages":
+		if kind == pathChat || kind == pathNone {
+			p, err := appendMessages(nil, raw)
+			if err != nil {
+				return err
+			}
+			r.Prompt = p
+		}
+	}
+	return nil
+}
+
+// appendPrompt renders a completion prompt: a string as its text, an array
+// of strings as the texts in order, anything else (token arrays) as raw JSON,
+// which is stable for equal prompts and so good enough for prefix hashing.
+func appendPrompt(dst, raw []byte) ([]byte, error) {
+	switch raw[0] {
+	case '"':
+		return appendUnescaped(dst, raw[1:len(raw)-1])
+	case '[':
+		err := forEachElement(raw, func(el []byte) error {
+			if el[0] == '"' {
+				var err error
+				dst, err = appendUnescaped(dst, el[1:len(el)-1])
+				return err
+			}
+			dst = append(dst, el...)
+			return nil
+		})
+		return dst, err
+	}
+	return append(dst, raw...), nil
+}
+
+// appendMessages renders chat messages in order as "<|role|>content\n".
+// Content parts of type text contribute their text; other parts (images,
+// audio) their raw JSON, so different attachments hash differently.
+func appendMessages(dst, raw []byte) ([]byte, error) {
+	if raw[0] != '[' {
+		return nil, badBody(`"messages" must be an array`)
+	}
+	err := forEachElement(raw, func(msg []byte) error {
+		if msg[0] != '{' {
+			return badBody(`each of "messages" must be an object`)
+		}
+		var role, content []byte
+		if err := forEachMember(msg, func(k string, v []byte) error {
+			switch k {
+			case "role":
+				role = v
+			case "content":
+				content = v
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		dst = append(dst, "<|"...)
+		if len(role) > 1 && role[0] == '"' {
+			var err error
+			if dst, err = appendUnescaped(dst, role[1:len(role)-1]); err != nil {
+				return err
+			}
+		}
+		dst = append(dst, "|>"...)
+		if len(content) > 0 {
+			switch content[0] {
+			case '"':
+				var err error
+				if dst, err = appendUnescaped(dst, content[1:len(content)-1]); err != nil {
+					return err
+				}
+			case '[':
+				if err := forEachElement(content, func(part []byte) error {
+					if part[0] == '{' {
+						var typ, text []byte
+						_ = forEachMember(part, func(k string, v []byte) error {
+							switch k {
+							case "type":
+								typ = v
+							case "text":
+								text = v
+							}
+							return nil
+						})
+						if string(typ) == `"text"` && len(text) > 1 && text[0] == '"' {
+							var err error
+							dst, err = appendUnescaped(dst, text[1:len(text)-1])
+							return err
+						}
+					}
+					dst = append(dst, part...)
+					return nil
+				}); err != nil {
+					return err
+				}
+			}
+		}
+		dst = append(dst, '\n')
+		return nil
+	})
+	return dst, err
+}
+
+// forEachElement calls fn with each element of a JSON array already
+// validated by skipValue.
+func forEachElement(raw []byte, fn func(el []byte) error) error {
+	i := skipWS(raw, 1)
+	if i < len(raw) && raw[i] == ']' {
+		return nil
+	}
+	for i < len(raw) {
+		e, err := skipValue(raw, i, 1)
+		if err != nil {
+			return err
+		}
+		if err := fn(raw[i:e]); err != nil {
+			return err
+		}
+		i = skipWS(raw, e)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipWS(raw, i+1)
+			continue
+		}
+		break
+	}
+	return nil
+}
+
+// forEachMember calls fn with each member of a JSON object already
+// validated by skipValue; keys with escapes are unescaped.
+func forEachMember(raw []byte, fn func(key string, v []byte) error) error {
+	i := skipWS(raw, 1)
+	for i < len(raw) && raw[i] == '"' {
+		end, escaped, err := scanString(raw, i)
+		if err != nil {
+			return err
+		}
+		key := string(raw[i+1 : end-1])
+		if escaped {
+			k, err := appendUnescaped(nil, raw[i+1:end-1])
+			if err != nil {
+				return err
+			}
+			key = string(k)
+		}
+		i = skipWS(raw, end)
+		i = skipWS(raw, i+1) // ':'
+		e, err := skipValue(raw, i, 1)
+		if err != nil {
+			return err
+		}
+		if err := fn(key, raw[i:e]); err != nil {
+			return err
+		}
+		i = skipWS(raw, e)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipWS(raw, i+1)
+			continue
+		}
+		break
+	}
+	return nil
+}
+
+func checkTrailing(b []byte, i int) error {
+	i = skipWS(b, i)
+	if i != len(b) {
+		return badBody("invalid JSON: data after the top-level object at offset %d", i)
+	}
+	return nil
+}
+
+func syntaxErr(b []byte, i int, want string) error {
+	if i >= len(b) {
+		return badBody("invalid JSON: unexpected end of body, want %s", want)
+	}
+	return badBody("invalid JSON at offset %d: unexpected %q, want %s", i, b[i], want)
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipValue validates the JSON value starting at b[i] and returns the offset
+// just past it.
+func skipValue(b []byte, i, depth int) (int, error) {
+	if i >= len(b) {
+		return i, syntaxErr(b, i, "a value")
+	}
+	switch c := b[i]; {
+	case c == '"':
+		end, _, err := scanString(b, i)
+		return end, err
+	case c == '{':
+		if depth > maxJSONDepth {
+			return i, badBody("invalid JSON: nesting deeper than %d", maxJSONDepth)
+		}
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			return i + 1, nil
+		}
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return i, syntaxErr(b, i, "object key")
+			}
+			end, _, err := scanString(b, i)
+			if err != nil {
+				return end, err
+			}
+			i = skipWS(b, end)
+			if i >= len(b) || b[i] != ':' {
+				return i, syntaxErr(b, i, "':' after object key")
+			}
+			if i, err = skipValue(b, skipWS(b, i+1), depth+1); err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = skipWS(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == '}' {
+				return i + 1, nil
+			}
+			return i, syntaxErr(b, i, "',' or '}'")
+		}
+	case c == '[':
+		if depth > maxJSONDepth {
+			return i, badBody("invalid JSON: nesting deeper than %d", maxJSONDepth)
+		}
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return i + 1, nil
+		}
+		for {
+			var err error
+			if i, err = skipValue(b, i, depth+1); err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = skipWS(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == ']' {
+				return i + 1, nil
+			}
+			return i, syntaxErr(b, i, "',' or ']'")
+		}
+	case c == 't':
+		return literal(b, i, "true")
+	case c == 'f':
+		return literal(b, i, "false")
+	case c == 'n':
+		return literal(b, i, "null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return scanNumber(b, i)
+	}
+	return i, syntaxErr(b, i, "a value")
+}
+
+func literal(b []byte, i int, lit string) (int, error) {
+	if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
+		return i + len(lit), nil
+	}
+	return i, syntaxErr(b, i, lit)
+}
+
+func scanNumber(b []byte, i int) (int, error) {
+	start := i
+	if b[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(b) && b[i] == '0' {
+		i++
+	} else if digits() == 0 {
+		return i, syntaxErr(b, i, "a digit")
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return i, syntaxErr(b, i, "a digit")
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return i, syntaxErr(b, i, "a digit")
+		}
+	}
+	_ = start
+	return i, nil
+}
+
+// scanString returns the offset past the string starting at b[i] (a quote)
+// and whether it holds escapes.
+func scanString(b []byte, i int) (end int, escaped bool, err error) {
+	i++
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			return i + 1, escaped, nil
+		case c == '\\':
+			escaped = true
+			if i+1 >= len(b) {
+				return i, escaped, syntaxErr(b, len(b), "escape")
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+					return i, escaped, badBody("invalid JSON at offset %d: bad \\u escape", i)
+				}
+				i += 6
+			default:
+				return i, escaped, badBody("invalid JSON at offset %d: bad escape \\%c", i, b[i+1])
+			}
+		case c < 0x20:
+			return i, escaped, badBody("invalid JSON at offset %d: control character in string", i)
+		default:
+			i++
+		}
+	}
+	return i, escaped, syntaxErr(b, i, "closing '\"'")
+}
+
+func isHex4(h []byte) bool {
+	for _, c := range h {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+func unquote(raw []byte) (string, error) {
+	s := raw[1 : len(raw)-1]
+	for _, c := range s {
+		if c == '\\' {
+			u, err := appendUnescaped(nil, s)
+			return string(u), err
+		}
+	}
+	return string(s), nil
+}
+
+// appendUnescaped appends the text of a validated JSON string body (no
+// quotes) to dst.
+func appendUnescaped(dst, s []byte) ([]byte, error) {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' {
+			j := i + 1
+			for j < len(s) && s[j] != '\\' {
+				j++
+			}
+			dst = append(dst, s[i:j]...)
+			i = j
+			continue
+		}
+		if i+1 >= len(s) {
+			return dst, badBody("invalid JSON: truncated escape")
+		}
+		switch s[i+1] {
+		case '"', '\\', '/':
+			dst = append(dst, s[i+1])
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			if i+6 > len(s) {
+				return dst, badBody("invalid JSON: truncated \\u escape")
+			}
+			r1, err := strconv.ParseUint(string(s[i+2:i+6]), 16, 32)
+			if err != nil {
+				return dst, badBody("invalid JSON: bad \\u escape")
+			}
+			r := rune(r1)
+			i += 6
+			if utf16.IsSurrogate(r) && i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+				if r2, err := strconv.ParseUint(string(s[i+2:i+6]), 16, 32); err == nil {
+					if d := utf16.DecodeRune(r, rune(r2)); d != utf8.RuneError {
+						r = d
+						i += 6
+					}
+				}
+			}
+			if utf16.IsSurrogate(r) {
+				r = utf8.RuneError
+			}
+			dst = utf8.AppendRune(dst, r)
+			continue
+		default:
+			return dst, badBody("invalid JSON: bad escape")
+		}
+		i += 2
+	}
+	return dst, nil
+}
+
+// rewriteModel returns a copy of body with only the model value replaced.
+func rewriteModel(body []byte, rb *requestBody, target string) []byte {
+	q, _ := json.Marshal(target) // a string always marshals
+	out := make([]byte, 0, len(body)-(rb.modelEnd-rb.modelStart)+len(q))
+	out = append(out, body[:rb.modelStart]...)
+	out = append(out, q...)
+	return append(out, body[rb.modelEnd:]...)
+}

@@ -1,0 +1,113 @@
+package extproc
+
+import (
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of Options.
+const (
+	DefaultGRPCPort            = 9002
+	DefaultHealthPort          = 9003
+	DefaultMaxRequestBodyBytes = 16 << 20
+	DefaultDrainTimeout        = 30 * time.Second
+	DefaultBodyWaitTimeout     = 250 * time.Millisecond
+	DefaultHealthInterval      = time.Second
+	DefaultMaxModelLabels      = 64
+)
+
+// Options configures the ext_proc server. The zero value of every field means
+// its documented default; flags are bound to it in cmd/poolpicker.
+type Options struct {
+	// GRPCPort is the ext_proc port. Zero: 9002.
+	GRPCPort int
+	// HealthPort is the gRPC health port. Zero: 9003. The health port is always
+	// plaintext: kubelet's gRPC probes do not speak TLS.
+	HealthPort int
+	// BindAddress is the host both ports bind to. Empty: all interfaces.
+	BindAddress string
+	// GRPCListener and HealthListener, when set, are served instead of binding
+	// the ports (tests, socket activation). The server closes them.
+	GRPCListener   net.Listener
+	HealthListener net.Listener
+
+	// Insecure turns TLS off on the ext_proc port. Zero (false): TLS on, which
+	// is what gateways expect of an EPP by default (flag --secure-serving).
+	Insecure bool
+	// CertPath is a directory holding tls.crt and tls.key. Empty: a self-signed
+	// certificate is made at start (gateways do not verify the EPP's
+	// certificate by default).
+	CertPath string
+	// EnableCertReload reloads CertPath's files when they change, so a rotated
+	// certificate is served without a restart. Zero: load once.
+	EnableCertReload bool
+
+	// MaxRequestBodyBytes bounds the request body the server holds; larger
+	// bodies are answered 413. Zero: 16 MiB.
+	MaxRequestBodyBytes int
+	// TrustPoolHeader lets a plain request header x-gateway-inference-pool name
+	// the pool. Off by default because any client can send that header: only
+	// an operator whose gateway sets (and strips client copies of) it should
+	// turn it on; otherwise a client could route into another tenant's pool.
+	TrustPoolHeader bool
+	// EnableConformanceTestBehaviors honours the conformance suite's
+	// test-epp-endpoint-selection header and echoes the served endpoint in
+	// x-conformance-test-served-endpoint. Never for production: it lets a
+	// client pick its endpoint.
+	EnableConformanceTestBehaviors bool
+
+	// DrainTimeout bounds how long Start waits, once its context is cancelled,
+	// for open streams to finish before cutting them. Zero: 30s.
+	DrainTimeout time.Duration
+	// BodyWaitTimeout applies only when the gateway did not send
+	// protocol_config and headers arrive without end_of_stream: if no body
+	// arrives within it, the gateway is taken to be waiting for the header
+	// answer (BUFFERED without send_body_without_waiting_for_header_response),
+	// so the headers are answered and the decision rides on the body answer.
+	// Zero: 250ms.
+	BodyWaitTimeout time.Duration
+	// HealthInterval is how often readiness is re-evaluated. Zero: 1s.
+	HealthInterval time.Duration
+
+	// Registerer receives the request metrics. Nil: metrics are kept in a
+	// private registry and not exported.
+	Registerer prometheus.Registerer
+	// MaxModelLabels caps the distinct model names used as metric label
+	// values; later names are counted as "other". Zero: 64.
+	MaxModelLabels int
+	// Logger receives structured logs keyed pool and request. Zero: discard.
+	Logger logr.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.GRPCPort == 0 {
+		o.GRPCPort = DefaultGRPCPort
+	}
+	if o.HealthPort == 0 {
+		o.HealthPort = DefaultHealthPort
+	}
+	if o.MaxRequestBodyBytes <= 0 {
+		o.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.BodyWaitTimeout <= 0 {
+		o.BodyWaitTimeout = DefaultBodyWaitTimeout
+	}
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = DefaultHealthInterval
+	}
+	if o.MaxModelLabels <= 0 {
+		o.MaxModelLabels = DefaultMaxModelLabels
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+}

@@ -1,0 +1,250 @@
+package extproc
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// authorityRef is what a stream's :authority says about the pool.
+type authorityRef struct {
+	// Namespace, Service and Port name the pool's endpointPickerRef (Port 0:
+	// the form carried none).
+	Namespace, Service string
+	Port               int32
+	// Pool is set by forms that name the pool itself (Kubvernor).
+	Pool datastore.PoolKey
+}
+
+func (a authorityRef) picker() bool { return a.Service != "" }
+
+const kubvernorMarker = "_route-extsvc-"
+
+// parseAuthority understands every :authority form of PROTOCOLS.md §3:
+//
+//	outbound|PORT||SVC.NS.svc.cluster.local  (Istio)
+//	SVC.NS.svc:PORT                           (kgateway, Envoy AI Gateway)
+//	SVC.NS.svc.cluster.local:PORT             (agentgateway; any cluster domain)
+//	SVC.NS:PORT                               (NGINX Gateway Fabric)
+//	ROUTE_route-extsvc-NS.POOL                (Kubvernor, names the pool)
+//
+// A bare IP, a name without namespace or anything else yields ok=false.
+func parseAuthority(a string) (authorityRef, bool) {
+	ref, ok := parseAuthorityForm(strings.TrimSpace(a))
+	if !ok {
+		return authorityRef{}, false
+	}
+	return ref, true
+}
+
+func parseAuthorityForm(a string) (ref authorityRef, ok bool) {
+	if a == "" {
+		return ref, false
+	}
+	if i := strings.LastIndex(a, kubvernorMarker); i >= 0 {
+		rest := a[i+len(kubvernorMarker):]
+		// Namespaces are DNS labels (no dots); pool names may hold dots.
+		if j := strings.IndexByte(rest, '.'); j > 0 && j < len(rest)-1 {
+			return authorityRef{Pool: datastore.PoolKey{Namespace: rest[:j], Name: rest[j+1:]}}, true
+		}
+		return ref, false
+	}
+	host, port := a, ""
+	if strings.HasPrefix(a, "outbound|") || strings.HasPrefix(a, "inbound|") {
+		parts := strings.Split(a, "|")
+		if len(parts) != 4 {
+			return ref, false
+		}
+		host, port = parts[3], parts[1]
+	} else if h, p, err := net.SplitHostPort(a); err == nil {
+		host, port = h, p
+	}
+	if net.ParseIP(host) != nil {
+		return ref, false
+	}
+	if port != "" {
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n == 0 {
+			return ref, false
+		}
+		ref.Port = int32(n)
+	}
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	switch {
+	case len(labels) == 2:
+	case len(labels) >= 3 && labels[2] == "svc":
+	default:
+		return ref, false
+	}
+	if labels[0] == "" || labels[1] == "" {
+		return ref, false
+	}
+	ref.Service, ref.Namespace = labels[0], labels[1]
+	return ref, true
+}
+
+// resolveInput is everything a stream carries that may name its pool.
+type resolveInput struct {
+	// tags are explicit x-gateway-inference-pool values with where they came from.
+	tags []sourcedValue
+	// authority is the gRPC stream's :authority.
+	authority string
+	// eppHost and eppPort are NGINX Gateway Fabric's x-epp-host / x-epp-port.
+	eppHost, eppPort string
+	// subset is the gateway's subset hint, nil when absent.
+	subset []string
+	// header is the request header x-gateway-inference-pool, set only when
+	// the operator trusts it.
+	header string
+}
+
+type sourcedValue struct{ source, value string }
+
+// resolvePool finds the stream's pool by index lookups in the order of
+// PROTOCOLS.md §3; it never scans the registry. The returned string says
+// which source decided, for logs.
+func resolvePool(reg *datastore.Registry, in *resolveInput) (*datastore.Pool, string, *httpError) {
+	// 1. Explicit tag.
+	if len(in.tags) > 0 {
+		first := in.tags[0]
+		for _, t := range in.tags[1:] {
+			if strings.TrimSpace(t.value) != strings.TrimSpace(first.value) {
+				return nil, "", errUnresolved("ambiguous pool tag %s: %s says %q, %s says %q", hdrPoolTag, first.source, first.value, t.source, t.value)
+			}
+		}
+		key, ok := parsePoolKey(first.value)
+		if !ok {
+			return nil, "", errUnresolved("malformed pool tag %s=%q from %s, want namespace/name", hdrPoolTag, first.value, first.source)
+		}
+		if p, ok := reg.Get(key); ok {
+			return p, first.source, nil
+		}
+		return nil, "", &httpError{code: http.StatusNotFound, reason: "UnknownPool",
+			msg: fmt.Sprintf("InferencePool %s named by %s is not served by this endpoint picker", key, first.source)}
+	}
+
+	// 2. :authority, then NGINX Gateway Fabric's headers.
+	var candidates []*datastore.Pool
+	var seen []string
+	tryPicker := func(ref authorityRef, what string) *datastore.Pool {
+		if !ref.picker() {
+			if p, ok := reg.Get(ref.Pool); ok {
+				return p
+			}
+			seen = append(seen, fmt.Sprintf("%s names pool %s, which is not served", what, ref.Pool))
+			return nil
+		}
+		ps := reg.ByPicker(ref.Namespace, ref.Service, ref.Port)
+		if len(ps) == 0 && ref.Port != 0 {
+			// The port may be the Service's target port rather than its port;
+			// the Service name alone still identifies the picker if unique.
+			ps = reg.ByPicker(ref.Namespace, ref.Service, 0)
+		}
+		switch len(ps) {
+		case 0:
+			seen = append(seen, fmt.Sprintf("%s (service %s/%s port %d) matches no served pool's endpointPickerRef", what, ref.Namespace, ref.Service, ref.Port))
+		case 1:
+			return ps[0]
+		default:
+			candidates = ps
+			seen = append(seen, fmt.Sprintf("%s matches %d pools (%s)", what, len(ps), poolNames(ps)))
+		}
+		return nil
+	}
+	if ref, ok := parseAuthority(in.authority); ok {
+		if p := tryPicker(ref, fmt.Sprintf(":authority %q", in.authority)); p != nil {
+			return p, "authority", nil
+		}
+	} else if in.authority != "" {
+		seen = append(seen, fmt.Sprintf(":authority %q names no service", in.authority))
+	}
+	if in.eppHost != "" && candidates == nil {
+		a := in.eppHost
+		if in.eppPort != "" {
+			a = net.JoinHostPort(in.eppHost, in.eppPort)
+		}
+		if ref, ok := parseAuthority(a); ok {
+			if p := tryPicker(ref, fmt.Sprintf("x-epp-host %q", a)); p != nil {
+				return p, "x-epp-host", nil
+			}
+		} else {
+			seen = append(seen, fmt.Sprintf("x-epp-host %q names no service", a))
+		}
+	}
+
+	// 3. Subset hint: the pool owning the hinted endpoints.
+	if len(in.subset) > 0 {
+		var owners []*datastore.Pool
+		for _, addr := range in.subset {
+			for _, p := range reg.ByEndpoint(addr) {
+				if !containsPool(owners, p) && (candidates == nil || containsPool(candidates, p)) {
+					owners = append(owners, p)
+				}
+			}
+		}
+		if len(owners) == 1 {
+			return owners[0], "subset-hint", nil
+		}
+		seen = append(seen, fmt.Sprintf("subset hint %v is owned by %d pools", in.subset, len(owners)))
+	}
+
+	// 4. A plain request header, only when trusted.
+	if in.header != "" {
+		key, ok := parsePoolKey(in.header)
+		if !ok {
+			return nil, "", errUnresolved("malformed request header %s=%q, want namespace/name", hdrPoolTag, in.header)
+		}
+		if p, ok := reg.Get(key); ok {
+			return p, "header", nil
+		}
+		return nil, "", &httpError{code: http.StatusNotFound, reason: "UnknownPool",
+			msg: fmt.Sprintf("InferencePool %s named by request header %s is not served by this endpoint picker", key, hdrPoolTag)}
+	}
+
+	// 5. A single served pool needs no tag.
+	if candidates == nil && reg.Len() == 1 {
+		return reg.Pools()[0], "single-pool", nil
+	}
+	if len(seen) == 0 {
+		seen = append(seen, "no pool tag, :authority, x-epp-host or subset hint")
+	}
+	return nil, "", errUnresolved("cannot tell which InferencePool this stream is for among %d served: %s", reg.Len(), strings.Join(seen, "; "))
+}
+
+func parsePoolKey(s string) (datastore.PoolKey, bool) {
+	s = strings.TrimSpace(s)
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return datastore.PoolKey{}, false
+	}
+	return datastore.PoolKey{Namespace: ns, Name: name}, true
+}
+
+func containsPool(ps []*datastore.Pool, p *datastore.Pool) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+func poolNames(ps []*datastore.Pool) string {
+	names := make([]string, 0, len(ps))
+	for i, p := range ps {
+		if i == 5 {
+			names = append(names, "...")
+			break
+		}
+		names = append(names, p.Key.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+func errUnresolved(format string, args ...any) *httpError {
+	return &httpError{code: http.StatusServiceUnavailable, reason: "PoolNotResolved", msg: fmt.Sprintf(format, args...)}
+}

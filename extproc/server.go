@@ -1,0 +1,205 @@
+package extproc
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling"
+)
+
+// Scheduler picks endpoints for a request in a pool; *scheduling.Scheduler
+// satisfies it. A *scheduling.Error return is answered with its HTTP code.
+type Scheduler interface {
+	Schedule(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
+}
+
+// Health service names served on the health port.
+const (
+	HealthLiveness  = "liveness"
+	HealthReadiness = "readiness"
+	HealthExtProc   = "envoy.service.ext_proc.v3.ExternalProcessor"
+)
+
+// Server is the ext_proc server and its health server, a runnable.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	opts    Options
+	reg     *datastore.Registry
+	sched   Scheduler
+	metrics *metrics
+	log     logr.Logger
+	health  *health.Server
+	streams sync.WaitGroup
+}
+
+// New returns a server answering for the pools in reg with sched's picks.
+func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error) {
+	if reg == nil || sched == nil {
+		return nil, errors.New("extproc: registry and scheduler are required")
+	}
+	opts.setDefaults()
+	m, err := newMetrics(opts.Registerer, opts.MaxModelLabels)
+	if err != nil {
+		return nil, fmt.Errorf("extproc: registering metrics: %w", err)
+	}
+	return &Server{opts: opts, reg: reg, sched: sched, metrics: m, log: opts.Logger.WithName("extproc"), health: health.NewServer()}, nil
+}
+
+// Ready reports readiness as served on the health port: every served pool's
+// endpoints are synced, and at least one pool is served. An EPP that knows no
+// pool yet (the pool controller has not listed) would answer every request
+// 503, so a rolling update must not send it traffic before then.
+func (s *Server) Ready() bool { return s.reg.Len() > 0 && s.reg.AllSynced() }
+
+// Start serves ext_proc and health until ctx is cancelled, then drains:
+// health turns NOT_SERVING, open streams get DrainTimeout to finish, and
+// whatever is left is cut (their accounting finishes as cancelled).
+func (s *Server) Start(ctx context.Context) error {
+	lis, err := s.listen(s.opts.GRPCListener, s.opts.GRPCPort)
+	if err != nil {
+		return err
+	}
+	hlis, err := s.listen(s.opts.HealthListener, s.opts.HealthPort)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	serverOpts := []grpc.ServerOption{
+		// Gateways keep long-lived connections; let idle ones be probed
+		// rather than silently dropped by middleboxes.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	if !s.opts.Insecure {
+		cfg, startWatcher, err := s.tlsConfig()
+		if err != nil {
+			lis.Close()
+			hlis.Close()
+			return err
+		}
+		if startWatcher != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := startWatcher(ctx); err != nil {
+					errs <- fmt.Errorf("extproc: certificate watcher: %w", err)
+				}
+			}()
+		}
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(cfg)))
+	}
+	gs := grpc.NewServer(serverOpts...)
+	extprocv3.RegisterExternalProcessorServer(gs, s)
+	hs := grpc.NewServer()
+	healthpb.RegisterHealthServer(hs, s.health)
+	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.updateReadiness()
+
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := gs.Serve(lis); err != nil {
+			errs <- fmt.Errorf("extproc: serving ext_proc: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := hs.Serve(hlis); err != nil {
+			errs <- fmt.Errorf("extproc: serving health: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(s.opts.HealthInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.updateReadiness()
+			}
+		}
+	}()
+	s.log.Info("ext_proc server started", "address", lis.Addr().String(), "healthAddress", hlis.Addr().String(), "tls", !s.opts.Insecure)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errs:
+	}
+	cancel()
+	s.drain(gs)
+	s.health.Shutdown()
+	hs.Stop()
+	wg.Wait()
+	s.streams.Wait()
+	return serveErr
+}
+
+// drain stops taking streams and waits up to DrainTimeout for open ones.
+func (s *Server) drain(gs *grpc.Server) {
+	s.health.SetServingStatus(HealthReadiness, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(HealthExtProc, healthpb.HealthCheckResponse_NOT_SERVING)
+	done := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(done)
+	}()
+	timer := time.NewTimer(s.opts.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		s.log.Info("ext_proc server drained")
+	case <-timer.C:
+		s.log.Info("drain timeout reached; cutting open streams", "timeout", s.opts.DrainTimeout.String())
+		gs.Stop()
+		<-done
+	}
+}
+
+func (s *Server) updateReadiness() {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if s.Ready() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus(HealthReadiness, st)
+	s.health.SetServingStatus(HealthExtProc, st)
+}
+
+func (s *Server) listen(l net.Listener, port int) (net.Listener, error) {
+	if l != nil {
+		return l, nil
+	}
+	addr := net.JoinHostPort(s.opts.BindAddress, strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("extproc: listening on %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// minTLSVersion is TLS 1.2: gateways in the field still negotiate it.
+const minTLSVersion = tls.VersionTLS12

@@ -1,0 +1,668 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling"
+)
+
+// streamState is where a stream is in its life; each transition is named
+// in the handler that makes it.
+type streamState int
+
+const (
+	// stateAwaitHeaders: nothing received yet.
+	stateAwaitHeaders streamState = iota
+	// stateHoldBody: request headers seen and not answered; body chunks are
+	// held until the body is complete (FULL_DUPLEX_STREAMED, NGF's shim).
+	stateHoldBody
+	// stateBodyAfterAnswer: request headers answered with continue because
+	// the gateway waits for that answer before sending the body (BUFFERED,
+	// STREAMED); body chunks are held and the decision rides on the body answer.
+	stateBodyAfterAnswer
+	// stateForwarded: decision sent; the request may still send trailers,
+	// then the response phase may begin.
+	stateForwarded
+	// stateResponse: response headers seen; following the response body.
+	stateResponse
+	// stateDone: response complete; only trailers or the close remain.
+	stateDone
+)
+
+var stateNames = [...]string{"await-headers", "hold-body", "body-after-answer", "forwarded", "response", "done"}
+
+func (s streamState) String() string { return stateNames[s] }
+
+// bodyReply is how body chunks are answered.
+type bodyReply int
+
+const (
+	// replyStreamed: FULL_DUPLEX_STREAMED — every chunk answered with a
+	// streamed body mutation carrying the bytes, since the EPP owns them.
+	replyStreamed bodyReply = iota
+	// replyCommon: BUFFERED / STREAMED — a BodyResponse per body message.
+	replyCommon
+)
+
+// stream is the state of one ext_proc stream, owned by its goroutine. mu
+// is held while a message is handled; it exists only for the body-wait
+// timer, the one other party that may answer the headers.
+type stream struct {
+	s   *Server
+	srv extprocv3.ExternalProcessor_ProcessServer
+	ctx context.Context
+
+	mu     sync.Mutex
+	state  streamState
+	closed bool
+	timer  *time.Timer
+
+	// Mode, from protocol_config when sent.
+	configured   bool
+	reqReply     bodyReply
+	respReply    bodyReply
+	holdHeaders  bool
+	noBody       bool
+	observe      bool
+	headersSent  bool // request headers answered
+	trailersSeen bool
+
+	// From request headers.
+	start         time.Time
+	requestID     string
+	method        string
+	path          pathKind
+	pathWasSeen   bool
+	hasCLength    bool
+	objective     string
+	candidateIPs  []string
+	resolveIn     resolveInput
+	pool          *datastore.Pool
+	poolSource    string
+	chunks        [][]byte
+	bodyBytes     int
+	labels        requestLabels
+	labelsSet     bool
+
+	// Decision.
+	dest     string
+	counted  *datastore.Endpoint // endpoint holding this request's in-flight count
+	finished bool
+
+	// Response.
+	usage      usageReader
+	servedSeen bool
+	served     string
+}
+
+// Process serves one ext_proc stream: one HTTP request and its response.
+func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	st := &stream{s: s, srv: srv, ctx: srv.Context(), start: time.Now(), reqReply: replyStreamed, respReply: replyStreamed, holdHeaders: true}
+	s.streams.Add(1)
+	defer s.streams.Done()
+	err := st.run()
+	st.close(err)
+	return err
+}
+
+func (st *stream) run() error {
+	for {
+		req, err := st.srv.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil // the gateway closed its side: nothing more to answer
+			}
+			if st.ctx.Err() != nil {
+				return status.FromContextError(st.ctx.Err()).Err()
+			}
+			return err
+		}
+		done, err := st.handle(req)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// close ends the stream: stops the timer and finishes accounting if the
+// response never completed (stream closed early, error, cancel).
+func (st *stream) close(err error) {
+	st.mu.Lock()
+	st.closed = true
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	st.mu.Unlock()
+	outcome := "closed"
+	if err != nil {
+		outcome = "error"
+		if st.ctx.Err() != nil {
+			outcome = "canceled"
+		}
+		st.s.log.V(2).Info("ext_proc stream failed", "pool", st.poolKey(), "request", st.requestID, "state", st.state.String(), "err", err.Error())
+	}
+	st.finish(outcome, false)
+}
+
+func (st *stream) poolKey() string {
+	if st.pool == nil {
+		return ""
+	}
+	return st.pool.Key.String()
+}
+
+// handle processes one message; done means the stream is over (an
+// immediate response was sent).
+func (st *stream) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if req.GetObservabilityMode() {
+		st.observe = true
+	}
+	if req.GetMetadataContext() != nil && st.state >= stateForwarded {
+		st.readServed(req.GetMetadataContext())
+	}
+	switch r := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.onRequestHeaders(req, r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.onRequestBody(r.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return st.onRequestTrailers()
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return false, st.onResponseHeaders(r.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return false, st.onResponseBody(r.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return false, st.onResponseTrailers()
+	case nil:
+		// Flow-control-only messages carry nothing to answer.
+		return false, nil
+	default:
+		return false, status.Errorf(codes.Unimplemented, "unsupported ext_proc message %T", r)
+	}
+}
+
+func (st *stream) unexpected(what string) error {
+	return status.Errorf(codes.FailedPrecondition, "ext_proc: unexpected %s in state %s", what, st.state)
+}
+
+func (st *stream) send(resp *extprocv3.ProcessingResponse) error {
+	if st.observe {
+		return nil
+	}
+	return st.srv.Send(resp)
+}
+
+func (st *stream) applyProtocolConfig(pc *extprocv3.ProtocolConfiguration) {
+	if pc == nil {
+		return
+	}
+	st.configured = true
+	wait := !pc.GetSendBodyWithoutWaitingForHeaderResponse()
+	switch pc.GetRequestBodyMode() {
+	case filterv3.ProcessingMode_NONE:
+		st.noBody = true
+	case filterv3.ProcessingMode_BUFFERED, filterv3.ProcessingMode_BUFFERED_PARTIAL, filterv3.ProcessingMode_STREAMED:
+		st.reqReply, st.holdHeaders = replyCommon, !wait
+	default: // FULL_DUPLEX_STREAMED, GRPC
+		st.reqReply, st.holdHeaders = replyStreamed, true
+	}
+	if pc.GetResponseBodyMode() == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+		st.respReply = replyStreamed
+	} else {
+		st.respReply = replyCommon
+	}
+}
+
+func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
+	if st.state != stateAwaitHeaders {
+		return false, st.unexpected("request headers")
+	}
+	st.applyProtocolConfig(req.GetProtocolConfig())
+	st.readHeaders(h.GetHeaders())
+	st.readTags(req, h)
+
+	pool, source, herr := resolvePool(st.s.reg, &st.resolveIn)
+	if herr != nil {
+		return true, st.fail(herr)
+	}
+	st.pool, st.poolSource = pool, source
+
+	if h.GetEndOfStream() || st.noBody {
+		return st.decide(nil)
+	}
+	if st.holdHeaders {
+		st.state = stateHoldBody
+		if !st.configured && st.resolveIn.eppHost == "" {
+			// Without protocol_config the mode is unknown: if no body comes
+			// soon, the gateway is waiting for this answer (BUFFERED).
+			st.timer = time.AfterFunc(st.s.opts.BodyWaitTimeout, st.bodyWaitExpired)
+		}
+		return false, nil
+	}
+	st.state = stateBodyAfterAnswer
+	st.headersSent = true
+	return false, st.send(headersResponse(&extprocv3.CommonResponse{}))
+}
+
+// bodyWaitExpired runs on the timer's goroutine: the gateway sent headers
+// without end_of_stream and no body followed, so it waits for the header
+// answer. Answer continue; the decision will ride on the body answer.
+func (st *stream) bodyWaitExpired() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed || st.state != stateHoldBody || len(st.chunks) > 0 || st.headersSent {
+		return
+	}
+	st.s.log.V(4).Info("no body after headers; answering headers first", "pool", st.poolKey(), "request", st.requestID)
+	st.state = stateBodyAfterAnswer
+	st.headersSent = true
+	st.reqReply, st.respReply = replyCommon, replyCommon
+	if err := st.send(headersResponse(&extprocv3.CommonResponse{})); err != nil {
+		st.s.log.V(2).Info("answering headers failed", "request", st.requestID, "err", err.Error())
+	}
+}
+
+func (st *stream) readHeaders(hm *corev3.HeaderMap) {
+	for _, hv := range hm.GetHeaders() {
+		k := hv.GetKey()
+		// Gateways send lower-case names (HTTP/2); NGF's shim does too, but
+		// do not rely on it for the few we read.
+		switch strings.ToLower(k) {
+		case ":path":
+			st.path = classifyPath(headerValue(hv))
+			st.pathWasSeen = true
+		case ":method":
+			st.method = headerValue(hv)
+		case "content-length":
+			st.hasCLength = true
+		case hdrRequestID:
+			st.requestID = headerValue(hv)
+		case hdrObjective:
+			st.objective = headerValue(hv)
+		case hdrEPPHost:
+			st.resolveIn.eppHost = headerValue(hv)
+		case hdrEPPPort:
+			st.resolveIn.eppPort = headerValue(hv)
+		case hdrPoolTag:
+			if st.s.opts.TrustPoolHeader {
+				st.resolveIn.header = headerValue(hv)
+			}
+		case HeaderConformanceSelection:
+			if st.s.opts.EnableConformanceTestBehaviors {
+				st.candidateIPs = splitList(headerValue(hv))
+			}
+		}
+	}
+	if !st.pathWasSeen {
+		st.path = pathNone
+	}
+}
+
+func splitList(s string) []string {
+	out := []string{}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// readTags gathers every explicit pool tag and the subset hint.
+func (st *stream) readTags(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) {
+	in := &st.resolveIn
+	if md, ok := metadata.FromIncomingContext(st.ctx); ok {
+		for _, v := range md.Get(hdrPoolTag) {
+			in.tags = append(in.tags, sourcedValue{"grpc metadata", v})
+		}
+		if a := md.Get(":authority"); len(a) > 0 {
+			in.authority = a[0]
+		}
+	}
+	if mc := req.GetMetadataContext(); mc != nil {
+		for ns, s := range mc.GetFilterMetadata() {
+			if v, ok := structString(s, hdrPoolTag); ok {
+				in.tags = append(in.tags, sourcedValue{"metadata_context " + ns, v})
+			}
+		}
+		if s, ok := mc.GetFilterMetadata()[MetadataNamespaceSubset]; ok {
+			if l, ok := structList(s, MetadataKeySubset); ok {
+				in.subset = l
+			}
+		}
+	}
+	for _, attrs := range []map[string]*structpb.Struct{req.GetAttributes(), h.GetAttributes()} {
+		for ns, s := range attrs {
+			if v, ok := structString(s, hdrPoolTag); ok {
+				in.tags = append(in.tags, sourcedValue{"attributes " + ns, v})
+			}
+		}
+	}
+}
+
+func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
+	if st.state != stateHoldBody && st.state != stateBodyAfterAnswer {
+		return false, st.unexpected("request body")
+	}
+	if st.timer != nil {
+		st.timer.Stop()
+	}
+	st.bodyBytes += len(b.GetBody())
+	if st.bodyBytes > st.s.opts.MaxRequestBodyBytes {
+		return true, st.fail(&httpError{code: http.StatusRequestEntityTooLarge, reason: "RequestTooLarge",
+			msg: "request body exceeds " + strconv.Itoa(st.s.opts.MaxRequestBodyBytes) + " bytes"})
+	}
+	st.chunks = append(st.chunks, b.GetBody())
+	if b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage() {
+		return st.decide(st.joinBody())
+	}
+	return false, nil
+}
+
+func (st *stream) onRequestTrailers() (bool, error) {
+	switch st.state {
+	case stateHoldBody, stateBodyAfterAnswer:
+		// Trailers end the body.
+		st.trailersSeen = true
+		return st.decide(st.joinBody())
+	case stateForwarded:
+		return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
+	}
+	return false, st.unexpected("request trailers")
+}
+
+func (st *stream) joinBody() []byte {
+	switch len(st.chunks) {
+	case 0:
+		return []byte{}
+	case 1:
+		return st.chunks[0]
+	}
+	body := make([]byte, 0, st.bodyBytes)
+	for _, c := range st.chunks {
+		body = append(body, c...)
+	}
+	return body
+}
+
+// decide parses the body (nil: no body), schedules, and sends the answers
+// the gateway is waiting for, then moves to stateForwarded.
+func (st *stream) decide(body []byte) (bool, error) {
+	sreq := &scheduling.Request{ID: st.requestID, Objective: st.objective, Subset: st.resolveIn.subset, CandidateIPs: st.candidateIPs}
+	if st.candidateIPs == nil {
+		sreq.CandidateIPs = nil
+	}
+	var rb *requestBody
+	if body != nil {
+		var err error
+		rb, err = parseRequestBody(body, st.path)
+		if err != nil {
+			return true, st.fail(&httpError{code: http.StatusBadRequest, reason: "BadRequest", msg: err.Error()})
+		}
+		sreq.Model, sreq.Prompt = rb.Model, rb.Prompt
+		st.usage.sse = rb.Stream
+	}
+	st.setLabels(sreq.Model, sreq.Model)
+	res, err := st.s.sched.Schedule(st.ctx, st.pool, sreq)
+	if err != nil {
+		var se *scheduling.Error
+		if errors.As(err, &se) {
+			return true, st.fail(&httpError{code: se.Code, reason: se.Reason, msg: se.Message})
+		}
+		if st.ctx.Err() != nil {
+			return true, status.FromContextError(st.ctx.Err()).Err()
+		}
+		return true, st.fail(&httpError{code: http.StatusServiceUnavailable, reason: "SchedulingFailed", msg: err.Error()})
+	}
+	if res == nil || len(res.Endpoints) == 0 {
+		return true, st.fail(&httpError{code: http.StatusServiceUnavailable, reason: "NoEligibleEndpoints", msg: "the scheduler returned no endpoint for pool " + st.pool.Key.String()})
+	}
+	target := res.TargetModel
+	if target == "" {
+		target = sreq.Model
+	}
+	st.setLabels(sreq.Model, target)
+
+	var sb strings.Builder
+	for i, e := range res.Endpoints {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(e.Address)
+	}
+	st.dest = sb.String()
+
+	newBody := body
+	if rb != nil && rb.hasModel && target != rb.Model {
+		newBody = rewriteModel(body, rb, target)
+	}
+	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, st.dest), setHeader(HeaderPool, st.pool.Key.String())}
+	if body != nil && len(newBody) != len(body) && st.hasCLength {
+		set = append(set, contentLength(len(newBody)))
+	}
+	mutation := &extprocv3.HeaderMutation{SetHeaders: set}
+
+	// The count goes up as the decision leaves; close takes it down once.
+	st.counted = res.Endpoints[0]
+	st.counted.AddInFlight(1)
+	st.s.metrics.routed(st.labels)
+	st.s.log.V(4).Info("picked", "pool", st.pool.Key.String(), "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", sreq.Model, "targetModel", target)
+	st.state = stateForwarded
+
+	if err := st.sendDecision(body, newBody, mutation); err != nil {
+		return true, err
+	}
+	if st.trailersSeen {
+		return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
+	}
+	return false, nil
+}
+
+func (st *stream) sendDecision(body, newBody []byte, mutation *extprocv3.HeaderMutation) error {
+	md := destinationMetadata(st.dest)
+	if !st.headersSent {
+		st.headersSent = true
+		resp := headersResponse(&extprocv3.CommonResponse{HeaderMutation: mutation})
+		resp.DynamicMetadata = md
+		if err := st.send(resp); err != nil {
+			return err
+		}
+		mutation, md = nil, nil
+	}
+	if body == nil {
+		return nil
+	}
+	n := len(st.chunks)
+	if n == 0 {
+		n = 1 // an end-of-stream without any body message still gets one answer
+		if st.trailersSeen {
+			n = 0
+		}
+	}
+	if n == 0 && mutation != nil {
+		// Headers were answered and the body ended in trailers with no
+		// chunk: the decision rides on the trailers answer.
+		resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{HeaderMutation: mutation}}, DynamicMetadata: md}
+		st.trailersSeen = false
+		return st.send(resp)
+	}
+	rewritten := len(newBody) != len(body) || (len(body) > 0 && &newBody[0] != &body[0])
+	off := 0
+	for i := 0; i < n; i++ {
+		last := i == n-1
+		var piece []byte
+		if rewritten {
+			// Spread the new bytes over the same number of answers, keeping
+			// the original chunk sizes and giving the remainder to the last.
+			size := 0
+			if i < len(st.chunks) {
+				size = len(st.chunks[i])
+			}
+			end := min(off+size, len(newBody))
+			if last {
+				end = len(newBody)
+			}
+			piece, off = newBody[off:end], end
+		} else if i < len(st.chunks) {
+			piece = st.chunks[i]
+		}
+		var common *extprocv3.CommonResponse
+		if st.reqReply == replyStreamed {
+			common = streamedBody(piece, last && !st.trailersSeen)
+		} else {
+			common = &extprocv3.CommonResponse{}
+			if rewritten {
+				common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: piece}}
+			}
+		}
+		resp := requestBodyResponse(common)
+		if i == 0 && mutation != nil {
+			common.HeaderMutation = mutation
+			resp.DynamicMetadata = md
+		}
+		if err := st.send(resp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (st *stream) setLabels(model, target string) {
+	pool := ""
+	if st.pool != nil {
+		pool = st.pool.Key.String()
+	}
+	st.labels = st.s.metrics.labels(model, target, pool)
+	st.labelsSet = true
+}
+
+// fail answers the client with an error and ends the stream.
+func (st *stream) fail(e *httpError) error {
+	if !st.labelsSet {
+		st.setLabels("", "")
+	}
+	st.s.metrics.failed(st.labels, e.code)
+	st.s.log.V(2).Info("request refused", "pool", st.poolKey(), "request", st.requestID, "code", e.code, "reason", e.reason, "message", e.msg)
+	st.state = stateDone
+	return st.send(immediateResponse(e))
+}
+
+// readServed moves the in-flight count to the endpoint that actually served
+// the request, when the gateway reports a fallback.
+func (st *stream) readServed(mc *corev3.Metadata) {
+	s, ok := mc.GetFilterMetadata()[MetadataNamespaceLB]
+	if !ok {
+		return
+	}
+	served, ok := structString(s, HeaderDestinationServed)
+	if !ok || served == "" || st.servedSeen {
+		return
+	}
+	st.servedSeen, st.served = true, served
+	if st.finished || st.counted == nil || served == st.counted.Address {
+		return
+	}
+	if e, ok := st.pool.Endpoints().Get(served); ok {
+		e.AddInFlight(1)
+		st.counted.AddInFlight(-1)
+		st.counted = e
+	}
+}
+
+func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders) error {
+	if st.state != stateForwarded {
+		return st.unexpected("response headers")
+	}
+	st.state = stateResponse
+	for _, hv := range h.GetHeaders().GetHeaders() {
+		if strings.EqualFold(hv.GetKey(), "content-type") && strings.HasPrefix(strings.ToLower(headerValue(hv)), "text/event-stream") {
+			st.usage.sse = true
+		}
+	}
+	common := &extprocv3.CommonResponse{}
+	if st.s.opts.EnableConformanceTestBehaviors {
+		served := st.served
+		if served == "" && st.counted != nil {
+			served = st.counted.Address
+		}
+		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(HeaderConformanceServed, served)}}
+	}
+	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{Response: common}}}); err != nil {
+		return err
+	}
+	if h.GetEndOfStream() {
+		st.state = stateDone
+		st.finish("completed", true)
+	}
+	return nil
+}
+
+func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
+	if st.state != stateResponse {
+		return st.unexpected("response body")
+	}
+	st.usage.write(b.GetBody())
+	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
+	var common *extprocv3.CommonResponse
+	if st.respReply == replyStreamed {
+		common = streamedBody(b.GetBody(), eos)
+	} else {
+		common = &extprocv3.CommonResponse{}
+	}
+	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: common}}}); err != nil {
+		return err
+	}
+	if eos {
+		st.state = stateDone
+		st.finish("completed", true)
+	}
+	return nil
+}
+
+func (st *stream) onResponseTrailers() error {
+	if st.state != stateResponse && st.state != stateDone {
+		return st.unexpected("response trailers")
+	}
+	st.state = stateDone
+	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}); err != nil {
+		return err
+	}
+	st.finish("completed", true)
+	return nil
+}
+
+// finish ends the request's accounting exactly once.
+func (st *stream) finish(outcome string, completed bool) {
+	if st.finished {
+		return
+	}
+	st.finished = true
+	if st.counted != nil {
+		st.counted.AddInFlight(-1)
+	}
+	if completed {
+		u, ok := st.usage.finish()
+		st.s.metrics.completed(st.labels, time.Since(st.start), u, ok)
+	}
+	if st.counted != nil {
+		st.s.log.V(5).Info("request finished", "pool", st.poolKey(), "request", st.requestID, "outcome", outcome, "endpoint", st.counted.Address)
+	}
+}

@@ -1,0 +1,173 @@
+package extproc
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Header and metadata names on the wire.
+const (
+	// HeaderDestination carries "ip:port[,ip:port...]": primary, then fallbacks.
+	HeaderDestination = "x-gateway-destination-endpoint"
+	// HeaderDestinationServed is the metadata key naming the endpoint that
+	// actually served the request, after the gateway's retries.
+	HeaderDestinationServed = "x-gateway-destination-endpoint-served"
+	// HeaderPool names the picked pool ("namespace/name") on the request sent
+	// upstream, for access logs and debugging.
+	HeaderPool = "x-poolpicker-pool"
+	// HeaderConformanceSelection restricts candidates to IPs (conformance only).
+	HeaderConformanceSelection = "test-epp-endpoint-selection"
+	// HeaderConformanceServed echoes the served endpoint (conformance only).
+	HeaderConformanceServed = "x-conformance-test-served-endpoint"
+	// MetadataNamespaceLB is the dynamic-metadata namespace gateways read.
+	MetadataNamespaceLB = "envoy.lb"
+	// MetadataNamespaceSubset holds the gateway's subset hint.
+	MetadataNamespaceSubset = "envoy.lb.subset_hint"
+	// MetadataKeySubset is the subset hint's key: a list of "ip:port".
+	MetadataKeySubset = "x-gateway-destination-endpoint-subset"
+
+	hdrPoolTag   = "x-gateway-inference-pool"
+	hdrObjective = "x-gateway-inference-objective"
+	hdrRequestID = "x-request-id"
+	hdrEPPHost   = "x-epp-host"
+	hdrEPPPort   = "x-epp-port"
+)
+
+// httpError is a failure answered to the client as an ImmediateResponse.
+type httpError struct {
+	code   int
+	reason string
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.reason + ": " + e.msg }
+
+// errorBody is the OpenAI-style error envelope clients already parse.
+type errorBody struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    int    `json:"code"`
+		Reason  string `json:"reason,omitempty"`
+	} `json:"error"`
+}
+
+func openAIErrorType(code int) string {
+	switch code {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		return "invalid_request_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	}
+	return "service_unavailable"
+}
+
+func immediateResponse(e *httpError) *extprocv3.ProcessingResponse {
+	var b errorBody
+	b.Error.Message, b.Error.Type, b.Error.Code, b.Error.Reason = e.msg, openAIErrorType(e.code), e.code, e.reason
+	body, _ := json.Marshal(&b)
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+		ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.code)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}},
+			Body:    body,
+			Details: e.reason,
+		},
+	}}
+}
+
+func setHeader(key, value string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: key, RawValue: []byte(value)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
+}
+
+// headerValue reads a header's value from RawValue or Value: gateways use either.
+func headerValue(h *corev3.HeaderValue) string {
+	if len(h.GetRawValue()) > 0 {
+		return string(h.GetRawValue())
+	}
+	return h.GetValue()
+}
+
+// destinationMetadata is the envoy.lb dynamic metadata naming the endpoints.
+func destinationMetadata(dest string) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			HeaderDestination: structpb.NewStringValue(dest),
+		}}),
+	}}
+}
+
+func headersResponse(common *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
+		RequestHeaders: &extprocv3.HeadersResponse{Response: common}}}
+}
+
+func requestBodyResponse(common *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+		RequestBody: &extprocv3.BodyResponse{Response: common}}}
+}
+
+func streamedBody(body []byte, eos bool) *extprocv3.CommonResponse {
+	return &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
+		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body, EndOfStream: eos}}}}
+}
+
+func contentLength(n int) *corev3.HeaderValueOption {
+	return setHeader("content-length", strconv.Itoa(n))
+}
+
+// metadataString finds key in a struct, as a string (a list is joined by
+// commas, so a list-valued hint reads the same).
+func structString(s *structpb.Struct, key string) (string, bool) {
+	v, ok := s.GetFields()[key]
+	if !ok {
+		return "", false
+	}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return k.StringValue, true
+	case *structpb.Value_ListValue:
+		out := ""
+		for i, e := range k.ListValue.GetValues() {
+			if i > 0 {
+				out += ","
+			}
+			out += e.GetStringValue()
+		}
+		return out, true
+	}
+	return "", false
+}
+
+// structList reads key as a list of strings: a list value, or a string
+// holding a comma-separated list.
+func structList(s *structpb.Struct, key string) ([]string, bool) {
+	v, ok := s.GetFields()[key]
+	if !ok {
+		return nil, false
+	}
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_ListValue:
+		out := make([]string, 0, len(k.ListValue.GetValues()))
+		for _, e := range k.ListValue.GetValues() {
+			if s := e.GetStringValue(); s != "" {
+				out = append(out, s)
+			}
+		}
+		return out, true
+	case *structpb.Value_StringValue:
+		return splitList(k.StringValue), true
+	}
+	return nil, false
+}
