@@ -84,21 +84,21 @@ type stream struct {
 	trailersSeen bool
 
 	// From request headers.
-	start         time.Time
-	requestID     string
-	method        string
-	path          pathKind
-	pathWasSeen   bool
-	hasCLength    bool
-	objective     string
-	candidateIPs  []string
-	resolveIn     resolveInput
-	pool          *datastore.Pool
-	poolSource    string
-	chunks        [][]byte
-	bodyBytes     int
-	labels        requestLabels
-	labelsSet     bool
+	start        time.Time
+	requestID    string
+	method       string
+	path         pathKind
+	pathWasSeen  bool
+	hasCLength   bool
+	objective    string
+	candidateIPs []string
+	resolveIn    resolveInput
+	pool         *datastore.Pool
+	poolSource   string
+	chunks       [][]byte
+	bodyBytes    int
+	labels       requestLabels
+	labelsSet    bool
 
 	// Decision.
 	dest     string
