@@ -37,8 +37,11 @@ type registryView struct {
 type Registry struct {
 	view atomic.Pointer[registryView]
 
-	mu        sync.Mutex // serialises writers
-	observers []Observer
+	mu sync.Mutex // serialises writers of view
+	// observers is replaced whole (copy on write) so that endpoint
+	// notifications, which run under a pool's lock, never take mu: Upsert
+	// holds mu while a target-port change rebuilds a pool's endpoints.
+	observers atomic.Pointer[[]Observer]
 	// byAddress maps an endpoint address to the pools holding it
 	// (value: []*Pool, replaced whole), for resolving subset hints.
 	byAddress sync.Map
@@ -56,7 +59,19 @@ func NewRegistry() *Registry {
 func (r *Registry) AddObserver(o Observer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.observers = append(r.observers, o)
+	var next []Observer
+	if cur := r.observers.Load(); cur != nil {
+		next = slices.Clone(*cur)
+	}
+	next = append(next, o)
+	r.observers.Store(&next)
+}
+
+func (r *Registry) observerList() []Observer {
+	if cur := r.observers.Load(); cur != nil {
+		return *cur
+	}
+	return nil
 }
 
 // Get returns the pool with the key.
@@ -146,7 +161,6 @@ func (r *Registry) Remove(key PoolKey) {
 		}
 	}
 	r.view.Store(buildView(pools))
-	observers := slices.Clone(r.observers)
 	r.mu.Unlock()
 
 	p.mu.Lock()
@@ -154,7 +168,7 @@ func (r *Registry) Remove(key PoolKey) {
 	p.removed.Store(true)
 	p.synced.Store(false)
 	r.indexAddresses(p, nil, p.Endpoints().Endpoints)
-	for _, o := range observers {
+	for _, o := range r.observerList() {
 		o.PoolRemoved(p)
 	}
 }
@@ -198,10 +212,7 @@ func (r *Registry) notifyEndpoints(p *Pool, added, removed []*Endpoint) {
 		return
 	}
 	r.indexAddresses(p, added, removed)
-	r.mu.Lock()
-	observers := slices.Clone(r.observers)
-	r.mu.Unlock()
-	for _, o := range observers {
+	for _, o := range r.observerList() {
 		o.EndpointsChanged(p, added, removed)
 	}
 }
