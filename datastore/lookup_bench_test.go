@@ -52,6 +52,7 @@ func TestLookupsAllocateNothing(t *testing.T) {
 func BenchmarkRegistryGet(b *testing.B) {
 	r, key, _ := lookupRegistry(b)
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, ok := r.Get(key); !ok {
@@ -64,6 +65,7 @@ func BenchmarkRegistryGet(b *testing.B) {
 func BenchmarkByPicker(b *testing.B) {
 	r, _, _ := lookupRegistry(b)
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if len(r.ByPicker("ns7", "epp7", 9002)) == 0 {
@@ -76,6 +78,7 @@ func BenchmarkByPicker(b *testing.B) {
 func BenchmarkByEndpoint(b *testing.B) {
 	r, _, addr := lookupRegistry(b)
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if len(r.ByEndpoint(addr)) == 0 {
@@ -89,6 +92,7 @@ func BenchmarkPoolEndpoints(b *testing.B) {
 	r, key, addr := lookupRegistry(b)
 	p, _ := r.Get(key)
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, ok := p.Endpoints().Get(addr); !ok {
@@ -107,6 +111,7 @@ func BenchmarkSetPods(b *testing.B) {
 		pods = append(pods, src(fmt.Sprintf("p%d", j), fmt.Sprintf("10.0.0.%d", j+1)))
 	}
 	b.ReportAllocs()
+	b.ResetTimer()
 	for b.Loop() {
 		p.SetPods(pods)
 	}
