@@ -75,9 +75,9 @@ func (e Engine) Names(overrides MetricNameOverrides) MetricNames {
 	if overrides.TotalRunningRequests != "" {
 		n.Running = overrides.TotalRunningRequests
 	}
-	if overrides.KVCacheUsagePercentage != "" {
+	if o := overrides.KVCacheUsagePercentage; o != "" && o != n.KVCacheUsage {
 		// An operator-chosen name replaces both the current and the older one.
-		n.KVCacheUsage, n.KVCacheUsageLegacy = overrides.KVCacheUsagePercentage, ""
+		n.KVCacheUsage, n.KVCacheUsageLegacy = o, ""
 	}
 	if overrides.LoRAInfo != "" {
 		n.LoRAInfo = overrides.LoRAInfo
