@@ -121,6 +121,7 @@ func newCycle(pool *datastore.Pool, model string, seed uint64) *CycleState {
 	opts.setDefaults()
 	cs.reset(pool, &opts)
 	cs.TargetModel = model
+	cs.Endpoints = pool.Endpoints()
 	return cs
 }
 
@@ -129,12 +130,12 @@ func newCycle(pool *datastore.Pool, model string, seed uint64) *CycleState {
 func candidates(pool *datastore.Pool) []Candidate {
 	var out []Candidate
 	now := time.Now()
-	for _, e := range pool.Endpoints().Endpoints {
+	for i, e := range pool.Endpoints().Endpoints {
 		m := e.Metrics()
 		if !m.Fresh(now, DefaultMetricsStaleness) {
 			m = nil
 		}
-		out = append(out, Candidate{Endpoint: e, Metrics: m})
+		out = append(out, Candidate{Endpoint: e, Metrics: m, pos: i})
 	}
 	return out
 }

@@ -35,6 +35,9 @@ type Candidate struct {
 	// endpoint's load is unknown (never scraped, or staler than
 	// Options.MetricsStaleness). Scorers treat nil as unknown, never as zero.
 	Metrics *datastore.Metrics
+
+	// pos is the candidate's position in the cycle's EndpointSet.
+	pos int
 }
 
 // Known reports whether the candidate's load is known.
@@ -101,6 +104,8 @@ type CycleState struct {
 	TargetModel string
 	// Priority is the request's priority from its InferenceObjective.
 	Priority int
+	// Endpoints is the pool's endpoint snapshot the cycle schedules from.
+	Endpoints *datastore.EndpointSet
 
 	cycle   uint64
 	entries []stateEntry
@@ -187,6 +192,7 @@ func (cs *CycleState) reset(pool *datastore.Pool, opts *Options) {
 // release drops references to request data so a pooled state pins nothing.
 func (cs *CycleState) release() {
 	cs.Pool = nil
+	cs.Endpoints = nil
 	cs.TargetModel = ""
 	clear(cs.candidates[:cap(cs.candidates)])
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
-func build(t *testing.T, typ string, params string) Plugin {
+func build(t testing.TB, typ string, params string) Plugin {
 	t.Helper()
 	var raw []byte
 	if params != "" {

@@ -31,10 +31,40 @@ type prefixIndex struct {
 	endpoints atomic.Pointer[map[datastore.EndpointKey]*prefixEndpoint]
 	// slots is the high-water mark of endpoint slot numbers.
 	slots atomic.Int32
+	// version counts changes of endpoints; aligned is the endpoint states
+	// in the order of one EndpointSet, so scoring finds a candidate's state
+	// by position instead of by map lookup. Rebuilt when either changes.
+	version atomic.Uint64
+	aligned atomic.Pointer[alignedView]
 
 	mu        sync.Mutex
 	freeSlots []int32
 	removed   bool
+}
+
+// alignedView maps positions of an EndpointSet to endpoint states (nil
+// where an endpoint has none); immutable.
+type alignedView struct {
+	set     *datastore.EndpointSet
+	version uint64
+	states  []*prefixEndpoint
+}
+
+// statesFor returns the endpoint states aligned with set.
+func (x *prefixIndex) statesFor(set *datastore.EndpointSet) []*prefixEndpoint {
+	version := x.version.Load()
+	if v := x.aligned.Load(); v != nil && v.set == set && v.version == version {
+		return v.states
+	}
+	// Read the version before the map: a change in between leaves a view
+	// marked older than its contents, which the next call rebuilds.
+	m := *x.endpoints.Load()
+	v := &alignedView{set: set, version: version, states: make([]*prefixEndpoint, set.Len())}
+	for i, e := range set.Endpoints {
+		v.states[i] = m[e.Key()]
+	}
+	x.aligned.Store(v)
+	return v.states
 }
 
 type indexShard struct {
@@ -60,10 +90,13 @@ type prefixEndpoint struct {
 	slot int32
 	idx  *prefixIndex
 
+	// dead is set, under mu, when the endpoint left the pool; read without
+	// mu by scoring, to skip a stale view's entry.
+	dead atomic.Bool
+
 	mu       sync.Mutex
 	lru      *simplelru.LRU[uint64, struct{}]
 	capacity int
-	dead     bool
 }
 
 func newPrefixIndex() *prefixIndex {
@@ -119,6 +152,7 @@ func (x *prefixIndex) endpointFor(pool *datastore.Pool, e *datastore.Endpoint, c
 	}
 	next[key] = pe
 	x.endpoints.Store(&next)
+	x.version.Add(1)
 	return pe
 }
 
@@ -145,9 +179,10 @@ func (x *prefixIndex) drop(removed []*datastore.Endpoint) {
 		delete(next, pe.key)
 	}
 	x.endpoints.Store(&next)
+	x.version.Add(1)
 	for _, pe := range gone {
 		pe.mu.Lock()
-		pe.dead = true
+		pe.dead.Store(true)
 		pe.lru.Purge() // the eviction callback removes each block from the index
 		pe.mu.Unlock()
 		x.freeSlots = append(x.freeSlots, pe.slot)
@@ -168,7 +203,7 @@ func (x *prefixIndex) markRemoved() {
 func (pe *prefixEndpoint) record(hashes []uint64, capacity int) {
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
-	if pe.dead {
+	if pe.dead.Load() {
 		return
 	}
 	if capacity != pe.capacity {

@@ -173,12 +173,13 @@ func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Req
 
 	now := time.Now()
 	saturated := 0
-	for _, e := range eps.Endpoints {
+	cs.Endpoints = eps
+	for i, e := range eps.Endpoints {
 		m := e.Metrics()
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
 		}
-		cs.candidates = append(cs.candidates, Candidate{Endpoint: e, Metrics: m})
+		cs.candidates = append(cs.candidates, Candidate{Endpoint: e, Metrics: m, pos: i})
 		if c := &cs.candidates[len(cs.candidates)-1]; !c.Known() || cs.Saturated(c) {
 			saturated++
 		}
@@ -278,7 +279,8 @@ func (s *Scheduler) profileFor(pool *datastore.Pool) *profile {
 		}
 		st := s.poolState(pool)
 		if w := st.warnedProfile.Load(); w == nil || *w != name {
-			st.warnedProfile.Store(&name)
+			warned := name // a copy, so name itself stays on the stack
+			st.warnedProfile.Store(&warned)
 			s.opts.Logger.Error(nil, "pool names an unknown scheduling profile; using the default", "pool", pool.Key.String(),
 				"annotation", ProfileAnnotation, "profile", name, "default", s.built.defaultProfile)
 		}

@@ -128,7 +128,7 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 	if st.index.match(st.hashes, st.matched) == 0 {
 		return
 	}
-	eps := *st.index.endpoints.Load()
+	states := st.index.statesFor(cs.Endpoints)
 	total := float64(len(st.hashes))
 	for i := range c {
 		if cs.Saturated(&c[i]) {
@@ -136,7 +136,7 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 			// affinity lapses, so traffic spills to the next best.
 			continue
 		}
-		if pe := eps[c[i].Endpoint.Key()]; pe != nil && int(pe.slot) < slots {
+		if pe := states[c[i].pos]; pe != nil && int(pe.slot) < slots && !pe.dead.Load() {
 			scores[i] = float64(st.matched[pe.slot]) / total
 		}
 	}
