@@ -44,7 +44,7 @@ func (s *Scheduler) prefixHolds(pool *datastore.Pool, e *datastore.Endpoint) boo
 					sh.mu.RUnlock()
 					return true
 				}
-				for _, pe := range hs.rest {
+				for _, pe := range hs.rest() {
 					if pe.key == e.Key() {
 						sh.mu.RUnlock()
 						return true

@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -74,11 +75,19 @@ type indexShard struct {
 	_ [64]byte
 }
 
-// holders are the endpoints holding one block; usually one, so the first
-// is stored inline and costs no allocation.
+// holders are the endpoints holding one block. Usually one, stored inline;
+// the others sit behind a pointer so the map value stays 16 bytes (the map
+// has an entry per cached block: its size is the index's size).
 type holders struct {
 	first *prefixEndpoint
-	rest  []*prefixEndpoint
+	more  *[]*prefixEndpoint
+}
+
+func (hs *holders) rest() []*prefixEndpoint {
+	if hs.more == nil {
+		return nil
+	}
+	return *hs.more
 }
 
 // prefixEndpoint is one endpoint's LRU of block hashes.
@@ -231,22 +240,19 @@ func (x *prefixIndex) shard(h uint64) *indexShard { return &x.shards[h&(prefixSh
 func (x *prefixIndex) addHolder(h uint64, pe *prefixEndpoint) {
 	sh := x.shard(h)
 	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	hs := sh.m[h]
 	switch {
 	case hs.first == nil:
 		hs.first = pe
-	case hs.first == pe:
+	case hs.first == pe || slices.Contains(hs.rest(), pe):
+		return
+	case hs.more == nil:
+		hs.more = &[]*prefixEndpoint{pe}
 	default:
-		for _, o := range hs.rest {
-			if o == pe {
-				sh.mu.Unlock()
-				return
-			}
-		}
-		hs.rest = append(hs.rest, pe)
+		*hs.more = append(*hs.more, pe)
 	}
 	sh.m[h] = hs
-	sh.mu.Unlock()
 }
 
 func (x *prefixIndex) removeHolder(h uint64, pe *prefixEndpoint) {
@@ -257,28 +263,25 @@ func (x *prefixIndex) removeHolder(h uint64, pe *prefixEndpoint) {
 	if !ok {
 		return
 	}
+	rest := hs.rest()
 	if hs.first == pe {
-		if n := len(hs.rest); n > 0 {
-			hs.first = hs.rest[n-1]
-			hs.rest[n-1] = nil
-			hs.rest = hs.rest[:n-1]
-		} else {
+		if len(rest) == 0 {
 			delete(sh.m, h)
 			return
 		}
+		hs.first = rest[len(rest)-1]
+		rest = rest[:len(rest)-1]
+	} else if i := slices.Index(rest, pe); i >= 0 {
+		rest[i] = rest[len(rest)-1]
+		rest = rest[:len(rest)-1]
 	} else {
-		for i, o := range hs.rest {
-			if o == pe {
-				last := len(hs.rest) - 1
-				hs.rest[i] = hs.rest[last]
-				hs.rest[last] = nil
-				hs.rest = hs.rest[:last]
-				break
-			}
-		}
+		return
 	}
-	if len(hs.rest) == 0 {
-		hs.rest = nil
+	if len(rest) == 0 {
+		hs.more = nil
+	} else {
+		clear((*hs.more)[len(rest):])
+		*hs.more = rest
 	}
 	sh.m[h] = hs
 }
@@ -296,7 +299,7 @@ func (x *prefixIndex) match(hashes []uint64, matched []int32) int {
 		advanced := 0
 		if hs.first != nil {
 			advanced += advance(hs.first, matched, int32(i))
-			for _, pe := range hs.rest {
+			for _, pe := range hs.rest() {
 				advanced += advance(pe, matched, int32(i))
 			}
 		}

@@ -157,6 +157,9 @@ func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, _ *Reque
 	if pe := st.index.endpointFor(cs.Pool, e, capacity); pe != nil {
 		pe.record(st.hashes, capacity)
 	}
+	// The state is recycled with the CycleState: do not pin the index of a
+	// pool that may be removed.
+	st.index = nil
 }
 
 // capacity is the number of blocks an endpoint's LRU holds: the server's
