@@ -2,4 +2,28 @@
 // serve the request and an ordered list of fallbacks: filters narrow the
 // candidates, weighted scorers rank them, a picker chooses; plugins are
 // grouped into named profiles chosen per pool.
+//
+// A Scheduler is built from Options and an EndpointPickerConfig (the
+// reference EPP's YAML shape; DefaultConfigText when none is given). Each
+// InferencePool picks a profile with the annotation ProfileAnnotation, read
+// on every request. One Schedule call:
+//
+//  1. applies the pool's model rewrite (exact match, weighted targets);
+//  2. reads each endpoint's metrics once; a scrape older than
+//     Options.MetricsStaleness makes the endpoint's load unknown;
+//  3. refuses a sheddable request (objective priority < 0) with a 429 Error
+//     when every endpoint is saturated (queue or KV cache at its threshold)
+//     or unknown;
+//  4. runs the profile's filters (a subset filter always first), its scorers
+//     (each 0..1, times its weight), and its picker — first over endpoints of
+//     known load, then, only to fill what is left, over unknown ones;
+//  5. lets plugins learn from the pick (the prefix-cache scorer records the
+//     prompt's blocks in the primary endpoint's LRU).
+//
+// Guarantees: Schedule takes no lock shared between pools and allocates once
+// in steady state (the Result); plugin instances are shared by all pools and
+// keep per-pool state keyed by pool, dropped when the pool or its endpoints
+// leave the registry (the Scheduler is a datastore.Observer); per-request
+// state lives in a CycleState, never in package variables. The Scheduler
+// starts no goroutine.
 package scheduling

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -572,5 +574,62 @@ func TestSchedulePrefixStateDroppedWithPool(t *testing.T) {
 	}
 	if got := s.prefixPools(); got != 0 {
 		t.Fatalf("%d pool indexes after a late request for a removed pool", got)
+	}
+}
+
+// TestSchedulePoolsAreIndependent schedules on two pools at once while one
+// is removed: the other keeps its prefix state and keeps serving.
+func TestSchedulePoolsAreIndependent(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	reg := datastore.NewRegistry()
+	reg.AddObserver(s)
+	mk := func(name string) *datastore.Pool {
+		p := reg.Upsert(datastore.PoolKey{Namespace: "ns", Name: name}, &datastore.PoolSpec{TargetPorts: []int32{8000}})
+		var pods []datastore.EndpointSource
+		for i := 1; i <= 4; i++ {
+			src := podSource(i)
+			src.UID += types.UID(name)
+			pods = append(pods, src)
+		}
+		p.SetPods(pods)
+		for _, e := range p.Endpoints().Endpoints {
+			e.SetMetrics(load(0, 0.1))
+		}
+		return p
+	}
+	a, b := mk("a"), mk("b")
+	p := prompt("same prompt in both pools", 1024)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for _, pool := range []*datastore.Pool{a, b, a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				if _, err := s.Schedule(ctx, pool, &Request{Model: "m", Prompt: p}); err != nil && pool == b {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	reg.Remove(a.Key)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := s.prefixBlocks(a); n != 0 {
+		t.Fatalf("removed pool still indexes %d blocks", n)
+	}
+	if n := s.prefixBlocks(b); n != 16 {
+		t.Fatalf("pool b indexes %d blocks, want 16", n)
+	}
+	// Pool a keeps answering (its last snapshot) without growing state.
+	if _, err := s.Schedule(ctx, a, &Request{Model: "m", Prompt: p}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.prefixPools(); n != 1 {
+		t.Fatalf("%d pool indexes, want 1", n)
 	}
 }
