@@ -26,10 +26,13 @@ import (
 // holds the fast path equal to expfmt on the whole page.
 type Parser struct {
 	names MetricNames
-	// relevant are the metric names whose lines can change a used family.
-	relevant map[string]struct{}
-	text     expfmt.TextParser
-	kept     []byte
+	// byLength holds, by length, the metric names whose lines can change a
+	// used family.
+	byLength [][]string
+	// plainNames are the used families' names that have no suffix.
+	plainNames []string
+	text       expfmt.TextParser
+	kept       []byte
 	// keptLines are the page's line numbers (1-based) of the kept lines.
 	keptLines []int
 	reader    bytes.Reader
@@ -38,10 +41,14 @@ type Parser struct {
 
 // NewParser returns a parser of the named families.
 func NewParser(names MetricNames) *Parser {
-	p := &Parser{names: names, relevant: map[string]struct{}{}, text: expfmt.NewTextParser(model.UTF8Validation)}
+	p := &Parser{names: names, text: expfmt.NewTextParser(model.UTF8Validation)}
+	relevant := map[string]bool{}
 	for _, n := range []string{names.Waiting, names.Running, names.KVCacheUsage, names.KVCacheUsageLegacy, names.LoRAInfo, names.CacheInfo} {
 		if n == "" {
 			continue
+		}
+		if baseName(n) == n {
+			p.plainNames = append(p.plainNames, n)
 		}
 		// expfmt files a sample named X_sum, X_count or X_bucket under family
 		// X when X is a summary or histogram, and decides that from the lines
@@ -49,11 +56,17 @@ func NewParser(names MetricNames) *Parser {
 		// used family's lines are those of its name, its suffixed names and
 		// the chain of its base names.
 		for _, suffix := range []string{"", "_sum", "_count", "_bucket"} {
-			p.relevant[n+suffix] = struct{}{}
+			relevant[n+suffix] = true
 		}
 		for base := baseName(n); base != n; n, base = base, baseName(base) {
-			p.relevant[base] = struct{}{}
+			relevant[base] = true
 		}
+	}
+	for n := range relevant {
+		for len(p.byLength) <= len(n) {
+			p.byLength = append(p.byLength, nil)
+		}
+		p.byLength[len(n)] = append(p.byLength[len(n)], n)
 	}
 	return p
 }
@@ -105,6 +118,11 @@ func (p *Parser) filter(page []byte) bool {
 	p.kept = p.kept[:0]
 	p.keptLines = p.keptLines[:0]
 	line := 0
+	// Most lines name the same family as the line before (a histogram's
+	// buckets): a line that starts with the previous name, not followed by
+	// more of a name, names it too, and a memory compare tells so.
+	var prev []byte
+	prevRelevant := false
 	for len(page) > 0 {
 		line++
 		end := bytes.IndexByte(page, '\n')
@@ -112,33 +130,61 @@ func (p *Parser) filter(page []byte) bool {
 		if end < 0 {
 			end, next = len(page), len(page)
 		}
-		name, quoted := lineName(page[:end])
-		if quoted {
-			return false
-		}
-		if len(name) > 0 {
-			if _, ok := p.relevant[string(name)]; ok {
-				p.kept = append(p.kept, page[:next]...)
-				p.keptLines = append(p.keptLines, line)
+		text := page[:end]
+		relevant := false
+		if n := len(prev); n > 0 && bytes.HasPrefix(text, prev) && (len(text) == n || (nameChar[text[n]]&continuation == 0 && text[n] != '"')) {
+			relevant = prevRelevant
+		} else {
+			name, quoted, help := lineName(text)
+			if quoted {
+				return false
 			}
+			relevant = p.isRelevant(name)
+			if help {
+				// A HELP line changes nothing expfmt reports of a family
+				// whose name has no _sum, _count or _bucket suffix (it only
+				// creates the family early, which its samples or TYPE
+				// would do); its text is long, so skip it.
+				relevant = relevant && !p.plain(name)
+			} else if len(name) > 0 {
+				prev, prevRelevant = name, relevant
+			}
+		}
+		if relevant {
+			p.kept = append(p.kept, page[:next]...)
+			p.keptLines = append(p.keptLines, line)
 		}
 		page = page[next:]
 	}
 	return true
 }
 
+// isRelevant looks the name up by length first: a page's names are long and
+// hashing each costs more than comparing the few of equal length.
+func (p *Parser) isRelevant(name []byte) bool {
+	if len(name) >= len(p.byLength) {
+		return false
+	}
+	for _, r := range p.byLength[len(name)] {
+		if string(name) == r {
+			return true
+		}
+	}
+	return false
+}
+
 // lineName returns the metric name a text-format line is about, read as
-// expfmt reads it: a sample's name, or the name in a HELP or TYPE comment.
-// Other lines give no name. quoted reports a name in the quoted UTF-8 form,
-// which this reader leaves to expfmt.
-func lineName(line []byte) (name []byte, quoted bool) {
+// expfmt reads it: a sample's name, or the name in a HELP or TYPE comment
+// (help tells a HELP line). Other lines give no name. quoted reports a name
+// in the quoted UTF-8 form, which this reader leaves to expfmt.
+func lineName(line []byte) (name []byte, quoted, help bool) {
 	i := skipBlankTab(line, 0)
 	if i == len(line) {
-		return nil, false
+		return nil, false, false
 	}
 	switch line[i] {
 	case '{', '"':
-		return nil, true
+		return nil, true, false
 	case '#':
 		i = skipBlankTab(line, i+1)
 		start := i
@@ -146,24 +192,36 @@ func lineName(line []byte) (name []byte, quoted bool) {
 			i++
 		}
 		keyword := line[start:i]
-		if i == len(line) || (string(keyword) != "HELP" && string(keyword) != "TYPE") {
-			return nil, false
+		help = string(keyword) == "HELP"
+		if i == len(line) || (!help && string(keyword) != "TYPE") {
+			return nil, false, false
 		}
 		i = skipBlankTab(line, i)
 		if i < len(line) && line[i] == '"' {
-			return nil, true
+			return nil, true, false
 		}
 	}
 	start := i
-	if i < len(line) && isNameStart(line[i]) {
-		for i++; i < len(line) && isNameContinuation(line[i]); i++ {
+	if i < len(line) && nameChar[line[i]]&nameStart != 0 {
+		for i++; i < len(line) && nameChar[line[i]]&continuation != 0; i++ {
 		}
 	}
 	if i < len(line) && line[i] == '"' {
 		// expfmt reads on into a quoted part: foo"bar" names foobar.
-		return nil, true
+		return nil, true, false
 	}
-	return line[start:i], false
+	return line[start:i], false, help
+}
+
+// plain reports a used family's own name (not a suffixed or base name)
+// without a _sum, _count or _bucket suffix.
+func (p *Parser) plain(name []byte) bool {
+	for _, n := range p.plainNames {
+		if string(name) == n {
+			return true
+		}
+	}
+	return false
 }
 
 func skipBlankTab(b []byte, i int) int {
@@ -173,13 +231,22 @@ func skipBlankTab(b []byte, i int) int {
 	return i
 }
 
-func isNameStart(b byte) bool {
-	return (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '_' || b == ':'
-}
+// nameChar classifies bytes of unquoted metric names as expfmt does.
+var nameChar = func() (t [256]uint8) {
+	for b := 0; b < 256; b++ {
+		if (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || b == '_' || b == ':' {
+			t[b] = nameStart | continuation
+		} else if b >= '0' && b <= '9' {
+			t[b] = continuation
+		}
+	}
+	return t
+}()
 
-func isNameContinuation(b byte) bool {
-	return isNameStart(b) || (b >= '0' && b <= '9')
-}
+const (
+	nameStart    = 1
+	continuation = 2
+)
 
 // maxCount bounds queue and running counts; a larger value is not a real
 // server's and would overflow int conversions.

@@ -77,9 +77,9 @@ func TestFastPathKeepsFewLines(t *testing.T) {
 	if _, err := p.Parse(page); err != nil {
 		t.Fatal(err)
 	}
-	// HELP and TYPE of five families, 1+1+1+3+1 samples.
-	if len(p.keptLines) != 17 {
-		t.Errorf("kept %d lines of %d, want 17", len(p.keptLines), strings.Count(string(page), "\n"))
+	// TYPE lines of five families and their 1+1+1+3+1 samples.
+	if len(p.keptLines) != 12 {
+		t.Errorf("kept %d lines of %d, want 12", len(p.keptLines), strings.Count(string(page), "\n"))
 	}
 }
 
@@ -259,6 +259,7 @@ func FuzzParser(f *testing.F) {
 		"vllm:num_requests_waiting 1 1700000000\n",
 		"vllm:num_requests_waiting{a=\"\\\"\\n\\\\\"} 1\n",
 		"x{le=\"1\"} 1\n# TYPE x histogram\n",
+		"# HELP q_count c\n# TYPE q histogram\nq_count 3\nq 1\n# HELP q second\n# HELP vllm:num_requests_waiting a\n# HELP vllm:num_requests_waiting b\n" + base,
 		base + "# HELP",
 		base + "junk{",
 		"\n\n\r\n" + base,

@@ -1,0 +1,79 @@
+package scrape
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/vllmpage"
+)
+
+var benchSizes = []struct {
+	name     string
+	minBytes int
+}{{"32KB", vllmpage.DefaultMinBytes}, {"200KB", 200 << 10}}
+
+// BenchmarkParse compares the fast path with expfmt's parse of the whole
+// page (the baseline), on real-size vLLM pages.
+func BenchmarkParse(b *testing.B) {
+	for _, size := range benchSizes {
+		page := mustPage(b, richState, vllmpage.Options{MinBytes: size.minBytes})
+		for _, mode := range []struct {
+			name string
+			full bool
+		}{{"fast", false}, {"expfmt", true}} {
+			b.Run(fmt.Sprintf("%s/%s", size.name, mode.name), func(b *testing.B) {
+				p := NewParser(VLLM.Names(MetricNameOverrides{}))
+				p.fullParse = mode.full
+				b.SetBytes(int64(len(page)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := p.Parse(page); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkScrape is one scrape and parse over keep-alive HTTP from a
+// loopback server (whose CPU, the same in both modes, is included).
+func BenchmarkScrape(b *testing.B) {
+	for _, size := range benchSizes {
+		page := mustPage(b, richState, vllmpage.Options{MinBytes: size.minBytes})
+		for _, mode := range []struct {
+			name string
+			full bool
+		}{{"fast", false}, {"expfmt", true}} {
+			b.Run(fmt.Sprintf("%s/%s", size.name, mode.name), func(b *testing.B) {
+				servers, err := listenAll(1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s := servers[0]
+				defer s.srv.Close()
+				s.serve(http.StatusOK, page)
+				m, err := NewManager(Options{DisableFastPath: mode.full})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.transport.CloseIdleConnections()
+				reg := datastore.NewRegistry()
+				p := reg.Upsert(datastore.PoolKey{Namespace: "ns", Name: "bench"}, &datastore.PoolSpec{TargetPorts: []int32{int32(s.port)}})
+				p.SetPods(pods(nil, s))
+				sc := newScraper(m, p, p.Endpoints().Endpoints[0])
+				sc.ctx = context.Background()
+				b.SetBytes(int64(len(page)))
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := sc.fetch(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
