@@ -198,16 +198,26 @@ func TestRemovedEndpointStopsScraping(t *testing.T) {
 	p.SetPods(pods(nil, servers[1], servers[2]))
 	afterFirst := servers[0].requests.Load()
 
-	// Removal between scrapes.
+	// Removal at any moment: the scraper has exited when SetPods returns.
+	h.m.mu.Lock()
+	second := h.m.pools[p.Key].scrapers[endpointOf(t, p, servers[1].addr).Key()]
+	h.m.mu.Unlock()
 	p.SetPods(pods(nil, servers[2]))
+	select {
+	case <-second.done:
+	default:
+		t.Error("the removed endpoint's scraper still runs after SetPods returned")
+	}
 	afterSecond := servers[1].requests.Load()
 
 	h.awaitScrapes(t, servers[2].addr, 10)
 	if n := servers[0].requests.Load(); n != afterFirst {
 		t.Errorf("endpoint removed mid-scrape got %d requests after removal", n-afterFirst)
 	}
-	if n := servers[1].requests.Load(); n != afterSecond {
-		t.Errorf("endpoint removed between scrapes got %d requests after removal", n-afterSecond)
+	// A request the scraper wrote just before it was stopped may still
+	// reach the handler; nothing is sent after.
+	if n := servers[1].requests.Load(); n > afterSecond+1 {
+		t.Errorf("endpoint removed at any moment got %d requests after removal", n-afterSecond)
 	}
 	h.m.mu.Lock()
 	left := len(h.m.pools[p.Key].scrapers)
@@ -230,6 +240,12 @@ func TestRemovedPoolStopsScraping(t *testing.T) {
 	}
 	if got := h.series(t, "inference_pool_average_kv_cache_utilization", "gone"); got[""] != 0.5 {
 		t.Fatalf("kv aggregate %v, want 0.5", got)
+	}
+	// Both servers hold a scrape when the pool goes, so every request sent
+	// before the removal has reached its handler.
+	arrived := []<-chan struct{}{servers[0].block(), servers[1].block()}
+	for _, a := range arrived {
+		<-a
 	}
 	h.reg.Remove(gone.Key)
 	counts := []int64{servers[0].requests.Load(), servers[1].requests.Load()}
