@@ -1,0 +1,95 @@
+package devgateway
+
+import (
+	"net"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Defaults of Options.
+const (
+	DefaultAddr                = "127.0.0.1:8080"
+	DefaultEPPAddress          = "127.0.0.1:9002"
+	DefaultExtProcRetryWindow  = 30 * time.Second
+	DefaultConnectTimeout      = 2 * time.Second
+	DefaultMaxRequestBodyBytes = 64 << 20
+	DefaultBodyChunkBytes      = 16 << 10
+)
+
+// Options configure a Gateway. The zero value of every field means its
+// documented default.
+type Options struct {
+	// Addr is the host:port the gateway listens on. Empty: 127.0.0.1:8080.
+	// Ignored when Listener is set.
+	Addr string
+	// Listener, when set, is served instead of binding Addr.
+	Listener net.Listener
+
+	// Gateway, when set, restricts routing to HTTPRoutes with a parentRef to
+	// this Gateway (a route's parentRef namespace defaults to its own).
+	// Zero: every HTTPRoute is used.
+	Gateway types.NamespacedName
+
+	// EPPAddress is where every endpointPickerRef Service is reached
+	// (host:port), since there is no cluster DNS locally: streams still
+	// carry the Service as their :authority, so one picker process tells
+	// the pools apart as it would behind per-pool Services. Empty:
+	// 127.0.0.1:9002. ResolveEPP, when set, overrides it per Service.
+	EPPAddress string
+	// ResolveEPP maps a pool's endpointPickerRef (namespace, Service, port)
+	// to a host:port to dial. Nil: EPPAddress for every Service.
+	ResolveEPP func(namespace, service string, port int32) string
+	// EPPPlaintext dials the picker without TLS (poolpicker
+	// --secure-serving=false). Zero (false): TLS without certificate
+	// verification, as gateways talk to an EPP by default.
+	EPPPlaintext bool
+
+	// ExtProcRetryWindow bounds how long a request waits and retries while
+	// its picker is unreachable (e.g. restarting) before it is answered
+	// 503 (or sent on to any pool endpoint, for FailOpen pools). Zero: 30s;
+	// negative: no retry.
+	ExtProcRetryWindow time.Duration
+	// ConnectTimeout bounds each upstream connection attempt; a failed
+	// attempt moves on to the next endpoint the picker returned. Zero: 2s.
+	ConnectTimeout time.Duration
+	// MaxRequestBodyBytes bounds request bodies the gateway reads; larger
+	// ones get 413 from the gateway itself. Zero: 64 MiB, above the
+	// picker's own limit so that the picker's 413 is what clients see.
+	MaxRequestBodyBytes int
+	// BodyChunkBytes is the size of the body chunks streamed to ext_proc.
+	// Zero: 16 KiB.
+	BodyChunkBytes int
+
+	// Logger receives structured logs keyed pool and request. Zero: discard.
+	Logger logr.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Addr == "" {
+		o.Addr = DefaultAddr
+	}
+	if o.EPPAddress == "" {
+		o.EPPAddress = DefaultEPPAddress
+	}
+	if o.ResolveEPP == nil {
+		addr := o.EPPAddress
+		o.ResolveEPP = func(string, string, int32) string { return addr }
+	}
+	if o.ExtProcRetryWindow == 0 {
+		o.ExtProcRetryWindow = DefaultExtProcRetryWindow
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.MaxRequestBodyBytes <= 0 {
+		o.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
+	}
+	if o.BodyChunkBytes <= 0 {
+		o.BodyChunkBytes = DefaultBodyChunkBytes
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+}
