@@ -229,3 +229,27 @@ func BenchmarkPrefixIndexBytesPerBlock(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPrefixDropEndpoint measures forgetting one endpoint whose LRU is
+// full at the default capacity (31250 blocks), as happens synchronously in
+// the registry's observer call when a pod leaves.
+func BenchmarkPrefixDropEndpoint(b *testing.B) {
+	hashes := make([]uint64, DefaultLRUCapacityPerServer)
+	for i := range hashes {
+		hashes[i] = uint64(i) * 0x9e3779b97f4a7c15
+	}
+	for n := 0; n < b.N; n++ {
+		b.StopTimer()
+		s := build(b, PrefixCacheScorerType, "").(*prefixCacheScorer)
+		tp := newTestPool(b, 2, nil)
+		x := s.index(tp.pool)
+		e := tp.pool.Endpoints().Endpoints[0]
+		x.endpointFor(tp.pool, e, DefaultLRUCapacityPerServer).record(hashes, DefaultLRUCapacityPerServer)
+		b.StartTimer()
+		x.drop([]*datastore.Endpoint{e})
+		b.StopTimer()
+		if x.blocks() != 0 {
+			b.Fatal("blocks left after drop")
+		}
+	}
+}

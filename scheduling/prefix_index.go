@@ -166,10 +166,12 @@ func (x *prefixIndex) endpointFor(pool *datastore.Pool, e *datastore.Endpoint, c
 }
 
 // drop forgets endpoints that left the pool: their LRUs and every index
-// entry that names them.
+// entry that names them. Called by the registry's observer with the pool's
+// writer lock held, so it is quick: the index is swept once per shard, not
+// once per block, and mu (which a pick of a new endpoint needs) is not held
+// while sweeping.
 func (x *prefixIndex) drop(removed []*datastore.Endpoint) {
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	cur := *x.endpoints.Load()
 	var gone []*prefixEndpoint
 	for _, e := range removed {
@@ -178,6 +180,7 @@ func (x *prefixIndex) drop(removed []*datastore.Endpoint) {
 		}
 	}
 	if len(gone) == 0 {
+		x.mu.Unlock()
 		return
 	}
 	next := make(map[datastore.EndpointKey]*prefixEndpoint, len(cur))
@@ -189,12 +192,48 @@ func (x *prefixIndex) drop(removed []*datastore.Endpoint) {
 	}
 	x.endpoints.Store(&next)
 	x.version.Add(1)
+	x.mu.Unlock()
+
 	for _, pe := range gone {
 		pe.mu.Lock()
-		pe.dead.Store(true)
-		pe.lru.Purge() // the eviction callback removes each block from the index
+		pe.dead.Store(true) // no record after this
+		keys := pe.lru.Keys()
+		pe.lru = nil // freed whole; its eviction callback would sweep per block
 		pe.mu.Unlock()
+		x.sweep(pe, keys)
+	}
+	// Slots are reused only now, when no index entry names the dead states.
+	x.mu.Lock()
+	for _, pe := range gone {
 		x.freeSlots = append(x.freeSlots, pe.slot)
+	}
+	x.mu.Unlock()
+}
+
+// sweep removes pe from the holders of its blocks, one shard lock at a time.
+func (x *prefixIndex) sweep(pe *prefixEndpoint, keys []uint64) {
+	// Group the keys by shard (a counting sort) so each shard is locked once.
+	var start [prefixShards + 1]int
+	for _, h := range keys {
+		start[h&(prefixShards-1)+1]++
+	}
+	for s := 1; s <= prefixShards; s++ {
+		start[s] += start[s-1]
+	}
+	grouped := make([]uint64, len(keys))
+	fill := start
+	for _, h := range keys {
+		s := h & (prefixShards - 1)
+		grouped[fill[s]] = h
+		fill[s]++
+	}
+	for s := range x.shards {
+		sh := &x.shards[s]
+		sh.mu.Lock()
+		for _, h := range grouped[start[s]:start[s+1]] {
+			removeHolderLocked(sh, h, pe)
+		}
+		sh.mu.Unlock()
 	}
 }
 
@@ -232,6 +271,9 @@ func (pe *prefixEndpoint) record(hashes []uint64, capacity int) {
 func (pe *prefixEndpoint) len() int {
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
+	if pe.lru == nil {
+		return 0
+	}
 	return pe.lru.Len()
 }
 
@@ -258,7 +300,11 @@ func (x *prefixIndex) addHolder(h uint64, pe *prefixEndpoint) {
 func (x *prefixIndex) removeHolder(h uint64, pe *prefixEndpoint) {
 	sh := x.shard(h)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	removeHolderLocked(sh, h, pe)
+	sh.mu.Unlock()
+}
+
+func removeHolderLocked(sh *indexShard, h uint64, pe *prefixEndpoint) {
 	hs, ok := sh.m[h]
 	if !ok {
 		return

@@ -25,13 +25,13 @@ const (
 	SingleProfileHandlerType     = "single-profile-handler"
 )
 
-// Factory builds a plugin instance named name from its YAML parameters
+// factory builds a plugin instance named name from its YAML parameters
 // (converted to JSON; nil when the config gives none). It returns an error
 // naming the bad parameter; the caller adds the plugin's name and type.
-type Factory func(name string, params json.RawMessage) (Plugin, error)
+type factory func(name string, params json.RawMessage) (Plugin, error)
 
 // builtins maps plugin types to their factories. Read-only after init.
-var builtins = map[string]Factory{
+var builtins = map[string]factory{
 	SubsetFilterType:             newSubsetFilter,
 	ConformanceTestFilterType:    newConformanceTestFilter,
 	QueueScorerType:              newQueueScorer,

@@ -1,6 +1,8 @@
 package scheduling
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -292,5 +294,49 @@ func TestPrefixCycleStateReuse(t *testing.T) {
 	f.s.PostPick(ctx, cs, &Request{}, &Result{Endpoints: []*datastore.Endpoint{f.tp.ep(t, 1)}})
 	if n := f.index().blocks(); n != 0 {
 		t.Fatalf("index holds %d blocks from a stale cycle", n)
+	}
+}
+
+func TestIndexHolders(t *testing.T) {
+	cases := []struct {
+		name    string
+		holders []int // endpoints added, in order
+		remove  int
+		want    []int // holders left, any order
+	}{
+		{"only holder", []int{0}, 0, nil},
+		{"first of two", []int{0, 1}, 0, []int{1}},
+		{"second of two", []int{0, 1}, 1, []int{0}},
+		{"middle of three", []int{0, 1, 2}, 1, []int{0, 2}},
+		{"first of three", []int{0, 1, 2}, 0, []int{1, 2}},
+		{"not a holder", []int{0, 1}, 2, []int{0, 1}},
+		{"added twice", []int{0, 1, 1, 0}, 0, []int{1}},
+	}
+	for _, c := range cases {
+		for _, bulk := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/bulk=%v", c.name, bulk), func(t *testing.T) {
+				x := newPrefixIndex()
+				pes := []*prefixEndpoint{{slot: 0}, {slot: 1}, {slot: 2}}
+				const h = 42
+				for _, i := range c.holders {
+					x.addHolder(h, pes[i])
+				}
+				if bulk {
+					x.sweep(pes[c.remove], []uint64{7, h, 99})
+				} else {
+					x.removeHolder(h, pes[c.remove])
+				}
+				matched := make([]int32, 3)
+				x.match([]uint64{h}, matched)
+				for i := range pes {
+					if got, want := matched[i] == 1, slices.Contains(c.want, i); got != want {
+						t.Fatalf("endpoint %d holds the block: %v, want %v", i, got, want)
+					}
+				}
+				if want := min(len(c.want), 1); x.blocks() != want {
+					t.Fatalf("%d index entries, want %d", x.blocks(), want)
+				}
+			})
+		}
 	}
 }
