@@ -17,7 +17,7 @@ func newSubsetFilter(name string, params json.RawMessage) (Plugin, error) {
 	if err := noParams(params); err != nil {
 		return nil, err
 	}
-	return &subsetFilter{name: TypedName{Type: SubsetFilterType, Name: name}, key: StateKey(name)}, nil
+	return &subsetFilter{name: TypedName{Type: SubsetFilterType, Name: name}, key: StateKey(SubsetFilterType + "/" + name)}, nil
 }
 
 func (f *subsetFilter) TypedName() TypedName { return f.name }

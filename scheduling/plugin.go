@@ -83,7 +83,7 @@ type maxEndpointser interface {
 }
 
 // StateKey names a value a plugin keeps in a CycleState; use the plugin's
-// instance name so two instances of one type do not collide.
+// type and instance name, so that no two instances collide.
 type StateKey string
 
 type stateEntry struct {

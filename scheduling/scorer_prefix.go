@@ -96,7 +96,7 @@ func newPrefixCacheScorer(name string, raw json.RawMessage) (Plugin, error) {
 		t := true
 		p.AutoTune = &t
 	}
-	return &prefixCacheScorer{name: TypedName{Type: PrefixCacheScorerType, Name: name}, key: StateKey(name), params: p}, nil
+	return &prefixCacheScorer{name: TypedName{Type: PrefixCacheScorerType, Name: name}, key: StateKey(PrefixCacheScorerType + "/" + name), params: p}, nil
 }
 
 func (s *prefixCacheScorer) TypedName() TypedName { return s.name }
@@ -144,12 +144,9 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 
 // PostPick records the prompt's blocks in the primary endpoint's LRU.
 func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, _ *Request, res *Result) {
-	v, ok := cs.Read(s.key)
-	if !ok || len(res.Endpoints) == 0 {
-		return
-	}
-	st := v.(*prefixCycle)
-	if len(st.hashes) == 0 || st.index == nil {
+	v, _ := cs.Read(s.key)
+	st, ok := v.(*prefixCycle)
+	if !ok || len(res.Endpoints) == 0 || len(st.hashes) == 0 || st.index == nil {
 		return
 	}
 	e := res.Endpoints[0]
