@@ -1,0 +1,237 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/api/v1alpha2"
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// Manager runs the pool, objective and rewrite reconcilers and the per-pool
+// pod watches, filling Options.Registry. Its controller-runtime cache holds
+// InferencePools (filtered on the API server by namespace, PoolSelector and,
+// in single-pool mode, name), InferenceObjectives and InferenceModelRewrites;
+// never pods.
+type Manager struct {
+	opts     Options
+	mgr      manager.Manager
+	registry *datastore.Registry
+	pods     corev1client.PodsGetter
+	metrics  *metrics
+	log      logr.Logger
+	// poolEvents tells the policy reconciler that a pool started or stopped
+	// being served, so it publishes the new pool's policy.
+	poolEvents chan event.GenericEvent
+
+	// watchCtx parents every pod watch; set by Start before any reconcile.
+	watchCtx context.Context
+	watches  sync.WaitGroup
+
+	mu      sync.Mutex
+	served  map[datastore.PoolKey]*servedPool
+	ignored map[datastore.PoolKey]string // reason last logged, so each is logged once
+
+	started     atomic.Bool
+	initialSync atomic.Bool
+	// changed is poked when a pool syncs or stops being served, waking
+	// waitInitialSync.
+	changed chan struct{}
+}
+
+// Scheme returns the scheme the reconcilers read: core types and
+// poolpicker's API types.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme, v1alpha2.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err) // static registration; cannot fail
+		}
+	}
+	return s
+}
+
+// New builds a Manager over the API server at cfg. Nothing runs until Start.
+func New(cfg *rest.Config, opts Options) (*Manager, error) {
+	if opts.Registry == nil {
+		return nil, errors.New("controllers: Options.Registry is required")
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.setDefaults()
+	met, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("controllers: registering metrics: %w", err)
+	}
+
+	poolObject := cache.ByObject{}
+	if opts.PoolSelector != "" {
+		sel, _ := labels.Parse(opts.PoolSelector) // validated above
+		poolObject.Label = sel
+	}
+	var namespaces []string
+	if opts.PoolName != "" {
+		poolObject.Field = fields.OneTermEqualSelector("metadata.name", opts.PoolName)
+		namespaces = []string{opts.PoolNamespace}
+	} else {
+		namespaces = opts.Namespaces
+	}
+	cacheOpts := cache.Options{
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject:         map[client.Object]cache.ByObject{&v1.InferencePool{}: poolObject},
+	}
+	if len(namespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                  Scheme(),
+		Cache:                   cacheOpts,
+		Logger:                  opts.Logger,
+		Metrics:                 metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:  "0",
+		GracefulShutdownTimeout: ptr.To(opts.GracefulShutdownTimeout),
+		// Several Managers may live in one process (tests, benchmarks);
+		// their controllers share names.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controllers: creating manager: %w", err)
+	}
+	pods, err := corev1client.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, fmt.Errorf("controllers: creating pod client: %w", err)
+	}
+	m := &Manager{
+		opts:       opts,
+		mgr:        mgr,
+		registry:   opts.Registry,
+		pods:       pods,
+		metrics:    met,
+		log:        opts.Logger,
+		poolEvents: make(chan event.GenericEvent, 1024),
+		served:     map[datastore.PoolKey]*servedPool{},
+		ignored:    map[datastore.PoolKey]string{},
+		changed:    make(chan struct{}, 1),
+	}
+	if err := m.setupPoolController(); err != nil {
+		return nil, err
+	}
+	if err := m.setupPolicyController(); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(manager.RunnableFunc(m.waitInitialSync)); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Add adds a component (ext_proc server, scraper, ...) to run beside the
+// reconcilers: started by Start, stopped by cancelling Start's context.
+func (m *Manager) Add(r manager.Runnable) error { return m.mgr.Add(r) }
+
+// Registry is the datastore the Manager fills.
+func (m *Manager) Registry() *datastore.Registry { return m.registry }
+
+// Start runs the reconcilers and pod watches until ctx is cancelled, then
+// waits for every pod watch to end. It returns nil on a clean stop. A
+// Manager starts once.
+func (m *Manager) Start(ctx context.Context) error {
+	if !m.started.CompareAndSwap(false, true) {
+		return errors.New("controllers: Manager started twice")
+	}
+	watchCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m.watchCtx = watchCtx
+	err := m.mgr.Start(ctx)
+	// Reconcilers have ended (or failed to start): no new watch can begin.
+	cancel()
+	m.mu.Lock()
+	served := m.served
+	m.served = map[datastore.PoolKey]*servedPool{}
+	m.mu.Unlock()
+	for _, sp := range served {
+		sp.stop()
+	}
+	m.watches.Wait()
+	return err
+}
+
+// HasSynced reports whether the Manager has seen every pool it serves at
+// start-up and each of their pod watches has listed once: until then an
+// empty or partial registry is not yet the truth. Once true it stays true;
+// a pool added later reports its own Pool.Synced.
+func (m *Manager) HasSynced() bool { return m.initialSync.Load() }
+
+func (m *Manager) signal() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}
+
+// waitInitialSync latches initialSync once the pools in the cache at start
+// are all in the registry and synced.
+func (m *Manager) waitInitialSync(ctx context.Context) error {
+	if !m.mgr.GetCache().WaitForCacheSync(ctx) {
+		return nil // stopping
+	}
+	var list v1.InferencePoolList
+	if err := m.mgr.GetCache().List(ctx, &list); err != nil {
+		return fmt.Errorf("controllers: listing pools: %w", err)
+	}
+	want := map[datastore.PoolKey]bool{}
+	for i := range list.Items {
+		if ok, _ := m.serves(&list.Items[i]); ok {
+			want[datastore.PoolKey{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}] = true
+		}
+	}
+	m.log.Info("waiting for the pod watches of the served pools to sync", "pools", len(want))
+	for {
+		done := true
+		for key := range want {
+			p, ok := m.registry.Get(key)
+			if ok && p.Synced() {
+				delete(want, key)
+				continue
+			}
+			if !ok && !m.isServed(key) && !m.inCache(ctx, key) {
+				delete(want, key) // deleted or no longer served since
+				continue
+			}
+			done = false
+		}
+		if done {
+			m.initialSync.Store(true)
+			m.log.Info("all served pools synced", "pools", m.registry.Len())
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.changed:
+		}
+	}
+}

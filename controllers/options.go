@@ -1,0 +1,125 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// Defaults of Options.
+const (
+	// DefaultPoolNamespace is the namespace of PoolName when PoolNamespace is empty.
+	DefaultPoolNamespace = "default"
+	// DefaultMaxConcurrentReconciles bounds parallel pool reconciles; a
+	// reconcile never waits on the API server (watches start in the
+	// background), so a few suffice for thousands of pools.
+	DefaultMaxConcurrentReconciles = 4
+	// DefaultGracefulShutdownTimeout bounds how long Start waits for
+	// reconcilers and added runnables to end once its context is cancelled.
+	DefaultGracefulShutdownTimeout = 30 * time.Second
+)
+
+// Options configure a Manager. The zero value of each field is its documented
+// default; flags are bound to it in cmd/poolpicker.
+type Options struct {
+	// Registry receives the served pools. Required.
+	Registry *datastore.Registry
+
+	// Namespaces limits the InferencePools (and objectives, rewrites) served
+	// to these namespaces. Empty: all namespaces.
+	Namespaces []string
+	// PoolSelector is a label selector (kubectl syntax, e.g.
+	// "shard=a,tier in (gold)") on InferencePool objects: only matching pools
+	// are served, so several poolpicker deployments can split a cluster's
+	// pools. It is sent to the API server. Empty: every pool.
+	PoolSelector string
+	// PoolName, when set, serves only that pool (the reference EPP's
+	// single-pool mode). Namespaces and PoolSelector must then be empty
+	// or agree with it.
+	PoolName string
+	// PoolNamespace is PoolName's namespace. Empty: DefaultPoolNamespace.
+	// Set only together with PoolName.
+	PoolNamespace string
+	// PickerServices are the names of the Services this picker is deployed
+	// behind. A pool is served only when its spec.endpointPickerRef names one
+	// of them (in the pool's namespace). Empty: any pool whose
+	// endpointPickerRef is a Service, or unset, is served.
+	PickerServices []string
+
+	// MaxConcurrentReconciles bounds parallel reconciles of pools.
+	// Zero: DefaultMaxConcurrentReconciles.
+	MaxConcurrentReconciles int
+	// GracefulShutdownTimeout bounds the wait for runnables to stop.
+	// Zero: DefaultGracefulShutdownTimeout.
+	GracefulShutdownTimeout time.Duration
+
+	// Registerer receives inference_pool_ready_pods, poolpicker_served_pools
+	// and the per-pool watch counters. Nil: the metrics are kept but not
+	// exported.
+	Registerer prometheus.Registerer
+	// Logger receives structured logs keyed by pool. Zero: discard.
+	Logger logr.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.PoolName != "" && o.PoolNamespace == "" {
+		o.PoolNamespace = DefaultPoolNamespace
+	}
+	if o.MaxConcurrentReconciles <= 0 {
+		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
+	}
+	if o.GracefulShutdownTimeout <= 0 {
+		o.GracefulShutdownTimeout = DefaultGracefulShutdownTimeout
+	}
+	if o.Logger.GetSink() == nil {
+		o.Logger = logr.Discard()
+	}
+}
+
+// Validate reports the first option that cannot work, naming it as the flag
+// an operator would set. The Registry is not checked: it is wiring, not input.
+func (o Options) Validate() error {
+	var errs []error
+	for _, ns := range o.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("watch namespace %q is not a valid namespace name: %s", ns, msgs[0]))
+		}
+	}
+	if o.PoolSelector != "" {
+		if _, err := labels.Parse(o.PoolSelector); err != nil {
+			errs = append(errs, fmt.Errorf("pool selector %q: %w", o.PoolSelector, err))
+		}
+	}
+	if o.PoolName == "" && o.PoolNamespace != "" {
+		errs = append(errs, errors.New("pool namespace is set without a pool name: set the pool name too, or neither"))
+	}
+	if o.PoolName != "" {
+		if msgs := validation.IsDNS1123Subdomain(o.PoolName); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("pool name %q is not a valid object name: %s", o.PoolName, msgs[0]))
+		}
+		ns := o.PoolNamespace
+		if ns == "" {
+			ns = DefaultPoolNamespace
+		}
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("pool namespace %q is not a valid namespace name: %s", ns, msgs[0]))
+		}
+		if len(o.Namespaces) > 0 && !slices.Contains(o.Namespaces, ns) {
+			errs = append(errs, fmt.Errorf("pool %s/%s is outside the watched namespaces %v", ns, o.PoolName, o.Namespaces))
+		}
+	}
+	for _, s := range o.PickerServices {
+		if msgs := validation.IsDNS1035Label(s); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("endpoint picker Service name %q is not a valid Service name: %s", s, msgs[0]))
+		}
+	}
+	return errors.Join(errs...)
+}
