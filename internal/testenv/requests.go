@@ -20,7 +20,9 @@ type Request struct {
 
 // IsWatch reports whether the request is a watch (including a streaming
 // list sent as a watch).
-func (r Request) IsWatch() bool { return r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1" }
+func (r Request) IsWatch() bool {
+	return r.URL.Query().Get("watch") == "true" || r.URL.Query().Get("watch") == "1"
+}
 
 // RequestLog records every request sent through a rest.Config it wrapped,
 // and counts the bytes of the responses.
