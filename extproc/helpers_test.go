@@ -401,3 +401,12 @@ func metricCount(c prometheus.Collector) uint64 {
 	}
 	return n
 }
+
+func mustListen(t testing.TB) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}

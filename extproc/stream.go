@@ -593,8 +593,10 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders) error {
 	}
 	st.state = stateResponse
 	for _, hv := range h.GetHeaders().GetHeaders() {
-		if strings.EqualFold(hv.GetKey(), "content-type") && strings.HasPrefix(strings.ToLower(headerValue(hv)), "text/event-stream") {
-			st.usage.sse = true
+		// The response's content type decides; the request's stream flag
+		// is only a guess for responses that carry none.
+		if strings.EqualFold(hv.GetKey(), "content-type") {
+			st.usage.sse = strings.HasPrefix(strings.ToLower(headerValue(hv)), "text/event-stream")
 		}
 	}
 	common := &extprocv3.CommonResponse{}

@@ -1,0 +1,102 @@
+package extproc
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func feed(u *usageReader, s string, chunk int) (Usage, bool) {
+	for len(s) > 0 {
+		n := min(chunk, len(s))
+		u.write([]byte(s[:n]))
+		s = s[n:]
+	}
+	return u.finish()
+}
+
+func TestUsageReader(t *testing.T) {
+	bigJSON := `{"choices":[{"text":"` + strings.Repeat("x", maxJSONResponseHold) + `"}],"usage":{"prompt_tokens":9,"completion_tokens":8}}`
+	var sse strings.Builder
+	for i := 0; i < 2000; i++ {
+		fmt.Fprintf(&sse, "data: {\"choices\":[{\"delta\":{\"content\":\"tok%d\"}}],\"usage\":null}\n\n", i)
+	}
+	sse.WriteString("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":2000}}\n\ndata: [DONE]\n\n")
+	cases := []struct {
+		name string
+		sse  bool
+		body string
+		want Usage
+		ok   bool
+	}{
+		{"json", false, `{"usage":{"prompt_tokens":1,"completion_tokens":2}}`, Usage{1, 2}, true},
+		{"json no usage", false, `{"x":1}`, Usage{}, false},
+		{"json larger than the hold", false, bigJSON, Usage{9, 8}, true},
+		{"sse", true, sse.String(), Usage{30, 2000}, true},
+		{"sse crlf, no final newline", true, "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\r\n\r\ndata: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}", Usage{5, 6}, true},
+		{"sse usage after DONE ignored", true, "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\ndata: [DONE]\n\ndata: {\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":7}}\n\n", Usage{3, 4}, true},
+		{"sse huge line skipped", true, "data: " + strings.Repeat("y", maxSSELineBytes+10) + "\n\ndata: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n", Usage{1, 1}, true},
+	}
+	for _, c := range cases {
+		for _, chunk := range []int{1 << 20, 4096, 7} {
+			if chunk == 7 && len(c.body) > 1<<16 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/%d", c.name, chunk), func(t *testing.T) {
+				u := &usageReader{sse: c.sse}
+				got, ok := feed(u, c.body, chunk)
+				if ok != c.ok || got != c.want {
+					t.Fatalf("got %+v %v, want %+v %v", got, ok, c.want, c.ok)
+				}
+				if cap(u.buf) > maxJSONResponseHold+maxSSELineBytes+(1<<20) {
+					t.Fatalf("held %d bytes", cap(u.buf))
+				}
+			})
+		}
+	}
+}
+
+// TestUsageMetrics runs JSON and SSE responses through the server and
+// checks the token histograms and the request duration.
+func TestUsageMetrics(t *testing.T) {
+	f := newPools(t, 2, 2)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true})
+	run := func(contentType string, chunks []string) {
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/chat/completions"), false), duplex, duplex))
+		g.send(reqBody([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`), true))
+		g.recv()
+		g.recv()
+		g.send(respHeaders([]hdr{{":status", "200", true}, {"content-type", contentType, true}}, false, ""))
+		g.recv()
+		for i, c := range chunks {
+			g.send(respBody([]byte(c), i == len(chunks)-1))
+			g.recv()
+		}
+		g.expectEOF()
+	}
+	run("application/json", []string{`{"usage":{"prompt_tokens":`, `10,"completion_tokens":20}}`})
+	run("text/event-stream", []string{"data: {\"choices\":[{\"delta\":{}}]}\n\nda", "ta: {\"usage\":{\"prompt_tokens\":100,\"completion_tokens\":200}}\n", "\ndata: [DONE]\n\n"})
+	if in, out := metricSum(ts.srv.metrics.inputTokens), metricSum(ts.srv.metrics.outputTokens); in != 110 || out != 220 {
+		t.Fatalf("token sums in=%v out=%v, want 110 and 220", in, out)
+	}
+	if n := metricCount(ts.srv.metrics.duration); n != 2 {
+		t.Fatalf("duration observations %d", n)
+	}
+	if f.totalInFlight() != 0 {
+		t.Fatal("in-flight left")
+	}
+	_ = time.Second
+}
+
+func TestModelLabelCap(t *testing.T) {
+	c := &labelCap{max: 3, seen: map[string]struct{}{}}
+	var got []string
+	for _, m := range []string{"a", "b", "a", "c", "d", "e", "b", ""} {
+		got = append(got, c.value(m))
+	}
+	if want := "a b a c other other b "; strings.Join(got, " ") != want {
+		t.Fatalf("got %q", strings.Join(got, " "))
+	}
+}
