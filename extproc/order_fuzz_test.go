@@ -32,7 +32,9 @@ var orderMessages = []func() *extprocv3.ProcessingRequest{
 	func() *extprocv3.ProcessingRequest {
 		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}}
 	},
-	func() *extprocv3.ProcessingRequest { return respHeaders([]hdr{{":status", "200", true}}, false, "127.0.1.3:8000") },
+	func() *extprocv3.ProcessingRequest {
+		return respHeaders([]hdr{{":status", "200", true}}, false, "127.0.1.3:8000")
+	},
 	func() *extprocv3.ProcessingRequest { return respHeaders([]hdr{{":status", "204", true}}, true, "") },
 	func() *extprocv3.ProcessingRequest { return respBody([]byte("data: {\"usage\":{}}\n"), false) },
 	func() *extprocv3.ProcessingRequest { return respBody([]byte(`{"usage":{"prompt_tokens":1}}`), true) },
