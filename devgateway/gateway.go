@@ -418,7 +418,7 @@ func (g *Gateway) requestPhase(ctx context.Context, addr string, pool *poolTarge
 		if err != nil {
 			return nil, nil, attempt, err
 		}
-		err = g.waitReady(ctx, cc, deadline, window)
+		err = g.waitReady(ctx, cc, deadline)
 		var ex *exchange
 		var d *decision
 		if err == nil {
@@ -455,23 +455,31 @@ func (g *Gateway) requestPhase(ctx context.Context, addr string, pool *poolTarge
 
 var errNotReady = errors.New("ext_proc connection not ready")
 
-// waitReady waits until cc is connected, at most until deadline (or, before
-// any failure, the length of the window): a stream opened on a connection in
-// transient failure would fail at once.
-func (g *Gateway) waitReady(ctx context.Context, cc *grpc.ClientConn, deadline time.Time, window time.Duration) error {
-	if deadline.IsZero() {
-		deadline = time.Now().Add(max(window, 0))
+// connectWait bounds how long one attempt waits for a connection that is
+// still being established.
+const connectWait = time.Second
+
+// waitReady waits until cc is connected. A connection in transient failure
+// (the picker refused it) fails the attempt at once, so the caller records
+// the outage and retries; one still connecting gets connectWait, or until
+// deadline when that is sooner.
+func (g *Gateway) waitReady(ctx context.Context, cc *grpc.ClientConn, deadline time.Time) error {
+	until := time.Now().Add(connectWait)
+	if !deadline.IsZero() && deadline.Before(until) {
+		until = deadline
 	}
-	wctx, cancel := context.WithDeadline(ctx, deadline)
+	wctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	cc.Connect()
 	for {
 		s := cc.GetState()
-		if s == connectivity.Ready {
+		switch s {
+		case connectivity.Ready:
 			return nil
-		}
-		if s == connectivity.Shutdown {
+		case connectivity.Shutdown:
 			return errors.New("ext_proc connection shut down")
+		case connectivity.TransientFailure:
+			return fmt.Errorf("%w (state %s)", errNotReady, s)
 		}
 		if !cc.WaitForStateChange(wctx, s) {
 			if ctx.Err() != nil {

@@ -158,4 +158,3 @@ func TestRouteWeights(t *testing.T) {
 		t.Fatalf("weights 1:3 gave %v", counts)
 	}
 }
-

@@ -22,6 +22,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/poolpicker/poolpicker/devgateway"
 )
@@ -77,6 +78,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 		return fmt.Errorf("--kubeconfig %s: %w", *kubeconfig, err)
 	}
 	o.Logger = funcr.New(func(prefix, args string) { fmt.Fprintln(stderr, prefix, args) }, funcr.Options{Verbosity: *verbosity})
+	ctrllog.SetLogger(o.Logger.WithName("k8s"))
 	g, err := devgateway.New(cfg, o)
 	if err != nil {
 		return err
