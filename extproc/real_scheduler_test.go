@@ -1,0 +1,151 @@
+package extproc
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling"
+)
+
+// newRealScheduler builds the project's scheduler with its default profile,
+// registered as a registry observer before any pool exists.
+func newRealScheduler(t testing.TB, reg *datastore.Registry) *scheduling.Scheduler {
+	t.Helper()
+	s, err := scheduling.New(nil, scheduling.Options{EnableConformanceTestFilter: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.AddObserver(s)
+	return s
+}
+
+// TestRealScheduler drives the server with the real scheduler: concurrent
+// streams across pools never cross pools, a subset hint and the
+// conformance header narrow the pick, rewrites reach the body, shedding is 429.
+func TestRealScheduler(t *testing.T) {
+	reg := datastore.NewRegistry()
+	sched := newRealScheduler(t, reg)
+	f := &poolFixture{reg: reg}
+	for i := 0; i < 20; i++ {
+		f.add(i, poolNS(i), poolName(i), poolSvc(i), 9002, 4)
+	}
+	f.pools[3].SetPolicy(&datastore.Policy{
+		Rewrites:   map[string][]datastore.RewriteTarget{"alias": {{Model: "base-v2", Weight: 100}}},
+		Objectives: map[string]int{"batch": -1},
+	})
+	ts := startServer(t, reg, sched, Options{Insecure: true, EnableConformanceTestBehaviors: true})
+
+	t.Run("concurrent streams stay in their pool", func(t *testing.T) {
+		var wg sync.WaitGroup
+		errs := make(chan error, 200)
+		for i := 0; i < 200; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				p := i % 20
+				g := ts.open(t, authorityOf(p), nil)
+				body := completionBody("m", i)
+				if err := g.stream.Send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex)); err != nil {
+					errs <- err
+					return
+				}
+				if err := g.stream.Send(reqBody(body, true)); err != nil {
+					errs <- err
+					return
+				}
+				hr, err := g.stream.Recv()
+				if err != nil {
+					errs <- err
+					return
+				}
+				dest, _ := mutationHeader(hr.GetRequestHeaders().GetResponse().GetHeaderMutation(), HeaderDestination)
+				for _, a := range strings.Split(dest, ",") {
+					if _, ok := f.pools[p].Endpoints().Get(a); !ok {
+						errs <- fmt.Errorf("pool %d got %q", p, dest)
+					}
+				}
+				_, _ = g.stream.Recv()
+				_ = g.stream.CloseSend()
+				_, _ = g.stream.Recv()
+			}(i)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if n := f.totalInFlight(); n != 0 {
+			t.Fatalf("in-flight %d", n)
+		}
+	})
+
+	t.Run("subset hint", func(t *testing.T) {
+		g := ts.open(t, authorityOf(5), nil)
+		m := reqHeaders(envoyHeaders("GET", "/v1/models"), true)
+		m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespaceSubset: {Fields: map[string]*structpb.Value{
+			MetadataKeySubset: structpb.NewStringValue("127.0.6.4:8000")}}}}
+		g.send(m)
+		r := g.recv()
+		if d := destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation()); d != "127.0.6.4:8000" {
+			t.Fatalf("subset hint ignored: %q", d)
+		}
+	})
+
+	t.Run("conformance selection and echo", func(t *testing.T) {
+		g := ts.open(t, authorityOf(7), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions", hdr{HeaderConformanceSelection, "127.0.8.3, 127.0.8.5", true}), false), duplex, duplex))
+		g.send(reqBody(completionBody("m", 1), true))
+		r := g.recv()
+		dest := destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation())
+		for _, a := range strings.Split(dest, ",") {
+			if a != "127.0.8.3:8000" && a != "127.0.8.5:8000" {
+				t.Fatalf("conformance selection ignored: %q", dest)
+			}
+		}
+		g.recv()
+		g.send(respHeaders([]hdr{{":status", "200", true}}, false, "127.0.8.5:8000"))
+		rh := g.recv()
+		if v, _ := mutationHeader(rh.GetResponseHeaders().GetResponse().GetHeaderMutation(), HeaderConformanceServed); v != "127.0.8.5:8000" {
+			t.Fatalf("served endpoint echo %q", v)
+		}
+		g.send(respBody(nil, true))
+		g.recv()
+		g.expectEOF()
+	})
+
+	t.Run("rewrite and shed", func(t *testing.T) {
+		g := ts.open(t, authorityOf(3), nil)
+		body := []byte(`{"model":"alias","prompt":"x"}`)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions", hdr{"content-length", strconv.Itoa(len(body)), true}), false), duplex, duplex))
+		g.send(reqBody(body, true))
+		r := g.recv()
+		destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation())
+		b := g.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()
+		if string(b) != `{"model":"base-v2","prompt":"x"}` {
+			t.Fatalf("body %s", b)
+		}
+		g.expectEOF()
+
+		// Saturate the pool: every endpoint's queue is deep and its KV cache full.
+		for _, e := range f.pools[3].Endpoints().Endpoints {
+			e.SetMetrics(&datastore.Metrics{WaitingRequests: 100, KVCacheUsage: 0.99, ScrapedAt: time.Now()})
+		}
+		g = ts.open(t, authorityOf(3), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions", hdr{hdrObjective, "batch", true}), false), duplex, duplex))
+		g.send(reqBody(body, true))
+		if code, msg := immediateCode(t, g.recv()); code != 429 {
+			t.Fatalf("sheddable request on a saturated pool answered %d %s", code, msg)
+		}
+	})
+	if n := f.totalInFlight(); n != 0 {
+		t.Fatalf("in-flight %d", n)
+	}
+}
