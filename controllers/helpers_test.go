@@ -308,3 +308,12 @@ func removeFinalizers(t *testing.T, ns, name string) {
 func testLogger(t *testing.T) logr.Logger { return testr.New(t) }
 
 func clientKey(o client.Object) client.ObjectKey { return client.ObjectKeyFromObject(o) }
+
+// runManager starts r.m until the test ends.
+func runManager(t *testing.T, r *running) {
+	t.Helper()
+	c, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- r.m.Start(c) }()
+	t.Cleanup(func() { r.stop(t) })
+}

@@ -1,0 +1,109 @@
+package controllers
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// TestStopEndsEveryGoroutine runs a picker through pools, a selector change
+// and a removal, stops it, and checks that no goroutine it started is left.
+func TestStopEndsEveryGoroutine(t *testing.T) {
+	ns := env.Namespace(t, "leak")
+	createPod(t, ns, "a", map[string]string{"app": "a"}, ready("10.12.0.1"))
+	createPod(t, ns, "b", map[string]string{"app": "b"}, ready("10.12.0.2"))
+	before := goleak.IgnoreCurrent()
+
+	r := start(t, nil, Options{Namespaces: []string{ns}})
+	k1, k2 := datastore.PoolKey{Namespace: ns, Name: "one"}, datastore.PoolKey{Namespace: ns, Name: "two"}
+	createPool(t, ns, "one", map[string]string{"app": "a"}, []int32{8000})
+	createPool(t, ns, "two", map[string]string{"app": "b"}, []int32{8000})
+	r.waitEndpoints(t, k1, "10.12.0.1:8000")
+	r.waitEndpoints(t, k2, "10.12.0.2:8000")
+	updatePool(t, k1, func(p *v1.InferencePool) {
+		p.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "b"}
+	})
+	r.waitEndpoints(t, k1, "10.12.0.2:8000")
+	// A pool left pending: its watch is cut mid-list by the stop.
+	createPool(t, ns, "three", map[string]string{"app": "c"}, []int32{8000})
+	r.stop(t)
+
+	goleak.VerifyNone(t, before,
+		// Idle keep-alive connections of the shared client-go transport
+		// belong to the transport cache, not to the picker.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*http2ClientConn).readLoop"),
+	)
+}
+
+func TestStripPod(t *testing.T) {
+	now := metav1.Now()
+	full := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Labels: map[string]string{"a": "b"},
+			Annotations: map[string]string{"big": "x"}, DeletionTimestamp: &now, ResourceVersion: "7",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Spec: podSpec(),
+		Status: corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, Message: "long text"},
+		}},
+	}
+	out, err := stripPod(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*corev1.Pod)
+	want := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Labels: map[string]string{"a": "b"}, DeletionTimestamp: &now},
+		Status:     corev1.PodStatus{PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	if got.String() != want.String() {
+		t.Fatalf("stripped pod\n%v\nwant\n%v", got, want)
+	}
+	tomb := "not a pod"
+	if o, _ := stripPod(tomb); o != tomb {
+		t.Fatal("a non-pod was changed")
+	}
+
+	readyPod := func(ip string, ready bool, deleting bool) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{PodIP: ip}}
+		s := corev1.ConditionFalse
+		if ready {
+			s = corev1.ConditionTrue
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: s}}
+		if deleting {
+			p.DeletionTimestamp = &now
+		}
+		return p
+	}
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"ready with IP", readyPod("10.0.0.1", true, false), true},
+		{"not ready", readyPod("10.0.0.1", false, false), false},
+		{"no IP", readyPod("", true, false), false},
+		{"terminating", readyPod("10.0.0.1", true, true), false},
+		{"no Ready condition", &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.0.0.1"}}, false},
+	}
+	for _, tc := range cases {
+		if got := podIsEndpoint(tc.pod); got != tc.want {
+			t.Errorf("%s: podIsEndpoint = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if endpointRelevantChange(readyPod("10.0.0.1", true, false), readyPod("10.0.0.1", true, false)) {
+		t.Error("an unchanged pod counted as a change")
+	}
+	if !endpointRelevantChange(readyPod("10.0.0.1", true, false), readyPod("10.0.0.1", false, false)) {
+		t.Error("a readiness change was missed")
+	}
+}
