@@ -1,0 +1,393 @@
+// Command extproc-bench measures poolpicker's ext_proc round trip (request
+// headers + body in, destination out) against a no-op ext_proc server that
+// answers a fixed endpoint, in the same run, over real gRPC on loopback.
+//
+//	go run ./bench/extproc -requests 20000
+//
+// For each body size and concurrency it prints req/s, p50/p99 latency to
+// the destination answer, process CPU per request (client and server share
+// the process, so the difference between rows is the server's extra cost),
+// and the latency ratio to the no-op server.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/scheduling"
+)
+
+func main() {
+	requests := flag.Int("requests", 20000, "round trips per row")
+	pools := flag.Int("pools", 50, "served pools")
+	endpoints := flag.Int("endpoints", 8, "endpoints per pool")
+	flag.Parse()
+	rows, err := run(context.Background(), config{requests: *requests, pools: *pools, endpoints: *endpoints,
+		bodies: []int{1 << 10, 64 << 10}, concurrency: []int{1, 64}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	print(os.Stdout, rows)
+}
+
+type config struct {
+	requests, pools, endpoints int
+	bodies, concurrency        []int
+}
+
+type row struct {
+	server            string
+	body, conc        int
+	reqPerSec         float64
+	p50, p99          time.Duration
+	cpuPerReq         time.Duration
+	ratioP50, ratio99 float64
+}
+
+// target is one ext_proc server under test.
+type target struct {
+	name      string
+	addr      string
+	stop      func()
+	authority func(i int) string
+}
+
+func run(ctx context.Context, cfg config) ([]row, error) {
+	targets, err := startTargets(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, t := range targets {
+			t.stop()
+		}
+	}()
+	var rows []row
+	for _, body := range cfg.bodies {
+		payload := makeBody(body)
+		for _, conc := range cfg.concurrency {
+			var base row
+			for i, t := range targets {
+				r, err := measure(t, payload, conc, cfg)
+				if err != nil {
+					return nil, fmt.Errorf("%s body=%d conc=%d: %w", t.name, body, conc, err)
+				}
+				if i == 0 {
+					base = r
+				}
+				r.ratioP50 = float64(r.p50) / float64(base.p50)
+				r.ratio99 = float64(r.p99) / float64(base.p99)
+				rows = append(rows, r)
+			}
+		}
+	}
+	return rows, nil
+}
+
+func print(w io.Writer, rows []row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "server\tbody\tconc\treq/s\tp50\tp99\tCPU/req\tp50 ratio\tp99 ratio\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%dKiB\t%d\t%.0f\t%v\t%v\t%v\t%.2f\t%.2f\t\n", r.server, r.body>>10, r.conc, r.reqPerSec,
+			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), r.cpuPerReq.Round(100*time.Nanosecond), r.ratioP50, r.ratio99)
+	}
+	tw.Flush()
+}
+
+func makeBody(size int) []byte {
+	head := `{"model":"meta-llama/Llama-3.1-8B-Instruct","max_tokens":128,"temperature":0.2,"messages":[{"role":"system","content":"You are a helpful assistant."},{"role":"user","content":"`
+	tail := `"}],"stream":false}`
+	n := max(size-len(head)-len(tail), 0)
+	var sb strings.Builder
+	words := []string{"the ", "quick ", "brown ", "fox ", "jumps ", "over ", "lazy ", "dogs ", "\\n", "\\\"q\\\" "}
+	for i := 0; sb.Len() < n; i++ {
+		sb.WriteString(words[i%len(words)])
+	}
+	return []byte(head + sb.String()[:n] + tail)
+}
+
+func startTargets(ctx context.Context, cfg config) ([]*target, error) {
+	// No-op: answers a fixed endpoint once the body is complete, echoing
+	// the chunks; no parsing, no pool resolution, no scheduling.
+	noop, err := serve(func(s *grpc.Server) { extprocv3.RegisterExternalProcessorServer(s, noopServer{}) })
+	if err != nil {
+		return nil, err
+	}
+	targets := []*target{noop}
+	noop.name = "noop"
+
+	for _, real := range []bool{false, true} {
+		reg := datastore.NewRegistry()
+		var sched extproc.Scheduler = firstLeastLoaded{}
+		name := "poolpicker+minimal-picker"
+		if real {
+			s, err := scheduling.New(nil, scheduling.Options{})
+			if err != nil {
+				return nil, err
+			}
+			reg.AddObserver(s)
+			sched, name = s, "poolpicker+scheduler"
+		}
+		populate(reg, cfg)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		hlis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis})
+		if err != nil {
+			return nil, err
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = srv.Start(sctx); close(done) }()
+		targets = append(targets, &target{name: name, addr: lis.Addr().String(), stop: func() { cancel(); <-done }})
+	}
+	return targets, nil
+}
+
+func serve(register func(*grpc.Server)) (*target, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := grpc.NewServer()
+	register(s)
+	go func() { _ = s.Serve(lis) }()
+	return &target{addr: lis.Addr().String(), stop: s.Stop}, nil
+}
+
+func populate(reg *datastore.Registry, cfg config) {
+	for i := 0; i < cfg.pools; i++ {
+		ns, name := fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pool-%d", i)
+		p := reg.Upsert(types.NamespacedName{Namespace: ns, Name: name}, &datastore.PoolSpec{
+			Selector: map[string]string{"app": name}, TargetPorts: []int32{8000}, PickerService: fmt.Sprintf("epp-%d", i), PickerPort: 9002})
+		var src []datastore.EndpointSource
+		for j := 0; j < cfg.endpoints; j++ {
+			src = append(src, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("%s-%d", name, j)},
+				UID: types.UID(fmt.Sprintf("%d-%d", i, j)), IP: fmt.Sprintf("127.0.%d.%d", i+1, j+2)})
+		}
+		p.SetPods(src)
+		p.SetSynced(true)
+	}
+}
+
+// firstLeastLoaded is the cheapest real picker: the endpoint with the
+// fewest requests in flight; it isolates the ext_proc server's own cost.
+type firstLeastLoaded struct{}
+
+func (firstLeastLoaded) Schedule(_ context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
+	eps := pool.Endpoints().Endpoints
+	if len(eps) == 0 {
+		return nil, scheduling.ErrNoEndpoints("empty pool")
+	}
+	best := eps[0]
+	for _, e := range eps[1:] {
+		if e.InFlight() < best.InFlight() {
+			best = e
+		}
+	}
+	return &scheduling.Result{Endpoints: []*datastore.Endpoint{best}, TargetModel: req.Model}, nil
+}
+
+type noopServer struct {
+	extprocv3.UnimplementedExternalProcessorServer
+}
+
+func (noopServer) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	var chunks [][]byte
+	for {
+		req, err := srv.Recv()
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		switch r := req.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			if r.RequestHeaders.GetEndOfStream() {
+				if err := srv.Send(decision()); err != nil {
+					return err
+				}
+			}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			chunks = append(chunks, r.RequestBody.GetBody())
+			if !r.RequestBody.GetEndOfStream() {
+				continue
+			}
+			if err := srv.Send(decision()); err != nil {
+				return err
+			}
+			for i, c := range chunks {
+				if err := srv.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+					Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+						StreamedResponse: &extprocv3.StreamedBodyResponse{Body: c, EndOfStream: i == len(chunks)-1}}}}}}}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+const fixedEndpoint = "127.0.0.2:8000"
+
+func decision() *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{
+		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-gateway-destination-endpoint", RawValue: []byte(fixedEndpoint)}}}}}}},
+		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"envoy.lb": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"x-gateway-destination-endpoint": structpb.NewStringValue(fixedEndpoint)}})}},
+	}
+}
+
+// chunkBytes is the size of the body messages sent, as Envoy forwards a
+// body in buffer-sized pieces.
+const chunkBytes = 16 << 10
+
+func measure(t *target, body []byte, conc int, cfg config) (row, error) {
+	// One connection per pool authority, as each pool's gateway cluster is
+	// its own connection; streams go round-robin over pools.
+	conns := make([]*grpc.ClientConn, cfg.pools)
+	for i := range conns {
+		c, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithAuthority(fmt.Sprintf("epp-%d.ns-%d.svc:9002", i, i%10)))
+		if err != nil {
+			return row{}, err
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	headers := &extprocv3.ProcessingRequest{
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
+			{Key: ":authority", RawValue: []byte("gw.example")}, {Key: "content-type", RawValue: []byte("application/json")},
+			{Key: "content-length", RawValue: []byte(fmt.Sprint(len(body)))}}}}},
+	}
+	var msgs []*extprocv3.ProcessingRequest
+	for off := 0; off < len(body); off += chunkBytes {
+		end := min(off+chunkBytes, len(body))
+		msgs = append(msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
+	}
+
+	// Warm up connections and code paths.
+	for i := 0; i < min(200, cfg.requests); i++ {
+		if _, err := roundTrip(conns[i%len(conns)], headers, msgs); err != nil {
+			return row{}, err
+		}
+	}
+	lat := make([]time.Duration, cfg.requests)
+	var next int64
+	var mu sync.Mutex
+	var firstErr error
+	cpu0 := cpuTime()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if int(i) >= cfg.requests {
+					return
+				}
+				d, err := roundTrip(conns[int(i)%len(conns)], headers, msgs)
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				lat[i] = d
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
+	if firstErr != nil {
+		return row{}, firstErr
+	}
+	slices.Sort(lat)
+	return row{server: t.name, body: len(body), conc: conc, reqPerSec: float64(cfg.requests) / elapsed.Seconds(),
+		p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], cpuPerReq: cpu / time.Duration(cfg.requests)}, nil
+}
+
+// roundTrip runs one stream as a full-duplex gateway does and returns the
+// time from the first message to the destination answer; it then drains
+// the body answers and closes the stream.
+func roundTrip(c *grpc.ClientConn, headers *extprocv3.ProcessingRequest, body []*extprocv3.ProcessingRequest) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	s, err := extprocv3.NewExternalProcessorClient(c).Process(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := s.Send(headers); err != nil {
+		return 0, err
+	}
+	for _, m := range body {
+		if err := s.Send(m); err != nil {
+			return 0, err
+		}
+	}
+	r, err := s.Recv()
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(start)
+	hm := r.GetRequestHeaders().GetResponse().GetHeaderMutation()
+	if len(hm.GetSetHeaders()) == 0 || len(hm.GetSetHeaders()[0].GetHeader().GetRawValue()) == 0 {
+		return 0, fmt.Errorf("no destination in %v", r)
+	}
+	for range body {
+		if _, err := s.Recv(); err != nil {
+			return 0, err
+		}
+	}
+	if err := s.CloseSend(); err != nil {
+		return 0, err
+	}
+	if _, err := s.Recv(); err != io.EOF {
+		return 0, fmt.Errorf("want EOF, got %v", err)
+	}
+	return d, nil
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
