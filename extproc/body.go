@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -128,12 +130,20 @@ func scanTopLevel(b []byte, kind pathKind, out *requestBody) error {
 		}
 		i = skipWS(b, i+1)
 		vs := i
-		ve, err := skipValue(b, i, 1)
-		if err != nil {
-			return err
-		}
-		if err := out.field(string(key), b[vs:ve], vs, kind); err != nil {
-			return err
+		var ve int
+		if k := string(key); k == "messages" && (kind == pathChat || kind == pathNone) && i < len(b) && b[i] == '[' {
+			// Walked once, validating as it renders: no second pass.
+			out.Prompt, ve, err = appendMessagesAt(make([]byte, 0, len(b)-i), b, i)
+			if err != nil {
+				return err
+			}
+		} else {
+			if ve, err = skipValue(b, i, 1); err != nil {
+				return err
+			}
+			if err := out.field(k, b[vs:ve], vs, kind); err != nil {
+				return err
+			}
 		}
 		i = skipWS(b, ve)
 		if i >= len(b) {
@@ -170,7 +180,7 @@ func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) e
 		r.Stream = string(raw) == "true"
 	case "prompt":
 		if kind == pathCompletions || kind == pathNone {
-			p, err := appendPrompt(nil, raw)
+			p, err := appendPrompt(make([]byte, 0, len(raw)), raw)
 			if err != nil {
 				return err
 			}
@@ -178,7 +188,7 @@ func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) e
 		}
 	case "messages":
 		if kind == pathChat || kind == pathNone {
-			p, err := appendMessages(nil, raw)
+			p, err := appendMessages(make([]byte, 0, len(raw)), raw)
 			if err != nil {
 				return err
 			}
@@ -217,36 +227,43 @@ func appendMessages(dst, raw []byte) ([]byte, error) {
 	if raw[0] != '[' {
 		return nil, badBody(`"messages" must be an array`)
 	}
-	err := forEachElement(raw, func(msg []byte) error {
-		if msg[0] != '{' {
-			return badBody(`each of "messages" must be an object`)
+	dst, _, err := appendMessagesAt(dst, raw, 0)
+	return dst, err
+}
+
+// appendMessagesAt renders the messages array starting at b[i] (a '['),
+// validating it, and returns the offset past it.
+func appendMessagesAt(dst, b []byte, i int) ([]byte, int, error) {
+	end, err := walkArray(b, i, 1, func(j int) (int, error) {
+		if b[j] != '{' {
+			return j, badBody(`each of "messages" must be an object`)
 		}
 		var role, content []byte
-		if err := forEachMember(msg, func(k string, v []byte) error {
+		e, err := walkObject(b, j, 2, func(k string, v int) (int, error) {
+			ve, err := skipValue(b, v, 3)
 			switch k {
 			case "role":
-				role = v
+				role = b[v:ve]
 			case "content":
-				content = v
+				content = b[v:ve]
 			}
-			return nil
-		}); err != nil {
-			return err
+			return ve, err
+		})
+		if err != nil {
+			return e, err
 		}
 		dst = append(dst, "<|"...)
 		if len(role) > 1 && role[0] == '"' {
-			var err error
 			if dst, err = appendUnescaped(dst, role[1:len(role)-1]); err != nil {
-				return err
+				return e, err
 			}
 		}
 		dst = append(dst, "|>"...)
 		if len(content) > 0 {
 			switch content[0] {
 			case '"':
-				var err error
 				if dst, err = appendUnescaped(dst, content[1:len(content)-1]); err != nil {
-					return err
+					return e, err
 				}
 			case '[':
 				if err := forEachElement(content, func(part []byte) error {
@@ -270,14 +287,94 @@ func appendMessages(dst, raw []byte) ([]byte, error) {
 					dst = append(dst, part...)
 					return nil
 				}); err != nil {
-					return err
+					return e, err
 				}
 			}
 		}
 		dst = append(dst, '\n')
-		return nil
+		return e, nil
 	})
-	return dst, err
+	return dst, end, err
+}
+
+// walkArray validates the array at b[i] (a '['), calling fn at each
+// element's offset; fn consumes the element and returns the offset past it.
+func walkArray(b []byte, i, depth int, fn func(j int) (int, error)) (int, error) {
+	if depth > maxJSONDepth {
+		return i, badBody("invalid JSON: nesting deeper than %d", maxJSONDepth)
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(b) {
+			return i, syntaxErr(b, i, "a value")
+		}
+		e, err := fn(i)
+		if err != nil {
+			return e, err
+		}
+		i = skipWS(b, e)
+		if i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == ']' {
+			return i + 1, nil
+		}
+		return i, syntaxErr(b, i, "',' or ']'")
+	}
+}
+
+// walkObject validates the object at b[i] (a '{'), calling fn with each
+// key and its value's offset; fn consumes the value and returns the offset
+// past it.
+func walkObject(b []byte, i, depth int, fn func(key string, v int) (int, error)) (int, error) {
+	if depth > maxJSONDepth {
+		return i, badBody("invalid JSON: nesting deeper than %d", maxJSONDepth)
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return i, syntaxErr(b, i, "object key")
+		}
+		end, escaped, err := scanString(b, i)
+		if err != nil {
+			return end, err
+		}
+		key := string(b[i+1 : end-1])
+		if escaped {
+			k, err := appendUnescaped(nil, b[i+1:end-1])
+			if err != nil {
+				return end, err
+			}
+			key = string(k)
+		}
+		i = skipWS(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return i, syntaxErr(b, i, "':' after object key")
+		}
+		i = skipWS(b, i+1)
+		if i >= len(b) {
+			return i, syntaxErr(b, i, "a value")
+		}
+		if i, err = fn(key, i); err != nil {
+			return i, err
+		}
+		i = skipWS(b, i)
+		if i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+			continue
+		}
+		if i < len(b) && b[i] == '}' {
+			return i + 1, nil
+		}
+		return i, syntaxErr(b, i, "',' or '}'")
+	}
 }
 
 // forEachElement calls fn with each element of a JSON array already
@@ -495,6 +592,15 @@ func scanNumber(b []byte, i int) (int, error) {
 func scanString(b []byte, i int) (end int, escaped bool, err error) {
 	i++
 	for i < len(b) {
+		// Skip eight plain bytes at a time: a word with no quote, backslash
+		// or control byte needs no closer look. Prompts are almost all such
+		// bytes, so this is where the parser spends its time.
+		for i+8 <= len(b) && !specialInWord(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		if i >= len(b) {
+			break
+		}
 		c := b[i]
 		switch {
 		case c == '"':
@@ -524,6 +630,18 @@ func scanString(b []byte, i int) (end int, escaped bool, err error) {
 	return i, escaped, syntaxErr(b, i, "closing '\"'")
 }
 
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// specialInWord reports whether any byte of w is '"', '\\' or below 0x20
+// (SWAR: each test sets a byte's high bit when that byte matches).
+func specialInWord(w uint64) bool {
+	hasZero := func(x uint64) uint64 { return (x - lsb) & ^x & msb }
+	return (hasZero(w^(lsb*'"'))|hasZero(w^(lsb*'\\'))|((w-lsb*0x20)&^w&msb)) != 0
+}
+
 func isHex4(h []byte) bool {
 	for _, c := range h {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
@@ -550,9 +668,9 @@ func appendUnescaped(dst, s []byte) ([]byte, error) {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c != '\\' {
-			j := i + 1
-			for j < len(s) && s[j] != '\\' {
-				j++
+			j := len(s)
+			if k := bytes.IndexByte(s[i+1:], '\\'); k >= 0 {
+				j = i + 1 + k
 			}
 			dst = append(dst, s[i:j]...)
 			i = j
