@@ -639,7 +639,7 @@ const (
 // (SWAR: each test sets a byte's high bit when that byte matches).
 func specialInWord(w uint64) bool {
 	hasZero := func(x uint64) uint64 { return (x - lsb) & ^x & msb }
-	return (hasZero(w^(lsb*'"'))|hasZero(w^(lsb*'\\'))|((w-lsb*0x20)&^w&msb)) != 0
+	return (hasZero(w^(lsb*'"')) | hasZero(w^(lsb*'\\')) | ((w - lsb*0x20) &^ w & msb)) != 0
 }
 
 func isHex4(h []byte) bool {
