@@ -72,6 +72,9 @@ type Stats struct {
 	Requests int
 	// ByStatus counts responses by the status sent to clients.
 	ByStatus map[int]int
+	// Picks counts the picker's primary endpoint per decision, whether or
+	// not the endpoint then took the connection.
+	Picks map[string]int
 	// ImmediateResponses counts requests the picker answered itself.
 	ImmediateResponses int
 	// ExtProcRetried counts requests whose ext_proc request phase needed
@@ -143,7 +146,7 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 		},
 		direct:  direct,
 		ready:   make(chan struct{}),
-		stats:   Stats{ByStatus: map[int]int{}},
+		stats:   Stats{ByStatus: map[int]int{}, Picks: map[string]int{}},
 		outages: map[string]*Outage{},
 	}
 	var protos http.Protocols
@@ -171,6 +174,10 @@ func (g *Gateway) Stats() Stats {
 	s.ByStatus = make(map[int]int, len(g.stats.ByStatus))
 	for k, v := range g.stats.ByStatus {
 		s.ByStatus[k] = v
+	}
+	s.Picks = make(map[string]int, len(g.stats.Picks))
+	for k, v := range g.stats.Picks {
+		s.Picks[k] = v
 	}
 	s.Outages = append([]Outage(nil), g.stats.Outages...)
 	for _, o := range g.outages {
@@ -375,6 +382,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.localError(w, http.StatusServiceUnavailable, "the endpoint picker returned no destination ("+HeaderDestination+" unset)")
 		return
 	}
+	g.count(func(s *Stats) { s.Picks[d.endpoints[0]]++ })
 	path := r.URL.RequestURI()
 	if d.path != "" {
 		path = d.path

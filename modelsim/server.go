@@ -174,6 +174,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// Options returns the server's options, defaults filled in.
+func (s *Server) Options() Options {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.opts
+	o.LoRAAdapters = slices.Clone(o.LoRAAdapters)
+	o.Listener = nil
+	return o
+}
+
 // Done is closed when the server has stopped.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
