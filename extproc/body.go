@@ -171,6 +171,11 @@ func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) e
 		if err != nil {
 			return err
 		}
+		if !utf8.ValidString(m) {
+			// encoding/json would silently turn it into U+FFFD and model
+			// servers reject it; a model name must be text.
+			return badBody(`"model" is not valid UTF-8`)
+		}
 		if m == "" && kind.strict() {
 			return badBody(`"model" is empty`)
 		}
@@ -551,7 +556,6 @@ func literal(b []byte, i int, lit string) (int, error) {
 }
 
 func scanNumber(b []byte, i int) (int, error) {
-	start := i
 	if b[i] == '-' {
 		i++
 	}
@@ -583,7 +587,6 @@ func scanNumber(b []byte, i int) (int, error) {
 			return i, syntaxErr(b, i, "a digit")
 		}
 	}
-	_ = start
 	return i, nil
 }
 

@@ -13,13 +13,12 @@ import (
 const otherLabel = "other"
 
 type metrics struct {
-	requests       *prometheus.CounterVec
-	errors         *prometheus.CounterVec
-	duration       *prometheus.HistogramVec
-	inputTokens    *prometheus.HistogramVec
-	outputTokens   *prometheus.HistogramVec
-	models         *labelCap
-	unresolvedPool string
+	requests     *prometheus.CounterVec
+	errors       *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	inputTokens  *prometheus.HistogramVec
+	outputTokens *prometheus.HistogramVec
+	models       *labelCap
 }
 
 func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {

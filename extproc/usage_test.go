@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 )
 
 func feed(u *usageReader, s string, chunk int) (Usage, bool) {
@@ -87,7 +86,6 @@ func TestUsageMetrics(t *testing.T) {
 	if f.totalInFlight() != 0 {
 		t.Fatal("in-flight left")
 	}
-	_ = time.Second
 }
 
 func TestModelLabelCap(t *testing.T) {
