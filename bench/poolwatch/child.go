@@ -8,11 +8,13 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -45,7 +47,15 @@ func runChild(f benchFlags) error {
 	t0 := time.Now()
 	switch f.child {
 	case "perpool":
-		m, err := controllers.New(cfg, controllers.Options{Registry: reg, Namespaces: namespaces(f)})
+		opts := controllers.Options{Registry: reg}
+		if f.perNamespace {
+			opts.Namespaces = namespaces(f)
+		}
+		if f.logV >= 0 {
+			opts.Logger = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), prefix, args) },
+				funcr.Options{Verbosity: f.logV})
+		}
+		m, err := controllers.New(cfg, opts)
 		if err != nil {
 			return err
 		}
@@ -83,10 +93,19 @@ func runChild(f benchFlags) error {
 	r.HeapInuseBytes, r.HeapObjects = ms.HeapInuse, ms.HeapObjects
 	r.RSSBytes, r.PeakRSSBytes = procStatus("VmRSS"), procStatus("VmHWM")
 	r.Goroutines = runtime.NumGoroutine()
+	if f.logV >= 5 {
+		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+	}
 
 	scoped := regexp.MustCompile(`^/api/v1/namespaces/[^/]+/pods$`)
+	if f.logV >= 4 {
+		fmt.Fprintln(os.Stderr, "sync took", time.Since(t0))
+	}
 	r.ScopedPodReqs = true
 	for _, q := range reqs.Requests() {
+		if f.logV >= 4 {
+			fmt.Fprintln(os.Stderr, q.At.Sub(t0).Round(time.Millisecond), q.Status, q.Method, q.URL.String())
+		}
 		r.Requests++
 		if !strings.Contains(q.URL.Path, "/pods") {
 			continue
@@ -164,9 +183,12 @@ func startBaseline(ctx context.Context, cfg *rest.Config, f benchFlags, reg *dat
 		}
 		byNS[p.Namespace] = append(byNS[p.Namespace], poolInfo{key: datastore.PoolKey{Namespace: p.Namespace, Name: p.Name}, sel: labels.SelectorFromSet(set)})
 	}
-	opts := cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{}}
-	for _, ns := range namespaces(f) {
-		opts.DefaultNamespaces[ns] = cache.Config{}
+	opts := cache.Options{Scheme: scheme}
+	if f.perNamespace {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces(f) {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
 	}
 	if stripped {
 		opts.ByObject = map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: stripPod}}

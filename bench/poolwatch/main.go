@@ -28,6 +28,8 @@ type benchFlags struct {
 	child                              string
 	kubeconfig                         string
 	nsPrefix                           string
+	logV                               int
+	perNamespace                       bool
 }
 
 func main() {
@@ -40,7 +42,9 @@ func main() {
 	flag.Float64Var(&f.qps, "qps", 50, "Client QPS of the measured process (poolpicker's --kube-api-qps default is 50).")
 	flag.IntVar(&f.burst, "burst", 100, "Client burst of the measured process (poolpicker's --kube-api-burst default is 100).")
 	flag.StringVar(&f.child, "child", "", "Internal: run one measured mode and print its result as JSON.")
-	flag.StringVar(&f.kubeconfig, "kubeconfig", "", "Internal: the child's kubeconfig.")
+	flag.StringVar(&f.kubeconfig, "child-kubeconfig", "", "Internal: the child's kubeconfig.")
+	flag.BoolVar(&f.perNamespace, "per-namespace", false, "Restrict the measured process to the bench namespaces (one informer per namespace and kind) instead of watching cluster-wide; the cluster holds only the bench's pods either way.")
+	flag.IntVar(&f.logV, "log-v", -1, "Log the measured process's controllers to stderr at this verbosity; -1: no logs.")
 	flag.StringVar(&f.nsPrefix, "ns-prefix", "bench", "Internal: namespace name prefix.")
 	flag.Parse()
 	if f.pools < 0 || f.pods < 0 || f.unrelated < 0 || f.namespaces < 1 {
@@ -113,9 +117,9 @@ func runParent(f benchFlags) error {
 	var results []result
 	for _, mode := range strings.Split(f.modes, ",") {
 		mode = strings.TrimSpace(mode)
-		args := []string{"-child", mode, "-kubeconfig", kubeconfig,
+		args := []string{"-child", mode, "-child-kubeconfig", kubeconfig,
 			"-pools", fmt.Sprint(f.pools), "-pods", fmt.Sprint(f.pods), "-unrelated", fmt.Sprint(f.unrelated),
-			"-namespaces", fmt.Sprint(f.namespaces), "-qps", fmt.Sprint(f.qps), "-burst", fmt.Sprint(f.burst), "-ns-prefix", f.nsPrefix}
+			"-namespaces", fmt.Sprint(f.namespaces), "-qps", fmt.Sprint(f.qps), "-burst", fmt.Sprint(f.burst), "-ns-prefix", f.nsPrefix, "-log-v", fmt.Sprint(f.logV), fmt.Sprintf("-per-namespace=%v", f.perNamespace)}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		cmd := exec.CommandContext(ctx, os.Args[0], args...)
 		cmd.Stderr = os.Stderr

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -16,6 +17,11 @@ type Request struct {
 	// URL is the full request URL; its Path and Query tell the resource,
 	// namespace, label selector and whether it is a watch.
 	URL *url.URL
+	// At is when the request was sent.
+	At time.Time
+	// Status is the response's HTTP status code; 0 when the request failed
+	// without a response.
+	Status int
 }
 
 // IsWatch reports whether the request is a watch (including a streaming
@@ -57,9 +63,15 @@ type recordingTransport struct {
 func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	u := *req.URL
 	t.log.mu.Lock()
-	t.log.requests = append(t.log.requests, Request{Method: req.Method, URL: &u})
+	i := len(t.log.requests)
+	t.log.requests = append(t.log.requests, Request{Method: req.Method, URL: &u, At: time.Now()})
 	t.log.mu.Unlock()
 	resp, err := t.next.RoundTrip(req)
+	if resp != nil {
+		t.log.mu.Lock()
+		t.log.requests[i].Status = resp.StatusCode
+		t.log.mu.Unlock()
+	}
 	if resp != nil && resp.Body != nil {
 		resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.log.responseBytes}
 	}
