@@ -60,6 +60,8 @@ type Gateway struct {
 
 	ready chan struct{}
 	addr  atomic.Pointer[string]
+	// health is the picker's readiness, nil without EPPHealthAddress.
+	health *readiness
 
 	mu      sync.Mutex
 	stats   Stats
@@ -149,6 +151,11 @@ func New(cfg *rest.Config, opts Options) (*Gateway, error) {
 		stats:   Stats{ByStatus: map[int]int{}, Picks: map[string]int{}},
 		outages: map[string]*Outage{},
 	}
+	if opts.EPPHealthAddress != "" {
+		g.health = newReadiness(opts.EPPHealthAddress, func(ready bool) {
+			g.log.Info("endpoint picker readiness changed", "health", opts.EPPHealthAddress, "ready", ready)
+		})
+	}
 	var protos http.Protocols
 	protos.SetUnencryptedHTTP2(true)
 	g.h2c = &http.Transport{DialContext: dialer.DialContext, Protocols: &protos, DisableCompression: true}
@@ -208,6 +215,13 @@ func (g *Gateway) Start(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
+	if g.health != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g.health.run(ctx)
+		}()
+	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -233,6 +247,11 @@ func (g *Gateway) Start(ctx context.Context) error {
 	}()
 	select {
 	case <-routesReady:
+		if g.health != nil {
+			// Give the health watch a moment to learn the picker's state,
+			// so that the first requests do not wait on a default.
+			g.awaitHealth(ctx, connectWait)
+		}
 		g.log.Info("development gateway ready", "addr", addr)
 		close(g.ready)
 	case err = <-errc:
@@ -467,14 +486,30 @@ var errNotReady = errors.New("ext_proc connection not ready")
 // still being established.
 const connectWait = time.Second
 
-// waitReady waits until cc is connected. A connection in transient failure
-// (the picker refused it) fails the attempt at once, so the caller records
-// the outage and retries; one still connecting gets connectWait, or until
-// deadline when that is sooner.
+// waitReady waits until the picker is Ready (EPPHealthAddress) and cc is
+// connected. A connection in transient failure (the picker refused it)
+// fails the attempt at once, so the caller records the outage and retries;
+// an unready picker or a connection still being established gets
+// connectWait, or until deadline when that is sooner.
 func (g *Gateway) waitReady(ctx context.Context, cc *grpc.ClientConn, deadline time.Time) error {
 	until := time.Now().Add(connectWait)
 	if !deadline.IsZero() && deadline.Before(until) {
 		until = deadline
+	}
+	if g.health != nil {
+		for {
+			ready, changed := g.health.state()
+			if ready {
+				break
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Until(until)):
+				return fmt.Errorf("%w (picker not ready on %s)", errNotReady, g.opts.EPPHealthAddress)
+			}
+		}
 	}
 	wctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
@@ -494,6 +529,24 @@ func (g *Gateway) waitReady(ctx context.Context, cc *grpc.ClientConn, deadline t
 				return ctx.Err()
 			}
 			return fmt.Errorf("%w (state %s)", errNotReady, s)
+		}
+	}
+}
+
+// awaitHealth waits up to d for the picker to report Ready.
+func (g *Gateway) awaitHealth(ctx context.Context, d time.Duration) {
+	timeout := time.After(d)
+	for {
+		ready, changed := g.health.state()
+		if ready {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			return
+		case <-ctx.Done():
+			return
 		}
 	}
 }

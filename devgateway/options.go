@@ -41,6 +41,13 @@ type Options struct {
 	// ResolveEPP maps a pool's endpointPickerRef (namespace, Service, port)
 	// to a host:port to dial. Nil: EPPAddress for every Service.
 	ResolveEPP func(namespace, service string, port int32) string
+	// EPPHealthAddress, when set, is the host:port of the picker's gRPC
+	// health server (poolpicker --grpc-health-port). The gateway then sends
+	// streams to the picker only while its "readiness" service is SERVING
+	// and holds requests otherwise, as a cluster's Service routes only to
+	// Ready picker pods. Empty: the picker is used whenever it accepts
+	// connections. It applies to every address ResolveEPP returns.
+	EPPHealthAddress string
 	// EPPPlaintext dials the picker without TLS (poolpicker
 	// --secure-serving=false). Zero (false): TLS without certificate
 	// verification, as gateways talk to an EPP by default.

@@ -243,13 +243,15 @@ func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	err := vllmpage.Write(w, s.State(), vllmpage.Options{
+	page, err := vllmpage.Page(s.State(), vllmpage.Options{
 		Engine: vllmpage.VLLM, Model: s.opts.Model, MinBytes: s.opts.MetricsPageBytes, Seed: s.opts.Seed,
 	})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
 	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_, _ = w.Write(page) // a scraper that went away is not an error here
 }
 
 // adapterOf maps a requested model to its LoRA adapter ("" for the base

@@ -49,6 +49,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	fs.StringVar(&o.Addr, "addr", devgateway.DefaultAddr, "address to listen on for HTTP requests")
 	gateway := fs.String("gateway", "", "only use HTTPRoutes attached to this Gateway, as namespace/name (default: every HTTPRoute)")
 	fs.StringVar(&o.EPPAddress, "epp-address", devgateway.DefaultEPPAddress, "host:port of the endpoint picker's ext_proc port; every pool's endpointPickerRef Service is reached there, with the Service as :authority")
+	fs.StringVar(&o.EPPHealthAddress, "epp-health-address", "", "host:port of the endpoint picker's gRPC health port: requests are held while its readiness is not SERVING, as a Service routes only to Ready pods (default: no readiness gating)")
 	fs.BoolVar(&o.EPPPlaintext, "epp-plaintext", false, "dial the endpoint picker without TLS (for poolpicker --secure-serving=false)")
 	fs.DurationVar(&o.ExtProcRetryWindow, "extproc-retry-window", devgateway.DefaultExtProcRetryWindow, "how long requests wait and retry while the endpoint picker is unreachable (negative: no retry)")
 	fs.DurationVar(&o.ConnectTimeout, "connect-timeout", devgateway.DefaultConnectTimeout, "timeout of each upstream connection attempt")

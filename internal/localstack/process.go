@@ -31,14 +31,16 @@ const (
 	StopTimeout = 20 * time.Second
 )
 
-// BuildPicker builds cmd/poolpicker into dir and returns the binary's path.
-func BuildPicker(ctx context.Context, root, dir string) (string, error) {
+// BuildPicker builds cmd/poolpicker into dir, with extra go build flags, and
+// returns the binary's path.
+func BuildPicker(ctx context.Context, root, dir string, flags ...string) (string, error) {
 	out := filepath.Join(dir, "poolpicker")
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(gobin); err != nil {
 		gobin = "go"
 	}
-	cmd := exec.CommandContext(ctx, gobin, "build", "-o", out, "./cmd/poolpicker")
+	args := append(append([]string{"build"}, flags...), "-o", out, "./cmd/poolpicker")
+	cmd := exec.CommandContext(ctx, gobin, args...)
 	cmd.Dir = root
 	var msg bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &msg, &msg

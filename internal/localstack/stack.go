@@ -81,6 +81,10 @@ type Options struct {
 	// PickerBinary is a poolpicker binary to run. Empty: built with `go build`
 	// into Dir at start.
 	PickerBinary string
+	// PickerBuildFlags are extra `go build` flags for the poolpicker binary
+	// (tests build it with -race, which also reuses the race-built packages
+	// of the test run).
+	PickerBuildFlags []string
 	// Gateway tunes the development gateway; its Addr, EPPAddress, Gateway
 	// and Logger are set by the stack.
 	Gateway devgateway.Options
@@ -203,7 +207,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			binc <- built{path: opts.PickerBinary}
 			return
 		}
-		p, err := BuildPicker(ctx, opts.Root, s.Dir)
+		p, err := BuildPicker(ctx, opts.Root, s.Dir, opts.PickerBuildFlags...)
 		binc <- built{p, err}
 	}()
 
@@ -251,6 +255,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	gwOpts := opts.Gateway
 	gwOpts.Addr = opts.GatewayAddr
 	gwOpts.EPPAddress = fmt.Sprintf("127.0.0.1:%d", opts.GRPCPort)
+	gwOpts.EPPHealthAddress = fmt.Sprintf("127.0.0.1:%d", opts.HealthPort)
 	gwOpts.Gateway = types.NamespacedName{Namespace: DefaultGatewayNamespace, Name: DefaultGatewayName}
 	gwOpts.Logger = opts.Logger.WithName("devgateway")
 	if slices.Contains(opts.PickerArgs, "--secure-serving=false") {
