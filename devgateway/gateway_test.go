@@ -260,6 +260,30 @@ func TestPickerRetryWindow(t *testing.T) {
 	}
 }
 
+// With the picker's health address, requests wait while the picker is not
+// Ready (here: it serves no pool yet) instead of reaching it, as a Service
+// routes only to Ready pods; they go through once it is.
+func TestWaitsForPickerReadiness(t *testing.T) {
+	ns := env.Namespace(t, "gw")
+	sims, port := simGroup(t, 1, fastSim)
+	reg := datastore.NewRegistry()
+	p := startPicker(t, "", reg)
+	createPool(t, ns, "pool", "epp", 9002, port, "")
+	createRoute(t, ns, "r", gwv1.HTTPRouteRule{BackendRefs: []gwv1.HTTPBackendRef{poolRef("pool", 1)}})
+	g := startGateway(t, ns, Options{EPPAddress: p.addr, EPPHealthAddress: p.healthAddr})
+	res := make(chan result, 1)
+	go func() { res <- do(t, newClient(t), g, "/v1/completions", completion(false), nil) }()
+	eventually(t, "request held", func() bool { return g.Stats().ExtProcRetried == 1 })
+	addPool(reg, ns, "pool", "epp", 9002, sims)
+	r := <-res
+	if r.code != 200 || r.header.Get(HeaderExtProcAttempts) == "" {
+		t.Fatalf("held request: %d attempts=%q %s", r.code, r.header.Get(HeaderExtProcAttempts), r.body)
+	}
+	if st := g.Stats(); st.ImmediateResponses != 0 || len(st.Outages) != 1 || st.Outages[0].End.IsZero() {
+		t.Fatalf("stats %+v: the unready picker must not have been asked", st)
+	}
+}
+
 // A FailOpen pool whose picker is down is served by any ready pod.
 func TestFailOpen(t *testing.T) {
 	ns := env.Namespace(t, "gw")

@@ -139,10 +139,11 @@ var fastSim = modelsim.Options{PrefillPerToken: -1, DecodePerToken: -1, LoRALoad
 // picker is a real ext_proc server (package extproc) on loopback with its
 // own registry, which the test fills as the pool controller would.
 type picker struct {
-	reg    *datastore.Registry
-	addr   string
-	cancel context.CancelFunc
-	done   chan error
+	reg        *datastore.Registry
+	addr       string
+	healthAddr string
+	cancel     context.CancelFunc
+	done       chan error
 }
 
 func startPicker(t *testing.T, addr string, reg *datastore.Registry) *picker {
@@ -163,12 +164,12 @@ func startPicker(t *testing.T, addr string, reg *datastore.Registry) *picker {
 		t.Fatal(err)
 	}
 	reg.AddObserver(sched)
-	srv, err := extproc.New(reg, sched, extproc.Options{GRPCListener: l, HealthListener: hl, EnableConformanceTestBehaviors: true, DrainTimeout: time.Second})
+	srv, err := extproc.New(reg, sched, extproc.Options{GRPCListener: l, HealthListener: hl, EnableConformanceTestBehaviors: true, DrainTimeout: time.Second, HealthInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &picker{reg: reg, addr: l.Addr().String(), cancel: cancel, done: make(chan error, 1)}
+	p := &picker{reg: reg, addr: l.Addr().String(), healthAddr: hl.Addr().String(), cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- srv.Start(ctx) }()
 	t.Cleanup(p.stop)
 	return p
