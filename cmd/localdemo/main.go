@@ -55,6 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.HealthPort, "grpc-health-port", localstack.DefaultHealthPort, "poolpicker's gRPC health port")
 	fs.IntVar(&o.MetricsPort, "metrics-port", localstack.DefaultMetricsPort, "poolpicker's metrics port")
 	pickerArgs := fs.String("poolpicker-args", "", "extra poolpicker flags, space-separated (e.g. \"-v=4\")")
+	buildFlags := fs.String("poolpicker-build-flags", "", "extra go build flags for poolpicker, space-separated (e.g. \"-race\")")
 	verbosity := fs.Int("v", 0, "log verbosity of the demo and the gateway (2: pods and route changes, 4: every request)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -63,6 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	o.PickerArgs = strings.Fields(*pickerArgs)
+	o.PickerBuildFlags = strings.Fields(*buildFlags)
 	o.Logger = funcr.New(func(prefix, args string) { fmt.Fprintln(stderr, prefix, args) }, funcr.Options{Verbosity: *verbosity})
 	ctrllog.SetLogger(o.Logger.WithName("k8s").V(1))
 
