@@ -32,9 +32,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -228,9 +225,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.Kubeconfig = filepath.Join(s.Dir, "kubeconfig")
-	if err := WriteKubeconfig(env.Config, s.Kubeconfig); err != nil {
+	if err := testenv.WriteKubeconfig(env.Config, s.Kubeconfig); err != nil {
 		<-binc
-		return nil, err
+		return nil, fmt.Errorf("localstack: writing kubeconfig: %w", err)
 	}
 	if err := s.applySamples(ctx); err != nil {
 		<-binc
@@ -278,23 +275,6 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.GatewayURL = "http://" + gw.Addr()
 	return s, nil
-}
-
-// WriteKubeconfig writes an administrator kubeconfig for cfg.
-func WriteKubeconfig(cfg *rest.Config, path string) error {
-	kc := clientcmdapi.NewConfig()
-	host := cfg.Host
-	if !strings.Contains(host, "://") {
-		host = "https://" + host
-	}
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "admin"}
-	kc.CurrentContext = "local"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return fmt.Errorf("localstack: writing kubeconfig: %w", err)
-	}
-	return nil
 }
 
 // applySamples creates every object of the sample directory's YAML files,
@@ -450,21 +430,27 @@ func (s *Stack) Scale(ctx context.Context, deploy types.NamespacedName, replicas
 func (s *Stack) allocIP() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ip := slices.Clone(s.nextIP)
-	for i := len(s.nextIP) - 1; i >= 0; i-- {
-		s.nextIP[i]++
-		if s.nextIP[i] != 0 && s.nextIP[i] != 255 {
-			break
-		}
-		if s.nextIP[i] == 255 {
-			s.nextIP[i] = 2 // skip .255 and .0/.1 of the next /24
-			if i > 0 {
-				s.nextIP[i-1]++
-			}
+	ip := s.nextIP.String()
+	s.nextIP = nextHost(s.nextIP)
+	return ip
+}
+
+// nextHost is the IPv4 address after ip, skipping .255, .0 and .1 of each
+// /24 (broadcast-looking, network and the usual host address).
+func nextHost(ip net.IP) net.IP {
+	n := slices.Clone(ip.To4())
+	if n[3] < 254 {
+		n[3]++
+		return n
+	}
+	n[3] = 2
+	for i := 2; i >= 0; i-- {
+		n[i]++
+		if n[i] != 0 {
 			break
 		}
 	}
-	return ip.String()
+	return n
 }
 
 func (s *Stack) addPod(ctx context.Context, key types.NamespacedName, d *deployment) error {
