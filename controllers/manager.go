@@ -120,7 +120,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controllers: creating manager: %w", err)
 	}
-	pods, err := corev1client.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	pods, err := corev1client.NewForConfig(podWatchConfig(mgr.GetConfig()))
 	if err != nil {
 		return nil, fmt.Errorf("controllers: creating pod client: %w", err)
 	}
@@ -146,6 +146,19 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// podWatchConfig tunes the client of the per-pool pod watches, of which
+// there are thousands, each a long-lived stream: a gzip reader holds some
+// 40 KB per stream, more than a small pool's pods, so responses come
+// uncompressed; and pods come as protobuf, smaller and cheaper to decode
+// than JSON.
+func podWatchConfig(cfg *rest.Config) *rest.Config {
+	cp := rest.CopyConfig(cfg)
+	cp.DisableCompression = true
+	cp.ContentType = "application/vnd.kubernetes.protobuf"
+	cp.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	return cp
 }
 
 // Add adds a component (ext_proc server, scraper, ...) to run beside the

@@ -93,6 +93,12 @@ func runChild(f benchFlags) error {
 	r.HeapInuseBytes, r.HeapObjects = ms.HeapInuse, ms.HeapObjects
 	r.RSSBytes, r.PeakRSSBytes = procStatus("VmRSS"), procStatus("VmHWM")
 	r.Goroutines = runtime.NumGoroutine()
+	if f.heapProfile != "" {
+		if hf, err := os.Create(f.heapProfile + "." + f.child); err == nil {
+			_ = pprof.WriteHeapProfile(hf)
+			hf.Close()
+		}
+	}
 	if f.logV >= 5 {
 		_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 	}

@@ -30,6 +30,7 @@ type benchFlags struct {
 	nsPrefix                           string
 	logV                               int
 	perNamespace                       bool
+	heapProfile                        string
 }
 
 func main() {
@@ -44,6 +45,7 @@ func main() {
 	flag.StringVar(&f.child, "child", "", "Internal: run one measured mode and print its result as JSON.")
 	flag.StringVar(&f.kubeconfig, "child-kubeconfig", "", "Internal: the child's kubeconfig.")
 	flag.BoolVar(&f.perNamespace, "per-namespace", false, "Restrict the measured process to the bench namespaces (one informer per namespace and kind) instead of watching cluster-wide; the cluster holds only the bench's pods either way.")
+	flag.StringVar(&f.heapProfile, "heap-profile", "", "Write each measured process's heap profile after sync to this path prefix (+mode).")
 	flag.IntVar(&f.logV, "log-v", -1, "Log the measured process's controllers to stderr at this verbosity; -1: no logs.")
 	flag.StringVar(&f.nsPrefix, "ns-prefix", "bench", "Internal: namespace name prefix.")
 	flag.Parse()
@@ -119,7 +121,7 @@ func runParent(f benchFlags) error {
 		mode = strings.TrimSpace(mode)
 		args := []string{"-child", mode, "-child-kubeconfig", kubeconfig,
 			"-pools", fmt.Sprint(f.pools), "-pods", fmt.Sprint(f.pods), "-unrelated", fmt.Sprint(f.unrelated),
-			"-namespaces", fmt.Sprint(f.namespaces), "-qps", fmt.Sprint(f.qps), "-burst", fmt.Sprint(f.burst), "-ns-prefix", f.nsPrefix, "-log-v", fmt.Sprint(f.logV), fmt.Sprintf("-per-namespace=%v", f.perNamespace)}
+			"-namespaces", fmt.Sprint(f.namespaces), "-qps", fmt.Sprint(f.qps), "-burst", fmt.Sprint(f.burst), "-ns-prefix", f.nsPrefix, "-log-v", fmt.Sprint(f.logV), fmt.Sprintf("-per-namespace=%v", f.perNamespace), "-heap-profile", f.heapProfile}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		cmd := exec.CommandContext(ctx, os.Args[0], args...)
 		cmd.Stderr = os.Stderr
