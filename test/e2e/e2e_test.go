@@ -71,7 +71,7 @@ func TestEachPoolServedByItsOwnPods(t *testing.T) {
 		t.Logf("%s: requests per pod %v", sp.pool, used)
 	}
 	// The servers agree: each served only its own pool's model.
-	for i, sp := range samplePools {
+	for _, sp := range samplePools {
 		for _, p := range stack.Pods(sp.deploy) {
 			after := p.Server.Stats()
 			for m, n := range after.ByModel {
@@ -79,7 +79,6 @@ func TestEachPoolServedByItsOwnPods(t *testing.T) {
 					t.Fatalf("%s pod %s served model %s", sp.pool, p.Name, m)
 				}
 			}
-			_ = i
 		}
 	}
 }
