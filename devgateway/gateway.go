@@ -276,7 +276,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 	return err
 }
 
-// status records the status sent for a request.
+// countStatus records the status sent to a client.
 func (g *Gateway) countStatus(code int) {
 	g.mu.Lock()
 	g.stats.ByStatus[code]++

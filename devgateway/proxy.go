@@ -39,7 +39,7 @@ func (g *Gateway) passThrough(w http.ResponseWriter, resp *http.Response, served
 	w.Header().Set(HeaderServedEndpoint, served)
 	w.WriteHeader(resp.StatusCode)
 	g.countStatus(resp.StatusCode)
-	copyFlushing(w, resp.Body, nil)
+	_ = copyFlushing(w, resp.Body, nil) // a client gone mid-copy ends the request; nothing to answer
 }
 
 // copyFlushing copies src to w, flushing after every read so that SSE events
