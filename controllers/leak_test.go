@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"reflect"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -59,26 +60,24 @@ func TestStripPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := out.(*corev1.Pod)
-	want := &corev1.Pod{
+	want := &endpointPod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Labels: map[string]string{"a": "b"}, DeletionTimestamp: &now},
-		Status:     corev1.PodStatus{PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		IP:         "10.0.0.1", Ready: true,
 	}
-	if got.String() != want.String() {
-		t.Fatalf("stripped pod\n%v\nwant\n%v", got, want)
+	if !reflect.DeepEqual(out, want) {
+		t.Fatalf("stripped pod\n%+v\nwant\n%+v", out, want)
 	}
-	tomb := "not a pod"
-	if o, _ := stripPod(tomb); o != tomb {
-		t.Fatal("a non-pod was changed")
+	if again, _ := stripPod(out); again != out {
+		t.Fatal("an already stripped pod was changed")
+	}
+	cp := want.DeepCopyObject().(*endpointPod)
+	cp.Labels["a"] = "changed"
+	if want.Labels["a"] != "b" {
+		t.Fatal("DeepCopyObject shares the labels")
 	}
 
-	readyPod := func(ip string, ready bool, deleting bool) *corev1.Pod {
-		p := &corev1.Pod{Status: corev1.PodStatus{PodIP: ip}}
-		s := corev1.ConditionFalse
-		if ready {
-			s = corev1.ConditionTrue
-		}
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: s}}
+	pod := func(ip string, ready, deleting bool) *endpointPod {
+		p := &endpointPod{IP: ip, Ready: ready}
 		if deleting {
 			p.DeletionTimestamp = &now
 		}
@@ -86,24 +85,27 @@ func TestStripPod(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		pod  *corev1.Pod
+		pod  *endpointPod
 		want bool
 	}{
-		{"ready with IP", readyPod("10.0.0.1", true, false), true},
-		{"not ready", readyPod("10.0.0.1", false, false), false},
-		{"no IP", readyPod("", true, false), false},
-		{"terminating", readyPod("10.0.0.1", true, true), false},
-		{"no Ready condition", &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.0.0.1"}}, false},
+		{"ready with IP", pod("10.0.0.1", true, false), true},
+		{"not ready", pod("10.0.0.1", false, false), false},
+		{"no IP", pod("", true, false), false},
+		{"terminating", pod("10.0.0.1", true, true), false},
 	}
 	for _, tc := range cases {
-		if got := podIsEndpoint(tc.pod); got != tc.want {
-			t.Errorf("%s: podIsEndpoint = %v, want %v", tc.name, got, tc.want)
+		if got := tc.pod.isEndpoint(); got != tc.want {
+			t.Errorf("%s: isEndpoint = %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	if endpointRelevantChange(readyPod("10.0.0.1", true, false), readyPod("10.0.0.1", true, false)) {
+	noReady, _ := stripPod(&corev1.Pod{Status: corev1.PodStatus{PodIP: "10.0.0.1"}})
+	if noReady.(*endpointPod).isEndpoint() {
+		t.Error("a pod without a Ready condition is an endpoint")
+	}
+	if endpointRelevantChange(pod("10.0.0.1", true, false), pod("10.0.0.1", true, false)) {
 		t.Error("an unchanged pod counted as a change")
 	}
-	if !endpointRelevantChange(readyPod("10.0.0.1", true, false), readyPod("10.0.0.1", false, false)) {
+	if !endpointRelevantChange(pod("10.0.0.1", true, false), pod("10.0.0.1", false, false)) {
 		t.Error("a readiness change was missed")
 	}
 }

@@ -3,16 +3,21 @@ package controllers
 import (
 	"context"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	toolscache "k8s.io/client-go/tools/cache"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/poolpicker/poolpicker/datastore"
 )
@@ -33,17 +38,15 @@ type servedPool struct {
 }
 
 // podWatch is one list+watch of the pods matching one selector in one
-// namespace, with its objects stripped to what an endpoint needs.
+// namespace, with its objects stripped to what an endpoint needs. It is one
+// goroutine (plus the client's stream reader): the pods are a map owned by
+// that goroutine, published to the pool after each burst of events.
 type podWatch struct {
 	owner    *servedPool
 	selector string
-	store    toolscache.Store
-	informer toolscache.Controller
-	// notify coalesces pod events: the run loop republishes once per wake-up,
-	// so a burst of events costs one endpoint-set rebuild.
-	notify  chan struct{}
-	cancel  context.CancelFunc
-	started time.Time
+	pods     corev1client.PodInterface
+	cancel   context.CancelFunc
+	started  time.Time
 }
 
 // ensureWatch makes a watch with selector active or pending. It never waits
@@ -87,7 +90,7 @@ func (sp *servedPool) stop() {
 }
 
 // synced is called once by w after its first complete list.
-func (sp *servedPool) synced(w *podWatch) {
+func (sp *servedPool) synced(w *podWatch, pods []datastore.EndpointSource) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if w != sp.pending {
@@ -95,7 +98,7 @@ func (sp *servedPool) synced(w *podWatch) {
 	}
 	old := sp.active
 	sp.active, sp.pending = w, nil
-	sp.publishLocked()
+	sp.publishLocked(pods)
 	sp.pool.SetSynced(true)
 	// Only now, with the new set published, may the old watch go.
 	if old != nil {
@@ -107,66 +110,58 @@ func (sp *servedPool) synced(w *podWatch) {
 		"endpoints", sp.pool.Endpoints().Len(), "duration", time.Since(w.started))
 }
 
-func (sp *servedPool) publish(w *podWatch) {
+// publish replaces the pool's pods if w is still the active watch.
+func (sp *servedPool) publish(w *podWatch, pods []datastore.EndpointSource) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if w == sp.active {
-		sp.publishLocked()
+		sp.publishLocked(pods)
 	}
 }
 
-func (sp *servedPool) publishLocked() {
-	objs := sp.active.store.List()
-	pods := make([]datastore.EndpointSource, 0, len(objs))
-	for _, o := range objs {
-		pod, ok := o.(*corev1.Pod)
-		if !ok || !podIsEndpoint(pod) {
-			continue
-		}
-		pods = append(pods, datastore.EndpointSource{
-			Pod:    datastore.PoolKey{Namespace: pod.Namespace, Name: pod.Name},
-			UID:    pod.UID,
-			IP:     pod.Status.PodIP,
-			Labels: pod.Labels,
-		})
-	}
-	slices.SortFunc(pods, func(a, b datastore.EndpointSource) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
+func (sp *servedPool) publishLocked(pods []datastore.EndpointSource) {
 	sp.pool.SetPods(pods)
 	sp.m.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods)))
 }
 
-// podIsEndpoint: Ready, not terminating, and addressable.
-func podIsEndpoint(pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp == nil && pod.Status.PodIP != "" && podReady(pod)
+// endpointPod is what a pod watch keeps of a pod: name, namespace, UID,
+// labels, deletion state, IP and readiness. It weighs about 300 bytes
+// where a corev1.Pod, even emptied, weighs 1.2 KB.
+type endpointPod struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	IP    string
+	Ready bool
 }
 
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+func (p *endpointPod) DeepCopyObject() runtime.Object {
+	cp := *p
+	p.ObjectMeta.DeepCopyInto(&cp.ObjectMeta)
+	return &cp
 }
 
-// stripPod keeps what an endpoint is made of; a full pod is several
-// kilobytes (spec, managed fields), the stripped one a few hundred bytes.
+// isEndpoint: Ready, not terminating, and addressable.
+func (p *endpointPod) isEndpoint() bool {
+	return p.DeletionTimestamp == nil && p.IP != "" && p.Ready
+}
+
+// stripPod is the pod watch's transform: a full pod is several kilobytes
+// (spec, status, managed fields), of which an endpoint needs a few fields.
 func stripPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
-		return obj, nil // tombstones carry an already stripped pod
+		return obj, nil // already stripped (tombstones, re-lists)
 	}
-	out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+	out := &endpointPod{ObjectMeta: metav1.ObjectMeta{
 		Name:              pod.Name,
 		Namespace:         pod.Namespace,
 		UID:               pod.UID,
 		Labels:            pod.Labels,
 		DeletionTimestamp: pod.DeletionTimestamp,
-	}}
-	out.Status.PodIP = pod.Status.PodIP
+	}, IP: pod.Status.PodIP}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
-			out.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: c.Status}}
+			out.Ready = c.Status == corev1.ConditionTrue
 			break
 		}
 	}
@@ -174,54 +169,39 @@ func stripPod(obj any) (any, error) {
 }
 
 // endpointRelevantChange reports whether an update can change the endpoint
-// set: other status churn (container restarts counted, conditions other than
-// Ready) is dropped by the transform and must not rebuild the set.
+// set: other status churn (restart counts, conditions other than Ready) is
+// dropped by the transform and must not rebuild the set.
 func endpointRelevantChange(oldObj, newObj any) bool {
-	o, ok1 := oldObj.(*corev1.Pod)
-	n, ok2 := newObj.(*corev1.Pod)
+	o, ok1 := oldObj.(*endpointPod)
+	n, ok2 := newObj.(*endpointPod)
 	if !ok1 || !ok2 {
 		return true
 	}
-	return o.UID != n.UID || o.Status.PodIP != n.Status.PodIP || podIsEndpoint(o) != podIsEndpoint(n) ||
-		!maps.Equal(o.Labels, n.Labels)
+	return o.UID != n.UID || o.IP != n.IP || o.isEndpoint() != n.isEndpoint() || !maps.Equal(o.Labels, n.Labels)
+}
+
+// endpointSources lists the endpoint pods of a watch's map, by name.
+func endpointSources(pods map[string]*endpointPod) []datastore.EndpointSource {
+	out := make([]datastore.EndpointSource, 0, len(pods))
+	for _, pod := range pods {
+		if !pod.isEndpoint() {
+			continue
+		}
+		out = append(out, datastore.EndpointSource{
+			Pod:    datastore.PoolKey{Namespace: pod.Namespace, Name: pod.Name},
+			UID:    pod.UID,
+			IP:     pod.IP,
+			Labels: pod.Labels,
+		})
+	}
+	slices.SortFunc(out, func(a, b datastore.EndpointSource) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
+	return out
 }
 
 // startWatch creates and starts a watch of the pool's namespace's pods
 // matching selector. Called with sp.mu held.
 func (m *Manager) startWatch(sp *servedPool, selector string) *podWatch {
-	w := &podWatch{owner: sp, selector: selector, notify: make(chan struct{}, 1), started: time.Now()}
-	pods := m.pods.Pods(sp.key.Namespace)
-	lw := &toolscache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.LabelSelector = selector
-			return pods.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.LabelSelector = selector
-			return pods.Watch(ctx, opts)
-		},
-	}
-	poke := func() {
-		select {
-		case w.notify <- struct{}{}:
-		default:
-		}
-	}
-	w.store, w.informer = toolscache.NewInformerWithOptions(toolscache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    &corev1.Pod{},
-		Transform:     stripPod,
-		Handler: toolscache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { poke() },
-			UpdateFunc: func(o, n any) {
-				if endpointRelevantChange(o, n) {
-					poke()
-				}
-			},
-			DeleteFunc: func(any) { poke() },
-		},
-	})
-
+	w := &podWatch{owner: sp, selector: selector, pods: m.pods.Pods(sp.key.Namespace), started: time.Now()}
 	ctx, cancel := context.WithCancel(m.watchCtx)
 	w.cancel = cancel
 	m.metrics.watchStarts.WithLabelValues(sp.key.Namespace, sp.key.Name).Inc()
@@ -234,27 +214,159 @@ func (m *Manager) startWatch(sp *servedPool, selector string) *podWatch {
 	return w
 }
 
+// Retry pacing of a pod watch whose list or watch fails.
+const (
+	watchRetryInitial = 500 * time.Millisecond
+	watchRetryMax     = 30 * time.Second
+	// minWatchTimeout is the shortest server-side timeout of a watch
+	// request; each request draws one in [1, 2) times it, as client-go's
+	// reflector does, so that thousands of watches do not all end at once.
+	minWatchTimeout = 5 * time.Minute
+)
+
+// run lists the pods, then watches from the list's resource version,
+// re-watching from the last version seen when a watch ends and re-listing
+// when that version has expired, until ctx is cancelled.
 func (w *podWatch) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() { w.informer.RunWithContext(ctx) })
-	select {
-	case <-ctx.Done():
-		return
-	case <-w.informer.HasSyncedChecker().Done():
-	}
-	// Drain a poke from the initial list: synced publishes it.
-	select {
-	case <-w.notify:
-	default:
-	}
-	w.owner.synced(w)
-	for {
+	log := w.owner.m.log.WithValues("pool", w.owner.key.String(), "selector", w.selector)
+	var (
+		pods    map[string]*endpointPod
+		rv      string
+		synced  bool
+		backoff = watchRetryInitial
+	)
+	retry := func(what string, err error) bool {
+		log.Error(err, "pod "+what+" failed; retrying", "after", backoff)
+		t := time.NewTimer(wait.Jitter(backoff, 0.2))
+		defer t.Stop()
+		backoff = min(2*backoff, watchRetryMax)
 		select {
 		case <-ctx.Done():
-			return
-		case <-w.notify:
-			w.owner.publish(w)
+			return false
+		case <-t.C:
+			return true
 		}
 	}
+	for ctx.Err() == nil {
+		if rv == "" {
+			var err error
+			pods, rv, err = w.list(ctx)
+			if err != nil {
+				if ctx.Err() != nil || !retry("list", err) {
+					return
+				}
+				continue
+			}
+			if !synced {
+				synced = true
+				w.owner.synced(w, endpointSources(pods))
+			} else {
+				w.owner.publish(w, endpointSources(pods))
+			}
+		}
+		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds())
+		wi, err := w.pods.Watch(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if expired(err) {
+				rv = ""
+				continue
+			}
+			if !retry("watch", err) {
+				return
+			}
+			continue
+		}
+		var ok bool
+		rv, ok = w.follow(ctx, wi, pods, rv, log)
+		wi.Stop()
+		if ok {
+			backoff = watchRetryInitial
+		}
+	}
+}
+
+// list reads the pods matching the selector, in pages, and returns them
+// stripped, keyed by name, with the list's resource version.
+func (w *podWatch) list(ctx context.Context) (map[string]*endpointPod, string, error) {
+	pods := map[string]*endpointPod{}
+	opts := metav1.ListOptions{LabelSelector: w.selector, Limit: 500}
+	for {
+		list, err := w.pods.List(ctx, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		for i := range list.Items {
+			p, _ := stripPod(&list.Items[i])
+			ep := p.(*endpointPod)
+			pods[ep.Name] = ep
+		}
+		if list.Continue == "" {
+			return pods, list.ResourceVersion, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// follow applies a watch's events to pods, publishing after each burst,
+// until the watch ends. It returns the resource version to resume from
+// ("" when it expired: re-list) and whether any event arrived.
+func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[string]*endpointPod, rv string, log logr.Logger) (string, bool) {
+	dirty, got := false, false
+	for {
+		var ev watch.Event
+		var open bool
+		select {
+		case <-ctx.Done():
+			return rv, got
+		case ev, open = <-wi.ResultChan():
+		}
+		if !open {
+			return rv, got
+		}
+		got = true
+		switch ev.Type {
+		case watch.Added, watch.Modified, watch.Deleted:
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			rv = pod.ResourceVersion
+			p, _ := stripPod(pod)
+			ep := p.(*endpointPod)
+			old, had := pods[ep.Name]
+			if ev.Type == watch.Deleted {
+				delete(pods, ep.Name)
+				dirty = dirty || (had && old.isEndpoint())
+			} else {
+				pods[ep.Name] = ep
+				dirty = dirty || !had || endpointRelevantChange(old, ep)
+			}
+		case watch.Bookmark:
+			if o, err := meta.Accessor(ev.Object); err == nil {
+				rv = o.GetResourceVersion()
+			}
+		case watch.Error:
+			err := apierrors.FromObject(ev.Object)
+			if expired(err) {
+				return "", got
+			}
+			log.V(2).Info("pod watch ended with an error; resuming", "err", err.Error())
+			return rv, got
+		}
+		// Publish once the burst is drained: a restart of many pods costs
+		// one endpoint-set rebuild, not one per event.
+		if dirty && len(wi.ResultChan()) == 0 {
+			w.owner.publish(w, endpointSources(pods))
+			dirty = false
+		}
+	}
+}
+
+// expired reports an error that means the resource version is too old (or
+// too new) to watch from: only a new list helps.
+func expired(err error) bool {
+	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }
