@@ -1,12 +1,15 @@
 package controllers
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/datastore"
@@ -107,5 +110,28 @@ func TestStripPod(t *testing.T) {
 	}
 	if !endpointRelevantChange(pod("10.0.0.1", true, false), pod("10.0.0.1", false, false)) {
 		t.Error("a readiness change was missed")
+	}
+}
+
+func TestExpiredMeansRelist(t *testing.T) {
+	gr := schema.GroupResource{Resource: "pods"}
+	tooLarge := apierrors.NewTimeoutError("too large", 1)
+	tooLarge.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge}}
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"expired", apierrors.NewResourceExpired("too old resource version"), true},
+		{"gone", apierrors.NewGone("gone"), true},
+		{"too large resource version", tooLarge, true},
+		{"forbidden", apierrors.NewForbidden(gr, "", errors.New("rbac")), false},
+		{"server timeout", apierrors.NewServerTimeout(gr, "watch", 1), false},
+		{"other", errors.New("connection reset"), false},
+	}
+	for _, tc := range cases {
+		if got := expired(tc.err); got != tc.want {
+			t.Errorf("%s: expired = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -279,11 +280,17 @@ func (w *podWatch) run(ctx context.Context) {
 			}
 			continue
 		}
-		var ok bool
-		rv, ok = w.follow(ctx, wi, pods, rv, log)
+		var healthy bool
+		rv, healthy = w.follow(ctx, wi, pods, rv, log)
 		wi.Stop()
-		if ok {
+		switch {
+		case healthy:
 			backoff = watchRetryInitial
+		case ctx.Err() == nil && rv != "":
+			// Ended at once, or with an error: do not hammer the server.
+			if !retry("watch", errWatchEnded) {
+				return
+			}
 		}
 	}
 }
@@ -312,7 +319,8 @@ func (w *podWatch) list(ctx context.Context) (map[string]*endpointPod, string, e
 
 // follow applies a watch's events to pods, publishing after each burst,
 // until the watch ends. It returns the resource version to resume from
-// ("" when it expired: re-list) and whether any event arrived.
+// ("" when it expired: re-list) and whether the watch was healthy: it
+// delivered events and did not end on an error.
 func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[string]*endpointPod, rv string, log logr.Logger) (string, bool) {
 	dirty, got := false, false
 	for {
@@ -354,7 +362,7 @@ func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[stri
 				return "", got
 			}
 			log.V(2).Info("pod watch ended with an error; resuming", "err", err.Error())
-			return rv, got
+			return rv, false
 		}
 		// Publish once the burst is drained: a restart of many pods costs
 		// one endpoint-set rebuild, not one per event.
@@ -364,6 +372,8 @@ func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[stri
 		}
 	}
 }
+
+var errWatchEnded = errors.New("watch ended without events or with an error")
 
 // expired reports an error that means the resource version is too old (or
 // too new) to watch from: only a new list helps.
