@@ -58,6 +58,12 @@ func (o changeObserver) PoolRemoved(*datastore.Pool) { o.poke() }
 // start runs a Manager over cfg (env.Config when nil) until the test ends.
 func start(t *testing.T, cfg *rest.Config, opts Options) *running {
 	t.Helper()
+	return startWith(t, cfg, opts, nil)
+}
+
+// startWith is start with a hook on the Manager before it starts.
+func startWith(t *testing.T, cfg *rest.Config, opts Options, before func(*Manager)) *running {
+	t.Helper()
 	if cfg == nil {
 		cfg = env.Config
 	}
@@ -71,6 +77,9 @@ func start(t *testing.T, cfg *rest.Config, opts Options) *running {
 		t.Fatalf("New: %v", err)
 	}
 	r.m = m
+	if before != nil {
+		before(m)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- m.Start(ctx) }()

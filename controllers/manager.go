@@ -51,6 +51,9 @@ type Manager struct {
 	served  map[datastore.PoolKey]*servedPool
 	ignored map[datastore.PoolKey]string // reason last logged, so each is logged once
 
+	// noStreamingList is set once the API server refused a streaming list.
+	noStreamingList atomic.Bool
+
 	started     atomic.Bool
 	initialSync atomic.Bool
 	// changed is poked when a pool syncs or stops being served, waking

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/poolpicker/poolpicker/datastore"
 )
@@ -225,11 +226,16 @@ const (
 	minWatchTimeout = 5 * time.Minute
 )
 
-// run lists the pods, then watches from the list's resource version,
-// re-watching from the last version seen when a watch ends and re-listing
-// when that version has expired, until ctx is cancelled.
+// run gets the pods, then watches from their resource version, re-watching
+// from the last version seen when a watch ends and starting afresh when that
+// version has expired, until ctx is cancelled. The pods come from a
+// streaming list (a watch that first sends every matching pod, then a
+// bookmark): one request instead of a list and a watch, which halves what a
+// thousand pools cost a rate-limited client at start. A server without
+// streaming lists gets a plain list.
 func (w *podWatch) run(ctx context.Context) {
-	log := w.owner.m.log.WithValues("pool", w.owner.key.String(), "selector", w.selector)
+	m := w.owner.m
+	log := m.log.WithValues("pool", w.owner.key.String(), "selector", w.selector)
 	var (
 		pods    map[string]*endpointPod
 		rv      string
@@ -248,8 +254,23 @@ func (w *podWatch) run(ctx context.Context) {
 			return true
 		}
 	}
+	listed := func() {
+		if !synced {
+			synced = true
+			w.owner.synced(w, endpointSources(pods))
+		} else {
+			w.owner.publish(w, endpointSources(pods))
+		}
+	}
 	for ctx.Err() == nil {
-		if rv == "" {
+		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds())
+		opts := metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}
+		streaming := rv == "" && !m.noStreamingList.Load()
+		if streaming {
+			pods = map[string]*endpointPod{}
+			opts.SendInitialEvents = ptr.To(true)
+			opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+		} else if rv == "" {
 			var err error
 			pods, rv, err = w.list(ctx)
 			if err != nil {
@@ -258,35 +279,33 @@ func (w *podWatch) run(ctx context.Context) {
 				}
 				continue
 			}
-			if !synced {
-				synced = true
-				w.owner.synced(w, endpointSources(pods))
-			} else {
-				w.owner.publish(w, endpointSources(pods))
-			}
+			listed()
+			opts.ResourceVersion = rv
 		}
-		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds())
-		wi, err := w.pods.Watch(ctx, metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout})
+		wi, err := w.pods.Watch(ctx, opts)
 		if err != nil {
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return
-			}
-			if expired(err) {
+			case streaming && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) && strings.Contains(err.Error(), "sendInitialEvents")):
+				log.Info("the API server does not offer streaming lists; listing instead", "err", err.Error())
+				m.noStreamingList.Store(true)
+			case expired(err):
 				rv = ""
-				continue
-			}
-			if !retry("watch", err) {
-				return
+			default:
+				if !retry("watch", err) {
+					return
+				}
 			}
 			continue
 		}
 		var healthy bool
-		rv, healthy = w.follow(ctx, wi, pods, rv, log)
+		rv, healthy = w.follow(ctx, wi, pods, rv, streaming, listed, log)
 		wi.Stop()
 		switch {
 		case healthy:
 			backoff = watchRetryInitial
-		case ctx.Err() == nil && rv != "":
+		case ctx.Err() == nil:
 			// Ended at once, or with an error: do not hammer the server.
 			if !retry("watch", errWatchEnded) {
 				return
@@ -318,21 +337,31 @@ func (w *podWatch) list(ctx context.Context) (map[string]*endpointPod, string, e
 }
 
 // follow applies a watch's events to pods, publishing after each burst,
-// until the watch ends. It returns the resource version to resume from
-// ("" when it expired: re-list) and whether the watch was healthy: it
-// delivered events and did not end on an error.
-func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[string]*endpointPod, rv string, log logr.Logger) (string, bool) {
+// until the watch ends. When initial, the watch is a streaming list: pods
+// start empty and are complete (listed is called) at the bookmark that
+// ends the initial events. It returns the resource version to resume from
+// ("" to start afresh: expired, or a streaming list cut short) and whether
+// the watch was healthy: it delivered events and did not end on an error.
+func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[string]*endpointPod, rv string,
+	initial bool, listed func(), log logr.Logger) (string, bool) {
+	complete := !initial
+	restart := func(rv string) string {
+		if !complete {
+			return "" // a partial list is no list
+		}
+		return rv
+	}
 	dirty, got := false, false
 	for {
 		var ev watch.Event
 		var open bool
 		select {
 		case <-ctx.Done():
-			return rv, got
+			return restart(rv), got
 		case ev, open = <-wi.ResultChan():
 		}
 		if !open {
-			return rv, got
+			return restart(rv), got
 		}
 		got = true
 		switch ev.Type {
@@ -353,8 +382,14 @@ func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[stri
 				dirty = dirty || !had || endpointRelevantChange(old, ep)
 			}
 		case watch.Bookmark:
-			if o, err := meta.Accessor(ev.Object); err == nil {
-				rv = o.GetResourceVersion()
+			o, err := meta.Accessor(ev.Object)
+			if err != nil {
+				continue
+			}
+			rv = o.GetResourceVersion()
+			if !complete && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				complete, dirty = true, false
+				listed()
 			}
 		case watch.Error:
 			err := apierrors.FromObject(ev.Object)
@@ -362,11 +397,11 @@ func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[stri
 				return "", got
 			}
 			log.V(2).Info("pod watch ended with an error; resuming", "err", err.Error())
-			return rv, false
+			return restart(rv), false
 		}
 		// Publish once the burst is drained: a restart of many pods costs
 		// one endpoint-set rebuild, not one per event.
-		if dirty && len(wi.ResultChan()) == 0 {
+		if complete && dirty && len(wi.ResultChan()) == 0 {
 			w.owner.publish(w, endpointSources(pods))
 			dirty = false
 		}

@@ -204,3 +204,43 @@ func TestPodRequestsAreScoped(t *testing.T) {
 		t.Fatalf("saw %d pod requests, want at least 3 (one per watch)", podRequests)
 	}
 }
+
+// TestPlainListWithoutStreamingLists runs the pod watches as a server
+// without streaming lists would have them: a paged list, then a watch from
+// its version.
+func TestPlainListWithoutStreamingLists(t *testing.T) {
+	ns := env.Namespace(t, "plainlist")
+	sel := map[string]string{"app": "m"}
+	createPod(t, ns, "a", sel, ready("10.13.0.1"))
+	var log testenv.RequestLog
+	r := startWith(t, log.Wrap(env.Config), Options{Namespaces: []string{ns}}, func(m *Manager) { m.noStreamingList.Store(true) })
+	key := datastore.PoolKey{Namespace: ns, Name: "pool"}
+	createPool(t, ns, "pool", sel, []int32{8000})
+	r.waitEndpoints(t, key, "10.13.0.1:8000")
+	createPod(t, ns, "b", sel, ready("10.13.0.2"))
+	r.waitEndpoints(t, key, "10.13.0.1:8000", "10.13.0.2:8000")
+	deletePod(t, ns, "a")
+	r.waitEndpoints(t, key, "10.13.0.2:8000")
+
+	var lists, watches int
+	for _, req := range log.Requests() {
+		if !strings.HasSuffix(req.URL.Path, "/namespaces/"+ns+"/pods") {
+			continue
+		}
+		q := req.URL.Query()
+		if q.Get("labelSelector") != "app=m" {
+			t.Errorf("pod request without the pool's selector: %s", req.URL)
+		}
+		if req.IsWatch() {
+			watches++
+			if q.Get("sendInitialEvents") != "" || q.Get("resourceVersion") == "" {
+				t.Errorf("watch after a plain list is not from the list's version: %s", req.URL)
+			}
+		} else {
+			lists++
+		}
+	}
+	if lists != 1 || watches < 1 {
+		t.Fatalf("%d lists and %d watches, want 1 list then watches", lists, watches)
+	}
+}
