@@ -139,6 +139,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		ignored:    map[datastore.PoolKey]string{},
 		changed:    make(chan struct{}, 1),
 	}
+	m.noStreamingList.Store(opts.DisableStreamingLists)
 	if err := m.setupPoolController(); err != nil {
 		return nil, err
 	}

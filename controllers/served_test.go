@@ -213,7 +213,7 @@ func TestPlainListWithoutStreamingLists(t *testing.T) {
 	sel := map[string]string{"app": "m"}
 	createPod(t, ns, "a", sel, ready("10.13.0.1"))
 	var log testenv.RequestLog
-	r := startWith(t, log.Wrap(env.Config), Options{Namespaces: []string{ns}}, func(m *Manager) { m.noStreamingList.Store(true) })
+	r := start(t, log.Wrap(env.Config), Options{Namespaces: []string{ns}, DisableStreamingLists: true})
 	key := datastore.PoolKey{Namespace: ns, Name: "pool"}
 	createPool(t, ns, "pool", sel, []int32{8000})
 	r.waitEndpoints(t, key, "10.13.0.1:8000")

@@ -47,7 +47,7 @@ func runChild(f benchFlags) error {
 	t0 := time.Now()
 	switch f.child {
 	case "perpool":
-		opts := controllers.Options{Registry: reg}
+		opts := controllers.Options{Registry: reg, DisableStreamingLists: f.plainList}
 		if f.perNamespace {
 			opts.Namespaces = namespaces(f)
 		}

@@ -31,6 +31,7 @@ type benchFlags struct {
 	logV                               int
 	perNamespace                       bool
 	heapProfile                        string
+	plainList                          bool
 }
 
 func main() {
@@ -45,6 +46,7 @@ func main() {
 	flag.StringVar(&f.child, "child", "", "Internal: run one measured mode and print its result as JSON.")
 	flag.StringVar(&f.kubeconfig, "child-kubeconfig", "", "Internal: the child's kubeconfig.")
 	flag.BoolVar(&f.perNamespace, "per-namespace", false, "Restrict the measured process to the bench namespaces (one informer per namespace and kind) instead of watching cluster-wide; the cluster holds only the bench's pods either way.")
+	flag.BoolVar(&f.plainList, "plain-list", false, "perpool: start each pod watch with a plain list and a watch instead of a streaming list (controllers.Options.DisableStreamingLists).")
 	flag.StringVar(&f.heapProfile, "heap-profile", "", "Write each measured process's heap profile after sync to this path prefix (+mode).")
 	flag.IntVar(&f.logV, "log-v", -1, "Log the measured process's controllers to stderr at this verbosity; -1: no logs.")
 	flag.StringVar(&f.nsPrefix, "ns-prefix", "bench", "Internal: namespace name prefix.")
@@ -121,7 +123,7 @@ func runParent(f benchFlags) error {
 		mode = strings.TrimSpace(mode)
 		args := []string{"-child", mode, "-child-kubeconfig", kubeconfig,
 			"-pools", fmt.Sprint(f.pools), "-pods", fmt.Sprint(f.pods), "-unrelated", fmt.Sprint(f.unrelated),
-			"-namespaces", fmt.Sprint(f.namespaces), "-qps", fmt.Sprint(f.qps), "-burst", fmt.Sprint(f.burst), "-ns-prefix", f.nsPrefix, "-log-v", fmt.Sprint(f.logV), fmt.Sprintf("-per-namespace=%v", f.perNamespace), "-heap-profile", f.heapProfile}
+			"-namespaces", fmt.Sprint(f.namespaces), "-qps", fmt.Sprint(f.qps), "-burst", fmt.Sprint(f.burst), "-ns-prefix", f.nsPrefix, "-log-v", fmt.Sprint(f.logV), fmt.Sprintf("-per-namespace=%v", f.perNamespace), "-heap-profile", f.heapProfile, fmt.Sprintf("-plain-list=%v", f.plainList)}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		cmd := exec.CommandContext(ctx, os.Args[0], args...)
 		cmd.Stderr = os.Stderr
@@ -141,7 +143,7 @@ func runParent(f benchFlags) error {
 }
 
 func report(f benchFlags, rs []result) {
-	fmt.Printf("\n%d pools × %d pods, %d unrelated pods, %d namespaces, client QPS %v burst %d\n", f.pools, f.pods, f.unrelated, f.namespaces, f.qps, f.burst)
+	fmt.Printf("\n%d pools × %d pods, %d unrelated pods, %d namespaces, client QPS %v burst %d, plain lists %v\n", f.pools, f.pods, f.unrelated, f.namespaces, f.qps, f.burst, f.plainList)
 	fmt.Printf("%-18s %9s %9s %10s %10s %10s %9s %9s %9s %11s %7s %8s %7s\n",
 		"mode", "sync s", "CPU s", "RSS MiB", "peak MiB", "heap MiB", "objects", "requests", "pod reqs", "recv MiB", "gorout", "endpts", "scoped")
 	for _, r := range rs {
