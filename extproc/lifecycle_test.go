@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,6 +77,22 @@ func TestHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitHealth(t, w, healthpb.HealthCheckResponse_NOT_SERVING)
+}
+
+// TestHealthWaitsForPoolController: with PoolsSynced set, readiness follows
+// the pool controller's initial sync, and a picker serving no pool can be ready.
+func TestHealthWaitsForPoolController(t *testing.T) {
+	var controllerSynced atomic.Bool
+	ts := startServer(t, newPools(t, 0, 0).reg, leastInFlight{}, Options{Insecure: true, PoolsSynced: controllerSynced.Load})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := healthClient(t, ts.healthAddr).Watch(ctx, &healthpb.HealthCheckRequest{Service: HealthReadiness})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitHealth(t, w, healthpb.HealthCheckResponse_NOT_SERVING)
+	controllerSynced.Store(true)
+	awaitHealth(t, w, healthpb.HealthCheckResponse_SERVING)
 }
 
 func TestGracefulDrain(t *testing.T) {

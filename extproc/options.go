@@ -62,6 +62,12 @@ type Options struct {
 	// DrainTimeout bounds how long Start waits, once its context is cancelled,
 	// for open streams to finish before cutting them. Zero: 30s.
 	DrainTimeout time.Duration
+	// PoolsSynced, when set, tells whether the pool controller has seen every
+	// pool present at start; readiness then waits for it instead of for the
+	// first pool, so a picker that serves no pool yet can still turn ready.
+	// Nil: ready once at least one pool is served and all are synced.
+	PoolsSynced func() bool
+
 	// BodyWaitTimeout applies only when the gateway did not send
 	// protocol_config and headers arrive without end_of_stream: if no body
 	// arrives within it, the gateway is taken to be waiting for the header

@@ -62,10 +62,16 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 }
 
 // Ready reports readiness as served on the health port: every served pool's
-// endpoints are synced, and at least one pool is served. An EPP that knows no
-// pool yet (the pool controller has not listed) would answer every request
-// 503, so a rolling update must not send it traffic before then.
-func (s *Server) Ready() bool { return s.reg.Len() > 0 && s.reg.AllSynced() }
+// endpoints are synced, and the pool controller has seen every pool (with
+// Options.PoolsSynced) or at least one pool is served (without). An EPP that
+// has not listed its pools yet would answer every request 503, so a rolling
+// update must not send it traffic before then.
+func (s *Server) Ready() bool {
+	if s.opts.PoolsSynced != nil {
+		return s.opts.PoolsSynced() && s.reg.AllSynced()
+	}
+	return s.reg.Len() > 0 && s.reg.AllSynced()
+}
 
 // Start serves ext_proc and health until ctx is cancelled, then drains:
 // health turns NOT_SERVING, open streams get DrainTimeout to finish, and

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -178,6 +179,8 @@ type components struct {
 	metrics *prometheus.Registry
 	scraper *scrape.Manager
 	server  *extproc.Server
+	// pools is the pool controller, set by wire; readiness reads it.
+	pools atomic.Pointer[controllers.Manager]
 }
 
 // build makes the scheduler, scraper and ext_proc server over one registry
@@ -189,6 +192,11 @@ func build(o *options, log logr.Logger) (*components, error) {
 	metrics := prometheus.NewRegistry()
 
 	o.scheduling.Logger = log.WithName("scheduling")
+	// One knob each: the scraper's staleness threshold decides when the
+	// scheduler treats an endpoint as unknown, and the conformance switch
+	// enables both the ext_proc echo and the candidate filter.
+	o.scheduling.MetricsStaleness = o.scrape.StalenessThreshold
+	o.scheduling.EnableConformanceTestFilter = o.extproc.EnableConformanceTestBehaviors
 	sched, err := newScheduler(o.scheduling)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
@@ -203,11 +211,17 @@ func build(o *options, log logr.Logger) (*components, error) {
 	reg.AddObserver(sched)
 
 	o.extproc.Registerer, o.extproc.Logger = metrics, log.WithName("extproc")
+	cs := &components{reg: reg, metrics: metrics, scraper: scraper}
+	o.extproc.PoolsSynced = func() bool {
+		m := cs.pools.Load()
+		return m != nil && m.HasSynced()
+	}
 	server, err := extproc.New(reg, sched, o.extproc)
 	if err != nil {
 		return nil, fmt.Errorf("ext_proc server: %w", err)
 	}
-	return &components{reg: reg, metrics: metrics, scraper: scraper, server: server}, nil
+	cs.server = server
+	return cs, nil
 }
 
 // wire adds the reconcilers over cfg and returns the runnable that starts
@@ -219,6 +233,7 @@ func (cs *components) wire(cfg *rest.Config, o *options, log logr.Logger) (*cont
 	if err != nil {
 		return nil, err
 	}
+	cs.pools.Store(c)
 	// controller-runtime's own metrics (reconciles, work queues, client
 	// requests) live in its global registry; serve both on one endpoint.
 	gatherers := prometheus.Gatherers{metrics, crmetrics.Registry}
