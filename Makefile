@@ -29,8 +29,9 @@ test: control-plane verify ## Run every test (unit, API server, e2e) with the ra
 	KUBEBUILDER_ASSETS=$(BIN) go test -race -count=1 ./...
 
 .PHONY: run
-run: control-plane ## Run poolpicker locally: API server, sample pools, simulated model servers.
-	go run ./cmd/localdemo
+run: control-plane ## Run poolpicker locally: API server, sample pools, simulated model servers (ARGS="-v 2" passes flags).
+	go build -o $(BIN)/localdemo ./cmd/localdemo
+	$(BIN)/localdemo $(ARGS)
 
 .PHONY: docs
 docs: ## Build the documentation site from site-src/ into site/ (needs Debian's mkdocs + mkdocs-material).
