@@ -1,7 +1,6 @@
 package datastore
 
 import (
-	"strconv"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -67,14 +66,4 @@ type EndpointSource struct {
 	UID    types.UID
 	IP     string
 	Labels map[string]string
-}
-
-func joinHostPort(ip string, port int32) string {
-	// IPv6 addresses need brackets, as in net.JoinHostPort.
-	for i := 0; i < len(ip); i++ {
-		if ip[i] == ':' {
-			return "[" + ip + "]:" + strconv.Itoa(int(port))
-		}
-	}
-	return ip + ":" + strconv.Itoa(int(port))
 }

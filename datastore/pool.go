@@ -1,7 +1,10 @@
 package datastore
 
 import (
+	"maps"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -131,14 +134,14 @@ func (p *Pool) rebuildLocked() {
 			continue
 		}
 		for _, port := range spec.TargetPorts {
-			addr := joinHostPort(src.IP, port)
+			addr := net.JoinHostPort(src.IP, strconv.Itoa(int(port)))
 			if _, dup := next.byAddress[addr]; dup {
 				continue
 			}
 			e := reuse(old, addr, src.UID)
 			if e == nil {
 				e = &Endpoint{Address: addr, IP: src.IP, Port: port, Pod: src.Pod, PodUID: src.UID, Labels: src.Labels, state: &endpointState{}}
-			} else if !maps2Equal(e.Labels, src.Labels) {
+			} else if !maps.Equal(e.Labels, src.Labels) {
 				cp := *e
 				cp.Labels = src.Labels
 				e = &cp
@@ -181,16 +184,4 @@ func reuse(old *EndpointSet, addr string, uid types.UID) *Endpoint {
 		return e
 	}
 	return nil
-}
-
-func maps2Equal(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
