@@ -17,7 +17,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,18 +39,44 @@ import (
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 
-func main() {
+func main() { os.Exit(mainCode()) }
+
+func mainCode() int {
 	requests := flag.Int("requests", 20000, "round trips per row")
 	pools := flag.Int("pools", 50, "served pools")
 	endpoints := flag.Int("endpoints", 8, "endpoints per pool")
+	bodyKiB := flag.String("body-kib", "1,64", "request body sizes in KiB, comma-separated")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (all servers) to this file")
 	flag.Parse()
+	var bodies []int
+	for _, f := range strings.Split(*bodyKiB, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "-body-kib: %q is not a positive number of KiB\n", f)
+			return 2
+		}
+		bodies = append(bodies, n<<10)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	rows, err := run(context.Background(), config{requests: *requests, pools: *pools, endpoints: *endpoints,
-		bodies: []int{1 << 10, 64 << 10}, concurrency: []int{1, 64}})
+		bodies: bodies, concurrency: []int{1, 64}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	print(os.Stdout, rows)
+	return 0
 }
 
 type config struct {
