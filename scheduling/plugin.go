@@ -76,6 +76,13 @@ type PostPicker interface {
 	PostPick(ctx context.Context, cs *CycleState, req *Request, result *Result)
 }
 
+// promptReader is implemented by every plugin that reads Request.Prompt:
+// promptBytes is how many of its leading bytes the plugin reads at most
+// (Scheduler.PromptBytes, which lets callers skip rendering the rest).
+type promptReader interface {
+	promptBytes() int
+}
+
 // maxEndpointser is implemented by pickers whose config caps how many
 // endpoints they return (maxNumOfEndpoints).
 type maxEndpointser interface {

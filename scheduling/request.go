@@ -20,6 +20,8 @@ type Request struct {
 	Objective string
 	// Prompt is the text whose prefix the model servers may have cached: the
 	// completion prompt, or the chat messages in order. Nil when none.
+	// Only its first Scheduler.PromptBytes bytes are read, so a caller may
+	// pass just those.
 	Prompt []byte
 	// Subset, when not nil, restricts candidates to these "ip:port" addresses
 	// (the gateway's subset hint); an empty non-nil subset leaves none.

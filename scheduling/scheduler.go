@@ -138,6 +138,21 @@ func New(cfg *Config, opts Options) (*Scheduler, error) {
 	return s, nil
 }
 
+// PromptBytes is how many leading bytes of Request.Prompt the configured
+// plugins read at most; zero when none reads it. The prefix-cache scorer
+// hashes at most maxPrefixBlocksToMatch blocks of hashBlockSize bytes, so a
+// caller may cut a longer prompt to this length (and skip rendering the
+// rest) without changing any decision.
+func (s *Scheduler) PromptBytes() int {
+	n := 0
+	for _, p := range s.built.plugins {
+		if r, ok := p.(promptReader); ok {
+			n = max(n, r.promptBytes())
+		}
+	}
+	return n
+}
+
 // DefaultProfile names the profile of pools that name none.
 func (s *Scheduler) DefaultProfile() string { return s.built.defaultProfile }
 

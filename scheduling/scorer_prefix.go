@@ -67,6 +67,7 @@ var (
 	_ Scorer             = (*prefixCacheScorer)(nil)
 	_ PostPicker         = (*prefixCacheScorer)(nil)
 	_ datastore.Observer = (*prefixCacheScorer)(nil)
+	_ promptReader       = (*prefixCacheScorer)(nil)
 )
 
 func newPrefixCacheScorer(name string, raw json.RawMessage) (Plugin, error) {
@@ -100,6 +101,11 @@ func newPrefixCacheScorer(name string, raw json.RawMessage) (Plugin, error) {
 }
 
 func (s *prefixCacheScorer) TypedName() TypedName { return s.name }
+
+// promptBytes: hashPrompt reads whole blocks, at most MaxPrefixBlocksToMatch.
+func (s *prefixCacheScorer) promptBytes() int {
+	return s.params.HashBlockSize * s.params.MaxPrefixBlocksToMatch
+}
 
 // prefixCycle is the scorer's state for one request.
 type prefixCycle struct {

@@ -340,3 +340,51 @@ func TestIndexHolders(t *testing.T) {
 		}
 	}
 }
+
+func TestPromptBytes(t *testing.T) {
+	cases := []struct {
+		name   string
+		config string // empty: the default config
+		want   int
+	}{
+		{"default: 256 blocks of 64 bytes", "", DefaultHashBlockSize * DefaultMaxPrefixBlocksToMatch},
+		{"parameters", header + "plugins:\n- type: prefix-cache-scorer\n  parameters: {hashBlockSize: 16, maxPrefixBlocksToMatch: 4}\n", 64},
+		{"largest of two scorers", header + "plugins:\n- {type: prefix-cache-scorer, name: small, parameters: {maxPrefixBlocksToMatch: 2}}\n" +
+			"- {type: prefix-cache-scorer, name: big, parameters: {hashBlockSize: 128, maxPrefixBlocksToMatch: 1000}}\n" +
+			"schedulingProfiles:\n- name: a\n  plugins: [{pluginRef: small}]\n- name: b\n  plugins: [{pluginRef: big}]\n", 128 * 1000},
+		{"no prefix scorer reads no prompt", randomOnlyConfig, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := New(nil, Options{ConfigText: c.config})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.PromptBytes(); got != c.want {
+				t.Fatalf("PromptBytes %d, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// TestPromptBytesCutChangesNothing holds the promise of PromptBytes: a
+// prompt cut to it scores and records exactly as the whole prompt.
+func TestPromptBytesCutChangesNothing(t *testing.T) {
+	const params = `{"hashBlockSize": 16, "maxPrefixBlocksToMatch": 4}`
+	limit := build(t, PrefixCacheScorerType, params).(*prefixCacheScorer).promptBytes()
+	long := prompt("shared", 1000)
+	// Differs from long only past the limit.
+	tail := append(append([]byte{}, long[:limit]...), prompt("other", 500)...)
+	for _, p := range [][]byte{long, tail, long[:limit], long[:limit+15]} {
+		whole, cut := newPrefixFixture(t, 3, params), newPrefixFixture(t, 3, params)
+		whole.score(long, 2)
+		cut.score(long[:limit], 2)
+		a, b := whole.score(p, 0), cut.score(p[:min(len(p), limit)], 0)
+		if !approxEqual(a, b) || a[2] != 1 {
+			t.Fatalf("prompt of %d bytes: whole %v, cut %v; want equal, pod 2 at 1", len(p), a, b)
+		}
+		if x, y := whole.index().blocks(), cut.index().blocks(); x != y || x != 4 {
+			t.Fatalf("blocks recorded: whole %d, cut %d, want 4", x, y)
+		}
+	}
+}
