@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -77,11 +79,13 @@ const maxJSONDepth = 512
 
 // parseRequestBody validates body as JSON in one pass and extracts model,
 // prompt (completions) or messages (chat), and stream. Unknown fields are
-// skipped without being decoded. For pathUnknown a non-JSON body is not an
-// error: the result is simply empty.
-func parseRequestBody(body []byte, kind pathKind) (*requestBody, error) {
+// skipped without being decoded. The prompt is rendered only up to
+// promptLimit bytes (the scheduler reads no more); the rest of the body is
+// still validated. For pathUnknown a non-JSON body is not an error: the
+// result is simply empty.
+func parseRequestBody(body []byte, kind pathKind, promptLimit int) (*requestBody, error) {
 	out := &requestBody{}
-	err := scanTopLevel(body, kind, out)
+	err := scanTopLevel(body, kind, out, max(promptLimit, 0))
 	if err != nil {
 		if !kind.strict() {
 			return &requestBody{}, nil
@@ -91,10 +95,14 @@ func parseRequestBody(body []byte, kind pathKind) (*requestBody, error) {
 	if !out.hasModel && kind.strict() {
 		return nil, badBody(`request body has no "model" field`)
 	}
+	if len(out.Prompt) > promptLimit {
+		// Rendering stops at the first piece that reaches the limit.
+		out.Prompt = out.Prompt[:max(promptLimit, 0)]
+	}
 	return out, nil
 }
 
-func scanTopLevel(b []byte, kind pathKind, out *requestBody) error {
+func scanTopLevel(b []byte, kind pathKind, out *requestBody, promptLimit int) error {
 	i := skipWS(b, 0)
 	if i >= len(b) {
 		return badBody("request body is empty, want a JSON object")
@@ -131,17 +139,24 @@ func scanTopLevel(b []byte, kind pathKind, out *requestBody) error {
 		i = skipWS(b, i+1)
 		vs := i
 		var ve int
-		if k := string(key); k == "messages" && (kind == pathChat || kind == pathNone) && i < len(b) && b[i] == '[' {
+		k := string(key)
+		switch {
+		case k == "messages" && (kind == pathChat || kind == pathNone) && i < len(b) && b[i] == '[':
 			// Walked once, validating as it renders: no second pass.
-			out.Prompt, ve, err = appendMessagesAt(make([]byte, 0, len(b)-i), b, i)
+			out.Prompt, ve, err = appendMessagesAt(make([]byte, 0, min(len(b)-i, promptLimit)), b, i, promptLimit)
 			if err != nil {
 				return err
 			}
-		} else {
+		case k == "prompt" && (kind == pathCompletions || kind == pathNone) && i < len(b) && b[i] == '"':
+			out.Prompt, ve, err = appendStringAt(make([]byte, 0, min(len(b)-i, promptLimit)), b, i, promptLimit)
+			if err != nil {
+				return err
+			}
+		default:
 			if ve, err = skipValue(b, i, 1); err != nil {
 				return err
 			}
-			if err := out.field(k, b[vs:ve], vs, kind); err != nil {
+			if err := out.field(k, b[vs:ve], vs, kind, promptLimit); err != nil {
 				return err
 			}
 		}
@@ -161,7 +176,7 @@ func scanTopLevel(b []byte, kind pathKind, out *requestBody) error {
 }
 
 // field records one top-level member; later duplicates win, as in encoding/json.
-func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) error {
+func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind, promptLimit int) error {
 	switch key {
 	case "model":
 		if len(raw) == 0 || raw[0] != '"' {
@@ -185,7 +200,7 @@ func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) e
 		r.Stream = string(raw) == "true"
 	case "prompt":
 		if kind == pathCompletions || kind == pathNone {
-			p, err := appendPrompt(make([]byte, 0, len(raw)), raw)
+			p, err := appendPrompt(make([]byte, 0, min(len(raw), promptLimit)), raw, promptLimit)
 			if err != nil {
 				return err
 			}
@@ -193,7 +208,7 @@ func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) e
 		}
 	case "messages":
 		if kind == pathChat || kind == pathNone {
-			p, err := appendMessages(make([]byte, 0, len(raw)), raw)
+			p, err := appendMessages(make([]byte, 0, min(len(raw), promptLimit)), raw, promptLimit)
 			if err != nil {
 				return err
 			}
@@ -206,15 +221,19 @@ func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) e
 // appendPrompt renders a completion prompt: a string as its text, an array
 // of strings as the texts in order, anything else (token arrays) as raw JSON,
 // which is stable for equal prompts and so good enough for prefix hashing.
-func appendPrompt(dst, raw []byte) ([]byte, error) {
+// It stops rendering once dst holds limit bytes.
+func appendPrompt(dst, raw []byte, limit int) ([]byte, error) {
 	switch raw[0] {
 	case '"':
-		return appendUnescaped(dst, raw[1:len(raw)-1])
+		return appendUnescapedMax(dst, raw[1:len(raw)-1], limit)
 	case '[':
 		err := forEachElement(raw, func(el []byte) error {
+			if len(dst) >= limit {
+				return nil
+			}
 			if el[0] == '"' {
 				var err error
-				dst, err = appendUnescaped(dst, el[1:len(el)-1])
+				dst, err = appendUnescapedMax(dst, el[1:len(el)-1], limit)
 				return err
 			}
 			dst = append(dst, el...)
@@ -228,42 +247,58 @@ func appendPrompt(dst, raw []byte) ([]byte, error) {
 // appendMessages renders chat messages in order as "<|role|>content\n".
 // Content parts of type text contribute their text; other parts (images,
 // audio) their raw JSON, so different attachments hash differently.
-func appendMessages(dst, raw []byte) ([]byte, error) {
+func appendMessages(dst, raw []byte, limit int) ([]byte, error) {
 	if raw[0] != '[' {
 		return nil, badBody(`"messages" must be an array`)
 	}
-	dst, _, err := appendMessagesAt(dst, raw, 0)
+	dst, _, err := appendMessagesAt(dst, raw, 0, limit)
 	return dst, err
 }
 
 // appendMessagesAt renders the messages array starting at b[i] (a '['),
-// validating it, and returns the offset past it.
-func appendMessagesAt(dst, b []byte, i int) ([]byte, int, error) {
+// validating it, and returns the offset past it. Once dst holds limit
+// bytes the rest is only validated.
+func appendMessagesAt(dst, b []byte, i, limit int) ([]byte, int, error) {
 	end, err := walkArray(b, i, 1, func(j int) (int, error) {
 		if b[j] != '{' {
 			return j, badBody(`each of "messages" must be an object`)
 		}
 		var role, content []byte
+		rendered := false
 		e, err := walkObject(b, j, 2, func(k string, v int) (int, error) {
+			if k == "content" && b[v] == '"' && role != nil && !rendered && len(dst) < limit {
+				// The usual order (role, then string content): render the
+				// content while validating it, in one pass.
+				var err error
+				if dst, err = appendRole(dst, role); err != nil {
+					return v, err
+				}
+				var ve int
+				dst, ve, err = appendStringAt(dst, b, v, limit)
+				if err == nil {
+					rendered = true
+					if len(dst) < limit {
+						dst = append(dst, '\n')
+					}
+				}
+				return ve, err
+			}
 			ve, err := skipValue(b, v, 3)
 			switch k {
 			case "role":
 				role = b[v:ve]
 			case "content":
 				content = b[v:ve]
+				rendered = false
 			}
 			return ve, err
 		})
-		if err != nil {
+		if err != nil || rendered || len(dst) >= limit {
 			return e, err
 		}
-		dst = append(dst, "<|"...)
-		if len(role) > 1 && role[0] == '"' {
-			if dst, err = appendUnescaped(dst, role[1:len(role)-1]); err != nil {
-				return e, err
-			}
+		if dst, err = appendRole(dst, role); err != nil {
+			return e, err
 		}
-		dst = append(dst, "|>"...)
 		if len(content) > 0 {
 			switch content[0] {
 			case '"':
@@ -300,6 +335,18 @@ func appendMessagesAt(dst, b []byte, i int) ([]byte, int, error) {
 		return e, nil
 	})
 	return dst, end, err
+}
+
+// appendRole renders a message's role marker "<|role|>".
+func appendRole(dst, role []byte) ([]byte, error) {
+	dst = append(dst, "<|"...)
+	if len(role) > 1 && role[0] == '"' {
+		var err error
+		if dst, err = appendUnescaped(dst, role[1:len(role)-1]); err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, "|>"...), nil
 }
 
 // walkArray validates the array at b[i] (a '['), calling fn at each
@@ -593,44 +640,130 @@ func scanNumber(b []byte, i int) (int, error) {
 // scanString returns the offset past the string starting at b[i] (a quote)
 // and whether it holds escapes.
 func scanString(b []byte, i int) (end int, escaped bool, err error) {
-	i++
-	for i < len(b) {
-		// Skip eight plain bytes at a time: a word with no quote, backslash
-		// or control byte needs no closer look. Prompts are almost all such
-		// bytes, so this is where the parser spends its time.
-		for i+8 <= len(b) && !specialInWord(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
+	return scanStringFrom(b, i+1, false)
+}
+
+// scanStringFrom continues scanString at b[i], inside the string.
+func scanStringFrom(b []byte, i int, escaped bool) (end int, _ bool, err error) {
+	for {
+		i = plainPrefix(b, i)
 		if i >= len(b) {
-			break
+			return i, escaped, syntaxErr(b, i, "closing '\"'")
 		}
-		c := b[i]
-		switch {
+		switch c := b[i]; {
 		case c == '"':
 			return i + 1, escaped, nil
 		case c == '\\':
 			escaped = true
-			if i+1 >= len(b) {
-				return i, escaped, syntaxErr(b, len(b), "escape")
+			n, err := escapeLen(b, i)
+			if err != nil {
+				return i, escaped, err
 			}
-			switch b[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
-					return i, escaped, badBody("invalid JSON at offset %d: bad \\u escape", i)
-				}
-				i += 6
-			default:
-				return i, escaped, badBody("invalid JSON at offset %d: bad escape \\%c", i, b[i+1])
-			}
-		case c < 0x20:
+			i += n
+		default: // below 0x20
 			return i, escaped, badBody("invalid JSON at offset %d: control character in string", i)
-		default:
-			i++
 		}
 	}
-	return i, escaped, syntaxErr(b, i, "closing '\"'")
+}
+
+// escapeLen validates the escape at b[i] (a backslash) and returns its length.
+func escapeLen(b []byte, i int) (int, error) {
+	if i+1 >= len(b) {
+		return 0, syntaxErr(b, len(b), "escape")
+	}
+	switch b[i+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return 2, nil
+	case 'u':
+		if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+			return 0, badBody("invalid JSON at offset %d: bad \\u escape", i)
+		}
+		return 6, nil
+	}
+	return 0, badBody("invalid JSON at offset %d: bad escape \\%c", i, b[i+1])
+}
+
+// appendStringAt renders the JSON string at b[i] (a quote) into dst as its
+// text, validating it in the same pass, and returns the offset past it.
+// Once dst holds limit bytes the rest is only validated: the caller keeps
+// the first limit bytes, and copying more would be wasted.
+func appendStringAt(dst, b []byte, i, limit int) ([]byte, int, error) {
+	i++
+	for {
+		if len(dst) >= limit {
+			end, _, err := scanStringFrom(b, i, false)
+			return dst, end, err
+		}
+		j := plainPrefix(b, i)
+		if room := limit - len(dst); j-i > room {
+			dst = append(dst, b[i:i+room]...)
+			end, _, err := scanStringFrom(b, j, false)
+			return dst, end, err
+		}
+		dst = append(dst, b[i:j]...)
+		if j >= len(b) {
+			return dst, j, syntaxErr(b, j, "closing '\"'")
+		}
+		switch c := b[j]; {
+		case c == '"':
+			return dst, j + 1, nil
+		case c == '\\':
+			if j+1 < len(b) {
+				if d := simpleEscapes[b[j+1]]; d != 0 {
+					dst, i = append(dst, d), j+2
+					continue
+				}
+			}
+			// \u escapes: a run of adjacent escapes is unescaped together,
+			// so a surrogate pair written as two \u escapes stays one rune.
+			k := j
+			for k < len(b) && b[k] == '\\' {
+				n, err := escapeLen(b, k)
+				if err != nil {
+					return dst, k, err
+				}
+				k += n
+			}
+			var err error
+			if dst, err = appendUnescaped(dst, b[j:k]); err != nil {
+				return dst, k, err
+			}
+			i = k
+		default:
+			return dst, j, badBody("invalid JSON at offset %d: control character in string", j)
+		}
+	}
+}
+
+// simpleEscapes maps the byte after a backslash to the byte it stands for,
+// for the two-byte escapes; 0 for \u and invalid ones.
+var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// plainPrefix returns the offset of the first byte at or after b[i] that is
+// '"', '\\' or below 0x20, or len(b). Prompts are almost all plain bytes,
+// so this is where the parser spends its time: it tests sixteen bytes per
+// step and jumps straight to the special one.
+func plainPrefix(b []byte, i int) int {
+	for ; i+16 <= len(b); i += 16 {
+		if m := specialMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		if m := specialMask(binary.LittleEndian.Uint64(b[i+8:])); m != 0 {
+			return i + 8 + bits.TrailingZeros64(m)>>3
+		}
+	}
+	if i+8 <= len(b) {
+		if m := specialMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return i
 }
 
 const (
@@ -638,11 +771,12 @@ const (
 	msb = 0x8080808080808080
 )
 
-// specialInWord reports whether any byte of w is '"', '\\' or below 0x20
-// (SWAR: each test sets a byte's high bit when that byte matches).
-func specialInWord(w uint64) bool {
+// specialMask sets the high bit of the lowest byte of w that is '"',
+// '\\' or below 0x20 (SWAR); bits above it may be set spuriously by a
+// borrow, so only the lowest set bit is exact.
+func specialMask(w uint64) uint64 {
 	hasZero := func(x uint64) uint64 { return (x - lsb) & ^x & msb }
-	return (hasZero(w^(lsb*'"')) | hasZero(w^(lsb*'\\')) | ((w - lsb*0x20) &^ w & msb)) != 0
+	return hasZero(w^(lsb*'"')) | hasZero(w^(lsb*'\\')) | ((w - lsb*0x20) &^ w & msb)
 }
 
 func isHex4(h []byte) bool {
@@ -668,12 +802,21 @@ func unquote(raw []byte) (string, error) {
 // appendUnescaped appends the text of a validated JSON string body (no
 // quotes) to dst.
 func appendUnescaped(dst, s []byte) ([]byte, error) {
-	for i := 0; i < len(s); {
+	return appendUnescapedMax(dst, s, math.MaxInt)
+}
+
+// appendUnescapedMax is appendUnescaped that stops once dst holds limit
+// bytes (it may pass the limit by one escape).
+func appendUnescapedMax(dst, s []byte, limit int) ([]byte, error) {
+	for i := 0; i < len(s) && len(dst) < limit; {
 		c := s[i]
 		if c != '\\' {
 			j := len(s)
 			if k := bytes.IndexByte(s[i+1:], '\\'); k >= 0 {
 				j = i + 1 + k
+			}
+			if room := limit - len(dst); j-i > room {
+				j = i + room
 			}
 			dst = append(dst, s[i:j]...)
 			i = j

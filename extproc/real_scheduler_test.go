@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -147,5 +148,68 @@ func TestRealScheduler(t *testing.T) {
 	})
 	if n := f.totalInFlight(); n != 0 {
 		t.Fatalf("in-flight %d", n)
+	}
+}
+
+// promptRecorder schedules like leastInFlight, reads only the first limit
+// bytes of prompts (as scheduling.Scheduler says with PromptBytes), and
+// keeps the prompts it was given.
+type promptRecorder struct {
+	leastInFlight
+	limit   int
+	mu      sync.Mutex
+	prompts []string
+}
+
+func (r *promptRecorder) PromptBytes() int { return r.limit }
+
+func (r *promptRecorder) Schedule(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
+	r.mu.Lock()
+	r.prompts = append(r.prompts, string(req.Prompt))
+	r.mu.Unlock()
+	return r.leastInFlight.Schedule(ctx, pool, req)
+}
+
+// TestPromptBytesLimit: the server hands the scheduler only the prompt
+// bytes it reads, and forwards the whole body unchanged.
+func TestPromptBytesLimit(t *testing.T) {
+	for _, limit := range []int{0, 10, 1 << 20} {
+		t.Run(strconv.Itoa(limit), func(t *testing.T) {
+			f := newPools(t, 1, 2)
+			rec := &promptRecorder{limit: limit}
+			ts := startServer(t, f.reg, rec, Options{Insecure: true})
+			content := strings.Repeat("long \\\"prompt\\\" ", 2000)
+			body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`)
+			g := ts.open(t, authorityOf(0), nil)
+			if err := g.stream.Send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/chat/completions"), false), duplex, duplex)); err != nil {
+				t.Fatal(err)
+			}
+			half := len(body) / 2
+			for i, part := range [][]byte{body[:half], body[half:]} {
+				if err := g.stream.Send(reqBody(part, i == 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := g.stream.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			var back []byte
+			for range 2 {
+				r, err := g.stream.Recv()
+				if err != nil {
+					t.Fatal(err)
+				}
+				back = append(back, r.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()...)
+			}
+			if string(back) != string(body) {
+				t.Fatalf("forwarded body differs (%d bytes, want %d)", len(back), len(body))
+			}
+			full := "<|user|>" + strings.ReplaceAll(content, `\"`, `"`) + "\n"
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if want := full[:min(limit, len(full))]; len(rec.prompts) != 1 || rec.prompts[0] != want {
+				t.Fatalf("scheduler got prompts of %d bytes, want one of %d", len(rec.prompts[0]), len(want))
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -46,6 +47,15 @@ type Server struct {
 	log     logr.Logger
 	health  *health.Server
 	streams sync.WaitGroup
+	// promptLimit is the most prompt bytes sched reads (PromptBytes, when it
+	// tells); the body parser renders no more.
+	promptLimit int
+}
+
+// promptByteser is implemented by schedulers that read only the first
+// PromptBytes bytes of Request.Prompt (scheduling.Scheduler does).
+type promptByteser interface {
+	PromptBytes() int
 }
 
 // New returns a server answering for the pools in reg with sched's picks.
@@ -58,7 +68,11 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("extproc: registering metrics: %w", err)
 	}
-	return &Server{opts: opts, reg: reg, sched: sched, metrics: m, log: opts.Logger.WithName("extproc"), health: health.NewServer()}, nil
+	limit := math.MaxInt
+	if pb, ok := sched.(promptByteser); ok {
+		limit = max(pb.PromptBytes(), 0)
+	}
+	return &Server{opts: opts, reg: reg, sched: sched, metrics: m, log: opts.Logger.WithName("extproc"), health: health.NewServer(), promptLimit: limit}, nil
 }
 
 // Ready reports readiness as served on the health port: every served pool's

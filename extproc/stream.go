@@ -413,7 +413,7 @@ func (st *stream) decide(body []byte) (bool, error) {
 	var rb *requestBody
 	if body != nil {
 		var err error
-		rb, err = parseRequestBody(body, st.path)
+		rb, err = parseRequestBody(body, st.path, st.s.promptLimit)
 		if err != nil {
 			return true, st.fail(&httpError{code: http.StatusBadRequest, reason: "BadRequest", msg: err.Error()})
 		}
