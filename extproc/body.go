@@ -55,6 +55,25 @@ func classifyPath(path string) pathKind {
 // strict reports whether a body on this path must be a JSON object with a model.
 func (k pathKind) strict() bool { return k != pathUnknown }
 
+// hasPrompt reports whether the picker renders a prompt for this path.
+func (k pathKind) hasPrompt() bool {
+	return k == pathCompletions || k == pathChat || k == pathNone
+}
+
+// reads reports whether the picker reads the top-level member key on this
+// path (the others are skimmed once the prompt is full).
+func (k pathKind) reads(key string) bool {
+	switch key {
+	case "model", "stream":
+		return true
+	case "prompt":
+		return k == pathCompletions || k == pathNone
+	case "messages":
+		return k == pathChat || k == pathNone
+	}
+	return false
+}
+
 // requestBody is what the picker reads from an OpenAI request body.
 type requestBody struct {
 	Model string
@@ -65,7 +84,14 @@ type requestBody struct {
 	// Prompt is the completion prompt or the chat messages with role markers.
 	Prompt []byte
 	Stream bool
+	// skimmed are the byte ranges that were only skimmed, not validated: a
+	// defect inside one goes unnoticed (the fuzz test holds the parser to
+	// that, and nothing else).
+	skimmed []span
 }
+
+// span is a byte range [start, end) of the body.
+type span struct{ start, end int }
 
 // bodyError is a request body the picker cannot read; it maps to a 400.
 type bodyError struct{ msg string }
@@ -77,12 +103,24 @@ func badBody(format string, args ...any) error { return &bodyError{msg: fmt.Spri
 // maxJSONDepth bounds nesting so a hostile body cannot exhaust the stack.
 const maxJSONDepth = 512
 
-// parseRequestBody validates body as JSON in one pass and extracts model,
-// prompt (completions) or messages (chat), and stream. Unknown fields are
-// skipped without being decoded. The prompt is rendered only up to
-// promptLimit bytes (the scheduler reads no more); the rest of the body is
-// still validated. For pathUnknown a non-JSON body is not an error: the
-// result is simply empty.
+// parseRequestBody extracts model, prompt (completions) or messages (chat),
+// and stream in one pass. The prompt is rendered only up to promptLimit
+// bytes (the scheduler reads no more).
+//
+// Everything the picker reads is validated: the top-level object and all
+// its keys (model or stream may come after a huge messages array), model,
+// stream, and the prompt up to the limit; so are the other values until the
+// prompt is full. Once it is (at once for paths that carry no prompt, or a
+// limit of 0), the rest of the prompt and any other value are only skimmed:
+// strings end at the next quote preceded by an even number of backslashes,
+// arrays and objects at the bracket that closes them. That is the point of
+// the limit: a 64 KiB prompt costs what its used 16 KiB cost, not a full
+// validation. The trade-off: a body whose only defect lies in skimmed bytes
+// (a bad escape, a control byte, a bad number inside a skimmed array) is
+// forwarded unchanged and the model server rejects it. A body that is not a
+// JSON object, ends inside a value (truncated), or has no string model is
+// still a 400. For pathUnknown a non-JSON body is not an error: the result
+// is simply empty.
 func parseRequestBody(body []byte, kind pathKind, promptLimit int) (*requestBody, error) {
 	out := &requestBody{}
 	err := scanTopLevel(body, kind, out, max(promptLimit, 0))
@@ -115,6 +153,9 @@ func scanTopLevel(b []byte, kind pathKind, out *requestBody, promptLimit int) er
 		return checkTrailing(b, i+1)
 	}
 	var key []byte
+	// promptDone: everything the picker wants from values other than model
+	// and stream has been read, so those can be skimmed.
+	promptDone := promptLimit == 0 || !kind.hasPrompt()
 	for {
 		if i >= len(b) || b[i] != '"' {
 			return syntaxErr(b, i, "object key")
@@ -143,12 +184,26 @@ func scanTopLevel(b []byte, kind pathKind, out *requestBody, promptLimit int) er
 		switch {
 		case k == "messages" && (kind == pathChat || kind == pathNone) && i < len(b) && b[i] == '[':
 			// Walked once, validating as it renders: no second pass.
-			out.Prompt, ve, err = appendMessagesAt(make([]byte, 0, min(len(b)-i, promptLimit)), b, i, promptLimit)
+			out.Prompt, ve, err = appendMessagesAt(make([]byte, 0, min(len(b)-i, promptLimit)), b, i, promptLimit, &out.skimmed)
 			if err != nil {
 				return err
 			}
+			promptDone = len(out.Prompt) >= promptLimit
 		case k == "prompt" && (kind == pathCompletions || kind == pathNone) && i < len(b) && b[i] == '"':
 			out.Prompt, ve, err = appendStringAt(make([]byte, 0, min(len(b)-i, promptLimit)), b, i, promptLimit)
+			if err == errPromptFull {
+				ve, err = skim(b, ve, 0, true, &out.skimmed)
+			}
+			if err != nil {
+				return err
+			}
+			promptDone = len(out.Prompt) >= promptLimit
+		case promptDone && !kind.reads(k) && i < len(b) && (b[i] == '"' || b[i] == '[' || b[i] == '{'):
+			if b[i] == '"' {
+				ve, err = skim(b, i+1, 0, true, &out.skimmed)
+			} else {
+				ve, err = skim(b, i+1, 1, false, &out.skimmed)
+			}
 			if err != nil {
 				return err
 			}
@@ -251,15 +306,18 @@ func appendMessages(dst, raw []byte, limit int) ([]byte, error) {
 	if raw[0] != '[' {
 		return nil, badBody(`"messages" must be an array`)
 	}
-	dst, _, err := appendMessagesAt(dst, raw, 0, limit)
+	dst, _, err := appendMessagesAt(dst, raw, 0, limit, nil)
 	return dst, err
 }
 
 // appendMessagesAt renders the messages array starting at b[i] (a '['),
 // validating it, and returns the offset past it. Once dst holds limit
-// bytes the rest is only validated.
-func appendMessagesAt(dst, b []byte, i, limit int) ([]byte, int, error) {
+// bytes the rest is only skimmed (its range appended to skimmed, if not nil).
+func appendMessagesAt(dst, b []byte, i, limit int, skimmed *[]span) ([]byte, int, error) {
 	end, err := walkArray(b, i, 1, func(j int) (int, error) {
+		if len(dst) >= limit {
+			return j, errPromptFull
+		}
 		if b[j] != '{' {
 			return j, badBody(`each of "messages" must be an object`)
 		}
@@ -275,6 +333,9 @@ func appendMessagesAt(dst, b []byte, i, limit int) ([]byte, int, error) {
 				}
 				var ve int
 				dst, ve, err = appendStringAt(dst, b, v, limit)
+				if err == errPromptFull {
+					return ve, errPromptFullInMessage
+				}
 				if err == nil {
 					rendered = true
 					if len(dst) < limit {
@@ -334,7 +395,83 @@ func appendMessagesAt(dst, b []byte, i, limit int) ([]byte, int, error) {
 		dst = append(dst, '\n')
 		return e, nil
 	})
+	switch err {
+	case errPromptFull: // between messages: inside the array
+		end, err = skim(b, end, 1, false, skimmed)
+	case errPromptFullInMessage: // inside a content string, message, array
+		end, err = skim(b, end, 2, true, skimmed)
+	}
 	return dst, end, err
+}
+
+// errPromptFull and errPromptFullInMessage stop a walk once the prompt is
+// full; the offset returned with them is where skimming takes over. They
+// never leave the parser.
+var (
+	errPromptFull          = &bodyError{msg: "prompt full"}
+	errPromptFullInMessage = &bodyError{msg: "prompt full in a message"}
+)
+
+// skim returns the offset just past the value that b[i] is inside of,
+// depth arrays or objects deep and, if inString, inside a string that is
+// innermost. It does not validate: it only finds where strings and
+// brackets end, which is enough to locate the next top-level key. The
+// range is appended to skimmed, if not nil. A body that ends first is
+// truncated, and that is an error.
+func skim(b []byte, i, depth int, inString bool, skimmed *[]span) (int, error) {
+	start := i
+	if skimmed != nil {
+		defer func() { *skimmed = append(*skimmed, span{start, i}) }()
+	}
+	if inString {
+		var err error
+		if i, err = skimString(b, i); err != nil || depth == 0 {
+			return i, err
+		}
+	}
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			var err error
+			if i, err = skimString(b, i+1); err != nil {
+				return i, err
+			}
+			continue
+		case '[', '{':
+			depth++
+		case ']', '}':
+			depth--
+			if depth == 0 {
+				i++
+				return i, nil
+			}
+		}
+		i++
+	}
+	return i, badBody("invalid JSON: unexpected end of body, want ']' or '}' (%d left open)", depth)
+}
+
+// skimString returns the offset past the closing quote of the string that
+// b[i] is inside of; b[i] must not be in the middle of an escape. A quote
+// is the closing one when an even number of backslashes precede it (each
+// pair is an escaped backslash).
+func skimString(b []byte, i int) (int, error) {
+	from := i
+	for {
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 {
+			return len(b), syntaxErr(b, len(b), "closing '\"'")
+		}
+		q := i + k
+		p := q
+		for p > from && b[p-1] == '\\' {
+			p--
+		}
+		if (q-p)%2 == 0 {
+			return q + 1, nil
+		}
+		i = q + 1
+	}
 }
 
 // appendRole renders a message's role marker "<|role|>".
@@ -685,20 +822,19 @@ func escapeLen(b []byte, i int) (int, error) {
 
 // appendStringAt renders the JSON string at b[i] (a quote) into dst as its
 // text, validating it in the same pass, and returns the offset past it.
-// Once dst holds limit bytes the rest is only validated: the caller keeps
-// the first limit bytes, and copying more would be wasted.
+// Once dst holds limit bytes it stops with errPromptFull and the offset
+// (inside the string, never inside an escape) where it stopped: the caller
+// keeps the first limit bytes, and reading more would be wasted.
 func appendStringAt(dst, b []byte, i, limit int) ([]byte, int, error) {
 	i++
 	for {
 		if len(dst) >= limit {
-			end, _, err := scanStringFrom(b, i, false)
-			return dst, end, err
+			return dst, i, errPromptFull
 		}
 		j := plainPrefix(b, i)
 		if room := limit - len(dst); j-i > room {
 			dst = append(dst, b[i:i+room]...)
-			end, _, err := scanStringFrom(b, j, false)
-			return dst, end, err
+			return dst, i + room, errPromptFull
 		}
 		dst = append(dst, b[i:j]...)
 		if j >= len(b) {

@@ -87,23 +87,27 @@ func FuzzParseRequestBody(f *testing.F) {
 		`{"model":"m","messages":[{"content":"c first","role":"r"},{"role":"u","content":"a\nb\"c\ud83d\ude00 plain text past sixteen bytes"}]}`,
 		`{"model":"m","prompt":"0123456789abcdef0123\t\u00e9x"}`, `{"model":"m","prompt":["ab\n","cd"]}`,
 		`{"model":"m","messages":[{"role":"u","content":"x","content":"y"}]}`, `{"model":"m","prompt":"a\u12"}`,
+		// Skimmed past a limit of 0..64: escaped quotes and backslashes,
+		// brackets inside strings, defects only a validator sees.
+		`{"messages":[{"role":"u","content":"0123456789abcdef0123456789\\\"]}\\"},{"x":["]",{"}":1}]}],"model":"m","stream":true}`,
+		`{"prompt":"0123456789\\\\\"x\q\u12","t":[[1,01],{"a":"\z"}],"model":"m"}`,
+		`{"model":"m","messages":[{"role":"u","content":"0123456789abcdef"},3,[}],"stream":true}`,
+		`{"model":"m","prompt":"0123456789\\\"`, `{"model":"m","input":[1,2,"\\"],"x":{"y":[`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// Paths without a prompt skim all but model and stream at any limit.
+		checkSkimmed(t, body, pathModelOnly, 0, nil, nil)
 		for _, kind := range []pathKind{pathCompletions, pathChat, pathNone, pathUnknown} {
+			// Without a limit the prompt is never full, so nothing is
+			// skimmed on prompt paths: this is the fully validating parser.
 			rb, err := parseRequestBody(body, kind, math.MaxInt)
-			// A prompt limit cuts the prompt and changes nothing else.
+			if err == nil && kind != pathUnknown && len(rb.skimmed) != 0 {
+				t.Fatalf("skimmed %v without a limit", rb.skimmed)
+			}
 			for _, limit := range []int{0, 1, 7, 64} {
-				cut, cerr := parseRequestBody(body, kind, limit)
-				if (cerr == nil) != (err == nil) || (err != nil && cerr.Error() != err.Error()) {
-					t.Fatalf("limit %d: err %v, unlimited err %v", limit, cerr, err)
-				}
-				if err == nil {
-					if want := rb.Prompt[:min(len(rb.Prompt), limit)]; string(cut.Prompt) != string(want) || cut.Model != rb.Model || cut.Stream != rb.Stream {
-						t.Fatalf("limit %d: prompt %q model %q, want %q %q", limit, cut.Prompt, cut.Model, want, rb.Model)
-					}
-				}
+				checkSkimmed(t, body, kind, limit, rb, err)
 			}
 			var ref struct {
 				Model json.RawMessage `json:"model"`
@@ -150,6 +154,71 @@ func FuzzParseRequestBody(f *testing.F) {
 	})
 }
 
+// checkSkimmed holds a parse with a prompt limit (which skims what it does
+// not read) to the fully validating one (full, fullErr; nil when there is
+// none) and to encoding/json: it accepts whatever the full parse accepts,
+// with the same model, stream and prompt prefix; it rejects only what the
+// full parse rejects; and when it accepts a body encoding/json rejects, the
+// defect lies in bytes it skimmed, and its model is still the model value.
+func checkSkimmed(t *testing.T, body []byte, kind pathKind, limit int, full *requestBody, fullErr error) {
+	t.Helper()
+	cut, err := parseRequestBody(body, kind, limit)
+	if full != nil || fullErr != nil {
+		if fullErr == nil {
+			if err != nil {
+				t.Fatalf("limit %d: rejected what the full parse accepts: %v", limit, err)
+			}
+			if want := full.Prompt[:min(len(full.Prompt), limit)]; string(cut.Prompt) != string(want) || cut.Model != full.Model || cut.Stream != full.Stream {
+				t.Fatalf("limit %d: prompt %q model %q stream %v, want %q %q %v", limit, cut.Prompt, cut.Model, cut.Stream, want, full.Model, full.Stream)
+			}
+		} else if err != nil && !kind.strict() {
+			t.Fatalf("limit %d: lenient parse failed: %v", limit, err)
+		}
+	}
+	if err != nil {
+		var be *bodyError
+		if !errors.As(err, &be) || err == errPromptFull || err == errPromptFullInMessage {
+			t.Fatalf("limit %d: error %v is not a 400", limit, err)
+		}
+		return
+	}
+	if cut.hasModel {
+		raw := body[cut.modelStart:cut.modelEnd]
+		if m, err := unquote(raw); err != nil || m != cut.Model {
+			t.Fatalf("limit %d: model %q, but its range holds %s", limit, cut.Model, raw)
+		}
+	}
+	var obj map[string]json.RawMessage
+	jerr := json.Unmarshal(body, &obj)
+	if jerr == nil {
+		if cut.hasModel {
+			var m string
+			if json.Unmarshal(obj["model"], &m) != nil || m != cut.Model {
+				t.Fatalf("limit %d: model %q, encoding/json says %s", limit, cut.Model, obj["model"])
+			}
+		}
+		return
+	}
+	var se *json.SyntaxError
+	if !errors.As(jerr, &se) {
+		if kind.strict() {
+			t.Fatalf("limit %d: accepted %q, which encoding/json rejects: %v", limit, body, jerr)
+		}
+		return
+	}
+	// encoding/json stops after reading Offset bytes: the last of them is
+	// the bad one.
+	bad := int(se.Offset) - 1
+	for _, s := range cut.skimmed {
+		if s.start <= bad && bad < s.end {
+			return
+		}
+	}
+	if kind.strict() {
+		t.Fatalf("limit %d: accepted %q; encoding/json: %v at offset %d, outside the skimmed %v", limit, body, jerr, bad, cut.skimmed)
+	}
+}
+
 // benchBody is a chat request of size bytes whose user content is words
 // with a JSON escape every few words (newlines, quotes), as real prompts
 // have, or plain words when plain is set.
@@ -193,6 +262,96 @@ func BenchmarkParseRequestBody(b *testing.B) {
 	}
 }
 
+// TestParseRequestBodySkim covers what happens past the prompt limit: the
+// rest of the prompt and every other value except model and stream are only
+// skimmed to find where they end, so every top-level key is still found,
+// and only a truncation there is an error.
+func TestParseRequestBodySkim(t *testing.T) {
+	long := strings.Repeat("0123456789", 10)
+	huge := `[` + strings.Repeat(`{"role":"user","content":"`+long+`\"\\\"\\ ]} \n"},`, 10000) + `{"role":"a","content":"end"}]`
+	cases := []struct {
+		name, body string
+		kind       pathKind
+		limit      int
+		model      string
+		prompt     string
+		stream     bool
+		wantErr    string
+	}{
+		{name: "escaped quotes and backslashes", kind: pathChat, limit: 5, model: "m", prompt: "<|u|>", stream: true,
+			body: `{"messages":[{"role":"u","content":"` + long + `\\\"\\\\\"\\"},{"role":"a","content":"\"],\"model\":\"no\"}"}],"model":"m","stream":true}`},
+		{name: "backslashes right before the limit", kind: pathCompletions, limit: 3, model: "m", prompt: `a\\`,
+			body: `{"prompt":"a\\\\\\\"","model":"m"}`},
+		{name: "nested arrays and brackets in strings", kind: pathChat, limit: 5, model: "m", prompt: "<|u|>", stream: true,
+			body: `{"model":"x","messages":[{"role":"u","content":"` + long + `"}],"tools":[[1,[2,{"a":"]}"}]],{"b":["}",[[]]]}],"model":"m","stream":true}`},
+		{name: "model after a huge messages array", kind: pathChat, limit: 16 << 10, model: "m", stream: true,
+			body: `{"messages":` + huge + `,"stream":true,"model":"m"}`},
+		{name: "limit 0 skims the whole prompt", kind: pathChat, limit: 0, model: "m",
+			body: `{"messages":[{"role":"u","content":"\q"},7,[}],"model":"m"}`},
+		{name: "embeddings skim the input", kind: pathModelOnly, limit: 16 << 10, model: "e",
+			body: `{"input":["\q",01,{]],"model":"e"}`},
+		// Defects in skimmed bytes: forwarded, the model server rejects them.
+		{name: "bad escape skimmed", kind: pathCompletions, limit: 5, model: "m", prompt: "01234", body: `{"prompt":"` + long + `\x\u12","model":"m"}`},
+		{name: "control byte skimmed", kind: pathChat, limit: 5, model: "m", prompt: "<|u|>", body: "{\"model\":\"m\",\"messages\":[{\"role\":\"u\",\"content\":\"" + long + "\x01\"}]}"},
+		{name: "bad number in skimmed value", kind: pathChat, limit: 5, model: "m", prompt: "<|u|>", body: `{"messages":[{"role":"u","content":"` + long + `"}],"logit_bias":{"1":01},"model":"m"}`},
+		// Still 400s.
+		{name: "truncated skimmed string", kind: pathChat, limit: 5, wantErr: "unexpected end", body: `{"model":"m","messages":[{"role":"u","content":"` + long + `\"`},
+		{name: "truncated skimmed array", kind: pathChat, limit: 5, wantErr: "unexpected end", body: `{"model":"m","messages":[{"role":"u","content":"` + long + `"},[{"a":"]"}`},
+		{name: "truncated skimmed value", kind: pathChat, limit: 5, wantErr: "unexpected end", body: `{"messages":[{"role":"u","content":"` + long + `"}],"model":"m","tools":{"a":[`},
+		{name: "truncated after the skimmed value", kind: pathChat, limit: 5, wantErr: "unexpected end", body: `{"messages":[{"role":"u","content":"` + long + `"}],"model":"m"`},
+		{name: "not an object", kind: pathChat, limit: 0, wantErr: "not a JSON object", body: `["model","m"]`},
+		{name: "missing model after skimming", kind: pathChat, limit: 5, wantErr: `no "model"`, body: `{"messages":[{"role":"u","content":"` + long + `"}],"tools":{"model":"m"}}`},
+		{name: "model not a string after skimming", kind: pathChat, limit: 5, wantErr: "must be a string", body: `{"messages":[{"role":"u","content":"` + long + `"}],"model":["m"]}`},
+		{name: "model still validated after skimming", kind: pathChat, limit: 5, wantErr: "bad escape", body: `{"messages":[{"role":"u","content":"` + long + `"}],"model":"m\q"}`},
+		{name: "stream still validated after skimming", kind: pathChat, limit: 5, wantErr: "want true", body: `{"messages":[{"role":"u","content":"` + long + `"}],"model":"m","stream":tru}`},
+		{name: "top level still validated after skimming", kind: pathChat, limit: 5, wantErr: "want ':'", body: `{"messages":[{"role":"u","content":"` + long + `"}],"model" "m"}`},
+		{name: "trailing data after skimming", kind: pathChat, limit: 5, wantErr: "after the top-level", body: `{"messages":[{"role":"u","content":"` + long + `"}],"model":"m"}]`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			body := []byte(c.body)
+			rb, err := parseRequestBody(body, c.kind, c.limit)
+			if c.wantErr != "" {
+				var be *bodyError
+				if err == nil || !errors.As(err, &be) || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err %v, want a body error containing %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantPrompt := c.prompt
+			if c.limit == 16<<10 && c.kind == pathChat {
+				// The prompt is the first 16 KiB of the rendered messages.
+				full, err := parseRequestBody([]byte(`{"model":"m","messages":`+huge+`}`), pathChat, math.MaxInt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantPrompt = string(full.Prompt[:c.limit])
+			}
+			if rb.Model != c.model || string(rb.Prompt) != wantPrompt || rb.Stream != c.stream {
+				t.Fatalf("got model %q prompt %q stream %v", rb.Model, rb.Prompt, rb.Stream)
+			}
+			if len(rb.skimmed) == 0 {
+				t.Fatal("nothing skimmed")
+			}
+			// A rewrite replaces exactly the model value, wherever it is.
+			out := rewriteModel(body, rb, "new")
+			want := string(body[:rb.modelStart]) + `"new"` + string(body[rb.modelEnd:])
+			if string(out) != want || string(body[rb.modelStart:rb.modelEnd]) != `"`+c.model+`"` {
+				t.Fatalf("rewrite replaced %q", body[rb.modelStart:rb.modelEnd])
+			}
+			if json.Valid(body) {
+				var after struct{ Model string }
+				if err := json.Unmarshal(out, &after); err != nil || after.Model != "new" {
+					t.Fatalf("rewritten body: model %q, err %v", after.Model, err)
+				}
+			}
+		})
+	}
+}
+
 func TestParseRequestBodyPromptLimit(t *testing.T) {
 	long := strings.Repeat("0123456789", 10) // 100 bytes
 	cases := []struct {
@@ -209,11 +368,12 @@ func TestParseRequestBodyPromptLimit(t *testing.T) {
 		{"completion array cut", `{"model":"m","prompt":["abc","` + long + `"]}`, pathCompletions, 5, "abc01", ""},
 		{"zero renders nothing", `{"model":"m","prompt":"` + long + `"}`, pathCompletions, 0, "", ""},
 		{"under the limit: whole", `{"model":"m","prompt":"short"}`, pathCompletions, 100, "short", ""},
-		// The part past the limit is still validated.
-		{"bad escape past the limit", `{"model":"m","prompt":"` + long + `\x"}`, pathCompletions, 5, "", "bad escape"},
-		{"control byte past the limit", "{\"model\":\"m\",\"messages\":[{\"role\":\"u\",\"content\":\"" + long + "\x01\"}]}", pathChat, 5, "", "control character"},
+		// The part past the limit is only skimmed: a defect there is the
+		// model server's to reject, a truncation is still a 400.
+		{"bad escape past the limit", `{"model":"m","prompt":"` + long + `\x"}`, pathCompletions, 5, "01234", ""},
+		{"control byte past the limit", "{\"model\":\"m\",\"messages\":[{\"role\":\"u\",\"content\":\"" + long + "\x01\"}]}", pathChat, 5, "<|u|>", ""},
 		{"unterminated past the limit", `{"model":"m","messages":[{"role":"u","content":"` + long, pathChat, 5, "", "closing"},
-		{"bad message past the limit", `{"model":"m","messages":[{"role":"u","content":"` + long + `"},3]}`, pathChat, 5, "", "must be an object"},
+		{"bad message past the limit", `{"model":"m","messages":[{"role":"u","content":"` + long + `"},3]}`, pathChat, 5, "<|u|>", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
