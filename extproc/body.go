@@ -55,7 +55,7 @@ func classifyPath(path string) pathKind {
 // strict reports whether a body on this path must be a JSON object with a model.
 func (k pathKind) strict() bool { return k != pathUnknown }
 
-// hasPrompt reports whether the picker renders a prompt for this path.
+// hasPrompt reports whether the picker reads a prompt for this path.
 func (k pathKind) hasPrompt() bool {
 	return k == pathCompletions || k == pathChat || k == pathNone
 }
@@ -81,7 +81,10 @@ type requestBody struct {
 	// the body, so a rewrite touches nothing else.
 	modelStart, modelEnd int
 	hasModel             bool
-	// Prompt is the completion prompt or the chat messages with role markers.
+	// Prompt is the raw JSON of the chat messages array (from its '[') or of
+	// the completion prompt value (a string with its quotes, or an array),
+	// cut at the prompt limit. It is a slice of the body, not a copy: the
+	// body must not change while it is in use.
 	Prompt []byte
 	Stream bool
 	// skimmed are the byte ranges that were only skimmed, not validated: a
@@ -104,8 +107,15 @@ func badBody(format string, args ...any) error { return &bodyError{msg: fmt.Spri
 const maxJSONDepth = 512
 
 // parseRequestBody extracts model, prompt (completions) or messages (chat),
-// and stream in one pass. The prompt is rendered only up to promptLimit
-// bytes (the scheduler reads no more).
+// and stream in one pass. The prompt is the value's JSON encoding as the
+// client sent it, up to promptLimit bytes (the scheduler reads no more),
+// sliced from body without copying or unescaping: the prefix-cache scorer
+// only hashes it, and what prefix caching needs is that requests sharing a
+// conversation prefix share prompt bytes, which holds for clients that
+// serialize the same messages the same way. Different serializations of
+// the same text (key order, escapes, spacing) hash differently, so they do
+// not share cache entries; rendering the text would cost a copy of every
+// prompt to catch that rare case.
 //
 // Everything the picker reads is validated: the top-level object and all
 // its keys (model or stream may come after a huge messages array), model,
@@ -132,10 +142,6 @@ func parseRequestBody(body []byte, kind pathKind, promptLimit int) (*requestBody
 	}
 	if !out.hasModel && kind.strict() {
 		return nil, badBody(`request body has no "model" field`)
-	}
-	if len(out.Prompt) > promptLimit {
-		// Rendering stops at the first piece that reaches the limit.
-		out.Prompt = out.Prompt[:max(promptLimit, 0)]
 	}
 	return out, nil
 }
@@ -182,18 +188,11 @@ func scanTopLevel(b []byte, kind pathKind, out *requestBody, promptLimit int) er
 		var ve int
 		k := string(key)
 		switch {
-		case k == "messages" && (kind == pathChat || kind == pathNone) && i < len(b) && b[i] == '[':
-			// Walked once, validating as it renders: no second pass.
-			out.Prompt, ve, err = appendMessagesAt(make([]byte, 0, min(len(b)-i, promptLimit)), b, i, promptLimit, &out.skimmed)
-			if err != nil {
-				return err
-			}
-			promptDone = len(out.Prompt) >= promptLimit
-		case k == "prompt" && (kind == pathCompletions || kind == pathNone) && i < len(b) && b[i] == '"':
-			out.Prompt, ve, err = appendStringAt(make([]byte, 0, min(len(b)-i, promptLimit)), b, i, promptLimit)
-			if err == errPromptFull {
-				ve, err = skim(b, ve, 0, true, &out.skimmed)
-			}
+		case k == "messages" && (kind == pathChat || kind == pathNone) && i < len(b) && b[i] == '[',
+			k == "prompt" && (kind == pathCompletions || kind == pathNone) && i < len(b):
+			// Validated up to the limit in one pass, skimmed after; the
+			// prompt is the raw value, not a copy.
+			out.Prompt, ve, err = promptAt(b, i, promptLimit, k == "messages", &out.skimmed)
 			if err != nil {
 				return err
 			}
@@ -211,7 +210,7 @@ func scanTopLevel(b []byte, kind pathKind, out *requestBody, promptLimit int) er
 			if ve, err = skipValue(b, i, 1); err != nil {
 				return err
 			}
-			if err := out.field(k, b[vs:ve], vs, kind, promptLimit); err != nil {
+			if err := out.field(k, b[vs:ve], vs, kind); err != nil {
 				return err
 			}
 		}
@@ -231,7 +230,7 @@ func scanTopLevel(b []byte, kind pathKind, out *requestBody, promptLimit int) er
 }
 
 // field records one top-level member; later duplicates win, as in encoding/json.
-func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind, promptLimit int) error {
+func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) error {
 	switch key {
 	case "model":
 		if len(raw) == 0 || raw[0] != '"' {
@@ -253,164 +252,172 @@ func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind, p
 		r.modelStart, r.modelEnd = offset, offset+len(raw)
 	case "stream":
 		r.Stream = string(raw) == "true"
-	case "prompt":
-		if kind == pathCompletions || kind == pathNone {
-			p, err := appendPrompt(make([]byte, 0, min(len(raw), promptLimit)), raw, promptLimit)
-			if err != nil {
-				return err
-			}
-			r.Prompt = p
-		}
 	case "messages":
 		if kind == pathChat || kind == pathNone {
-			p, err := appendMessages(make([]byte, 0, min(len(raw), promptLimit)), raw, promptLimit)
-			if err != nil {
-				return err
-			}
-			r.Prompt = p
+			// An array is read by promptAt; anything else lands here.
+			return badBody(`"messages" must be an array`)
 		}
 	}
 	return nil
 }
 
-// appendPrompt renders a completion prompt: a string as its text, an array
-// of strings as the texts in order, anything else (token arrays) as raw JSON,
-// which is stable for equal prompts and so good enough for prefix hashing.
-// It stops rendering once dst holds limit bytes.
-func appendPrompt(dst, raw []byte, limit int) ([]byte, error) {
-	switch raw[0] {
+// promptAt validates the prompt value at b[i] (messages: an array of
+// objects) like skipValue and returns it as a slice of b cut at limit bytes,
+// with the offset past the value. Validation stops at the first point at or
+// past i+limit where skimming can take over (before an element or key, or
+// inside a string outside an escape); the rest of the value is skimmed.
+func promptAt(b []byte, i, limit int, messages bool, skimmed *[]span) ([]byte, int, error) {
+	c := promptCutter{b: b, stop: i + limit, messages: messages}
+	if limit > len(b)-i {
+		c.stop = len(b) + 1 // never
+	}
+	end, err := c.value(i, 1)
+	if err == errPromptFull {
+		end, err = skim(b, end, c.open, c.inString, skimmed)
+	}
+	if err != nil {
+		return nil, end, err
+	}
+	cut := end
+	if end-i > limit {
+		cut = i + limit
+	}
+	// Capped so that no append can write into the body.
+	return b[i:cut:cut], end, nil
+}
+
+// promptCutter is skipValue that stops at an offset (stop) with
+// errPromptFull, saying how many arrays and objects are open there and
+// whether it stopped inside a string, so skim can find the value's end.
+type promptCutter struct {
+	b        []byte
+	stop     int
+	messages bool // the value is chat messages: an array of objects
+	open     int
+	inString bool
+}
+
+func (c *promptCutter) full(i, open int, inString bool) (int, error) {
+	c.open, c.inString = open, inString
+	return i, errPromptFull
+}
+
+// value validates the value at b[i], depth deep (the prompt value is 1).
+func (c *promptCutter) value(i, depth int) (int, error) {
+	b := c.b
+	if i >= len(b) {
+		return i, syntaxErr(b, i, "a value")
+	}
+	switch b[i] {
 	case '"':
-		return appendUnescapedMax(dst, raw[1:len(raw)-1], limit)
+		return c.str(i, depth-1)
 	case '[':
-		err := forEachElement(raw, func(el []byte) error {
-			if len(dst) >= limit {
-				return nil
+		if depth > maxJSONDepth {
+			return i, badBody("invalid JSON: nesting deeper than %d", maxJSONDepth)
+		}
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == ']' {
+			return i + 1, nil
+		}
+		for {
+			if i >= c.stop {
+				return c.full(i, depth, false)
 			}
-			if el[0] == '"' {
-				var err error
-				dst, err = appendUnescapedMax(dst, el[1:len(el)-1], limit)
-				return err
+			if c.messages && depth == 1 && (i >= len(b) || b[i] != '{') {
+				if i >= len(b) {
+					return i, syntaxErr(b, i, "a value")
+				}
+				return i, badBody(`each of "messages" must be an object`)
 			}
-			dst = append(dst, el...)
-			return nil
-		})
-		return dst, err
+			var err error
+			if i, err = c.value(i, depth+1); err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = skipWS(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == ']' {
+				return i + 1, nil
+			}
+			return i, syntaxErr(b, i, "',' or ']'")
+		}
+	case '{':
+		if depth > maxJSONDepth {
+			return i, badBody("invalid JSON: nesting deeper than %d", maxJSONDepth)
+		}
+		i = skipWS(b, i+1)
+		if i < len(b) && b[i] == '}' {
+			return i + 1, nil
+		}
+		for {
+			if i >= c.stop {
+				return c.full(i, depth, false)
+			}
+			if i >= len(b) || b[i] != '"' {
+				return i, syntaxErr(b, i, "object key")
+			}
+			var err error
+			if i, err = c.str(i, depth); err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+			if i >= len(b) || b[i] != ':' {
+				return i, syntaxErr(b, i, "':' after object key")
+			}
+			i = skipWS(b, i+1)
+			if i >= c.stop {
+				return c.full(i, depth, false)
+			}
+			if i, err = c.value(i, depth+1); err != nil {
+				return i, err
+			}
+			i = skipWS(b, i)
+			if i < len(b) && b[i] == ',' {
+				i = skipWS(b, i+1)
+				continue
+			}
+			if i < len(b) && b[i] == '}' {
+				return i + 1, nil
+			}
+			return i, syntaxErr(b, i, "',' or '}'")
+		}
 	}
-	return append(dst, raw...), nil
+	return skipValue(b, i, depth)
 }
 
-// appendMessages renders chat messages in order as "<|role|>content\n".
-// Content parts of type text contribute their text; other parts (images,
-// audio) their raw JSON, so different attachments hash differently.
-func appendMessages(dst, raw []byte, limit int) ([]byte, error) {
-	if raw[0] != '[' {
-		return nil, badBody(`"messages" must be an array`)
+// str validates the string at b[i] (a quote), inside open arrays and objects.
+func (c *promptCutter) str(i, open int) (int, error) {
+	b := c.b
+	i++
+	for {
+		j := plainPrefix(b, i)
+		if j > c.stop {
+			// b[max(i, stop)] is a plain byte, not inside an escape.
+			return c.full(max(i, c.stop), open, true)
+		}
+		if j >= len(b) {
+			return j, syntaxErr(b, j, "closing '\"'")
+		}
+		switch b[j] {
+		case '"':
+			return j + 1, nil
+		case '\\':
+			n, err := escapeLen(b, j)
+			if err != nil {
+				return j, err
+			}
+			i = j + n
+		default: // below 0x20
+			return j, badBody("invalid JSON at offset %d: control character in string", j)
+		}
 	}
-	dst, _, err := appendMessagesAt(dst, raw, 0, limit, nil)
-	return dst, err
 }
 
-// appendMessagesAt renders the messages array starting at b[i] (a '['),
-// validating it, and returns the offset past it. Once dst holds limit
-// bytes the rest is only skimmed (its range appended to skimmed, if not nil).
-func appendMessagesAt(dst, b []byte, i, limit int, skimmed *[]span) ([]byte, int, error) {
-	end, err := walkArray(b, i, 1, func(j int) (int, error) {
-		if len(dst) >= limit {
-			return j, errPromptFull
-		}
-		if b[j] != '{' {
-			return j, badBody(`each of "messages" must be an object`)
-		}
-		var role, content []byte
-		rendered := false
-		e, err := walkObject(b, j, 2, func(k string, v int) (int, error) {
-			if k == "content" && b[v] == '"' && role != nil && !rendered && len(dst) < limit {
-				// The usual order (role, then string content): render the
-				// content while validating it, in one pass.
-				var err error
-				if dst, err = appendRole(dst, role); err != nil {
-					return v, err
-				}
-				var ve int
-				dst, ve, err = appendStringAt(dst, b, v, limit)
-				if err == errPromptFull {
-					return ve, errPromptFullInMessage
-				}
-				if err == nil {
-					rendered = true
-					if len(dst) < limit {
-						dst = append(dst, '\n')
-					}
-				}
-				return ve, err
-			}
-			ve, err := skipValue(b, v, 3)
-			switch k {
-			case "role":
-				role = b[v:ve]
-			case "content":
-				content = b[v:ve]
-				rendered = false
-			}
-			return ve, err
-		})
-		if err != nil || rendered || len(dst) >= limit {
-			return e, err
-		}
-		if dst, err = appendRole(dst, role); err != nil {
-			return e, err
-		}
-		if len(content) > 0 {
-			switch content[0] {
-			case '"':
-				if dst, err = appendUnescaped(dst, content[1:len(content)-1]); err != nil {
-					return e, err
-				}
-			case '[':
-				if err := forEachElement(content, func(part []byte) error {
-					if part[0] == '{' {
-						var typ, text []byte
-						_ = forEachMember(part, func(k string, v []byte) error {
-							switch k {
-							case "type":
-								typ = v
-							case "text":
-								text = v
-							}
-							return nil
-						})
-						if string(typ) == `"text"` && len(text) > 1 && text[0] == '"' {
-							var err error
-							dst, err = appendUnescaped(dst, text[1:len(text)-1])
-							return err
-						}
-					}
-					dst = append(dst, part...)
-					return nil
-				}); err != nil {
-					return e, err
-				}
-			}
-		}
-		dst = append(dst, '\n')
-		return e, nil
-	})
-	switch err {
-	case errPromptFull: // between messages: inside the array
-		end, err = skim(b, end, 1, false, skimmed)
-	case errPromptFullInMessage: // inside a content string, message, array
-		end, err = skim(b, end, 2, true, skimmed)
-	}
-	return dst, end, err
-}
-
-// errPromptFull and errPromptFullInMessage stop a walk once the prompt is
-// full; the offset returned with them is where skimming takes over. They
-// never leave the parser.
-var (
-	errPromptFull          = &bodyError{msg: "prompt full"}
-	errPromptFullInMessage = &bodyError{msg: "prompt full in a message"}
-)
+// errPromptFull stops validating once the prompt is full; the offset
+// returned with it is where skimming takes over. It never leaves the parser.
+var errPromptFull = &bodyError{msg: "prompt full"}
 
 // skim returns the offset just past the value that b[i] is inside of,
 // depth arrays or objects deep and, if inString, inside a string that is
@@ -472,159 +479,6 @@ func skimString(b []byte, i int) (int, error) {
 		}
 		i = q + 1
 	}
-}
-
-// appendRole renders a message's role marker "<|role|>".
-func appendRole(dst, role []byte) ([]byte, error) {
-	dst = append(dst, "<|"...)
-	if len(role) > 1 && role[0] == '"' {
-		var err error
-		if dst, err = appendUnescaped(dst, role[1:len(role)-1]); err != nil {
-			return dst, err
-		}
-	}
-	return append(dst, "|>"...), nil
-}
-
-// walkArray validates the array at b[i] (a '['), calling fn at each
-// element's offset; fn consumes the element and returns the offset past it.
-func walkArray(b []byte, i, depth int, fn func(j int) (int, error)) (int, error) {
-	if depth > maxJSONDepth {
-		return i, badBody("invalid JSON: nesting deeper than %d", maxJSONDepth)
-	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == ']' {
-		return i + 1, nil
-	}
-	for {
-		if i >= len(b) {
-			return i, syntaxErr(b, i, "a value")
-		}
-		e, err := fn(i)
-		if err != nil {
-			return e, err
-		}
-		i = skipWS(b, e)
-		if i < len(b) && b[i] == ',' {
-			i = skipWS(b, i+1)
-			continue
-		}
-		if i < len(b) && b[i] == ']' {
-			return i + 1, nil
-		}
-		return i, syntaxErr(b, i, "',' or ']'")
-	}
-}
-
-// walkObject validates the object at b[i] (a '{'), calling fn with each
-// key and its value's offset; fn consumes the value and returns the offset
-// past it.
-func walkObject(b []byte, i, depth int, fn func(key string, v int) (int, error)) (int, error) {
-	if depth > maxJSONDepth {
-		return i, badBody("invalid JSON: nesting deeper than %d", maxJSONDepth)
-	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1, nil
-	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return i, syntaxErr(b, i, "object key")
-		}
-		end, escaped, err := scanString(b, i)
-		if err != nil {
-			return end, err
-		}
-		key := string(b[i+1 : end-1])
-		if escaped {
-			k, err := appendUnescaped(nil, b[i+1:end-1])
-			if err != nil {
-				return end, err
-			}
-			key = string(k)
-		}
-		i = skipWS(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return i, syntaxErr(b, i, "':' after object key")
-		}
-		i = skipWS(b, i+1)
-		if i >= len(b) {
-			return i, syntaxErr(b, i, "a value")
-		}
-		if i, err = fn(key, i); err != nil {
-			return i, err
-		}
-		i = skipWS(b, i)
-		if i < len(b) && b[i] == ',' {
-			i = skipWS(b, i+1)
-			continue
-		}
-		if i < len(b) && b[i] == '}' {
-			return i + 1, nil
-		}
-		return i, syntaxErr(b, i, "',' or '}'")
-	}
-}
-
-// forEachElement calls fn with each element of a JSON array already
-// validated by skipValue.
-func forEachElement(raw []byte, fn func(el []byte) error) error {
-	i := skipWS(raw, 1)
-	if i < len(raw) && raw[i] == ']' {
-		return nil
-	}
-	for i < len(raw) {
-		e, err := skipValue(raw, i, 1)
-		if err != nil {
-			return err
-		}
-		if err := fn(raw[i:e]); err != nil {
-			return err
-		}
-		i = skipWS(raw, e)
-		if i < len(raw) && raw[i] == ',' {
-			i = skipWS(raw, i+1)
-			continue
-		}
-		break
-	}
-	return nil
-}
-
-// forEachMember calls fn with each member of a JSON object already
-// validated by skipValue; keys with escapes are unescaped.
-func forEachMember(raw []byte, fn func(key string, v []byte) error) error {
-	i := skipWS(raw, 1)
-	for i < len(raw) && raw[i] == '"' {
-		end, escaped, err := scanString(raw, i)
-		if err != nil {
-			return err
-		}
-		key := string(raw[i+1 : end-1])
-		if escaped {
-			k, err := appendUnescaped(nil, raw[i+1:end-1])
-			if err != nil {
-				return err
-			}
-			key = string(k)
-		}
-		i = skipWS(raw, end)
-		i = skipWS(raw, i+1) // ':'
-		e, err := skipValue(raw, i, 1)
-		if err != nil {
-			return err
-		}
-		if err := fn(key, raw[i:e]); err != nil {
-			return err
-		}
-		i = skipWS(raw, e)
-		if i < len(raw) && raw[i] == ',' {
-			i = skipWS(raw, i+1)
-			continue
-		}
-		break
-	}
-	return nil
 }
 
 func checkTrailing(b []byte, i int) error {
@@ -819,61 +673,6 @@ func escapeLen(b []byte, i int) (int, error) {
 	}
 	return 0, badBody("invalid JSON at offset %d: bad escape \\%c", i, b[i+1])
 }
-
-// appendStringAt renders the JSON string at b[i] (a quote) into dst as its
-// text, validating it in the same pass, and returns the offset past it.
-// Once dst holds limit bytes it stops with errPromptFull and the offset
-// (inside the string, never inside an escape) where it stopped: the caller
-// keeps the first limit bytes, and reading more would be wasted.
-func appendStringAt(dst, b []byte, i, limit int) ([]byte, int, error) {
-	i++
-	for {
-		if len(dst) >= limit {
-			return dst, i, errPromptFull
-		}
-		j := plainPrefix(b, i)
-		if room := limit - len(dst); j-i > room {
-			dst = append(dst, b[i:i+room]...)
-			return dst, i + room, errPromptFull
-		}
-		dst = append(dst, b[i:j]...)
-		if j >= len(b) {
-			return dst, j, syntaxErr(b, j, "closing '\"'")
-		}
-		switch c := b[j]; {
-		case c == '"':
-			return dst, j + 1, nil
-		case c == '\\':
-			if j+1 < len(b) {
-				if d := simpleEscapes[b[j+1]]; d != 0 {
-					dst, i = append(dst, d), j+2
-					continue
-				}
-			}
-			// \u escapes: a run of adjacent escapes is unescaped together,
-			// so a surrogate pair written as two \u escapes stays one rune.
-			k := j
-			for k < len(b) && b[k] == '\\' {
-				n, err := escapeLen(b, k)
-				if err != nil {
-					return dst, k, err
-				}
-				k += n
-			}
-			var err error
-			if dst, err = appendUnescaped(dst, b[j:k]); err != nil {
-				return dst, k, err
-			}
-			i = k
-		default:
-			return dst, j, badBody("invalid JSON at offset %d: control character in string", j)
-		}
-	}
-}
-
-// simpleEscapes maps the byte after a backslash to the byte it stands for,
-// for the two-byte escapes; 0 for \u and invalid ones.
-var simpleEscapes = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // plainPrefix returns the offset of the first byte at or after b[i] that is
 // '"', '\\' or below 0x20, or len(b). Prompts are almost all plain bytes,

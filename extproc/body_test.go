@@ -19,17 +19,18 @@ func TestParseRequestBody(t *testing.T) {
 		wantErr    string
 		emptyModel bool
 	}{
-		{name: "completion", kind: pathCompletions, body: `{"model":"m","prompt":"hi there","stream":true}`, model: "m", prompt: "hi there", stream: true},
-		{name: "completion array prompt", kind: pathCompletions, body: `{"prompt":["a","b"],"model":"m"}`, model: "m", prompt: "ab"},
-		{name: "token prompt kept raw", kind: pathCompletions, body: `{"prompt":[1, 2,3],"model":"m"}`, model: "m", prompt: "123"},
-		{name: "escapes", kind: pathCompletions, body: `{"model":"m\u00e9","prompt":"a\nb\"c\ud83d\ude00"}`, model: "mé", prompt: "a\nb\"c😀"},
+		{name: "completion", kind: pathCompletions, body: `{"model":"m","prompt":"hi there","stream":true}`, model: "m", prompt: `"hi there"`, stream: true},
+		{name: "completion array prompt", kind: pathCompletions, body: `{"prompt":["a","b"],"model":"m"}`, model: "m", prompt: `["a","b"]`},
+		{name: "token prompt", kind: pathCompletions, body: `{"prompt":[1, 2,3],"model":"m"}`, model: "m", prompt: "[1, 2,3]"},
+		{name: "escapes kept", kind: pathCompletions, body: `{"model":"m\u00e9","prompt":"a\nb\"c\ud83d\ude00"}`, model: "mé", prompt: `"a\nb\"c\ud83d\ude00"`},
 		{name: "chat", kind: pathChat, body: `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"x"}}]}]}`,
-			model: "m", prompt: "<|system|>be brief\n<|user|>hi{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}\n"},
-		{name: "chat ignores prompt field", kind: pathChat, body: `{"model":"m","prompt":"no","messages":[]}`, model: "m", prompt: ""},
+			model: "m", prompt: `[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"x"}}]}]`},
+		{name: "chat ignores prompt field", kind: pathChat, body: `{"model":"m","prompt":"no","messages":[ ]}`, model: "m", prompt: "[ ]"},
+		{name: "completion ignores messages field", kind: pathCompletions, body: `{"model":"m","prompt":"p","messages":[]}`, model: "m", prompt: `"p"`},
 		{name: "duplicate model: last wins", kind: pathCompletions, body: `{"model":"a","model":"b"}`, model: "b"},
 		{name: "escaped key", kind: pathCompletions, body: `{"mo\u0064el":"m"}`, model: "m"},
 		{name: "embeddings", kind: pathModelOnly, body: `{"model":"e","input":"x"}`, model: "e"},
-		{name: "ngf no path", kind: pathNone, body: `{"model":"m","messages":[{"role":"user","content":"q"}]}`, model: "m", prompt: "<|user|>q\n"},
+		{name: "ngf no path", kind: pathNone, body: `{"model":"m","messages":[{"role":"user","content":"q"}]}`, model: "m", prompt: `[{"role":"user","content":"q"}]`},
 		{name: "unknown path not json", kind: pathUnknown, body: `--boundary`, emptyModel: true},
 		{name: "unknown path model", kind: pathUnknown, body: `{"model":"m"}`, model: "m"},
 		{name: "bad json", kind: pathCompletions, body: `{"model":"m"`, wantErr: "unexpected end"},
@@ -39,6 +40,8 @@ func TestParseRequestBody(t *testing.T) {
 		{name: "missing model", kind: pathChat, body: `{"messages":[]}`, wantErr: `no "model"`},
 		{name: "empty model", kind: pathChat, body: `{"model":""}`, wantErr: `"model" is empty`},
 		{name: "model number", kind: pathChat, body: `{"model":1}`, wantErr: "must be a string"},
+		{name: "message not an object", kind: pathChat, body: `{"model":"m","messages":[{"role":"u"},"x"]}`, wantErr: `each of "messages" must be an object`},
+		{name: "bad escape in prompt", kind: pathCompletions, body: `{"model":"m","prompt":"a\q"}`, wantErr: "bad escape"},
 		{name: "messages not array", kind: pathChat, body: `{"model":"m","messages":{}}`, wantErr: "must be an array"},
 		{name: "bad number", kind: pathChat, body: `{"model":"m","n":01}`, wantErr: "invalid JSON"},
 		{name: "control char", kind: pathChat, body: "{\"model\":\"m\x01\"}", wantErr: "control character"},
@@ -59,6 +62,59 @@ func TestParseRequestBody(t *testing.T) {
 			}
 			if rb.Model != c.model || string(rb.Prompt) != c.prompt || rb.Stream != c.stream {
 				t.Fatalf("got model %q prompt %q stream %v", rb.Model, rb.Prompt, rb.Stream)
+			}
+		})
+	}
+}
+
+// TestPromptPrefixSharing: the prompt is the raw JSON of the messages (or
+// prompt value), so requests that extend a conversation, serialized the
+// same way, share every byte up to where they differ; other top-level
+// fields do not matter, and a different serialization is a different prompt.
+func TestPromptPrefixSharing(t *testing.T) {
+	sys := `{"role":"system","content":"You are a helpful assistant.\n"}`
+	u1 := `{"role":"user","content":"What is \"KV cache\"?"}`
+	a1 := `{"role":"assistant","content":"A cache of attention keys and values."}`
+	u2 := `{"role":"user","content":"How big is it?"}`
+	cases := []struct {
+		name         string
+		kind         pathKind
+		first, other string
+		common       int // bytes both prompts share from the start
+	}{
+		{"chat turn 2 extends turn 1", pathChat,
+			`{"model":"m","messages":[` + sys + `,` + u1 + `]}`,
+			`{"stream":true,"messages":[` + sys + `,` + u1 + `,` + a1 + `,` + u2 + `],"model":"m","max_tokens":9}`,
+			len(`[` + sys + `,` + u1)},
+		{"chat same system prompt", pathChat,
+			`{"model":"m","messages":[` + sys + `,` + u1 + `]}`,
+			`{"model":"m","messages":[` + sys + `,` + u2 + `]}`,
+			len(`[` + sys + `,{"role":"user","content":"`)},
+		{"chat other key order differs at that message", pathChat,
+			`{"model":"m","messages":[` + sys + `,` + u1 + `]}`,
+			`{"model":"m","messages":[` + sys + `,{"content":"What is \"KV cache\"?","role":"user"}]}`,
+			len(`[` + sys + `,{"`)},
+		{"completion and its extension", pathCompletions,
+			`{"model":"m","prompt":"Once upon a time"}`,
+			`{"model":"m","prompt":"Once upon a time, there was","temperature":0}`,
+			len(`"Once upon a time`)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a, err := parseRequestBody([]byte(c.first), c.kind, math.MaxInt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := parseRequestBody([]byte(c.other), c.kind, math.MaxInt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for n < min(len(a.Prompt), len(b.Prompt)) && a.Prompt[n] == b.Prompt[n] {
+				n++
+			}
+			if n != c.common {
+				t.Fatalf("prompts %q and %q share %d bytes, want %d", a.Prompt, b.Prompt, n, c.common)
 			}
 		})
 	}
@@ -145,6 +201,14 @@ func FuzzParseRequestBody(f *testing.F) {
 			if !modelIsString || rb.Model != model {
 				t.Fatalf("model %q, encoding/json says %s", rb.Model, ref.Model)
 			}
+			// The prompt is the raw value as sent (encoding/json, like the
+			// parser, keeps the last of duplicate keys); checkSkimmed holds
+			// a cut prompt to a prefix of it.
+			msgs, prompt := string(isObj["messages"]), string(isObj["prompt"])
+			switch got := string(rb.Prompt); {
+			case kind == pathChat && got != msgs, kind == pathCompletions && got != prompt, kind == pathNone && got != msgs && got != prompt:
+				t.Fatalf("prompt %q, want the raw value: messages %q, prompt %q", got, msgs, prompt)
+			}
 			out := rewriteModel(body, rb, "rewritten")
 			var after map[string]json.RawMessage
 			if json.Unmarshal(out, &after) != nil || string(after["model"]) != `"rewritten"` || len(after) != len(isObj) {
@@ -168,6 +232,7 @@ func checkSkimmed(t *testing.T, body []byte, kind pathKind, limit int, full *req
 			if err != nil {
 				t.Fatalf("limit %d: rejected what the full parse accepts: %v", limit, err)
 			}
+			// Cut exactly at the limit: a prefix of the full prompt.
 			if want := full.Prompt[:min(len(full.Prompt), limit)]; string(cut.Prompt) != string(want) || cut.Model != full.Model || cut.Stream != full.Stream {
 				t.Fatalf("limit %d: prompt %q model %q stream %v, want %q %q %v", limit, cut.Prompt, cut.Model, cut.Stream, want, full.Model, full.Stream)
 			}
@@ -177,7 +242,7 @@ func checkSkimmed(t *testing.T, body []byte, kind pathKind, limit int, full *req
 	}
 	if err != nil {
 		var be *bodyError
-		if !errors.As(err, &be) || err == errPromptFull || err == errPromptFullInMessage {
+		if !errors.As(err, &be) || err == errPromptFull {
 			t.Fatalf("limit %d: error %v is not a 400", limit, err)
 		}
 		return
@@ -278,11 +343,11 @@ func TestParseRequestBodySkim(t *testing.T) {
 		stream     bool
 		wantErr    string
 	}{
-		{name: "escaped quotes and backslashes", kind: pathChat, limit: 5, model: "m", prompt: "<|u|>", stream: true,
+		{name: "escaped quotes and backslashes", kind: pathChat, limit: 5, model: "m", prompt: `[{"ro`, stream: true,
 			body: `{"messages":[{"role":"u","content":"` + long + `\\\"\\\\\"\\"},{"role":"a","content":"\"],\"model\":\"no\"}"}],"model":"m","stream":true}`},
-		{name: "backslashes right before the limit", kind: pathCompletions, limit: 3, model: "m", prompt: `a\\`,
+		{name: "backslashes right before the limit", kind: pathCompletions, limit: 3, model: "m", prompt: `"a\`,
 			body: `{"prompt":"a\\\\\\\"","model":"m"}`},
-		{name: "nested arrays and brackets in strings", kind: pathChat, limit: 5, model: "m", prompt: "<|u|>", stream: true,
+		{name: "nested arrays and brackets in strings", kind: pathChat, limit: 5, model: "m", prompt: `[{"ro`, stream: true,
 			body: `{"model":"x","messages":[{"role":"u","content":"` + long + `"}],"tools":[[1,[2,{"a":"]}"}]],{"b":["}",[[]]]}],"model":"m","stream":true}`},
 		{name: "model after a huge messages array", kind: pathChat, limit: 16 << 10, model: "m", stream: true,
 			body: `{"messages":` + huge + `,"stream":true,"model":"m"}`},
@@ -291,9 +356,9 @@ func TestParseRequestBodySkim(t *testing.T) {
 		{name: "embeddings skim the input", kind: pathModelOnly, limit: 16 << 10, model: "e",
 			body: `{"input":["\q",01,{]],"model":"e"}`},
 		// Defects in skimmed bytes: forwarded, the model server rejects them.
-		{name: "bad escape skimmed", kind: pathCompletions, limit: 5, model: "m", prompt: "01234", body: `{"prompt":"` + long + `\x\u12","model":"m"}`},
-		{name: "control byte skimmed", kind: pathChat, limit: 5, model: "m", prompt: "<|u|>", body: "{\"model\":\"m\",\"messages\":[{\"role\":\"u\",\"content\":\"" + long + "\x01\"}]}"},
-		{name: "bad number in skimmed value", kind: pathChat, limit: 5, model: "m", prompt: "<|u|>", body: `{"messages":[{"role":"u","content":"` + long + `"}],"logit_bias":{"1":01},"model":"m"}`},
+		{name: "bad escape skimmed", kind: pathCompletions, limit: 5, model: "m", prompt: `"0123`, body: `{"prompt":"` + long + `\x\u12","model":"m"}`},
+		{name: "control byte skimmed", kind: pathChat, limit: 5, model: "m", prompt: `[{"ro`, body: "{\"model\":\"m\",\"messages\":[{\"role\":\"u\",\"content\":\"" + long + "\x01\"}]}"},
+		{name: "bad number in skimmed value", kind: pathChat, limit: 5, model: "m", prompt: `[{"ro`, body: `{"messages":[{"role":"u","content":"` + long + `"}],"logit_bias":{"1":01},"model":"m"}`},
 		// Still 400s.
 		{name: "truncated skimmed string", kind: pathChat, limit: 5, wantErr: "unexpected end", body: `{"model":"m","messages":[{"role":"u","content":"` + long + `\"`},
 		{name: "truncated skimmed array", kind: pathChat, limit: 5, wantErr: "unexpected end", body: `{"model":"m","messages":[{"role":"u","content":"` + long + `"},[{"a":"]"}`},
@@ -323,12 +388,8 @@ func TestParseRequestBodySkim(t *testing.T) {
 			}
 			wantPrompt := c.prompt
 			if c.limit == 16<<10 && c.kind == pathChat {
-				// The prompt is the first 16 KiB of the rendered messages.
-				full, err := parseRequestBody([]byte(`{"model":"m","messages":`+huge+`}`), pathChat, math.MaxInt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wantPrompt = string(full.Prompt[:c.limit])
+				// The prompt is the first 16 KiB of the messages' JSON.
+				wantPrompt = huge[:c.limit]
 			}
 			if rb.Model != c.model || string(rb.Prompt) != wantPrompt || rb.Stream != c.stream {
 				t.Fatalf("got model %q prompt %q stream %v", rb.Model, rb.Prompt, rb.Stream)
@@ -352,32 +413,53 @@ func TestParseRequestBodySkim(t *testing.T) {
 	}
 }
 
+// TestParseRequestBodyPromptLimit: the prompt is the raw value cut exactly
+// at the limit, a slice of the body (no copy), and what lies past the limit
+// is skimmed.
 func TestParseRequestBodyPromptLimit(t *testing.T) {
 	long := strings.Repeat("0123456789", 10) // 100 bytes
 	cases := []struct {
-		name, body string
-		kind       pathKind
-		limit      int
-		prompt     string
-		wantErr    string
+		name    string
+		kind    pathKind
+		value   string // the messages or prompt value
+		tail    string // the body after the value; "}" unless set
+		limit   int
+		wantErr string
 	}{
-		{"chat cut in content", `{"model":"m","messages":[{"role":"user","content":"` + long + `"}]}`, pathChat, 20, "<|user|>012345678901", ""},
-		{"chat cut in a later message", `{"model":"m","messages":[{"role":"a","content":"xy"},{"role":"b","content":"` + long + `"}]}`, pathChat, 12, "<|a|>xy\n<|b|", ""},
-		{"chat cut at an escape", `{"model":"m","messages":[{"role":"u","content":"ab\n\u00e9` + long + `"}]}`, pathChat, 9, "<|u|>ab\n\xc3", ""},
-		{"completion cut", `{"model":"m","prompt":"` + long + `"}`, pathCompletions, 15, long[:15], ""},
-		{"completion array cut", `{"model":"m","prompt":["abc","` + long + `"]}`, pathCompletions, 5, "abc01", ""},
-		{"zero renders nothing", `{"model":"m","prompt":"` + long + `"}`, pathCompletions, 0, "", ""},
-		{"under the limit: whole", `{"model":"m","prompt":"short"}`, pathCompletions, 100, "short", ""},
+		{name: "chat cut in content", kind: pathChat, value: `[{"role":"user","content":"` + long + `"}]`, limit: 40},
+		{name: "chat cut in a key", kind: pathChat, value: `[{"role":"user","content":"` + long + `"}]`, limit: 5},
+		{name: "chat cut in a later message", kind: pathChat, value: `[{"role":"a","content":"xy"},{"role":"b","content":"` + long + `"}]`, limit: 40},
+		{name: "chat cut between messages", kind: pathChat, value: `[{"role":"a","content":"xy"} , {"role":"b","content":"` + long + `"}]`, limit: 29},
+		{name: "chat cut at an escape", kind: pathChat, value: `[{"role":"u","content":"ab\n\u00e9` + long + `"}]`, limit: 29},
+		{name: "chat under the limit: whole", kind: pathChat, value: `[{"role":"u","content":"short"}]`, limit: 1000},
+		{name: "completion cut", kind: pathCompletions, value: `"` + long + `"`, limit: 15},
+		{name: "completion cut in an escape", kind: pathCompletions, value: `"ab\u00e9` + long + `"`, limit: 6},
+		{name: "completion array cut", kind: pathCompletions, value: `["abc","` + long + `"]`, limit: 9},
+		{name: "token array cut", kind: pathCompletions, value: `[101, 2023, 2003, 1037]`, limit: 8},
+		{name: "zero: empty", kind: pathCompletions, value: `"` + long + `"`, limit: 0},
+		{name: "completion under the limit: whole", kind: pathCompletions, value: `"short"`, limit: 100},
+		{name: "limit one past the value", kind: pathCompletions, value: `"short"`, limit: 8},
 		// The part past the limit is only skimmed: a defect there is the
 		// model server's to reject, a truncation is still a 400.
-		{"bad escape past the limit", `{"model":"m","prompt":"` + long + `\x"}`, pathCompletions, 5, "01234", ""},
-		{"control byte past the limit", "{\"model\":\"m\",\"messages\":[{\"role\":\"u\",\"content\":\"" + long + "\x01\"}]}", pathChat, 5, "<|u|>", ""},
-		{"unterminated past the limit", `{"model":"m","messages":[{"role":"u","content":"` + long, pathChat, 5, "", "closing"},
-		{"bad message past the limit", `{"model":"m","messages":[{"role":"u","content":"` + long + `"},3]}`, pathChat, 5, "<|u|>", ""},
+		{name: "bad escape past the limit", kind: pathCompletions, value: `"` + long + `\x"`, limit: 5},
+		{name: "control byte past the limit", kind: pathChat, value: "[{\"role\":\"u\",\"content\":\"" + long + "\x01\"}]", limit: 5},
+		{name: "bad message past the limit", kind: pathChat, value: `[{"role":"u","content":"` + long + `"},3]`, limit: 40},
+		{name: "bad message before the limit", kind: pathChat, value: `[{"role":"u","content":"x"},3]`, limit: 40, wantErr: "must be an object"},
+		{name: "bad escape before the limit", kind: pathChat, value: `[{"role":"u","content":"x\q` + long + `"}]`, limit: 40, wantErr: "bad escape"},
+		{name: "unterminated past the limit", kind: pathChat, value: `[{"role":"u","content":"` + long, tail: " ", limit: 5, wantErr: "closing"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rb, err := parseRequestBody([]byte(c.body), c.kind, c.limit)
+			key := `{"model":"m","messages":`
+			if c.kind == pathCompletions {
+				key = `{"model":"m","prompt":`
+			}
+			tail := c.tail
+			if tail == "" {
+				tail = "}"
+			}
+			body := []byte(key + c.value + tail)
+			rb, err := parseRequestBody(body, c.kind, c.limit)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("err %v, want %q", err, c.wantErr)
@@ -387,11 +469,16 @@ func TestParseRequestBodyPromptLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(rb.Prompt) != c.prompt || rb.Model != "m" {
-				t.Fatalf("prompt %q model %q, want %q", rb.Prompt, rb.Model, c.prompt)
+			if want := c.value[:min(c.limit, len(c.value))]; string(rb.Prompt) != want || rb.Model != "m" {
+				t.Fatalf("prompt %q model %q, want %q", rb.Prompt, rb.Model, want)
 			}
-			if cap(rb.Prompt) > 2*max(c.limit, len("short"))+32 {
-				t.Fatalf("prompt buffer of %d bytes for a limit of %d: the limit should bound the copy", cap(rb.Prompt), c.limit)
+			// Zero-copy: the prompt is the body's bytes, and cannot be
+			// appended to in place.
+			if len(rb.Prompt) > 0 && &rb.Prompt[0] != &body[len(key)] {
+				t.Fatal("the prompt is a copy, not a slice of the body")
+			}
+			if cap(rb.Prompt) != len(rb.Prompt) {
+				t.Fatalf("prompt cap %d > len %d: an append would write into the body", cap(rb.Prompt), len(rb.Prompt))
 			}
 		})
 	}

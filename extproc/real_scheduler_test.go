@@ -204,7 +204,8 @@ func TestPromptBytesLimit(t *testing.T) {
 			if string(back) != string(body) {
 				t.Fatalf("forwarded body differs (%d bytes, want %d)", len(back), len(body))
 			}
-			full := "<|user|>" + strings.ReplaceAll(content, `\"`, `"`) + "\n"
+			// The messages' JSON as sent, cut at the limit.
+			full := `[{"role":"user","content":"` + content + `"}]`
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			if want := full[:min(limit, len(full))]; len(rec.prompts) != 1 || rec.prompts[0] != want {

@@ -48,7 +48,7 @@ type Server struct {
 	health  *health.Server
 	streams sync.WaitGroup
 	// promptLimit is the most prompt bytes sched reads (PromptBytes, when it
-	// tells); the body parser renders no more.
+	// tells); the body parser validates no more (it skims the rest).
 	promptLimit int
 }
 

@@ -417,6 +417,10 @@ func (st *stream) decide(body []byte) (bool, error) {
 		if err != nil {
 			return true, st.fail(&httpError{code: http.StatusBadRequest, reason: "BadRequest", msg: err.Error()})
 		}
+		// rb.Prompt is a slice of body, which for a one-chunk body is the
+		// gRPC message's bytes: the scheduler hashes it during Schedule and
+		// keeps nothing, and body is never pooled or changed (it is also
+		// what is forwarded).
 		sreq.Model, sreq.Prompt = rb.Model, rb.Prompt
 		st.usage.sse = rb.Stream
 	}

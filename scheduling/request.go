@@ -18,10 +18,13 @@ type Request struct {
 	// Objective is the x-gateway-inference-objective header, naming an
 	// InferenceObjective of the pool; empty means priority 0.
 	Objective string
-	// Prompt is the text whose prefix the model servers may have cached: the
-	// completion prompt, or the chat messages in order. Nil when none.
-	// Only its first Scheduler.PromptBytes bytes are read, so a caller may
-	// pass just those.
+	// Prompt is the bytes whose prefix the model servers may have cached:
+	// extproc passes the raw JSON of the chat messages array or of the
+	// completion prompt value. Only prefix equality across requests matters,
+	// not the encoding. Nil when none. Only its first Scheduler.PromptBytes
+	// bytes are read, so a caller may pass just those. It may alias the
+	// request body; valid only during Schedule: plugins hash it and must not
+	// keep it (or a slice of it) after Schedule returns.
 	Prompt []byte
 	// Subset, when not nil, restricts candidates to these "ip:port" addresses
 	// (the gateway's subset hint); an empty non-nil subset leaves none.
