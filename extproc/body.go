@@ -214,18 +214,13 @@ func scanTopLevel(b []byte, kind pathKind, out *requestBody, promptLimit int) er
 				return err
 			}
 		}
-		i = skipWS(b, ve)
-		if i >= len(b) {
-			return syntaxErr(b, i, "',' or '}'")
+		var more bool
+		if i, more, err = nextMember(b, ve, '}'); err != nil {
+			return err
 		}
-		if b[i] == ',' {
-			i = skipWS(b, i+1)
-			continue
+		if !more {
+			return checkTrailing(b, i)
 		}
-		if b[i] == '}' {
-			return checkTrailing(b, i+1)
-		}
-		return syntaxErr(b, i, "',' or '}'")
 	}
 }
 
@@ -333,15 +328,10 @@ func (c *promptCutter) value(i, depth int) (int, error) {
 			if i, err = c.value(i, depth+1); err != nil {
 				return i, err
 			}
-			i = skipWS(b, i)
-			if i < len(b) && b[i] == ',' {
-				i = skipWS(b, i+1)
-				continue
+			var more bool
+			if i, more, err = nextMember(b, i, ']'); err != nil || !more {
+				return i, err
 			}
-			if i < len(b) && b[i] == ']' {
-				return i + 1, nil
-			}
-			return i, syntaxErr(b, i, "',' or ']'")
 		}
 	case '{':
 		if depth > maxJSONDepth {
@@ -373,15 +363,10 @@ func (c *promptCutter) value(i, depth int) (int, error) {
 			if i, err = c.value(i, depth+1); err != nil {
 				return i, err
 			}
-			i = skipWS(b, i)
-			if i < len(b) && b[i] == ',' {
-				i = skipWS(b, i+1)
-				continue
+			var more bool
+			if i, more, err = nextMember(b, i, '}'); err != nil || !more {
+				return i, err
 			}
-			if i < len(b) && b[i] == '}' {
-				return i + 1, nil
-			}
-			return i, syntaxErr(b, i, "',' or '}'")
 		}
 	}
 	return skipValue(b, i, depth)
@@ -508,6 +493,22 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
+// nextMember moves past what follows a member of an array or object closed
+// by close: a ',' (more members follow, at next) or close itself (next is
+// just past it).
+func nextMember(b []byte, i int, close byte) (next int, more bool, err error) {
+	i = skipWS(b, i)
+	if i < len(b) {
+		switch b[i] {
+		case ',':
+			return skipWS(b, i+1), true, nil
+		case close:
+			return i + 1, false, nil
+		}
+	}
+	return i, false, syntaxErr(b, i, "',' or '"+string(close)+"'")
+}
+
 // skipValue validates the JSON value starting at b[i] and returns the offset
 // just past it.
 func skipValue(b []byte, i, depth int) (int, error) {
@@ -541,15 +542,10 @@ func skipValue(b []byte, i, depth int) (int, error) {
 			if i, err = skipValue(b, skipWS(b, i+1), depth+1); err != nil {
 				return i, err
 			}
-			i = skipWS(b, i)
-			if i < len(b) && b[i] == ',' {
-				i = skipWS(b, i+1)
-				continue
+			var more bool
+			if i, more, err = nextMember(b, i, '}'); err != nil || !more {
+				return i, err
 			}
-			if i < len(b) && b[i] == '}' {
-				return i + 1, nil
-			}
-			return i, syntaxErr(b, i, "',' or '}'")
 		}
 	case c == '[':
 		if depth > maxJSONDepth {
@@ -564,15 +560,10 @@ func skipValue(b []byte, i, depth int) (int, error) {
 			if i, err = skipValue(b, i, depth+1); err != nil {
 				return i, err
 			}
-			i = skipWS(b, i)
-			if i < len(b) && b[i] == ',' {
-				i = skipWS(b, i+1)
-				continue
+			var more bool
+			if i, more, err = nextMember(b, i, ']'); err != nil || !more {
+				return i, err
 			}
-			if i < len(b) && b[i] == ']' {
-				return i + 1, nil
-			}
-			return i, syntaxErr(b, i, "',' or ']'")
 		}
 	case c == 't':
 		return literal(b, i, "true")
