@@ -132,7 +132,9 @@ func (m *Manager) serve(ctx context.Context, key datastore.PoolKey, spec *datast
 		sp = &servedPool{key: key, m: m}
 		m.served[key] = sp
 	}
-	n := len(m.served)
+	// Set under mu: concurrent reconciles would otherwise publish counts
+	// out of order and leave a stale value.
+	m.metrics.servedPools.Set(float64(len(m.served)))
 	m.mu.Unlock()
 
 	// Upsert publishes the spec; a target-port change recomputes the
@@ -142,7 +144,6 @@ func (m *Manager) serve(ctx context.Context, key datastore.PoolKey, spec *datast
 	sp.pool = pool
 	sp.mu.Unlock()
 	sp.ensureWatch(selector)
-	m.metrics.servedPools.Set(float64(n))
 	if !existed {
 		m.log.Info("serving pool", "pool", key.String(), "selector", selector, "targetPorts", spec.TargetPorts)
 		m.poolChanged(ctx, key)
@@ -153,7 +154,7 @@ func (m *Manager) unserve(ctx context.Context, key datastore.PoolKey, reason str
 	m.mu.Lock()
 	sp, ok := m.served[key]
 	delete(m.served, key)
-	n := len(m.served)
+	m.metrics.servedPools.Set(float64(len(m.served)))
 	m.mu.Unlock()
 	if !ok {
 		return
@@ -161,7 +162,6 @@ func (m *Manager) unserve(ctx context.Context, key datastore.PoolKey, reason str
 	sp.stop()
 	m.registry.Remove(key)
 	m.metrics.forget(key.Namespace, key.Name)
-	m.metrics.servedPools.Set(float64(n))
 	m.log.Info("stopped serving pool", "pool", key.String(), "reason", reason)
 	m.signal()
 	m.poolChanged(ctx, key)
