@@ -214,3 +214,56 @@ func TestPromptBytesLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestRealSchedulerLearnsPrefixes: bodies held in several chunks (joined in
+// a reused buffer) are parsed, routed and forwarded intact, and the
+// scheduler learns each pick after it is answered, so a conversation sticks
+// to the endpoint that served it while a different one may go elsewhere.
+func TestRealSchedulerLearnsPrefixes(t *testing.T) {
+	reg := datastore.NewRegistry()
+	sched := newRealScheduler(t, reg)
+	f := &poolFixture{reg: reg}
+	pool := f.add(0, poolNS(0), poolName(0), poolSvc(0), 9002, 4)
+	for _, e := range pool.Endpoints().Endpoints {
+		e.SetMetrics(&datastore.Metrics{WaitingRequests: 0, KVCacheUsage: 0.1, ScrapedAt: time.Now().Add(time.Hour)})
+	}
+	ts := startServer(t, reg, sched, Options{Insecure: true})
+
+	chat := func(topic string) []byte {
+		content := strings.Repeat("tell me about "+topic+" \\\"please\\\"\\n ", 400)
+		return []byte(`{"model":"m","messages":[{"role":"user","content":"` + content + `"}],"stream":false}`)
+	}
+	route := func(body []byte) string {
+		t.Helper()
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/chat/completions"), false), duplex, duplex))
+		const chunk = 4 << 10
+		n := 0
+		for off := 0; off < len(body); off += chunk {
+			g.send(reqBody(body[off:min(off+chunk, len(body))], off+chunk >= len(body)))
+			n++
+		}
+		r := g.recv()
+		dest := destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation())
+		var back []byte
+		for range n {
+			back = append(back, g.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()...)
+		}
+		if string(back) != string(body) {
+			t.Fatalf("forwarded body differs from the one sent (%d bytes, want %d)", len(back), len(body))
+		}
+		g.expectEOF()
+		return strings.Split(dest, ",")[0]
+	}
+	a, b := chat("kv caches"), chat("prefix trees")
+	first := route(a)
+	for i := 0; i < 10; i++ {
+		if got := route(a); got != first {
+			t.Fatalf("repeat %d of a conversation went to %s, want %s, which served it first", i, got, first)
+		}
+		route(b) // a different body through the same reused buffers
+	}
+	if n := f.totalInFlight(); n != 0 {
+		t.Fatalf("in-flight %d", n)
+	}
+}

@@ -42,14 +42,22 @@ type Server struct {
 
 	opts    Options
 	reg     *datastore.Registry
-	sched   Scheduler
 	metrics *metrics
 	log     logr.Logger
 	health  *health.Server
 	streams sync.WaitGroup
+	// schedule is sched's ScheduleDeferred when it has one, else Schedule.
+	schedule func(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
 	// promptLimit is the most prompt bytes sched reads (PromptBytes, when it
 	// tells); the body parser validates no more (it skims the rest).
 	promptLimit int
+}
+
+// deferredScheduler is implemented by schedulers whose learning from a pick
+// can wait until the decision is sent (scheduling.Scheduler): the stream
+// calls ScheduleDeferred, answers, then Result.Commit.
+type deferredScheduler interface {
+	ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
 }
 
 // promptByteser is implemented by schedulers that read only the first
@@ -72,7 +80,12 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	if pb, ok := sched.(promptByteser); ok {
 		limit = max(pb.PromptBytes(), 0)
 	}
-	return &Server{opts: opts, reg: reg, sched: sched, metrics: m, log: opts.Logger.WithName("extproc"), health: health.NewServer(), promptLimit: limit}, nil
+	schedule := sched.Schedule
+	if d, ok := sched.(deferredScheduler); ok {
+		schedule = d.ScheduleDeferred
+	}
+	return &Server{opts: opts, reg: reg, schedule: schedule, metrics: m, log: opts.Logger.WithName("extproc"),
+		health: health.NewServer(), promptLimit: limit}, nil
 }
 
 // Ready reports readiness as served on the health port: every served pool's

@@ -70,7 +70,8 @@ type Picker interface {
 }
 
 // PostPicker hears of the decision after a successful pick, before Schedule
-// returns: the place for a plugin to learn from what it chose.
+// returns (or at Result.Commit after ScheduleDeferred): the place for a
+// plugin to learn from what it chose.
 type PostPicker interface {
 	Plugin
 	PostPick(ctx context.Context, cs *CycleState, req *Request, result *Result)

@@ -23,8 +23,9 @@ type Request struct {
 	// completion prompt value. Only prefix equality across requests matters,
 	// not the encoding. Nil when none. Only its first Scheduler.PromptBytes
 	// bytes are read, so a caller may pass just those. It may alias the
-	// request body; valid only during Schedule: plugins hash it and must not
-	// keep it (or a slice of it) after Schedule returns.
+	// request body; valid only during Schedule (or until Result.Commit after
+	// ScheduleDeferred): plugins hash it and must not keep it (or a slice of
+	// it) after that.
 	Prompt []byte
 	// Subset, when not nil, restricts candidates to these "ip:port" addresses
 	// (the gateway's subset hint); an empty non-nil subset leaves none.
@@ -47,6 +48,9 @@ type Result struct {
 	// Priority is the request's priority from its InferenceObjective (0 when
 	// none); below zero means sheddable.
 	Priority int
+
+	// pending is the post-pick step ScheduleDeferred left to Commit.
+	pending *pendingCommit
 }
 
 // Error is a scheduling failure that maps to an HTTP status for the client.

@@ -162,8 +162,21 @@ func (s *Scheduler) DefaultProfile() string { return s.built.defaultProfile }
 // 429 Error when every endpoint is saturated or unknown, and answers a 503
 // Error when no endpoint is eligible. Endpoints whose load is unknown come
 // after every endpoint whose load is known. It does not touch in-flight
-// counts: the caller adds and removes the request.
+// counts: the caller adds and removes the request. The post-pick plugins
+// have run when it returns (see ScheduleDeferred).
 func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Request) (*Result, error) {
+	res, err := s.ScheduleDeferred(ctx, pool, req)
+	res.Commit()
+	return res, err
+}
+
+// ScheduleDeferred is Schedule without the post-pick step, which learns
+// from the pick (the prefix-cache scorer records the prompt's blocks for
+// the primary endpoint): the caller runs it with Result.Commit once the
+// decision is on its way, so that work is off the request's latency path.
+// req, with its Prompt, must stay unchanged until then. A Result never
+// committed only loses what the plugins would have learned.
+func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *Request) (*Result, error) {
 	if pool == nil {
 		return nil, ErrNoEndpoints("no pool given")
 	}
@@ -177,9 +190,11 @@ func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Req
 
 	cs := s.states.Get().(*CycleState)
 	cs.reset(pool, &s.opts)
+	committing := false
 	defer func() {
-		cs.release()
-		s.states.Put(cs)
+		if !committing {
+			s.recycle(cs)
+		}
 	}()
 
 	policy := pool.Policy()
@@ -248,15 +263,18 @@ func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Req
 		return nil, ErrNoEndpoints("pool %s: picker %q chose no endpoint", pool.Key, prof.picker.TypedName().Name)
 	}
 
-	res := newResult(len(picked))
+	box := newResult(len(picked))
+	res := &box.res
 	for _, i := range picked {
 		res.Endpoints = append(res.Endpoints, cands[i].Endpoint)
 	}
 	res.TargetModel = cs.TargetModel
 	res.Profile = prof.name
 	res.Priority = cs.Priority
-	for _, pp := range prof.postPickers {
-		pp.PostPick(ctx, cs, req, res)
+	if len(prof.postPickers) > 0 {
+		box.commit = pendingCommit{s: s, ctx: ctx, cs: cs, req: req, postPickers: prof.postPickers}
+		res.pending = &box.commit
+		committing = true
 	}
 	if l := s.opts.Logger.V(4); l.Enabled() {
 		l.Info("scheduled", "pool", pool.Key.String(), "request", req.ID, "profile", prof.name,
@@ -265,20 +283,53 @@ func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Req
 	return res, nil
 }
 
-// resultBox allocates a Result and room for its endpoints at once.
-type resultBox struct {
-	res Result
-	buf [DefaultMaxEndpoints + 1]*datastore.Endpoint
+func (s *Scheduler) recycle(cs *CycleState) {
+	cs.release()
+	s.states.Put(cs)
 }
 
-func newResult(n int) *Result {
+// pendingCommit is the post-pick step of a ScheduleDeferred, run by
+// Result.Commit.
+type pendingCommit struct {
+	s           *Scheduler
+	ctx         context.Context
+	cs          *CycleState
+	req         *Request
+	postPickers []PostPicker
+}
+
+// Commit runs the post-pick plugins of a ScheduleDeferred result and
+// recycles its scheduling state. Only the first call does anything; a nil
+// Result or one whose plugins already ran (Schedule's) is a no-op. Not safe
+// for concurrent use.
+func (r *Result) Commit() {
+	if r == nil || r.pending == nil {
+		return
+	}
+	p := r.pending
+	r.pending = nil
+	for _, pp := range p.postPickers {
+		pp.PostPick(p.ctx, p.cs, p.req, r)
+	}
+	p.s.recycle(p.cs)
+}
+
+// resultBox allocates a Result, room for its endpoints and its pending
+// commit at once.
+type resultBox struct {
+	res    Result
+	buf    [DefaultMaxEndpoints + 1]*datastore.Endpoint
+	commit pendingCommit
+}
+
+func newResult(n int) *resultBox {
 	b := &resultBox{}
 	if n <= len(b.buf) {
 		b.res.Endpoints = b.buf[:0:n]
 	} else {
 		b.res.Endpoints = make([]*datastore.Endpoint, 0, n)
 	}
-	return &b.res
+	return b
 }
 
 // profileFor reads the pool's annotation on every call, so a change of

@@ -633,3 +633,49 @@ func TestSchedulePoolsAreIndependent(t *testing.T) {
 		t.Fatalf("%d pool indexes, want 1", n)
 	}
 }
+
+// TestScheduleDeferredLearnsAtCommit: ScheduleDeferred picks like Schedule
+// but the prefix index learns nothing until Commit, which learns once; a
+// result never committed leaves the index as it was.
+func TestScheduleDeferredLearnsAtCommit(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 3, s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	p := prompt("deferred", 1024)
+
+	dropped, err := s.ScheduleDeferred(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dropped.Endpoints) == 0 {
+		t.Fatal("no endpoint picked")
+	}
+	if got := s.prefixBlocks(tp.pool); got != 0 {
+		t.Fatalf("index holds %d blocks before any commit, want 0", got)
+	}
+
+	res, err := s.ScheduleDeferred(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Commit()
+	if got := s.prefixBlocks(tp.pool); got != 16 {
+		t.Fatalf("index holds %d blocks after commit, want 16 (1 KB / 64 B)", got)
+	}
+	if !s.prefixHolds(tp.pool, res.Endpoints[0]) {
+		t.Fatalf("the primary %s did not learn the prompt", res.Endpoints[0].Address)
+	}
+	res.Commit() // a second commit is a no-op
+	if got := s.prefixBlocks(tp.pool); got != 16 {
+		t.Fatalf("index holds %d blocks after a second commit, want 16", got)
+	}
+	// The learned prefix draws the next pick, as after Schedule.
+	again, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAddresses(t, again, res.Endpoints[0], again.Endpoints[1], again.Endpoints[2])
+
+	var none *Result
+	none.Commit() // nil-safe, as after an error
+}

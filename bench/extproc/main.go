@@ -4,7 +4,9 @@
 //
 //	go run ./bench/extproc -requests 20000
 //
-// For each body size and concurrency it prints req/s, p50/p99 latency to
+// The servers take turns in blocks of round trips (-rounds), so a change in
+// the machine's speed during the run falls on all of them alike. For each
+// body size and concurrency it prints req/s, p50/p99 latency to
 // the destination answer, process CPU per request (client and server share
 // the process, so the difference between rows is the server's extra cost),
 // and the latency ratio to the no-op server.
@@ -43,6 +45,7 @@ func main() { os.Exit(mainCode()) }
 
 func mainCode() int {
 	requests := flag.Int("requests", 20000, "round trips per row")
+	rounds := flag.Int("rounds", 20, "blocks each row's round trips are split into; the servers take turns block by block, so drift in the machine's speed falls on all of them alike")
 	pools := flag.Int("pools", 50, "served pools")
 	endpoints := flag.Int("endpoints", 8, "endpoints per pool")
 	bodyKiB := flag.String("body-kib", "1,64", "request body sizes in KiB, comma-separated")
@@ -69,7 +72,11 @@ func mainCode() int {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	rows, err := run(context.Background(), config{requests: *requests, pools: *pools, endpoints: *endpoints,
+	if *rounds <= 0 || *rounds > *requests {
+		fmt.Fprintf(os.Stderr, "-rounds: %d must be between 1 and -requests (%d)\n", *rounds, *requests)
+		return 2
+	}
+	rows, err := run(context.Background(), config{requests: *requests, rounds: *rounds, pools: *pools, endpoints: *endpoints,
 		bodies: bodies, concurrency: []int{1, 64}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -80,8 +87,8 @@ func mainCode() int {
 }
 
 type config struct {
-	requests, pools, endpoints int
-	bodies, concurrency        []int
+	requests, rounds, pools, endpoints int
+	bodies, concurrency                []int
 }
 
 type row struct {
@@ -115,12 +122,31 @@ func run(ctx context.Context, cfg config) ([]row, error) {
 	for _, body := range cfg.bodies {
 		payload := makeBody(body)
 		for _, conc := range cfg.concurrency {
-			var base row
+			sessions := make([]*session, len(targets))
 			for i, t := range targets {
-				r, err := measure(t, payload, conc, cfg)
-				if err != nil {
-					return nil, fmt.Errorf("%s body=%d conc=%d: %w", t.name, body, conc, err)
+				if sessions[i], err = newSession(t, payload, cfg); err != nil {
+					return nil, fmt.Errorf("%s body=%d: %w", t.name, body, err)
 				}
+				defer sessions[i].close()
+			}
+			rounds := max(cfg.rounds, 1)
+			for r := 0; r < rounds; r++ {
+				n := cfg.requests / rounds
+				if r < cfg.requests%rounds {
+					n++
+				}
+				// Rotate who goes first, so no server always follows the
+				// same one.
+				for k := range sessions {
+					ss := sessions[(r+k)%len(sessions)]
+					if err := ss.measure(n, conc); err != nil {
+						return nil, fmt.Errorf("%s body=%d conc=%d: %w", ss.t.name, body, conc, err)
+					}
+				}
+			}
+			var base row
+			for i, ss := range sessions {
+				r := ss.row(body, conc)
 				if i == 0 {
 					base = r
 				}
@@ -297,39 +323,63 @@ func decision() *extprocv3.ProcessingResponse {
 // body in buffer-sized pieces.
 const chunkBytes = 16 << 10
 
-func measure(t *target, body []byte, conc int, cfg config) (row, error) {
+// session is one server's share of a row: its connections, the messages
+// it is sent, and what was measured so far.
+type session struct {
+	t        *target
+	conns    []*grpc.ClientConn
+	headers  *extprocv3.ProcessingRequest
+	msgs     []*extprocv3.ProcessingRequest
+	lat      []time.Duration
+	cpu      time.Duration
+	elapsed  time.Duration
+	requests int
+}
+
+func newSession(t *target, body []byte, cfg config) (*session, error) {
+	ss := &session{t: t}
 	// One connection per pool authority, as each pool's gateway cluster is
 	// its own connection; streams go round-robin over pools.
-	conns := make([]*grpc.ClientConn, cfg.pools)
-	for i := range conns {
+	for i := 0; i < cfg.pools; i++ {
 		c, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithAuthority(fmt.Sprintf("epp-%d.ns-%d.svc:9002", i, i%10)))
 		if err != nil {
-			return row{}, err
+			ss.close()
+			return nil, err
 		}
-		defer c.Close()
-		conns[i] = c
+		ss.conns = append(ss.conns, c)
 	}
-	headers := &extprocv3.ProcessingRequest{
+	ss.headers = &extprocv3.ProcessingRequest{
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
 		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
 			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
 			{Key: ":authority", RawValue: []byte("gw.example")}, {Key: "content-type", RawValue: []byte("application/json")},
 			{Key: "content-length", RawValue: []byte(fmt.Sprint(len(body)))}}}}},
 	}
-	var msgs []*extprocv3.ProcessingRequest
 	for off := 0; off < len(body); off += chunkBytes {
 		end := min(off+chunkBytes, len(body))
-		msgs = append(msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
+		ss.msgs = append(ss.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
 	}
-
 	// Warm up connections and code paths.
 	for i := 0; i < min(200, cfg.requests); i++ {
-		if _, err := roundTrip(conns[i%len(conns)], headers, msgs); err != nil {
-			return row{}, err
+		if _, err := roundTrip(ss.conns[i%len(ss.conns)], ss.headers, ss.msgs); err != nil {
+			ss.close()
+			return nil, err
 		}
 	}
-	lat := make([]time.Duration, cfg.requests)
+	return ss, nil
+}
+
+func (ss *session) close() {
+	for _, c := range ss.conns {
+		c.Close()
+	}
+}
+
+// measure runs n more round trips, conc at a time, and adds their
+// latencies, CPU and wall time to the session's.
+func (ss *session) measure(n, conc int) error {
+	lat := make([]time.Duration, n)
 	var next int64
 	var mu sync.Mutex
 	var firstErr error
@@ -345,10 +395,10 @@ func measure(t *target, body []byte, conc int, cfg config) (row, error) {
 				i := next
 				next++
 				mu.Unlock()
-				if int(i) >= cfg.requests {
+				if int(i) >= n {
 					return
 				}
-				d, err := roundTrip(conns[int(i)%len(conns)], headers, msgs)
+				d, err := roundTrip(ss.conns[(ss.requests+int(i))%len(ss.conns)], ss.headers, ss.msgs)
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -362,14 +412,21 @@ func measure(t *target, body []byte, conc int, cfg config) (row, error) {
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
+	ss.elapsed += time.Since(start)
+	ss.cpu += cpuTime() - cpu0
 	if firstErr != nil {
-		return row{}, firstErr
+		return firstErr
 	}
+	ss.lat = append(ss.lat, lat...)
+	ss.requests += n
+	return nil
+}
+
+func (ss *session) row(body, conc int) row {
+	lat := slices.Clone(ss.lat)
 	slices.Sort(lat)
-	return row{server: t.name, body: len(body), conc: conc, reqPerSec: float64(cfg.requests) / elapsed.Seconds(),
-		p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], cpuPerReq: cpu / time.Duration(cfg.requests)}, nil
+	return row{server: ss.t.name, body: body, conc: conc, reqPerSec: float64(ss.requests) / ss.elapsed.Seconds(),
+		p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], cpuPerReq: ss.cpu / time.Duration(ss.requests)}
 }
 
 // roundTrip runs one stream as a full-duplex gateway does and returns the
