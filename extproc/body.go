@@ -97,7 +97,17 @@ type requestBody struct {
 type span struct{ start, end int }
 
 // bodyError is a request body the picker cannot read; it maps to a 400.
-type bodyError struct{ msg string }
+type bodyError struct {
+	msg string
+	// truncated: the defect is that the body ends here; more of it may
+	// still come (bodyScanner).
+	truncated bool
+}
+
+func isTruncation(err error) bool {
+	be, ok := err.(*bodyError)
+	return ok && be.truncated
+}
 
 func (e *bodyError) Error() string { return e.msg }
 
@@ -132,96 +142,275 @@ const maxJSONDepth = 512
 // still a 400. For pathUnknown a non-JSON body is not an error: the result
 // is simply empty.
 func parseRequestBody(body []byte, kind pathKind, promptLimit int) (*requestBody, error) {
-	out := &requestBody{}
-	err := scanTopLevel(body, kind, out, max(promptLimit, 0))
-	if err != nil {
-		if !kind.strict() {
-			return &requestBody{}, nil
-		}
-		return nil, err
-	}
-	if !out.hasModel && kind.strict() {
-		return nil, badBody(`request body has no "model" field`)
-	}
-	return out, nil
+	sc := newBodyScanner(kind, promptLimit)
+	sc.feed(body, true)
+	return sc.result(body)
 }
 
-func scanTopLevel(b []byte, kind pathKind, out *requestBody, promptLimit int) error {
-	i := skipWS(b, 0)
-	if i >= len(b) {
-		return badBody("request body is empty, want a JSON object")
-	}
-	if b[i] != '{' {
-		return badBody("request body is not a JSON object (starts with %q at offset %d)", b[i], i)
-	}
-	i = skipWS(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return checkTrailing(b, i+1)
-	}
-	var key []byte
+// bodyScanner is parseRequestBody for a body that arrives in pieces: feed
+// it the body so far after each piece (each call's bytes extend the last
+// call's) and it resumes where the previous call ran out, so the work of
+// reading the body is done while it arrives and, when the last piece
+// comes, only that piece is left to read. It reads the same bytes in the
+// same order as a single call on the whole body, so its result and errors
+// are the same; a defect is found as soon as its bytes are in.
+type bodyScanner struct {
+	kind  pathKind
+	limit int
+	out   requestBody
+	// promptStart and promptEnd delimit the prompt (already cut at limit)
+	// in the body, when hasPrompt; offsets, because the buffer holding the
+	// body may move as it grows.
+	promptStart, promptEnd int
+	hasPrompt              bool
 	// promptDone: everything the picker wants from values other than model
 	// and stream has been read, so those can be skimmed.
-	promptDone := promptLimit == 0 || !kind.hasPrompt()
+	promptDone bool
+
+	step scanStep
+	// i is where step resumes.
+	i int
+	// During stepSkim: where the skim is, and where it began.
+	skim      skimState
+	skimStart int
+	key       []byte
+	// err is the first defect found; the scanner stops there.
+	err error
+	// closed: the top-level object is complete, and only whitespace has
+	// followed so far.
+	closed bool
+}
+
+// scanStep is where the scanner is in the top-level object.
+type scanStep int
+
+const (
+	// stepOpen: before the top-level '{' (and the first key, or '}').
+	stepOpen scanStep = iota
+	// stepMember: at a member's key; the member is read whole or, when the
+	// body runs out inside it, read again from its key once it has grown.
+	stepMember
+	// stepSkim: inside a skimmed value (or a prompt's skimmed tail), which
+	// resumes where it ran out: values skimmed are the long ones.
+	stepSkim
+	// stepAfterValue: after a member's value, at its ',' or '}'.
+	stepAfterValue
+	// stepClosed: after the top-level object; only whitespace may follow.
+	stepClosed
+)
+
+func newBodyScanner(kind pathKind, promptLimit int) *bodyScanner {
+	promptLimit = max(promptLimit, 0)
+	return &bodyScanner{kind: kind, limit: promptLimit, promptDone: promptLimit == 0 || !kind.hasPrompt()}
+}
+
+// feed reads on in b, the body so far; final says no more bytes will come.
+// It reports the first defect (always a *bodyError), which is final: feed
+// does nothing after it.
+func (sc *bodyScanner) feed(b []byte, final bool) error {
+	if sc.err != nil {
+		return sc.err
+	}
 	for {
-		if i >= len(b) || b[i] != '"' {
-			return syntaxErr(b, i, "object key")
+		ranOut, err := sc.advance(b, final)
+		if err != nil {
+			if final || !isTruncation(err) {
+				sc.err = err
+				return err
+			}
+			return nil // the rest of the member is not in yet
 		}
-		ks := i
-		end, escaped, err := scanString(b, i)
+		if ranOut {
+			return nil
+		}
+	}
+}
+
+// result is what the scanner read once the whole body b was fed with final
+// set; an error is the body's defect (a 400). For pathUnknown a body that
+// is not a JSON object is no error: the result is empty.
+func (sc *bodyScanner) result(b []byte) (*requestBody, error) {
+	if sc.err == nil && !sc.closed {
+		sc.err = syntaxErr(b, len(b), "more of the body") // fed without final
+	}
+	if sc.err != nil {
+		if !sc.kind.strict() {
+			return &requestBody{}, nil
+		}
+		return nil, sc.err
+	}
+	if !sc.out.hasModel && sc.kind.strict() {
+		return nil, badBody(`request body has no "model" field`)
+	}
+	out := sc.out
+	if sc.hasPrompt {
+		// Capped so that no append can write into the body.
+		out.Prompt = b[sc.promptStart:sc.promptEnd:sc.promptEnd]
+	}
+	return &out, nil
+}
+
+// advance takes one step; ranOut means it needs more of the body (or, with
+// final, that the body is done). A truncation error when not final means
+// the step is to be taken again, from where it began, once b has grown.
+func (sc *bodyScanner) advance(b []byte, final bool) (ranOut bool, err error) {
+	switch sc.step {
+	case stepOpen:
+		i := skipWS(b, 0)
+		if i >= len(b) {
+			if final {
+				return true, badBody("request body is empty, want a JSON object")
+			}
+			return true, nil
+		}
+		if b[i] != '{' {
+			return true, badBody("request body is not a JSON object (starts with %q at offset %d)", b[i], i)
+		}
+		i = skipWS(b, i+1)
+		switch {
+		case i >= len(b):
+			return true, syntaxErr(b, i, "object key")
+		case b[i] == '}':
+			sc.step, sc.i, sc.closed = stepClosed, i+1, true
+		default:
+			sc.step, sc.i = stepMember, i
+		}
+		return false, nil
+	case stepMember:
+		return false, sc.member(b, final)
+	case stepSkim:
+		end, done := sc.skim.run(b, sc.i)
+		if !done {
+			sc.i = end
+			if final {
+				return true, sc.skim.err(b)
+			}
+			return true, nil
+		}
+		sc.out.skimmed = append(sc.out.skimmed, span{sc.skimStart, end})
+		sc.step, sc.i = stepAfterValue, end
+		return false, nil
+	case stepAfterValue:
+		next, more, err := nextMember(b, sc.i, '}')
+		if err != nil {
+			return true, err
+		}
+		if more {
+			sc.step, sc.i = stepMember, next
+		} else {
+			sc.step, sc.i, sc.closed = stepClosed, next, true
+		}
+		return false, nil
+	}
+	// stepClosed
+	i := skipWS(b, sc.i)
+	if i != len(b) {
+		sc.closed = false
+		return true, badBody("invalid JSON: data after the top-level object at offset %d", i)
+	}
+	sc.i = i
+	return true, nil
+}
+
+// member reads the member at sc.i: its key, then its value, which is read
+// as the prompt, skimmed, or validated (and recorded when the picker reads
+// it).
+func (sc *bodyScanner) member(b []byte, final bool) error {
+	i := sc.i
+	if i >= len(b) || b[i] != '"' {
+		return syntaxErr(b, i, "object key")
+	}
+	ks := i
+	end, escaped, err := scanString(b, i)
+	if err != nil {
+		return err
+	}
+	if escaped {
+		sc.key, err = appendUnescaped(sc.key[:0], b[ks+1:end-1])
 		if err != nil {
 			return err
 		}
-		if escaped {
-			key, err = appendUnescaped(key[:0], b[ks+1:end-1])
-			if err != nil {
-				return err
-			}
-		} else {
-			key = b[ks+1 : end-1]
-		}
-		i = skipWS(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return syntaxErr(b, i, "':' after object key")
-		}
-		i = skipWS(b, i+1)
-		vs := i
-		var ve int
-		k := string(key)
-		switch {
-		case k == "messages" && (kind == pathChat || kind == pathNone) && i < len(b) && b[i] == '[',
-			k == "prompt" && (kind == pathCompletions || kind == pathNone) && i < len(b):
-			// Validated up to the limit in one pass, skimmed after; the
-			// prompt is the raw value, not a copy.
-			out.Prompt, ve, err = promptAt(b, i, promptLimit, k == "messages", &out.skimmed)
-			if err != nil {
-				return err
-			}
-			promptDone = len(out.Prompt) >= promptLimit
-		case promptDone && !kind.reads(k) && i < len(b) && (b[i] == '"' || b[i] == '[' || b[i] == '{'):
-			if b[i] == '"' {
-				ve, err = skim(b, i+1, 0, true, &out.skimmed)
-			} else {
-				ve, err = skim(b, i+1, 1, false, &out.skimmed)
-			}
-			if err != nil {
-				return err
-			}
-		default:
-			if ve, err = skipValue(b, i, 1); err != nil {
-				return err
-			}
-			if err := out.field(k, b[vs:ve], vs, kind); err != nil {
-				return err
-			}
-		}
-		var more bool
-		if i, more, err = nextMember(b, ve, '}'); err != nil {
-			return err
-		}
-		if !more {
-			return checkTrailing(b, i)
-		}
+	} else {
+		sc.key = b[ks+1 : end-1]
 	}
+	i = skipWS(b, end)
+	if i >= len(b) || b[i] != ':' {
+		return syntaxErr(b, i, "':' after object key")
+	}
+	vs := skipWS(b, i+1)
+	if vs >= len(b) {
+		return syntaxErr(b, vs, "a value")
+	}
+	kind := sc.kind
+	k := string(sc.key)
+	switch {
+	case k == "messages" && (kind == pathChat || kind == pathNone) && b[vs] != '[':
+		// Said before the value is read: it may be long, and no more of it
+		// can mend this.
+		return badBody(`"messages" must be an array`)
+	case k == "model" && b[vs] != '"':
+		return badBody(`"model" must be a string`)
+	case k == "messages" && (kind == pathChat || kind == pathNone),
+		k == "prompt" && (kind == pathCompletions || kind == pathNone):
+		return sc.prompt(b, vs, k == "messages", final)
+	case sc.promptDone && !kind.reads(k) && (b[vs] == '"' || b[vs] == '[' || b[vs] == '{'):
+		if b[vs] == '"' {
+			sc.skim = skimState{inString: true}
+		} else {
+			sc.skim = skimState{depth: 1}
+		}
+		sc.step, sc.i, sc.skimStart = stepSkim, vs+1, vs+1
+		return nil
+	}
+	ve, err := skipValue(b, vs, 1)
+	if err != nil {
+		return err
+	}
+	if ve == len(b) && !final {
+		// A number may go on in the next piece.
+		return syntaxErr(b, ve, "more of the value")
+	}
+	if err := sc.out.field(k, b[vs:ve], vs, kind); err != nil {
+		return err
+	}
+	sc.step, sc.i = stepAfterValue, ve
+	return nil
+}
+
+// prompt reads the prompt value at b[vs] (messages: an array of objects):
+// validated like skipValue up to the first point at or past vs+limit where
+// skimming can take over (before an element or key, or inside a string
+// outside an escape), then skimmed to its end. It is cut at limit bytes.
+// Until the body holds limit bytes of it (or all of it), reading waits, so
+// that the cut is where it would be in the whole body.
+func (sc *bodyScanner) prompt(b []byte, vs int, messages, final bool) error {
+	c := promptCutter{b: b, stop: vs + sc.limit, messages: messages}
+	if sc.limit > len(b)-vs {
+		if !final {
+			return syntaxErr(b, len(b), "more of the prompt")
+		}
+		c.stop = len(b) + 1 // never
+	}
+	end, err := c.value(vs, 1)
+	switch {
+	case err == errPromptFull:
+		sc.promptStart, sc.promptEnd, sc.hasPrompt, sc.promptDone = vs, vs+sc.limit, true, true
+		sc.skim = skimState{depth: c.open, inString: c.inString}
+		sc.step, sc.i, sc.skimStart = stepSkim, end, end
+		return nil
+	case err != nil:
+		return err
+	case end == len(b) && !final:
+		return syntaxErr(b, end, "more of the value")
+	}
+	cut := end
+	if end-vs > sc.limit {
+		cut = vs + sc.limit
+	}
+	sc.promptStart, sc.promptEnd, sc.hasPrompt = vs, cut, true
+	sc.promptDone = cut-vs >= sc.limit
+	sc.step, sc.i = stepAfterValue, end
+	return nil
 }
 
 // field records one top-level member; later duplicates win, as in encoding/json.
@@ -247,38 +436,8 @@ func (r *requestBody) field(key string, raw []byte, offset int, kind pathKind) e
 		r.modelStart, r.modelEnd = offset, offset+len(raw)
 	case "stream":
 		r.Stream = string(raw) == "true"
-	case "messages":
-		if kind == pathChat || kind == pathNone {
-			// An array is read by promptAt; anything else lands here.
-			return badBody(`"messages" must be an array`)
-		}
 	}
 	return nil
-}
-
-// promptAt validates the prompt value at b[i] (messages: an array of
-// objects) like skipValue and returns it as a slice of b cut at limit bytes,
-// with the offset past the value. Validation stops at the first point at or
-// past i+limit where skimming can take over (before an element or key, or
-// inside a string outside an escape); the rest of the value is skimmed.
-func promptAt(b []byte, i, limit int, messages bool, skimmed *[]span) ([]byte, int, error) {
-	c := promptCutter{b: b, stop: i + limit, messages: messages}
-	if limit > len(b)-i {
-		c.stop = len(b) + 1 // never
-	}
-	end, err := c.value(i, 1)
-	if err == errPromptFull {
-		end, err = skim(b, end, c.open, c.inString, skimmed)
-	}
-	if err != nil {
-		return nil, end, err
-	}
-	cut := end
-	if end-i > limit {
-		cut = i + limit
-	}
-	// Capped so that no append can write into the body.
-	return b[i:cut:cut], end, nil
 }
 
 // promptCutter is skipValue that stops at an offset (stop) with
@@ -404,55 +563,76 @@ func (c *promptCutter) str(i, open int) (int, error) {
 // returned with it is where skimming takes over. It never leaves the parser.
 var errPromptFull = &bodyError{msg: "prompt full"}
 
-// skim returns the offset just past the value that b[i] is inside of,
-// depth arrays or objects deep and, if inString, inside a string that is
-// innermost. It does not validate: it only finds where strings and
-// brackets end, which is enough to locate the next top-level key. The
-// range is appended to skimmed, if not nil. A body that ends first is
-// truncated, and that is an error.
-func skim(b []byte, i, depth int, inString bool, skimmed *[]span) (int, error) {
-	start := i
-	if skimmed != nil {
-		defer func() { *skimmed = append(*skimmed, span{start, i}) }()
-	}
-	if inString {
-		var err error
-		if i, err = skimString(b, i); err != nil || depth == 0 {
-			return i, err
+// skimState is where a skim is: how many arrays and objects are open and
+// whether it is inside a string (innermost). A skim does not validate: it
+// only finds where strings and brackets end, which is enough to locate the
+// next top-level key.
+type skimState struct {
+	depth    int
+	inString bool
+}
+
+// run skims b from i, which must not be in the middle of an escape. done:
+// end is just past the skimmed value. Otherwise the body ran out and end
+// is where to resume once it has grown.
+func (s *skimState) run(b []byte, i int) (end int, done bool) {
+	if s.inString {
+		j, closed := skimString(b, i)
+		if !closed {
+			return j, false
+		}
+		i, s.inString = j, false
+		if s.depth == 0 {
+			return i, true
 		}
 	}
 	for i < len(b) {
 		switch b[i] {
 		case '"':
-			var err error
-			if i, err = skimString(b, i+1); err != nil {
-				return i, err
+			j, closed := skimString(b, i+1)
+			if !closed {
+				s.inString = true
+				return j, false
 			}
+			i = j
 			continue
 		case '[', '{':
-			depth++
+			s.depth++
 		case ']', '}':
-			depth--
-			if depth == 0 {
-				i++
-				return i, nil
+			s.depth--
+			if s.depth == 0 {
+				return i + 1, true
 			}
 		}
 		i++
 	}
-	return i, badBody("invalid JSON: unexpected end of body, want ']' or '}' (%d left open)", depth)
+	return i, false
+}
+
+// err is the defect of a body that ends during the skim: it is truncated.
+func (s *skimState) err(b []byte) error {
+	if s.inString {
+		return syntaxErr(b, len(b), "closing '\"'")
+	}
+	return badBody("invalid JSON: unexpected end of body, want ']' or '}' (%d left open)", s.depth)
 }
 
 // skimString returns the offset past the closing quote of the string that
-// b[i] is inside of; b[i] must not be in the middle of an escape. A quote
-// is the closing one when an even number of backslashes precede it (each
-// pair is an escaped backslash).
-func skimString(b []byte, i int) (int, error) {
+// b[i] is inside of, with closed set; b[i] must not be in the middle of an
+// escape. A quote is the closing one when an even number of backslashes
+// precede it (each pair is an escaped backslash). When b ends first, the
+// offset is where to resume: before the backslashes b ends with, so that
+// they are counted with the quote that may follow.
+func skimString(b []byte, i int) (int, bool) {
 	from := i
 	for {
 		k := bytes.IndexByte(b[i:], '"')
 		if k < 0 {
-			return len(b), syntaxErr(b, len(b), "closing '\"'")
+			r := len(b)
+			for r > from && b[r-1] == '\\' {
+				r--
+			}
+			return r, false
 		}
 		q := i + k
 		p := q
@@ -460,7 +640,7 @@ func skimString(b []byte, i int) (int, error) {
 			p--
 		}
 		if (q-p)%2 == 0 {
-			return q + 1, nil
+			return q + 1, true
 		}
 		i = q + 1
 	}
@@ -476,7 +656,7 @@ func checkTrailing(b []byte, i int) error {
 
 func syntaxErr(b []byte, i int, want string) error {
 	if i >= len(b) {
-		return badBody("invalid JSON: unexpected end of body, want %s", want)
+		return &bodyError{msg: fmt.Sprintf("invalid JSON: unexpected end of body, want %s", want), truncated: true}
 	}
 	return badBody("invalid JSON at offset %d: unexpected %q, want %s", i, b[i], want)
 }
@@ -581,7 +761,9 @@ func literal(b []byte, i int, lit string) (int, error) {
 	if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
 		return i + len(lit), nil
 	}
-	return i, syntaxErr(b, i, lit)
+	err := syntaxErr(b, i, lit).(*bodyError)
+	err.truncated = len(b)-i < len(lit) && string(b[i:]) == lit[:len(b)-i]
+	return i, err
 }
 
 func scanNumber(b []byte, i int) (int, error) {
@@ -657,7 +839,12 @@ func escapeLen(b []byte, i int) (int, error) {
 	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 		return 2, nil
 	case 'u':
-		if i+6 > len(b) || !isHex4(b[i+2:i+6]) {
+		if i+6 > len(b) {
+			err := badBody("invalid JSON at offset %d: bad \\u escape", i).(*bodyError)
+			err.truncated = isHex4(b[i+2:]) // hex so far: the rest may follow
+			return 0, err
+		}
+		if !isHex4(b[i+2 : i+6]) {
 			return 0, badBody("invalid JSON at offset %d: bad \\u escape", i)
 		}
 		return 6, nil

@@ -133,23 +133,26 @@ func TestRewriteModel(t *testing.T) {
 	}
 }
 
+// bodySeeds are bodies that reach every branch of the scanner.
+var bodySeeds = []string{
+	`{"model":"m","prompt":"p"}`, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"t"}]}]}`,
+	`{"model":"\ud800"}`, `{"model":"a\/b","x":-1.5e+3,"y":[true,false,null]}`, `{`, `{"a":1,}`, `[1]`, `"x"`, `{"model":"m"}}`,
+	`{"model":"m","n":-0.0E-0}`, " \t{\"model\" :\n\"m\" }\r\n",
+	`{"model":"m","messages":[{"content":"c first","role":"r"},{"role":"u","content":"a\nb\"c\ud83d\ude00 plain text past sixteen bytes"}]}`,
+	`{"model":"m","prompt":"0123456789abcdef0123\t\u00e9x"}`, `{"model":"m","prompt":["ab\n","cd"]}`,
+	`{"model":"m","messages":[{"role":"u","content":"x","content":"y"}]}`, `{"model":"m","prompt":"a\u12"}`,
+	// Skimmed past a limit of 0..64: escaped quotes and backslashes,
+	// brackets inside strings, defects only a validator sees.
+	`{"messages":[{"role":"u","content":"0123456789abcdef0123456789\\\"]}\\"},{"x":["]",{"}":1}]}],"model":"m","stream":true}`,
+	`{"prompt":"0123456789\\\\\"x\q\u12","t":[[1,01],{"a":"\z"}],"model":"m"}`,
+	`{"model":"m","messages":[{"role":"u","content":"0123456789abcdef"},3,[}],"stream":true}`,
+	`{"model":"m","prompt":"0123456789\\\"`, `{"model":"m","input":[1,2,"\\"],"x":{"y":[`,
+}
+
 // FuzzParseRequestBody holds the hand-written scanner equal to
 // encoding/json on validity and on the model it extracts.
 func FuzzParseRequestBody(f *testing.F) {
-	for _, s := range []string{
-		`{"model":"m","prompt":"p"}`, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"t"}]}]}`,
-		`{"model":"\ud800"}`, `{"model":"a\/b","x":-1.5e+3,"y":[true,false,null]}`, `{`, `{"a":1,}`, `[1]`, `"x"`, `{"model":"m"}}`,
-		`{"model":"m","n":-0.0E-0}`, " \t{\"model\" :\n\"m\" }\r\n",
-		`{"model":"m","messages":[{"content":"c first","role":"r"},{"role":"u","content":"a\nb\"c\ud83d\ude00 plain text past sixteen bytes"}]}`,
-		`{"model":"m","prompt":"0123456789abcdef0123\t\u00e9x"}`, `{"model":"m","prompt":["ab\n","cd"]}`,
-		`{"model":"m","messages":[{"role":"u","content":"x","content":"y"}]}`, `{"model":"m","prompt":"a\u12"}`,
-		// Skimmed past a limit of 0..64: escaped quotes and backslashes,
-		// brackets inside strings, defects only a validator sees.
-		`{"messages":[{"role":"u","content":"0123456789abcdef0123456789\\\"]}\\"},{"x":["]",{"}":1}]}],"model":"m","stream":true}`,
-		`{"prompt":"0123456789\\\\\"x\q\u12","t":[[1,01],{"a":"\z"}],"model":"m"}`,
-		`{"model":"m","messages":[{"role":"u","content":"0123456789abcdef"},3,[}],"stream":true}`,
-		`{"model":"m","prompt":"0123456789\\\"`, `{"model":"m","input":[1,2,"\\"],"x":{"y":[`,
-	} {
+	for _, s := range bodySeeds {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -482,4 +485,62 @@ func TestParseRequestBodyPromptLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzBodyScannerPieces holds the scanner fed a body in pieces (cut where
+// the fuzzer says, as gateways cut bodies anywhere) to the scanner fed the
+// whole body at once: the same result or the same error, and a defect
+// reported by an early piece is the whole body's defect.
+func FuzzBodyScannerPieces(f *testing.F) {
+	for i, s := range bodySeeds {
+		f.Add([]byte(s), []byte{byte(i), 1, 3, 7, 2})
+		f.Add([]byte(s), []byte{1})
+	}
+	f.Add(benchBody(4<<10, false), []byte{200, 13, 255, 64})
+	f.Fuzz(func(t *testing.T, body, cuts []byte) {
+		for _, kind := range []pathKind{pathCompletions, pathChat, pathNone, pathUnknown, pathModelOnly} {
+			for _, limit := range []int{0, 7, 64, math.MaxInt} {
+				want, wantErr := parseRequestBody(body, kind, limit)
+				sc := newBodyScanner(kind, limit)
+				end, k := 0, 0
+				var early error
+				for end < len(body) {
+					step := 1
+					if len(cuts) > 0 {
+						step = int(cuts[k%len(cuts)])%max(len(body)/2, 1) + 1
+						k++
+					}
+					end = min(end+step, len(body))
+					// The piece is copied to a buffer of its own, as it
+					// is joined in the stream: earlier bytes stay put.
+					if err := sc.feed(append([]byte(nil), body[:end]...), false); err != nil && early == nil {
+						early = err
+					}
+				}
+				_ = sc.feed(body, true)
+				got, gotErr := sc.result(body)
+				if early != nil {
+					if whole := newBodyScanner(kind, limit).feed(body, true); whole == nil || early.Error() != whole.Error() {
+						t.Fatalf("kind %d limit %d: a piece reported %v, the whole body %v", kind, limit, early, whole)
+					}
+				}
+				if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+					t.Fatalf("kind %d limit %d: in pieces %v, at once %v (body %q)", kind, limit, gotErr, wantErr, body)
+				}
+				if gotErr != nil {
+					continue
+				}
+				if got.Model != want.Model || got.hasModel != want.hasModel || got.modelStart != want.modelStart || got.modelEnd != want.modelEnd ||
+					got.Stream != want.Stream || string(got.Prompt) != string(want.Prompt) || (got.Prompt == nil) != (want.Prompt == nil) ||
+					len(got.skimmed) != len(want.skimmed) {
+					t.Fatalf("kind %d limit %d: in pieces %+v, at once %+v (body %q)", kind, limit, got, want, body)
+				}
+				for i := range got.skimmed {
+					if got.skimmed[i] != want.skimmed[i] {
+						t.Fatalf("kind %d limit %d: skimmed %v in pieces, %v at once", kind, limit, got.skimmed, want.skimmed)
+					}
+				}
+			}
+		}
+	})
 }

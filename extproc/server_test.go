@@ -435,6 +435,48 @@ func TestErrorStatuses(t *testing.T) {
 	}
 }
 
+// TestBadBodyAnsweredEarly: a body is read as it arrives, so a defect in
+// its first chunk is answered 400 at once, before the gateway has sent the
+// rest (which cannot mend it); a body that is merely incomplete waits.
+func TestBadBodyAnsweredEarly(t *testing.T) {
+	f := newPools(t, 1, 2)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true})
+	cases := []struct {
+		name, path, first string
+		want              string
+	}{
+		{"model not a string", "/v1/chat/completions", `{"model":7,"messages":[{"role":"user","content":"hello`, `must be a string`},
+		{"messages not an array", "/v1/chat/completions", `{"model":"m","messages":{"role":"user","content":"hello`, `must be an array`},
+		{"not an object", "/v1/completions", `["model","m","prompt","hello`, "not a JSON object"},
+		{"bad escape before the prompt", "/v1/completions", `{"user":"a\qb","model":"m","prompt":"hello`, "bad escape"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := ts.open(t, authorityOf(0), nil)
+			g.send(withProtocol(reqHeaders(envoyHeaders("POST", c.path), false), duplex, duplex))
+			g.send(reqBody([]byte(c.first), false))
+			code, body := immediateCode(t, g.recv())
+			if code != 400 || !strings.Contains(body, c.want) {
+				t.Fatalf("answered %d %s, want 400 saying %q", code, body, c.want)
+			}
+		})
+	}
+	t.Run("incomplete but sound", func(t *testing.T) {
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/chat/completions"), false), duplex, duplex))
+		g.send(reqBody([]byte(`{"model":"m","messages":[{"role":"user","content":"hel`), false))
+		g.send(reqBody([]byte(`lo"}]}`), true))
+		r := g.recv()
+		destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation())
+		g.recv()
+		g.recv()
+		g.expectEOF()
+	})
+	if n := f.totalInFlight(); n != 0 {
+		t.Fatalf("in-flight %d", n)
+	}
+}
+
 // TestConcurrentStreams runs 1,000 full-duplex streams across 50 pools at
 // once and checks that every pick belongs to the stream's own pool.
 func TestConcurrentStreams(t *testing.T) {

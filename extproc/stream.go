@@ -97,8 +97,13 @@ type stream struct {
 	poolSource   string
 	chunks       [][]byte
 	bodyBytes    int
-	labels       requestLabels
-	labelsSet    bool
+	// A body of several chunks is read as it arrives: scan reads joined,
+	// the chunks so far copied into a reused buffer (joinBuffers).
+	scan      *bodyScanner
+	joined    *[]byte
+	cLength   int
+	labels    requestLabels
+	labelsSet bool
 
 	// Decision.
 	dest     string
@@ -148,6 +153,7 @@ func (st *stream) close(err error) {
 	if st.timer != nil {
 		st.timer.Stop()
 	}
+	st.releaseJoined()
 	st.mu.Unlock()
 	outcome := "closed"
 	if err != nil {
@@ -246,7 +252,7 @@ func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	st.pool, st.poolSource = pool, source
 
 	if h.GetEndOfStream() || st.noBody {
-		return st.decide(nil)
+		return st.decide(nil, nil)
 	}
 	if st.holdHeaders {
 		st.state = stateHoldBody
@@ -293,6 +299,7 @@ func (st *stream) readHeaders(hm *corev3.HeaderMap) {
 			st.method = headerValue(hv)
 		case "content-length":
 			st.hasCLength = true
+			st.cLength, _ = strconv.Atoi(headerValue(hv))
 		case hdrRequestID:
 			st.requestID = headerValue(hv)
 		case hdrObjective:
@@ -371,8 +378,23 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 			msg: "request body exceeds " + strconv.Itoa(st.s.opts.MaxRequestBodyBytes) + " bytes"})
 	}
 	st.chunks = append(st.chunks, b.GetBody())
-	if b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage() {
-		return st.decideBody()
+	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
+	if eos && len(st.chunks) == 1 {
+		return st.bodyComplete() // the whole body in one message: read in place
+	}
+	// Read the body as it arrives, so that at its end only the last chunk
+	// is left to read: the decision waits for the body, not for its parse.
+	if st.scan == nil {
+		st.scan = newBodyScanner(st.path, st.s.promptLimit)
+		st.joined = joinBuffer(st.cLength)
+	}
+	*st.joined = append(*st.joined, b.GetBody()...)
+	if err := st.scan.feed(*st.joined, false); err != nil && st.path.strict() {
+		// The defect is in: the rest of the body cannot mend it.
+		return true, st.fail(&httpError{code: http.StatusBadRequest, reason: "BadRequest", msg: err.Error()})
+	}
+	if eos {
+		return st.bodyComplete()
 	}
 	return false, nil
 }
@@ -382,7 +404,7 @@ func (st *stream) onRequestTrailers() (bool, error) {
 	case stateHoldBody, stateBodyAfterAnswer:
 		// Trailers end the body.
 		st.trailersSeen = true
-		return st.decideBody()
+		return st.bodyComplete()
 	case stateForwarded:
 		return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}})
 	}
@@ -392,46 +414,64 @@ func (st *stream) onRequestTrailers() (bool, error) {
 // joinBuffers recycles the buffers a body of several chunks is joined
 // into (*[]byte). A fresh zeroed 64 KiB per request, and the garbage
 // collections it brings, cost about a sixth of the round trip in
-// bench/extproc; the joined body is dead once decide returns (the prompt is
-// hashed during Schedule, a rewrite copies, and the chunks, not the joined
-// body, are what is forwarded).
+// bench/extproc. The joined body is dead once the decision is sent: the
+// prompt is hashed before (Result.Commit included), a rewrite copies, and
+// the chunks, not the joined body, are what is forwarded.
 var joinBuffers sync.Pool
 
 // maxPooledJoinBytes bounds the buffers kept for reuse, so one huge body
 // does not pin its memory for the life of the process.
 const maxPooledJoinBytes = 1 << 20
 
-// decideBody decides on the whole held body.
-func (st *stream) decideBody() (bool, error) {
-	switch len(st.chunks) {
-	case 0:
-		return st.decide([]byte{})
-	case 1:
-		return st.decide(st.chunks[0])
-	}
-	var body []byte
-	if st.bodyBytes <= maxPooledJoinBytes {
-		if p, ok := joinBuffers.Get().(*[]byte); ok && cap(*p) >= st.bodyBytes {
-			body = (*p)[:0]
+// joinBuffer returns an empty buffer for a body of about size bytes (0:
+// unknown).
+func joinBuffer(size int) *[]byte {
+	if size <= maxPooledJoinBytes {
+		if p, ok := joinBuffers.Get().(*[]byte); ok {
+			if cap(*p) >= size {
+				*p = (*p)[:0]
+				return p
+			}
+			joinBuffers.Put(p)
 		}
 	}
-	if body == nil {
-		body = make([]byte, 0, max(st.bodyBytes, 64<<10))
-	}
-	for _, c := range st.chunks {
-		body = append(body, c...)
-	}
-	done, err := st.decide(body)
-	if cap(body) <= maxPooledJoinBytes {
-		body = body[:0]
-		joinBuffers.Put(&body)
-	}
-	return done, err
+	b := make([]byte, 0, min(max(size, 64<<10), maxPooledJoinBytes))
+	return &b
 }
 
-// decide parses the body (nil: no body), schedules, and sends the answers
-// the gateway is waiting for, then moves to stateForwarded.
-func (st *stream) decide(body []byte) (bool, error) {
+// releaseJoined gives the joined body's buffer back for reuse.
+func (st *stream) releaseJoined() {
+	if st.joined == nil {
+		return
+	}
+	if cap(*st.joined) <= maxPooledJoinBytes {
+		joinBuffers.Put(st.joined)
+	}
+	st.joined = nil
+}
+
+// bodyComplete reads what is left of the ended body and decides on it.
+func (st *stream) bodyComplete() (bool, error) {
+	if st.scan == nil {
+		// Zero or one chunk: read in place.
+		body := []byte{}
+		if len(st.chunks) == 1 {
+			body = st.chunks[0]
+		}
+		sc := newBodyScanner(st.path, st.s.promptLimit)
+		_ = sc.feed(body, true) // the defect, if any, is sc.result's error
+		return st.decide(body, sc)
+	}
+	defer st.releaseJoined()
+	body := *st.joined
+	_ = st.scan.feed(body, true)
+	return st.decide(body, st.scan)
+}
+
+// decide takes what sc read of the whole body (nil: no body), schedules,
+// and sends the answers the gateway is waiting for, then moves to
+// stateForwarded.
+func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 	sreq := &scheduling.Request{ID: st.requestID, Objective: st.objective, Subset: st.resolveIn.subset, CandidateIPs: st.candidateIPs}
 	if st.candidateIPs == nil {
 		sreq.CandidateIPs = nil
@@ -439,14 +479,14 @@ func (st *stream) decide(body []byte) (bool, error) {
 	var rb *requestBody
 	if body != nil {
 		var err error
-		rb, err = parseRequestBody(body, st.path, st.s.promptLimit)
+		rb, err = sc.result(body)
 		if err != nil {
 			return true, st.fail(&httpError{code: http.StatusBadRequest, reason: "BadRequest", msg: err.Error()})
 		}
-		// rb.Prompt is a slice of body, which for a one-chunk body is the
-		// gRPC message's bytes: the scheduler hashes it during Schedule and
-		// keeps nothing, and body is never pooled or changed (it is also
-		// what is forwarded).
+		// rb.Prompt is a slice of body: the gRPC message's bytes for a
+		// one-chunk body, else the joined chunks, whose buffer is reused
+		// only after decide returns, after Result.Commit. The scheduler
+		// hashes the prompt and keeps nothing.
 		sreq.Model, sreq.Prompt = rb.Model, rb.Prompt
 		st.usage.sse = rb.Stream
 	}

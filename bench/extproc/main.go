@@ -50,6 +50,7 @@ func mainCode() int {
 	endpoints := flag.Int("endpoints", 8, "endpoints per pool")
 	bodyKiB := flag.String("body-kib", "1,64", "request body sizes in KiB, comma-separated")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (all servers) to this file")
+	servers := flag.String("servers", "noop,minimal,scheduler", "servers to run, comma-separated: noop (the baseline of the ratios; always runs), minimal (poolpicker with the cheapest picker), scheduler (poolpicker with the default scheduler)")
 	flag.Parse()
 	var bodies []int
 	for _, f := range strings.Split(*bodyKiB, ",") {
@@ -76,8 +77,20 @@ func mainCode() int {
 		fmt.Fprintf(os.Stderr, "-rounds: %d must be between 1 and -requests (%d)\n", *rounds, *requests)
 		return 2
 	}
-	rows, err := run(context.Background(), config{requests: *requests, rounds: *rounds, pools: *pools, endpoints: *endpoints,
-		bodies: bodies, concurrency: []int{1, 64}})
+	cfg := config{requests: *requests, rounds: *rounds, pools: *pools, endpoints: *endpoints, bodies: bodies, concurrency: []int{1, 64}}
+	for _, name := range strings.Split(*servers, ",") {
+		switch strings.TrimSpace(name) {
+		case "noop":
+		case "minimal":
+			cfg.minimal = true
+		case "scheduler":
+			cfg.scheduler = true
+		default:
+			fmt.Fprintf(os.Stderr, "-servers: unknown server %q (want noop, minimal or scheduler)\n", name)
+			return 2
+		}
+	}
+	rows, err := run(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -88,6 +101,7 @@ func mainCode() int {
 
 type config struct {
 	requests, rounds, pools, endpoints int
+	minimal, scheduler                 bool
 	bodies, concurrency                []int
 }
 
@@ -192,6 +206,9 @@ func startTargets(ctx context.Context, cfg config) ([]*target, error) {
 	noop.name = "noop"
 
 	for _, real := range []bool{false, true} {
+		if (real && !cfg.scheduler) || (!real && !cfg.minimal) {
+			continue
+		}
 		reg := datastore.NewRegistry()
 		var sched extproc.Scheduler = firstLeastLoaded{}
 		name := "poolpicker+minimal-picker"
@@ -253,6 +270,10 @@ func populate(reg *datastore.Registry, cfg config) {
 // firstLeastLoaded is the cheapest real picker: the endpoint with the
 // fewest requests in flight; it isolates the ext_proc server's own cost.
 type firstLeastLoaded struct{}
+
+// PromptBytes tells the server the picker reads no prompt, so the server
+// only skims it, as it does past the default scheduler's 16 KiB.
+func (firstLeastLoaded) PromptBytes() int { return 0 }
 
 func (firstLeastLoaded) Schedule(_ context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
 	eps := pool.Endpoints().Endpoints

@@ -11,7 +11,7 @@ import (
 // TestHarness runs the harness small, so it keeps working; it checks the
 // shape of the results, not speed (speed is read from `go run`).
 func TestHarness(t *testing.T) {
-	rows, err := run(context.Background(), config{requests: 50, rounds: 3, pools: 5, endpoints: 2, bodies: []int{1 << 10, 64 << 10}, concurrency: []int{1, 4}})
+	rows, err := run(context.Background(), config{requests: 50, rounds: 3, pools: 5, endpoints: 2, minimal: true, scheduler: true, bodies: []int{1 << 10, 64 << 10}, concurrency: []int{1, 4}})
 	if err != nil {
 		t.Fatal(err)
 	}
