@@ -334,36 +334,103 @@ func removeHolderLocked(sh *indexShard, h uint64, pe *prefixEndpoint) {
 
 // match computes, for each endpoint slot, how many leading blocks of hashes
 // it holds, into matched (zeroed, indexed by slot); it returns the longest.
-// Blocks are chained, so an endpoint matches block i only if it matched
-// every block before; the walk stops at the first block nobody extends.
-func (x *prefixIndex) match(hashes []uint64, matched []int32) int {
-	longest := 0
-	for i, h := range hashes {
-		sh := x.shard(h)
-		sh.mu.RLock()
-		hs := sh.m[h]
-		advanced := 0
-		if hs.first != nil {
-			advanced += advance(hs.first, matched, int32(i))
-			for _, pe := range hs.rest() {
-				advanced += advance(pe, matched, int32(i))
+// scratch is reused between calls.
+//
+// It looks up a few blocks, not every one, because what an endpoint holds
+// of a prompt is a prefix: record touches a prompt's blocks last to first,
+// so an endpoint's earlier blocks are always more recent in its LRU than
+// its later ones and are evicted after them; and a block's hash is chained
+// from every block before it. So the holders of block i are a subset of
+// the holders of block i-1, and an endpoint's match is one past the last
+// block it holds. match bisects for where the holder sets shrink: a
+// prompt held whole by the same endpoints costs two lookups, not one per
+// block, and each endpoint whose prefix ends inside costs about log2(blocks)
+// more.
+func (x *prefixIndex) match(hashes []uint64, matched []int32, scratch *[]int32) int {
+	n := len(hashes)
+	if n == 0 {
+		return 0
+	}
+	buf := (*scratch)[:0]
+	defer func() { *scratch = buf[:0] }()
+	probe := func(i int) []int32 {
+		start := len(buf)
+		buf = x.appendHolders(buf, hashes[i])
+		set := buf[start:len(buf):len(buf)]
+		for _, slot := range set {
+			if int(slot) < len(matched) {
+				matched[slot] = max(matched[slot], int32(i)+1)
 			}
 		}
-		sh.mu.RUnlock()
-		if advanced == 0 {
-			break
-		}
-		longest = i + 1
+		return set
 	}
-	return longest
+	first := probe(0)
+	if len(first) == 0 || n == 1 {
+		return longestMatch(matched, first)
+	}
+	last := probe(n - 1)
+	// Holders of block l (hl) and block r (hr) are known; find where, in
+	// between, the holders that are in hl and not in hr stop.
+	var split func(l int, hl []int32, r int, hr []int32)
+	split = func(l int, hl []int32, r int, hr []int32) {
+		if r-l <= 1 || len(hl) == 0 || sameSlots(hl, hr) {
+			return
+		}
+		m := (l + r) / 2
+		hm := probe(m)
+		split(l, hl, m, hm)
+		split(m, hm, r, hr)
+	}
+	split(0, first, n-1, last)
+	return longestMatch(matched, first)
 }
 
-func advance(pe *prefixEndpoint, matched []int32, i int32) int {
-	if s := pe.slot; int(s) < len(matched) && matched[s] == i {
-		matched[s] = i + 1
-		return 1
+// appendHolders appends the slots of the endpoints holding block h.
+func (x *prefixIndex) appendHolders(dst []int32, h uint64) []int32 {
+	sh := x.shard(h)
+	sh.mu.RLock()
+	hs := sh.m[h]
+	if hs.first != nil {
+		dst = append(dst, hs.first.slot)
+		for _, pe := range hs.rest() {
+			dst = append(dst, pe.slot)
+		}
 	}
-	return 0
+	sh.mu.RUnlock()
+	return dst
+}
+
+// sameSlots reports whether a and b hold the same slots (each set has no
+// duplicates; they are a handful long).
+func sameSlots(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			if x == y {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// longestMatch is the longest match of the holders of the first block;
+// endpoints that do not hold it match nothing.
+func longestMatch(matched []int32, first []int32) int {
+	longest := 0
+	for _, slot := range first {
+		if int(slot) < len(matched) {
+			longest = max(longest, int(matched[slot]))
+		}
+	}
+	return longest
 }
 
 // blocks counts the distinct blocks in the index (test and bench use).

@@ -111,6 +111,7 @@ func (s *prefixCacheScorer) promptBytes() int {
 type prefixCycle struct {
 	hashes  []uint64
 	matched []int32
+	scratch []int32
 	index   *prefixIndex
 }
 
@@ -131,7 +132,7 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 	}
 	st.matched = st.matched[:slots]
 	clear(st.matched)
-	if st.index.match(st.hashes, st.matched) == 0 {
+	if st.index.match(st.hashes, st.matched, &st.scratch) == 0 {
 		return
 	}
 	states := st.index.statesFor(cs.Endpoints)
@@ -214,19 +215,31 @@ func (s *prefixCacheScorer) PoolRemoved(pool *datastore.Pool) {
 // hashPrompt appends to dst the chained hashes of the prompt's whole blocks,
 // at most maxBlocks of them. A trailing partial block is not hashed: the
 // server caches whole blocks too, and the next request's longer prompt
-// would hash it differently anyway.
+// would hash it differently anyway. Each block is hashed alone and mixed
+// into the previous block's chained hash (the first into the model's): a
+// one-shot xxhash of 64 bytes costs two thirds of a seeded streaming one.
 func hashPrompt(dst []uint64, model string, prompt []byte, blockSize, maxBlocks int) []uint64 {
 	n := min(len(prompt)/blockSize, maxBlocks)
 	if n == 0 {
 		return dst
 	}
 	prev := xxhash.Sum64String(model)
-	var d xxhash.Digest
 	for i := 0; i < n; i++ {
-		d.ResetWithSeed(prev)
-		_, _ = d.Write(prompt[i*blockSize : (i+1)*blockSize])
-		prev = d.Sum64()
+		prev = chainHash(prev, xxhash.Sum64(prompt[i*blockSize:(i+1)*blockSize]))
 		dst = append(dst, prev)
 	}
 	return dst
+}
+
+// chainHash mixes a block's hash into the chain so far: an invertible
+// multiply-xorshift finalizer (MurmurHash3's fmix64) over both, so a change
+// to either changes every bit of the result with even odds.
+func chainHash(prev, block uint64) uint64 {
+	x := prev*0x9E3779B97F4A7C15 ^ block
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
 }

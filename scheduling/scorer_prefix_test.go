@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -327,7 +328,7 @@ func TestIndexHolders(t *testing.T) {
 					x.removeHolder(h, pes[c.remove])
 				}
 				matched := make([]int32, 3)
-				x.match([]uint64{h}, matched)
+				x.match([]uint64{h}, matched, new([]int32))
 				for i := range pes {
 					if got, want := matched[i] == 1, slices.Contains(c.want, i); got != want {
 						t.Fatalf("endpoint %d holds the block: %v, want %v", i, got, want)
@@ -385,6 +386,87 @@ func TestPromptBytesCutChangesNothing(t *testing.T) {
 		}
 		if x, y := whole.index().blocks(), cut.index().blocks(); x != y || x != 4 {
 			t.Fatalf("blocks recorded: whole %d, cut %d, want 4", x, y)
+		}
+	}
+}
+
+// TestIndexMatch holds the bisecting match to a walk over every block, for
+// endpoints holding prefixes of every length (what record leaves: see
+// match), including none and all, and prompts of 1 to 300 blocks.
+func TestIndexMatch(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 300; trial++ {
+		blocks := 1 + rnd.IntN(300)
+		endpoints := 1 + rnd.IntN(12)
+		hashes := make([]uint64, blocks)
+		for i := range hashes {
+			hashes[i] = rnd.Uint64()
+		}
+		x := newPrefixIndex()
+		want := make([]int32, endpoints)
+		for e := 0; e < endpoints; e++ {
+			pe := &prefixEndpoint{slot: int32(e)}
+			switch rnd.IntN(4) {
+			case 0: // none
+			case 1:
+				want[e] = int32(blocks)
+			default:
+				want[e] = int32(rnd.IntN(blocks + 1))
+			}
+			for i := 0; i < int(want[e]); i++ {
+				x.addHolder(hashes[i], pe)
+			}
+		}
+		matched := make([]int32, endpoints)
+		var scratch []int32
+		longest := x.match(hashes, matched, &scratch)
+		wantLongest := int32(0)
+		for e := range want {
+			wantLongest = max(wantLongest, want[e])
+			if matched[e] != want[e] {
+				t.Fatalf("trial %d (%d blocks): endpoint %d matched %d, holds %d", trial, blocks, e, matched[e], want[e])
+			}
+		}
+		if longest != int(wantLongest) {
+			t.Fatalf("trial %d: longest %d, want %d", trial, longest, wantLongest)
+		}
+	}
+}
+
+// TestRecordKeepsPrefixes: what record and LRU eviction leave an endpoint
+// holding of any prompt is a prefix of it, which is what match relies on.
+func TestRecordKeepsPrefixes(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 1, s)
+	x := newPrefixIndex()
+	pe := x.endpointFor(tp.pool, tp.pool.Endpoints().Endpoints[0], 100)
+	rnd := rand.New(rand.NewPCG(3, 4))
+	var prompts [][]uint64
+	for i := 0; i < 40; i++ {
+		p := make([]uint64, 1+rnd.IntN(60))
+		for j := range p {
+			p[j] = rnd.Uint64()
+		}
+		if i > 0 && rnd.IntN(2) == 0 {
+			// Shares a prefix with an earlier prompt.
+			old := prompts[rnd.IntN(len(prompts))]
+			copy(p, old[:min(len(old), rnd.IntN(len(p))+1)])
+		}
+		prompts = append(prompts, p)
+		pe.record(p, 100) // 100 blocks: evicts all the time
+		for k, q := range prompts {
+			held := 0
+			for held < len(q) {
+				if _, ok := pe.lru.Peek(q[held]); !ok {
+					break
+				}
+				held++
+			}
+			for j := held; j < len(q); j++ {
+				if _, ok := pe.lru.Peek(q[j]); ok {
+					t.Fatalf("after record %d, prompt %d: block %d held though block %d is not", i, k, j, held)
+				}
+			}
 		}
 	}
 }
