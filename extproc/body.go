@@ -173,7 +173,7 @@ type bodyScanner struct {
 	// During stepSkim: where the skim is, and where it began.
 	skim      skimState
 	skimStart int
-	key       []byte
+	keyBuf    []byte // unescaped keys
 	// err is the first defect found; the scanner stops there.
 	err error
 	// closed: the top-level object is complete, and only whitespace has
@@ -325,13 +325,15 @@ func (sc *bodyScanner) member(b []byte, final bool) error {
 	if err != nil {
 		return err
 	}
+	key := b[ks+1 : end-1]
 	if escaped {
-		sc.key, err = appendUnescaped(sc.key[:0], b[ks+1:end-1])
+		// Into a buffer of its own: appending to a slice of b would write
+		// over the body, which is forwarded.
+		sc.keyBuf, err = appendUnescaped(sc.keyBuf[:0], key)
 		if err != nil {
 			return err
 		}
-	} else {
-		sc.key = b[ks+1 : end-1]
+		key = sc.keyBuf
 	}
 	i = skipWS(b, end)
 	if i >= len(b) || b[i] != ':' {
@@ -342,7 +344,7 @@ func (sc *bodyScanner) member(b []byte, final bool) error {
 		return syntaxErr(b, vs, "a value")
 	}
 	kind := sc.kind
-	k := string(sc.key)
+	k := string(key)
 	switch {
 	case k == "messages" && (kind == pathChat || kind == pathNone) && b[vs] != '[':
 		// Said before the value is read: it may be long, and no more of it

@@ -147,6 +147,9 @@ var bodySeeds = []string{
 	`{"prompt":"0123456789\\\\\"x\q\u12","t":[[1,01],{"a":"\z"}],"model":"m"}`,
 	`{"model":"m","messages":[{"role":"u","content":"0123456789abcdef"},3,[}],"stream":true}`,
 	`{"model":"m","prompt":"0123456789\\\"`, `{"model":"m","input":[1,2,"\\"],"x":{"y":[`,
+	// A plain key, then an escaped one: unescaping must not write into
+	// the body.
+	`{"a":1,"mod\u0065l":"m","prompt":"p"}`,
 }
 
 // FuzzParseRequestBody holds the hand-written scanner equal to
@@ -161,7 +164,11 @@ func FuzzParseRequestBody(f *testing.F) {
 		for _, kind := range []pathKind{pathCompletions, pathChat, pathNone, pathUnknown} {
 			// Without a limit the prompt is never full, so nothing is
 			// skimmed on prompt paths: this is the fully validating parser.
+			before := string(body)
 			rb, err := parseRequestBody(body, kind, math.MaxInt)
+			if string(body) != before {
+				t.Fatalf("parsing changed the body (which is forwarded): %q, was %q", body, before)
+			}
 			if err == nil && kind != pathUnknown && len(rb.skimmed) != 0 {
 				t.Fatalf("skimmed %v without a limit", rb.skimmed)
 			}
