@@ -5,8 +5,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
-
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -104,7 +102,7 @@ type prefixEndpoint struct {
 	dead atomic.Bool
 
 	mu       sync.Mutex
-	lru      *simplelru.LRU[uint64, struct{}]
+	lru      *blockLRU
 	capacity int
 }
 
@@ -154,7 +152,7 @@ func (x *prefixIndex) endpointFor(pool *datastore.Pool, e *datastore.Endpoint, c
 		pe.slot = x.slots.Load()
 		x.slots.Store(pe.slot + 1)
 	}
-	pe.lru, _ = simplelru.NewLRU(capacity, func(h uint64, _ struct{}) { x.removeHolder(h, pe) })
+	pe.lru = newBlockLRU(capacity, func(h uint64) { x.removeHolder(h, pe) })
 	next := make(map[datastore.EndpointKey]*prefixEndpoint, len(cur)+1)
 	for k, v := range cur {
 		next[k] = v
@@ -197,7 +195,7 @@ func (x *prefixIndex) drop(removed []*datastore.Endpoint) {
 	for _, pe := range gone {
 		pe.mu.Lock()
 		pe.dead.Store(true) // no record after this
-		keys := pe.lru.Keys()
+		keys := pe.lru.keys()
 		pe.lru = nil // freed whole; its eviction callback would sweep per block
 		pe.mu.Unlock()
 		x.sweep(pe, keys)
@@ -255,15 +253,15 @@ func (pe *prefixEndpoint) record(hashes []uint64, capacity int) {
 		return
 	}
 	if capacity != pe.capacity {
-		pe.lru.Resize(capacity)
+		pe.lru.resize(capacity)
 		pe.capacity = capacity
 	}
 	for i := len(hashes) - 1; i >= 0; i-- {
 		h := hashes[i]
-		if _, ok := pe.lru.Get(h); ok {
+		if pe.lru.touch(h) {
 			continue
 		}
-		pe.lru.Add(h, struct{}{})
+		pe.lru.add(h)
 		pe.idx.addHolder(h, pe)
 	}
 }
@@ -274,7 +272,7 @@ func (pe *prefixEndpoint) len() int {
 	if pe.lru == nil {
 		return 0
 	}
-	return pe.lru.Len()
+	return pe.lru.len()
 }
 
 func (x *prefixIndex) shard(h uint64) *indexShard { return &x.shards[h&(prefixShards-1)] }

@@ -457,13 +457,13 @@ func TestRecordKeepsPrefixes(t *testing.T) {
 		for k, q := range prompts {
 			held := 0
 			for held < len(q) {
-				if _, ok := pe.lru.Peek(q[held]); !ok {
+				if !pe.lru.contains(q[held]) {
 					break
 				}
 				held++
 			}
 			for j := held; j < len(q); j++ {
-				if _, ok := pe.lru.Peek(q[j]); ok {
+				if pe.lru.contains(q[j]) {
 					t.Fatalf("after record %d, prompt %d: block %d held though block %d is not", i, k, j, held)
 				}
 			}

@@ -1,0 +1,108 @@
+package scheduling
+
+// blockLRU is a least-recently-used set of block hashes holding at most
+// capacity of them. It is the per-endpoint part of the prefix index, touched
+// for every block of every pick, so it is built for that: entries live in a
+// slice linked by int32 positions and the map holds positions, so nothing
+// in it is a pointer (the garbage collector skips it, and a touch costs no
+// write barrier), and a touch is one map lookup and a few stores.
+type blockLRU struct {
+	pos map[uint64]int32
+	// entries[0] is the list head: its next is the most recent entry, its
+	// prev the least recent.
+	entries  []lruEntry
+	free     []int32
+	capacity int
+	onEvict  func(h uint64)
+}
+
+type lruEntry struct {
+	key        uint64
+	prev, next int32
+}
+
+// newBlockLRU returns an empty LRU; onEvict hears of each block pushed out
+// by an add or a resize.
+func newBlockLRU(capacity int, onEvict func(h uint64)) *blockLRU {
+	return &blockLRU{pos: make(map[uint64]int32), entries: make([]lruEntry, 1), capacity: max(capacity, 1), onEvict: onEvict}
+}
+
+// touch makes h the most recent block and reports whether it was held.
+func (l *blockLRU) touch(h uint64) bool {
+	i, ok := l.pos[h]
+	if ok && l.entries[0].next != i {
+		l.unlink(i)
+		l.pushFront(i)
+	}
+	return ok
+}
+
+// add makes h, which must not be held, the most recent block, evicting the
+// least recent one when full.
+func (l *blockLRU) add(h uint64) {
+	if len(l.pos) >= l.capacity {
+		l.evictOldest()
+	}
+	var i int32
+	if n := len(l.free); n > 0 {
+		i, l.free = l.free[n-1], l.free[:n-1]
+	} else {
+		i = int32(len(l.entries))
+		l.entries = append(l.entries, lruEntry{})
+	}
+	l.entries[i].key = h
+	l.pushFront(i)
+	l.pos[h] = i
+}
+
+// contains reports whether h is held, leaving its recency alone.
+func (l *blockLRU) contains(h uint64) bool {
+	_, ok := l.pos[h]
+	return ok
+}
+
+func (l *blockLRU) len() int { return len(l.pos) }
+
+// resize sets the capacity, evicting the least recent blocks beyond it.
+func (l *blockLRU) resize(capacity int) {
+	l.capacity = max(capacity, 1)
+	for len(l.pos) > l.capacity {
+		l.evictOldest()
+	}
+}
+
+// keys returns the held blocks, most recent first.
+func (l *blockLRU) keys() []uint64 {
+	out := make([]uint64, 0, len(l.pos))
+	for i := l.entries[0].next; i != 0; i = l.entries[i].next {
+		out = append(out, l.entries[i].key)
+	}
+	return out
+}
+
+func (l *blockLRU) evictOldest() {
+	i := l.entries[0].prev
+	if i == 0 {
+		return
+	}
+	h := l.entries[i].key
+	l.unlink(i)
+	delete(l.pos, h)
+	l.free = append(l.free, i)
+	if l.onEvict != nil {
+		l.onEvict(h)
+	}
+}
+
+func (l *blockLRU) unlink(i int32) {
+	e := &l.entries[i]
+	l.entries[e.prev].next = e.next
+	l.entries[e.next].prev = e.prev
+}
+
+func (l *blockLRU) pushFront(i int32) {
+	first := l.entries[0].next
+	l.entries[i].prev, l.entries[i].next = 0, first
+	l.entries[first].prev = i
+	l.entries[0].next = i
+}
