@@ -316,7 +316,8 @@ func (sc *bodyScanner) advance(b []byte, final bool) (ranOut bool, err error) {
 // as the prompt, skimmed, or validated (and recorded when the picker reads
 // it).
 func (sc *bodyScanner) member(b []byte, final bool) error {
-	i := sc.i
+	// Whitespace before the key may have come after the step was set.
+	i := skipWS(b, sc.i)
 	if i >= len(b) || b[i] != '"' {
 		return syntaxErr(b, i, "object key")
 	}
