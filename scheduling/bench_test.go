@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"testing"
@@ -250,6 +251,58 @@ func BenchmarkPrefixDropEndpoint(b *testing.B) {
 		b.StopTimer()
 		if x.blocks() != 0 {
 			b.Fatal("blocks left after drop")
+		}
+	}
+}
+
+// BenchmarkRecord measures recording a 256-block prompt (16 KiB, the
+// default cap) on an endpoint holding 20,000 blocks, against touching each
+// block in turn (each-block, the way record worked before it moved a
+// leading run at once), in the same run:
+//   - repeat: the prompt the endpoint served last, again (a retry, or the
+//     same request from many clients);
+//   - next-turn: the last prompt's first 240 blocks, then 16 new ones (a
+//     conversation's next turn, cut at the cap);
+//   - shared-prefix: a 192-block system prompt the endpoint served last,
+//     then 64 blocks of its own.
+func BenchmarkRecord(b *testing.B) {
+	const capacity, blocks = 1 << 20, 256
+	tp := newTestPool(b, 1, nil)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, c := range []struct {
+		name   string
+		shared int // leading blocks of the last prompt each prompt repeats
+	}{{"repeat", blocks}, {"next-turn", blocks - 16}, {"shared-prefix", 192}} {
+		for _, eachBlock := range []bool{true, false} {
+			name := c.name + "/run"
+			if eachBlock {
+				name = c.name + "/each-block"
+			}
+			b.Run(name, func(b *testing.B) {
+				x := newPrefixIndex()
+				pe := x.endpointFor(tp.pool, tp.pool.Endpoints().Endpoints[0], capacity)
+				pe.record(randomBlocks(rnd, 20000), capacity)
+				prompts := make([][]uint64, 64)
+				last := randomBlocks(rnd, blocks)
+				for i := range prompts {
+					prompts[i] = append(slices.Clone(last[:c.shared]), randomBlocks(rnd, blocks-c.shared)...)
+				}
+				pe.record(last, capacity)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					p := prompts[i%len(prompts)]
+					if eachBlock {
+						pe.mu.Lock()
+						pe.touchOrAdd(p)
+						pe.mu.Unlock()
+					} else {
+						pe.record(p, capacity)
+					}
+					b.StopTimer()
+					pe.record(last, capacity) // the endpoint's last prompt again
+					b.StartTimer()
+				}
+			})
 		}
 	}
 }

@@ -14,6 +14,9 @@ type blockLRU struct {
 	free     []int32
 	capacity int
 	onEvict  func(h uint64)
+	// evictions counts the blocks ever pushed out, so a caller can tell
+	// that positions it holds may have been reused.
+	evictions uint64
 }
 
 type lruEntry struct {
@@ -88,6 +91,7 @@ func (l *blockLRU) evictOldest() {
 	h := l.entries[i].key
 	l.unlink(i)
 	delete(l.pos, h)
+	l.evictions++
 	l.free = append(l.free, i)
 	if l.onEvict != nil {
 		l.onEvict(h)
@@ -105,4 +109,49 @@ func (l *blockLRU) pushFront(i int32) {
 	l.entries[i].prev, l.entries[i].next = 0, first
 	l.entries[first].prev = i
 	l.entries[0].next = i
+}
+
+// frontRun reports how many of hashes, from the first, are the most recent
+// blocks in that order (hashes[0] the most recent), and the positions of the
+// first and the last of them. Walking the list costs no map lookup.
+func (l *blockLRU) frontRun(hashes []uint64) (n int, first, last int32) {
+	first = l.entries[0].next
+	for i := first; i != 0 && n < len(hashes) && l.entries[i].key == hashes[n]; i = l.entries[i].next {
+		last = i
+		n++
+	}
+	return n, first, last
+}
+
+// isRun reports whether hashes (at least one) are linked, in order, from
+// position first to position last.
+func (l *blockLRU) isRun(hashes []uint64, first, last int32) bool {
+	i := first
+	for k, h := range hashes {
+		if i == 0 || l.entries[i].key != h {
+			return false
+		}
+		if k == len(hashes)-1 {
+			return i == last
+		}
+		i = l.entries[i].next
+	}
+	return false
+}
+
+// moveRunToFront makes the linked run of entries from first to last the
+// most recent, keeping its order: what touching them last to first does,
+// without a lookup per block.
+func (l *blockLRU) moveRunToFront(first, last int32) {
+	if l.entries[0].next == first {
+		return
+	}
+	before, after := l.entries[first].prev, l.entries[last].next
+	l.entries[before].next = after
+	l.entries[after].prev = before
+	front := l.entries[0].next
+	l.entries[first].prev = 0
+	l.entries[last].next = front
+	l.entries[front].prev = last
+	l.entries[0].next = first
 }

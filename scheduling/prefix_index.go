@@ -256,6 +256,28 @@ func (pe *prefixEndpoint) record(hashes []uint64, capacity int) {
 		pe.lru.resize(capacity)
 		pe.capacity = capacity
 	}
+	// A prompt usually starts with blocks this endpoint used last (a
+	// conversation's next turn, a shared system prompt, a retry): they
+	// are already the most recent, in order, and only need to stay ahead
+	// of the rest, so they move as one run instead of one lookup each.
+	run, first, last := pe.lru.frontRun(hashes)
+	if run == len(hashes) {
+		return // already the most recent, in order
+	}
+	evictions := pe.lru.evictions
+	pe.touchOrAdd(hashes[run:])
+	// The run is intact unless an add evicted from it (its positions may
+	// be reused) or the rest of the prompt repeats one of its blocks.
+	if run > 0 && pe.lru.evictions == evictions && pe.lru.isRun(hashes[:run], first, last) {
+		pe.lru.moveRunToFront(first, last)
+		return
+	}
+	pe.touchOrAdd(hashes[:run])
+}
+
+// touchOrAdd makes the blocks the most recent, the first the most recent
+// of all, adding those not held.
+func (pe *prefixEndpoint) touchOrAdd(hashes []uint64) {
 	for i := len(hashes) - 1; i >= 0; i-- {
 		h := hashes[i]
 		if pe.lru.touch(h) {

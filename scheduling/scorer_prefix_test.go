@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -469,4 +471,78 @@ func TestRecordKeepsPrefixes(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRecordAgainstTouchingEachBlock holds record, which moves a prompt's
+// leading blocks as one run when they are already the most recent, to what
+// touching every block last to first does (golang-lru as the reference):
+// same blocks in the same order, and the index lists the endpoint as a
+// holder of exactly the blocks it holds. The prompts repeat, share
+// prefixes, repeat a block within themselves, and overflow the capacity.
+func TestRecordAgainstTouchingEachBlock(t *testing.T) {
+	const capacity = 64
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 1, s)
+	x := newPrefixIndex()
+	pe := x.endpointFor(tp.pool, tp.pool.Endpoints().Endpoints[0], capacity)
+	ref, _ := simplelru.NewLRU[uint64, struct{}](capacity, nil)
+	rnd := rand.New(rand.NewPCG(7, 8))
+	var prompts [][]uint64
+	seen := map[uint64]bool{}
+	fixed := [][]uint64{
+		{1, 2, 3},
+		{1, 2, 3},       // held whole, in order: the run is the prompt
+		{1, 2, 3, 4, 2}, // the run's 2 again after it: the run breaks
+		{1, 2, 5},       // a shared prefix and a new block
+		{5, 1, 2},       // held, but not in order from the front
+	}
+	for i := 0; i < 3000; i++ {
+		var p []uint64
+		switch r := rnd.IntN(10); {
+		case i < len(fixed):
+			p = fixed[i]
+		case r < 3 && len(prompts) > 0: // the same prompt again
+			p = prompts[rnd.IntN(len(prompts))]
+		case r < 7 && len(prompts) > 0: // an earlier prompt's prefix, then new blocks
+			old := prompts[rnd.IntN(len(prompts))]
+			p = append(slices.Clone(old[:1+rnd.IntN(len(old))]), randomBlocks(rnd, rnd.IntN(20))...)
+		default:
+			p = randomBlocks(rnd, 1+rnd.IntN(40))
+		}
+		if rnd.IntN(20) == 0 && len(p) > 2 { // a block repeated within the prompt
+			p = slices.Clone(p)
+			p[len(p)-1] = p[rnd.IntN(len(p)-1)]
+		}
+		if rnd.IntN(50) == 0 { // far more than the capacity
+			p = randomBlocks(rnd, capacity+rnd.IntN(capacity))
+		}
+		prompts = append(prompts, p)
+		pe.record(p, capacity)
+		for j := len(p) - 1; j >= 0; j-- {
+			if _, ok := ref.Get(p[j]); !ok {
+				ref.Add(p[j], struct{}{})
+			}
+			seen[p[j]] = true
+		}
+		want := ref.Keys() // oldest first
+		slices.Reverse(want)
+		if got := pe.lru.keys(); !slices.Equal(got, want) {
+			t.Fatalf("record %d (%d blocks): held %v, reference %v", i, len(p), got, want)
+		}
+	}
+	for h := range seen {
+		holds := ref.Contains(h)
+		listed := slices.Contains(x.appendHolders(nil, h), pe.slot)
+		if holds != listed {
+			t.Fatalf("block %x: held %v, listed in the index %v", h, holds, listed)
+		}
+	}
+}
+
+func randomBlocks(rnd *rand.Rand, n int) []uint64 {
+	p := make([]uint64, n)
+	for i := range p {
+		p[i] = rnd.Uint64()
+	}
+	return p
 }
