@@ -121,6 +121,11 @@ func (s *Server) Start(ctx context.Context) error {
 		// rather than silently dropped by middleboxes.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// A gateway streams a request body as it arrives; with gRPC's
+		// 64 KiB default window it stalls on every body near that size until
+		// a window update comes back. A stream may send 1 MiB unasked, a
+		// connection 16 MiB (the default body limit).
+		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes),
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -236,3 +241,9 @@ func (s *Server) listen(l net.Listener, port int) (net.Listener, error) {
 
 // minTLSVersion is TLS 1.2: gateways in the field still negotiate it.
 const minTLSVersion = tls.VersionTLS12
+
+// Flow-control windows the server grants gateways (see Start).
+const (
+	streamWindowBytes = 1 << 20
+	connWindowBytes   = 16 << 20
+)

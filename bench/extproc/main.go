@@ -49,10 +49,12 @@ func mainCode() int {
 	pools := flag.Int("pools", 50, "served pools")
 	endpoints := flag.Int("endpoints", 8, "endpoints per pool")
 	bodyKiB := flag.String("body-kib", "1,64", "request body sizes in KiB, comma-separated")
+	concFlag := flag.String("concurrency", "1,64", "streams in flight at once, comma-separated")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (all servers) to this file")
+	memProfile := flag.String("memprofile", "", "write an allocation profile of the whole run (all servers) to this file")
 	servers := flag.String("servers", "noop,minimal,scheduler", "servers to run, comma-separated: noop (the baseline of the ratios; always runs), minimal (poolpicker with the cheapest picker), scheduler (poolpicker with the default scheduler)")
 	flag.Parse()
-	var bodies []int
+	var bodies, concurrency []int
 	for _, f := range strings.Split(*bodyKiB, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
@@ -60,6 +62,14 @@ func mainCode() int {
 			return 2
 		}
 		bodies = append(bodies, n<<10)
+	}
+	for _, f := range strings.Split(*concFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "-concurrency: %q is not a positive number of streams\n", f)
+			return 2
+		}
+		concurrency = append(concurrency, n)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -73,11 +83,23 @@ func mainCode() int {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	if *memProfile != "" {
+		defer func() {
+			f, err := os.Create(*memProfile)
+			if err == nil {
+				err = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "-memprofile:", err)
+			}
+		}()
+	}
 	if *rounds <= 0 || *rounds > *requests {
 		fmt.Fprintf(os.Stderr, "-rounds: %d must be between 1 and -requests (%d)\n", *rounds, *requests)
 		return 2
 	}
-	cfg := config{requests: *requests, rounds: *rounds, pools: *pools, endpoints: *endpoints, bodies: bodies, concurrency: []int{1, 64}}
+	cfg := config{requests: *requests, rounds: *rounds, pools: *pools, endpoints: *endpoints, bodies: bodies, concurrency: concurrency}
 	for _, name := range strings.Split(*servers, ",") {
 		switch strings.TrimSpace(name) {
 		case "noop":
@@ -246,7 +268,9 @@ func serve(register func(*grpc.Server)) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := grpc.NewServer()
+	// The same flow-control windows as poolpicker's server, so the ratio
+	// is poolpicker's work, not a transport setting.
+	s := grpc.NewServer(grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(16<<20))
 	register(s)
 	go func() { _ = s.Serve(lis) }()
 	return &target{addr: lis.Addr().String(), stop: s.Stop}, nil
