@@ -537,9 +537,11 @@ func (c *promptCutter) value(i, depth int) (int, error) {
 // str validates the string at b[i] (a quote), inside open arrays and objects.
 func (c *promptCutter) str(i, open int) (int, error) {
 	b := c.b
+	// Plain bytes past stop are skimmed, not validated: look no further.
+	bounded := b[:min(len(b), c.stop+1)]
 	i++
 	for {
-		j := plainPrefix(b, i)
+		j := plainPrefix(bounded, i)
 		if j > c.stop {
 			// b[max(i, stop)] is a plain byte, not inside an escape.
 			return c.full(max(i, c.stop), open, true)
@@ -551,6 +553,10 @@ func (c *promptCutter) str(i, open int) (int, error) {
 		case '"':
 			return j + 1, nil
 		case '\\':
+			if j+1 < len(b) && shortEscape[b[j+1]] {
+				i = j + 2
+				continue
+			}
 			n, err := escapeLen(b, j)
 			if err != nil {
 				return j, err
@@ -561,6 +567,10 @@ func (c *promptCutter) str(i, open int) (int, error) {
 		}
 	}
 }
+
+// shortEscape marks the bytes that make a valid two-byte escape after a
+// backslash; prompts are full of them (\n, \"), so they are read inline.
+var shortEscape = [256]bool{'"': true, '\\': true, '/': true, 'b': true, 'f': true, 'n': true, 'r': true, 't': true}
 
 // errPromptFull stops validating once the prompt is full; the offset
 // returned with it is where skimming takes over. It never leaves the parser.

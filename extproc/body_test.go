@@ -322,7 +322,7 @@ func BenchmarkParseRequestBody(b *testing.B) {
 	}{
 		{"chat-1KiB", 1 << 10, false, math.MaxInt}, {"chat-64KiB", 64 << 10, false, math.MaxInt}, {"chat-64KiB-plain", 64 << 10, true, math.MaxInt},
 		// The default scheduler reads 256 blocks of 64 bytes.
-		{"chat-64KiB-limit-16KiB", 64 << 10, false, 16 << 10},
+		{"chat-64KiB-limit-16KiB", 64 << 10, false, 16 << 10}, {"chat-64KiB-plain-limit-16KiB", 64 << 10, true, 16 << 10},
 	} {
 		body := benchBody(c.size, c.plain)
 		b.Run(c.name, func(b *testing.B) {
