@@ -2,11 +2,14 @@ package scheduling
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"runtime"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/poolpicker/poolpicker/datastore"
 )
@@ -305,4 +308,28 @@ func BenchmarkRecord(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkHashPrompt hashes a 16 KiB prompt into 256 chained block hashes
+// with the runtime's hash, against xxhash (what hashPrompt used before) in
+// the same run.
+func BenchmarkHashPrompt(b *testing.B) {
+	p := prompt("abc", 16<<10)
+	dst := make([]uint64, 0, 256)
+	seed := maphash.MakeSeed()
+	b.Run("maphash", func(b *testing.B) {
+		for b.Loop() {
+			dst = hashPrompt(seed, dst[:0], "m", p, 64, 256)
+		}
+	})
+	b.Run("xxhash", func(b *testing.B) {
+		for b.Loop() {
+			dst = dst[:0]
+			prev := xxhash.Sum64String("m")
+			for i := 0; i < 256; i++ {
+				prev = chainHash(prev, xxhash.Sum64(p[i*64:(i+1)*64]))
+				dst = append(dst, prev)
+			}
+		}
+	})
 }

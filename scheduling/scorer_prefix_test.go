@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 )
 
 func TestHashPrompt(t *testing.T) {
+	seed := maphash.MakeSeed()
 	p := prompt("abc", 1000)
 	cases := []struct {
 		name      string
@@ -29,16 +31,16 @@ func TestHashPrompt(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := hashPrompt(nil, c.model, c.prompt, c.block, c.maxBlocks); len(got) != c.want {
+			if got := hashPrompt(seed, nil, c.model, c.prompt, c.block, c.maxBlocks); len(got) != c.want {
 				t.Fatalf("%d hashes, want %d", len(got), c.want)
 			}
 		})
 	}
 
-	a := hashPrompt(nil, "m", p, 64, 256)
+	a := hashPrompt(seed, nil, "m", p, 64, 256)
 	// Chained: a prompt sharing the first 5 blocks shares exactly 5 hashes.
 	q := append(append([]byte{}, p[:320]...), prompt("xyz", 680)...)
-	b := hashPrompt(nil, "m", q, 64, 256)
+	b := hashPrompt(seed, nil, "m", q, 64, 256)
 	for i := range b {
 		if same := a[i] == b[i]; same != (i < 5) {
 			t.Fatalf("block %d: equal=%v, want %v", i, same, i < 5)
@@ -46,16 +48,19 @@ func TestHashPrompt(t *testing.T) {
 	}
 	// The same block text after a different prefix hashes differently.
 	r := append(append([]byte{}, prompt("zzz", 64)...), p[64:]...)
-	if c := hashPrompt(nil, "m", r, 64, 256); c[1] == a[1] {
+	if c := hashPrompt(seed, nil, "m", r, 64, 256); c[1] == a[1] {
 		t.Fatal("block 1 hash ignores the block before it")
 	}
 	// Another model never matches.
-	if c := hashPrompt(nil, "other", p, 64, 256); c[0] == a[0] {
+	if c := hashPrompt(seed, nil, "other", p, 64, 256); c[0] == a[0] {
 		t.Fatal("prompt hashes ignore the model")
 	}
-	// Deterministic.
-	if c := hashPrompt(nil, "m", p, 64, 256); c[14] != a[14] {
+	// Deterministic for a seed; another seed hashes differently.
+	if c := hashPrompt(seed, nil, "m", p, 64, 256); c[14] != a[14] {
 		t.Fatal("hashes differ between runs")
+	}
+	if c := hashPrompt(maphash.MakeSeed(), nil, "m", p, 64, 256); c[14] == a[14] {
+		t.Fatal("hashes ignore the seed")
 	}
 }
 
