@@ -102,6 +102,10 @@ type bodyError struct {
 	// truncated: the defect is that the body ends here; more of it may
 	// still come (bodyScanner).
 	truncated bool
+	// want, for a body that ends early, is what was to come; the message
+	// is made only when asked for, as a body read as it arrives runs out
+	// a few times per request and the error is then dropped.
+	want string
 }
 
 func isTruncation(err error) bool {
@@ -109,7 +113,12 @@ func isTruncation(err error) bool {
 	return ok && be.truncated
 }
 
-func (e *bodyError) Error() string { return e.msg }
+func (e *bodyError) Error() string {
+	if e.want != "" {
+		return "invalid JSON: unexpected end of body, want " + e.want
+	}
+	return e.msg
+}
 
 func badBody(format string, args ...any) error { return &bodyError{msg: fmt.Sprintf(format, args...)} }
 
@@ -537,14 +546,14 @@ func (c *promptCutter) value(i, depth int) (int, error) {
 // str validates the string at b[i] (a quote), inside open arrays and objects.
 func (c *promptCutter) str(i, open int) (int, error) {
 	b := c.b
-	// Plain bytes past stop are skimmed, not validated: look no further.
-	bounded := b[:min(len(b), c.stop+1)]
+	// Bytes from stop on are skimmed, not validated: look no further.
+	lim := min(len(b), c.stop)
 	i++
 	for {
-		j := plainPrefix(bounded, i)
-		if j > c.stop {
-			// b[max(i, stop)] is a plain byte, not inside an escape.
-			return c.full(max(i, c.stop), open, true)
+		j := validRun(b, i, lim)
+		if j >= lim && lim == c.stop {
+			// j, at or past stop, is not inside an escape.
+			return c.full(j, open, true)
 		}
 		if j >= len(b) {
 			return j, syntaxErr(b, j, "closing '\"'")
@@ -553,10 +562,6 @@ func (c *promptCutter) str(i, open int) (int, error) {
 		case '"':
 			return j + 1, nil
 		case '\\':
-			if j+1 < len(b) && shortEscape[b[j+1]] {
-				i = j + 2
-				continue
-			}
 			n, err := escapeLen(b, j)
 			if err != nil {
 				return j, err
@@ -566,6 +571,58 @@ func (c *promptCutter) str(i, open int) (int, error) {
 			return j, badBody("invalid JSON at offset %d: control character in string", j)
 		}
 	}
+}
+
+// validRun returns the offset of the first byte at or after b[i], and
+// below lim (at most len(b)), that ends a run of plain bytes and two-byte
+// escapes: a '"', a byte below 0x20, or a backslash starting any other
+// escape (\u, a bad one, or one cut by the end of b). With none, it returns
+// where the run's last escape ends, at or past lim. Prompts are plain bytes
+// with an escape every few words (\n, \"), so it tests eight bytes at a
+// time and reads the escapes it meets without leaving the word.
+func validRun(b []byte, i, lim int) int {
+	for i+8 <= lim {
+		m := exactSpecialMask(binary.LittleEndian.Uint64(b[i:]))
+		next := i + 8
+		for m != 0 {
+			k := i + bits.TrailingZeros64(m)>>3
+			m &= m - 1
+			if b[k] != '\\' || k+1 >= len(b) || !shortEscape[b[k+1]] {
+				return k
+			}
+			if k+1 < i+8 {
+				m &^= 0x80 << (8 * uint(k+1-i)) // the escaped byte is no special
+			} else {
+				next = k + 2
+			}
+		}
+		i = next
+	}
+	for i < lim {
+		switch c := b[i]; {
+		case c == '"' || c < 0x20:
+			return i
+		case c == '\\':
+			if i+1 >= len(b) || !shortEscape[b[i+1]] {
+				return i
+			}
+			i += 2
+		default:
+			i++
+		}
+	}
+	return i
+}
+
+// exactSpecialMask sets the high bit of every byte of w that is '"', '\\'
+// or below 0x20, and no other bit (SWAR without borrows between bytes).
+func exactSpecialMask(w uint64) uint64 {
+	const low7 = 0x7f7f7f7f7f7f7f7f
+	q, s := w^(lsb*'"'), w^(lsb*'\\')
+	isQuote := ^(((q & low7) + low7) | q)
+	isBackslash := ^(((s & low7) + low7) | s)
+	isControl := ^(((w & low7) + lsb*0x60) | w)
+	return (isQuote | isBackslash | isControl) & msb
 }
 
 // shortEscape marks the bytes that make a valid two-byte escape after a
@@ -669,7 +726,7 @@ func checkTrailing(b []byte, i int) error {
 
 func syntaxErr(b []byte, i int, want string) error {
 	if i >= len(b) {
-		return &bodyError{msg: fmt.Sprintf("invalid JSON: unexpected end of body, want %s", want), truncated: true}
+		return &bodyError{want: want, truncated: true}
 	}
 	return badBody("invalid JSON at offset %d: unexpected %q, want %s", i, b[i], want)
 }

@@ -63,9 +63,8 @@ func parseAuthorityForm(a string) (ref authorityRef, ok bool) {
 	} else if h, p, err := net.SplitHostPort(a); err == nil {
 		host, port = h, p
 	}
-	if net.ParseIP(host) != nil {
-		return ref, false
-	}
+	// An IP address is no service name: the label test below refuses it
+	// (no "svc" label, never exactly two labels, or no dot at all).
 	if port != "" {
 		n, err := strconv.ParseUint(port, 10, 16)
 		if err != nil || n == 0 {
@@ -73,17 +72,19 @@ func parseAuthorityForm(a string) (ref authorityRef, ok bool) {
 		}
 		ref.Port = int32(n)
 	}
-	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
-	switch {
-	case len(labels) == 2:
-	case len(labels) >= 3 && labels[2] == "svc":
-	default:
+	// SVC.NS, or SVC.NS.svc[.anything].
+	svc, rest, ok := strings.Cut(strings.TrimSuffix(host, "."), ".")
+	if !ok {
 		return ref, false
 	}
-	if labels[0] == "" || labels[1] == "" {
+	ns, rest, more := strings.Cut(rest, ".")
+	if more && rest != "svc" && !strings.HasPrefix(rest, "svc.") {
 		return ref, false
 	}
-	ref.Service, ref.Namespace = labels[0], labels[1]
+	if svc == "" || ns == "" {
+		return ref, false
+	}
+	ref.Service, ref.Namespace = svc, ns
 	return ref, true
 }
 
@@ -130,12 +131,15 @@ func resolvePool(reg *datastore.Registry, in *resolveInput) (*datastore.Pool, st
 	// 2. :authority, then NGINX Gateway Fabric's headers.
 	var candidates []*datastore.Pool
 	var seen []string
-	tryPicker := func(ref authorityRef, what string) *datastore.Pool {
+	// what names where ref came from, as in "x-epp-host \"a:1\"", for the
+	// error only: it is made when needed.
+	tryPicker := func(ref authorityRef, from, value string) *datastore.Pool {
+		what := func() string { return fmt.Sprintf("%s %q", from, value) }
 		if !ref.picker() {
 			if p, ok := reg.Get(ref.Pool); ok {
 				return p
 			}
-			seen = append(seen, fmt.Sprintf("%s names pool %s, which is not served", what, ref.Pool))
+			seen = append(seen, fmt.Sprintf("%s names pool %s, which is not served", what(), ref.Pool))
 			return nil
 		}
 		ps := reg.ByPicker(ref.Namespace, ref.Service, ref.Port)
@@ -146,17 +150,17 @@ func resolvePool(reg *datastore.Registry, in *resolveInput) (*datastore.Pool, st
 		}
 		switch len(ps) {
 		case 0:
-			seen = append(seen, fmt.Sprintf("%s (service %s/%s port %d) matches no served pool's endpointPickerRef", what, ref.Namespace, ref.Service, ref.Port))
+			seen = append(seen, fmt.Sprintf("%s (service %s/%s port %d) matches no served pool's endpointPickerRef", what(), ref.Namespace, ref.Service, ref.Port))
 		case 1:
 			return ps[0]
 		default:
 			candidates = ps
-			seen = append(seen, fmt.Sprintf("%s matches %d pools (%s)", what, len(ps), poolNames(ps)))
+			seen = append(seen, fmt.Sprintf("%s matches %d pools (%s)", what(), len(ps), poolNames(ps)))
 		}
 		return nil
 	}
 	if ref, ok := parseAuthority(in.authority); ok {
-		if p := tryPicker(ref, fmt.Sprintf(":authority %q", in.authority)); p != nil {
+		if p := tryPicker(ref, ":authority", in.authority); p != nil {
 			return p, "authority", nil
 		}
 	} else if in.authority != "" {
@@ -168,7 +172,7 @@ func resolvePool(reg *datastore.Registry, in *resolveInput) (*datastore.Pool, st
 			a = net.JoinHostPort(in.eppHost, in.eppPort)
 		}
 		if ref, ok := parseAuthority(a); ok {
-			if p := tryPicker(ref, fmt.Sprintf("x-epp-host %q", a)); p != nil {
+			if p := tryPicker(ref, "x-epp-host", a); p != nil {
 				return p, "x-epp-host", nil
 			}
 		} else {

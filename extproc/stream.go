@@ -94,6 +94,7 @@ type stream struct {
 	candidateIPs []string
 	resolveIn    resolveInput
 	pool         *datastore.Pool
+	poolName     string // pool.Key as text, made once
 	poolSource   string
 	chunks       [][]byte
 	bodyBytes    int
@@ -186,12 +187,7 @@ func (st *stream) close(err error) {
 	st.finish(outcome, false)
 }
 
-func (st *stream) poolKey() string {
-	if st.pool == nil {
-		return ""
-	}
-	return st.pool.Key.String()
-}
+func (st *stream) poolKey() string { return st.poolName }
 
 // handle processes one message; done means the stream is over (an
 // immediate response was sent).
@@ -269,7 +265,7 @@ func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	if herr != nil {
 		return true, st.fail(herr)
 	}
-	st.pool, st.poolSource = pool, source
+	st.pool, st.poolName, st.poolSource = pool, pool.Key.String(), source
 
 	if h.GetEndOfStream() || st.noBody {
 		return st.decide(nil, nil)
@@ -356,13 +352,12 @@ func splitList(s string) []string {
 // readTags gathers every explicit pool tag and the subset hint.
 func (st *stream) readTags(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) {
 	in := &st.resolveIn
-	if md, ok := metadata.FromIncomingContext(st.ctx); ok {
-		for _, v := range md.Get(hdrPoolTag) {
-			in.tags = append(in.tags, sourcedValue{"grpc metadata", v})
-		}
-		if a := md.Get(":authority"); len(a) > 0 {
-			in.authority = a[0]
-		}
+	// Two lookups, not FromIncomingContext, which copies all the metadata.
+	for _, v := range metadata.ValueFromIncomingContext(st.ctx, hdrPoolTag) {
+		in.tags = append(in.tags, sourcedValue{"grpc metadata", v})
+	}
+	if a := metadata.ValueFromIncomingContext(st.ctx, ":authority"); len(a) > 0 {
+		in.authority = a[0]
 	}
 	if mc := req.GetMetadataContext(); mc != nil {
 		for ns, s := range mc.GetFilterMetadata() {
@@ -526,7 +521,7 @@ func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 		return true, st.fail(&httpError{code: http.StatusServiceUnavailable, reason: "SchedulingFailed", msg: err.Error()})
 	}
 	if res == nil || len(res.Endpoints) == 0 {
-		return true, st.fail(&httpError{code: http.StatusServiceUnavailable, reason: "NoEligibleEndpoints", msg: "the scheduler returned no endpoint for pool " + st.pool.Key.String()})
+		return true, st.fail(&httpError{code: http.StatusServiceUnavailable, reason: "NoEligibleEndpoints", msg: "the scheduler returned no endpoint for pool " + st.poolName})
 	}
 	target := res.TargetModel
 	if target == "" {
@@ -547,7 +542,7 @@ func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 	if rb != nil && rb.hasModel && target != rb.Model {
 		newBody = rewriteModel(body, rb, target)
 	}
-	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, st.dest), setHeader(HeaderPool, st.pool.Key.String())}
+	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, st.dest), setHeader(HeaderPool, st.poolName)}
 	if body != nil && len(newBody) != len(body) && st.hasCLength {
 		set = append(set, contentLength(len(newBody)))
 	}
@@ -557,7 +552,9 @@ func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 	st.counted = res.Endpoints[0]
 	st.counted.AddInFlight(1)
 	st.s.metrics.routed(st.labels)
-	st.s.log.V(4).Info("picked", "pool", st.pool.Key.String(), "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", sreq.Model, "targetModel", target)
+	if log := st.s.log.V(4); log.Enabled() { // the arguments cost allocations
+		log.Info("picked", "pool", st.poolName, "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", sreq.Model, "targetModel", target)
+	}
 	st.state = stateForwarded
 
 	if err := st.sendDecision(body, newBody, mutation); err != nil {
@@ -617,16 +614,10 @@ func (st *stream) sendDecision(body, newBody []byte, mutation *extprocv3.HeaderM
 		} else if i < len(st.chunks) {
 			piece = st.chunks[i]
 		}
-		var common *extprocv3.CommonResponse
-		if st.reqReply == replyStreamed {
-			common = streamedBody(piece, last && !st.trailersSeen)
-		} else {
-			common = &extprocv3.CommonResponse{}
-			if rewritten {
-				common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: piece}}
-			}
+		resp, common := bodyAnswer(false, st.reqReply == replyStreamed, piece, last && !st.trailersSeen)
+		if st.reqReply != replyStreamed && rewritten {
+			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: piece}}
 		}
-		resp := requestBodyResponse(common)
 		if i == 0 && mutation != nil {
 			common.HeaderMutation = mutation
 			resp.DynamicMetadata = md
@@ -639,11 +630,7 @@ func (st *stream) sendDecision(body, newBody []byte, mutation *extprocv3.HeaderM
 }
 
 func (st *stream) setLabels(model, target string) {
-	pool := ""
-	if st.pool != nil {
-		pool = st.pool.Key.String()
-	}
-	st.labels = st.s.metrics.labels(model, target, pool)
+	st.labels = st.s.metrics.labels(model, target, st.poolName)
 	st.labelsSet = true
 }
 
@@ -716,13 +703,8 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 	}
 	st.usage.write(b.GetBody())
 	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
-	var common *extprocv3.CommonResponse
-	if st.respReply == replyStreamed {
-		common = streamedBody(b.GetBody(), eos)
-	} else {
-		common = &extprocv3.CommonResponse{}
-	}
-	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{Response: common}}}); err != nil {
+	resp, _ := bodyAnswer(true, st.respReply == replyStreamed, b.GetBody(), eos)
+	if err := st.send(resp); err != nil {
 		return err
 	}
 	if eos {
@@ -757,7 +739,7 @@ func (st *stream) finish(outcome string, completed bool) {
 		u, ok := st.usage.finish()
 		st.s.metrics.completed(st.labels, time.Since(st.start), u, ok)
 	}
-	if st.counted != nil {
-		st.s.log.V(5).Info("request finished", "pool", st.poolKey(), "request", st.requestID, "outcome", outcome, "endpoint", st.counted.Address)
+	if log := st.s.log.V(5); st.counted != nil && log.Enabled() {
+		log.Info("request finished", "pool", st.poolName, "request", st.requestID, "outcome", outcome, "endpoint", st.counted.Address)
 	}
 }

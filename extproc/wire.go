@@ -101,11 +101,20 @@ func headerValue(h *corev3.HeaderValue) string {
 
 // destinationMetadata is the envoy.lb dynamic metadata naming the endpoints.
 func destinationMetadata(dest string) *structpb.Struct {
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-			HeaderDestination: structpb.NewStringValue(dest),
-		}}),
-	}}
+	// Every message in one allocation (one per request, on the hot path).
+	m := &struct {
+		outer, inner structpb.Struct
+		lb, dest     structpb.Value
+		lbKind       structpb.Value_StructValue
+		destKind     structpb.Value_StringValue
+	}{}
+	m.destKind.StringValue = dest
+	m.dest.Kind = &m.destKind
+	m.inner.Fields = map[string]*structpb.Value{HeaderDestination: &m.dest}
+	m.lbKind.StructValue = &m.inner
+	m.lb.Kind = &m.lbKind
+	m.outer.Fields = map[string]*structpb.Value{MetadataNamespaceLB: &m.lb}
+	return &m.outer
 }
 
 func headersResponse(common *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
@@ -113,14 +122,38 @@ func headersResponse(common *extprocv3.CommonResponse) *extprocv3.ProcessingResp
 		RequestHeaders: &extprocv3.HeadersResponse{Response: common}}}
 }
 
-func requestBodyResponse(common *extprocv3.CommonResponse) *extprocv3.ProcessingResponse {
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-		RequestBody: &extprocv3.BodyResponse{Response: common}}}
-}
-
-func streamedBody(body []byte, eos bool) *extprocv3.CommonResponse {
-	return &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-		Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{Body: body, EndOfStream: eos}}}}
+// bodyAnswer answers a request body chunk (a response body chunk with
+// response set). With streamed (FULL_DUPLEX_STREAMED) the answer carries
+// piece on, and ends the body with eos. The caller may add to the returned
+// CommonResponse before sending.
+func bodyAnswer(response, streamed bool, piece []byte, eos bool) (*extprocv3.ProcessingResponse, *extprocv3.CommonResponse) {
+	// Every message in one allocation: each chunk of a body is answered, a
+	// 64 KiB request in four, a streamed response in hundreds.
+	m := &struct {
+		resp     extprocv3.ProcessingResponse
+		req      extprocv3.ProcessingResponse_RequestBody
+		res      extprocv3.ProcessingResponse_ResponseBody
+		body     extprocv3.BodyResponse
+		common   extprocv3.CommonResponse
+		mutation extprocv3.BodyMutation
+		streamed extprocv3.BodyMutation_StreamedResponse
+		piece    extprocv3.StreamedBodyResponse
+	}{}
+	m.body.Response = &m.common
+	if response {
+		m.res.ResponseBody = &m.body
+		m.resp.Response = &m.res
+	} else {
+		m.req.RequestBody = &m.body
+		m.resp.Response = &m.req
+	}
+	if streamed {
+		m.piece.Body, m.piece.EndOfStream = piece, eos
+		m.streamed.StreamedResponse = &m.piece
+		m.mutation.Mutation = &m.streamed
+		m.common.BodyMutation = &m.mutation
+	}
+	return &m.resp, &m.common
 }
 
 func contentLength(n int) *corev3.HeaderValueOption {
