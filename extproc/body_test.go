@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"math"
@@ -613,6 +614,60 @@ func TestValidRun(t *testing.T) {
 		}
 		if got := validRun([]byte(c.s), 0, lim); got != c.want {
 			t.Errorf("validRun(%q, lim %d) = %d, want %d", c.s, lim, got, c.want)
+		}
+	}
+}
+
+// TestSkimStringAgainstIndexByte holds skimString, which tests words in
+// place before handing long hops to bytes.IndexByte, to the plain loop over
+// IndexByte it replaced, on random strings dense in quotes and backslashes,
+// whole and cut short.
+func TestSkimStringAgainstIndexByte(t *testing.T) {
+	reference := func(b []byte, i int) (int, bool) {
+		from := i
+		for {
+			k := bytes.IndexByte(b[i:], '"')
+			if k < 0 {
+				r := len(b)
+				for r > from && b[r-1] == '\\' {
+					r--
+				}
+				return r, false
+			}
+			q := i + k
+			p := q
+			for p > from && b[p-1] == '\\' {
+				p--
+			}
+			if (q-p)%2 == 0 {
+				return q + 1, true
+			}
+			i = q + 1
+		}
+	}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	alphabet := []byte(`"\\ab`)
+	for n := 0; n < 200000; n++ {
+		b := make([]byte, rnd.IntN(300))
+		density := 2 + rnd.IntN(200) // one special byte in about density
+		for i := range b {
+			if rnd.IntN(density) == 0 {
+				b[i] = alphabet[rnd.IntN(2)]
+			} else {
+				b[i] = alphabet[2+rnd.IntN(2)]
+			}
+		}
+		start := 0
+		if len(b) > 0 {
+			start = rnd.IntN(len(b))
+			for start > 0 && b[start-1] == '\\' { // not inside an escape
+				start--
+			}
+		}
+		gotEnd, gotClosed := skimString(b, start)
+		wantEnd, wantClosed := reference(b, start)
+		if gotEnd != wantEnd || gotClosed != wantClosed {
+			t.Fatalf("skimString(%q, %d) = %d, %v; want %d, %v", b, start, gotEnd, gotClosed, wantEnd, wantClosed)
 		}
 	}
 }
