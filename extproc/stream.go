@@ -97,6 +97,7 @@ type stream struct {
 	poolName     string // pool.Key as text, made once
 	poolSource   string
 	chunks       [][]byte
+	firstChunks  [4][]byte // chunks' backing array for bodies of up to four
 	bodyBytes    int
 	// A body of several chunks is read as it arrives: scan reads joined,
 	// the chunks so far copied into a reused buffer (joinBuffers).
@@ -121,6 +122,7 @@ type stream struct {
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	growStack()
 	st := &stream{s: s, srv: srv, ctx: srv.Context(), start: time.Now(), reqReply: replyStreamed, respReply: replyStreamed, holdHeaders: true}
+	st.chunks = st.firstChunks[:0]
 	s.streams.Add(1)
 	defer s.streams.Done()
 	err := st.run()
@@ -530,6 +532,11 @@ func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 	st.setLabels(sreq.Model, target)
 
 	var sb strings.Builder
+	n := len(res.Endpoints) - 1
+	for _, e := range res.Endpoints {
+		n += len(e.Address)
+	}
+	sb.Grow(n)
 	for i, e := range res.Endpoints {
 		if i > 0 {
 			sb.WriteByte(',')
