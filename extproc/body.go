@@ -617,12 +617,15 @@ func validRun(b []byte, i, lim int) int {
 // exactSpecialMask sets the high bit of every byte of w that is '"', '\\'
 // or below 0x20, and no other bit (SWAR without borrows between bytes).
 func exactSpecialMask(w uint64) uint64 {
-	const low7 = 0x7f7f7f7f7f7f7f7f
-	q, s := w^(lsb*'"'), w^(lsb*'\\')
-	isQuote := ^(((q & low7) + low7) | q)
-	isBackslash := ^(((s & low7) + low7) | s)
-	isControl := ^(((w & low7) + lsb*0x60) | w)
-	return (isQuote | isBackslash | isControl) & msb
+	isControl := ^(((w & low7) + lsb*0x60) | w) // below 0x20: no carry into bit 7
+	return (zeroByteBits(w^(lsb*'"')) | zeroByteBits(w^(lsb*'\\')) | isControl) & msb
+}
+
+// zeroByteBits sets bit 7 of every zero byte of x and clears it in the
+// others; the low seven bits of each byte are left to masking with msb,
+// once, by the caller.
+func zeroByteBits(x uint64) uint64 {
+	return ^(((x & low7) + low7) | x)
 }
 
 // shortEscape marks the bytes that make a valid two-byte escape after a
@@ -754,11 +757,7 @@ func closingQuote(b []byte, from, q int) bool {
 }
 
 // exactQuoteMask sets the high bit of every '"' byte of w and no other bit.
-func exactQuoteMask(w uint64) uint64 {
-	const low7 = 0x7f7f7f7f7f7f7f7f
-	x := w ^ (lsb * '"')
-	return ^(((x & low7) + low7) | x) & msb
-}
+func exactQuoteMask(w uint64) uint64 { return zeroByteBits(w^(lsb*'"')) & msb }
 
 func checkTrailing(b []byte, i int) error {
 	i = skipWS(b, i)
@@ -994,8 +993,9 @@ func plainPrefix(b []byte, i int) int {
 }
 
 const (
-	lsb = 0x0101010101010101
-	msb = 0x8080808080808080
+	lsb  = 0x0101010101010101
+	msb  = 0x8080808080808080
+	low7 = 0x7f7f7f7f7f7f7f7f
 )
 
 // specialMask sets the high bit of the lowest byte of w that is '"',
