@@ -617,8 +617,14 @@ func validRun(b []byte, i, lim int) int {
 // exactSpecialMask sets the high bit of every byte of w that is '"', '\\'
 // or below 0x20, and no other bit (SWAR without borrows between bytes).
 func exactSpecialMask(w uint64) uint64 {
-	isControl := ^(((w & low7) + lsb*0x60) | w) // below 0x20: no carry into bit 7
-	return (zeroByteBits(w^(lsb*'"')) | zeroByteBits(w^(lsb*'\\')) | isControl) & msb
+	// Per byte, with l its low seven bits: (l ^ '"') + 0x7f, (l ^ '\\') +
+	// 0x7f and l + 0x60 each reach bit 7 unless the byte is '"', '\\' or
+	// below 0x20 respectively (none carries out of the byte); a byte with
+	// bit 7 set is none of them. So the bytes whose bit 7 stays clear in
+	// the AND of the three, ORed with w, are the special ones.
+	l := w & low7
+	plain := ((l ^ (lsb * '"')) + low7) & ((l ^ (lsb * '\\')) + low7) & (l + lsb*0x60)
+	return ^(plain | w) & msb
 }
 
 // zeroByteBits sets bit 7 of every zero byte of x and clears it in the
@@ -971,15 +977,15 @@ func escapeLen(b []byte, i int) (int, error) {
 // step and jumps straight to the special one.
 func plainPrefix(b []byte, i int) int {
 	for ; i+16 <= len(b); i += 16 {
-		if m := specialMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+		if m := exactSpecialMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
-		if m := specialMask(binary.LittleEndian.Uint64(b[i+8:])); m != 0 {
+		if m := exactSpecialMask(binary.LittleEndian.Uint64(b[i+8:])); m != 0 {
 			return i + 8 + bits.TrailingZeros64(m)>>3
 		}
 	}
 	if i+8 <= len(b) {
-		if m := specialMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+		if m := exactSpecialMask(binary.LittleEndian.Uint64(b[i:])); m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
 		i += 8
@@ -997,14 +1003,6 @@ const (
 	msb  = 0x8080808080808080
 	low7 = 0x7f7f7f7f7f7f7f7f
 )
-
-// specialMask sets the high bit of the lowest byte of w that is '"',
-// '\\' or below 0x20 (SWAR); bits above it may be set spuriously by a
-// borrow, so only the lowest set bit is exact.
-func specialMask(w uint64) uint64 {
-	hasZero := func(x uint64) uint64 { return (x - lsb) & ^x & msb }
-	return hasZero(w^(lsb*'"')) | hasZero(w^(lsb*'\\')) | ((w - lsb*0x20) &^ w & msb)
-}
 
 func isHex4(h []byte) bool {
 	for _, c := range h {
