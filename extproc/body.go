@@ -755,7 +755,14 @@ const quietWords = 8
 // at from: an even number of backslashes precede it (each pair is an
 // escaped backslash).
 func closingQuote(b []byte, from, q int) bool {
-	p := q
+	// One backslash or none, as in \" and ", is nearly every case.
+	if q == from || b[q-1] != '\\' {
+		return true
+	}
+	if q-1 == from || b[q-2] != '\\' {
+		return false
+	}
+	p := q - 2
 	for p > from && b[p-1] == '\\' {
 		p--
 	}
