@@ -184,12 +184,11 @@ func (st *stream) close(err error) {
 		if st.ctx.Err() != nil {
 			outcome = "canceled"
 		}
-		st.s.log.V(2).Info("ext_proc stream failed", "pool", st.poolKey(), "request", st.requestID, "state", st.state.String(), "err", err.Error())
+		st.s.log.V(2).Info("ext_proc stream failed", "pool", st.poolName, "request", st.requestID, "state", st.state.String(), "err", err.Error())
 	}
 	st.finish(outcome, false)
 }
 
-func (st *stream) poolKey() string { return st.poolName }
 
 // handle processes one message; done means the stream is over (an
 // immediate response was sent).
@@ -295,7 +294,7 @@ func (st *stream) bodyWaitExpired() {
 	if st.closed || st.state != stateHoldBody || len(st.chunks) > 0 || st.headersSent {
 		return
 	}
-	st.s.log.V(4).Info("no body after headers; answering headers first", "pool", st.poolKey(), "request", st.requestID)
+	st.s.log.V(4).Info("no body after headers; answering headers first", "pool", st.poolName, "request", st.requestID)
 	st.state = stateBodyAfterAnswer
 	st.headersSent = true
 	st.reqReply, st.respReply = replyCommon, replyCommon
@@ -647,7 +646,7 @@ func (st *stream) fail(e *httpError) error {
 		st.setLabels("", "")
 	}
 	st.s.metrics.failed(st.labels, e.code)
-	st.s.log.V(2).Info("request refused", "pool", st.poolKey(), "request", st.requestID, "code", e.code, "reason", e.reason, "message", e.msg)
+	st.s.log.V(2).Info("request refused", "pool", st.poolName, "request", st.requestID, "code", e.code, "reason", e.reason, "message", e.msg)
 	st.state = stateDone
 	return st.send(immediateResponse(e))
 }
