@@ -189,7 +189,6 @@ func (st *stream) close(err error) {
 	st.finish(outcome, false)
 }
 
-
 // handle processes one message; done means the stream is over (an
 // immediate response was sent).
 func (st *stream) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
