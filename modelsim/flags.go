@@ -31,6 +31,8 @@ func ParseArgs(args []string, stderr io.Writer) (opts Options, verbosity int, er
 	noPrefix := fs.Bool("no-enable-prefix-caching", false, "disable prefix caching")
 	fs.IntVar(&o.DefaultMaxTokens, "default-max-tokens", DefaultMaxTokens, "output length of requests without max_tokens")
 	fs.DurationVar(&o.PrefillPerToken, "prefill-time-per-token", DefaultPrefillPerToken, "prefill time per uncached prompt token with one request running (negative: none)")
+	fs.DurationVar(&o.PrefillOverhead, "prefill-overhead", 0, "fixed prefill time of every request, however much of its prompt is cached")
+	fs.Float64Var(&o.TimeScale, "time-scale", 1, "divide every simulated duration by this factor (10: run ten times faster than the simulated costs)")
 	fs.DurationVar(&o.DecodePerToken, "time-per-output-token", DefaultDecodePerToken, "time between output tokens with one request running (negative: none)")
 	fs.Float64Var(&o.LoadSlowdown, "load-slowdown", DefaultLoadSlowdown, "fractional slowdown of each step per additional running request (negative: none)")
 	fs.Float64Var(&o.Jitter, "jitter", 0, "largest random fractional variation of step times, e.g. 0.1")

@@ -73,6 +73,10 @@ type Options struct {
 	// PrefillPerToken is the time to prefill one uncached prompt token with a
 	// single sequence running. Zero: 100µs; negative: no prefill time.
 	PrefillPerToken time.Duration
+	// PrefillOverhead is the fixed part of every request's prefill, paid
+	// however much of the prompt is cached (a forward pass's launch and
+	// scheduling cost). Zero: none.
+	PrefillOverhead time.Duration
 	// DecodePerToken is the time between output tokens with a single sequence
 	// running. Zero: 10ms; negative: no decode time.
 	DecodePerToken time.Duration
@@ -81,6 +85,11 @@ type Options struct {
 	// (1 + LoadSlowdown*(n-1)) times its single-sequence time. Zero: 0.05;
 	// negative: no slowdown.
 	LoadSlowdown float64
+	// TimeScale divides every simulated duration (prefill, decode, adapter
+	// loads) when it is spent: a server at 10 runs ten times faster than the
+	// costs it is given, so a benchmark simulates an hour in six minutes.
+	// What it reports (metrics, usage, token counts) does not change. Zero: 1.
+	TimeScale float64
 	// Jitter is the largest fractional random variation (seeded) of each step's
 	// time, e.g. 0.1 for ±10%. Zero: none.
 	Jitter float64
@@ -135,6 +144,9 @@ func (o *Options) setDefaults() {
 	if o.LoadSlowdown == 0 {
 		o.LoadSlowdown = DefaultLoadSlowdown
 	}
+	if o.TimeScale == 0 {
+		o.TimeScale = 1
+	}
 	if o.MetricsPageBytes == 0 {
 		o.MetricsPageBytes = DefaultMetricsPageBytes
 	}
@@ -157,6 +169,12 @@ func (o *Options) validate() error {
 	}
 	if o.Jitter < 0 || o.Jitter >= 1 {
 		return fmt.Errorf("modelsim: jitter %v outside [0, 1)", o.Jitter)
+	}
+	if !(o.TimeScale > 0 && o.TimeScale <= 1e6) {
+		return fmt.Errorf("modelsim: time scale %v outside (0, 1e6]", o.TimeScale)
+	}
+	if o.PrefillOverhead < 0 {
+		return fmt.Errorf("modelsim: negative prefill overhead %v", o.PrefillOverhead)
 	}
 	if o.MaxModelLenTokens > o.NumGPUBlocks*o.BlockSizeTokens {
 		return fmt.Errorf("modelsim: max model length %d tokens does not fit in the KV cache (%d blocks of %d tokens)",

@@ -334,7 +334,7 @@ func (s *Server) stepTime(d time.Duration, g *generation) time.Duration {
 	if s.opts.LoadSlowdown > 0 {
 		slow += s.opts.LoadSlowdown * float64(max(0, s.eng.runningCount()-1))
 	}
-	return time.Duration(float64(d) * slow * g.factor())
+	return time.Duration(float64(d) * slow * g.factor() / s.opts.TimeScale)
 }
 
 // decode spends the prefill time of the uncached prompt tokens (plus an
@@ -355,9 +355,9 @@ func (s *Server) decode(ctx context.Context, seq *sequence, gen *generation, out
 			return ctx.Err()
 		}
 	}
-	prefill := s.stepTime(time.Duration(seq.promptTokens-seq.alloc.cachedTokens)*s.opts.PrefillPerToken, gen)
+	prefill := s.stepTime(s.opts.PrefillOverhead+time.Duration(seq.promptTokens-seq.alloc.cachedTokens)*max(s.opts.PrefillPerToken, 0), gen)
 	if seq.loadedAdapter && s.opts.LoRALoadLatency > 0 {
-		prefill += s.opts.LoRALoadLatency
+		prefill += time.Duration(float64(s.opts.LoRALoadLatency) / s.opts.TimeScale)
 	}
 	if err := wait(prefill); err != nil {
 		return err

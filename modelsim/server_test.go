@@ -544,6 +544,9 @@ func TestOptionsValidation(t *testing.T) {
 		{"empty adapter", Options{LoRAAdapters: []string{""}}, "empty LoRA adapter name"},
 		{"jitter", Options{Jitter: 1}, "jitter 1 outside [0, 1)"},
 		{"context too long", Options{NumGPUBlocks: 10, BlockSizeTokens: 16, MaxModelLenTokens: 161}, "does not fit in the KV cache"},
+		{"negative time scale", Options{TimeScale: -1}, "time scale -1 outside"},
+		{"huge time scale", Options{TimeScale: 1e9}, "time scale 1e+09 outside"},
+		{"negative prefill overhead", Options{PrefillOverhead: -time.Millisecond}, "negative prefill overhead"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -576,4 +579,21 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("accepted invalid request %+v", p)
 		}
 	})
+}
+
+func TestTimeScaleDividesSimulatedDurations(t *testing.T) {
+	// Simulated: 400ms of prefill overhead, 100 uncached tokens at 1ms, and
+	// 19 decode steps of 50ms: 1.45s. At a time scale of 10 it takes 145ms.
+	const simulated = 1450 * time.Millisecond
+	s := startServer(t, Options{PrefillOverhead: 400 * time.Millisecond, PrefillPerToken: time.Millisecond,
+		DecodePerToken: 50 * time.Millisecond, LoadSlowdown: -1, TimeScale: 10})
+	c := newClient(t)
+	start := time.Now()
+	post(t, c, "http://"+s.Addr()+"/v1/completions", `{"model":"`+DefaultModel+`","prompt":"`+strings.Repeat("abcd", 100)+`","max_tokens":20}`)
+	took := time.Since(start)
+	// Timers never fire early, so the scaled time is a floor; the ceiling
+	// is far from both, so a busy machine does not fail it.
+	if took < simulated/10 || took > simulated/2 {
+		t.Fatalf("request took %v; simulated %v at time scale 10 should take about %v", took, simulated, simulated/10)
+	}
 }
