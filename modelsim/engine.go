@@ -50,6 +50,7 @@ type sequence struct {
 	// Set at admission, under the engine lock, before admitted is closed.
 	admitted      chan struct{}
 	alloc         allocation
+	admittedAt    time.Time
 	loadedAdapter bool
 	elem          *list.Element
 }
@@ -179,6 +180,7 @@ func (e *engine) schedule() {
 			e.runningByAdapter[seq.adapter]++
 		}
 		seq.alloc = alloc
+		seq.admittedAt = e.now()
 		e.waiting.Remove(el)
 		e.running++
 		e.stats.Requests++

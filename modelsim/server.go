@@ -339,11 +339,18 @@ func (s *Server) stepTime(d time.Duration, g *generation) time.Duration {
 
 // decode spends the prefill time of the uncached prompt tokens (plus an
 // adapter load), then emits one token per decode step. It returns ctx's
-// error when the client goes away, or the write error.
+// error when the client goes away, or the write error. Steps are laid end
+// to end from the moment the engine admitted the request: a wake-up the
+// host's scheduler delays shortens the next wait instead of delaying every
+// later token, so a busy machine (or a large TimeScale) does not stretch
+// simulated time or cut the server's throughput.
 func (s *Server) decode(ctx context.Context, seq *sequence, gen *generation, out *responder) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	deadline := seq.admittedAt
 	wait := func(d time.Duration) error {
+		deadline = deadline.Add(d)
+		d = time.Until(deadline)
 		if d <= 0 {
 			return ctx.Err()
 		}

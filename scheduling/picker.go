@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 )
 
 // pickerParams are the parameters every picker takes.
@@ -168,6 +169,37 @@ func (p *weightedRandomPicker) Pick(_ context.Context, cs *CycleState, _ *Reques
 			break
 		}
 		picked = append(picked, chosen)
+	}
+	return picked
+}
+
+// roundRobinPicker takes the candidates in turn, ignoring scores: a
+// baseline that spreads load evenly and caches nothing on purpose. Its turn
+// is shared by every pool and profile that names the instance.
+type roundRobinPicker struct {
+	name TypedName
+	max  int
+	next atomic.Uint64
+}
+
+func newRoundRobinPicker(name string, params json.RawMessage) (Plugin, error) {
+	p, err := decodePickerParams(params)
+	if err != nil {
+		return nil, err
+	}
+	return &roundRobinPicker{name: TypedName{Type: RoundRobinPickerType, Name: name}, max: p.MaxNumOfEndpoints}, nil
+}
+
+func (p *roundRobinPicker) TypedName() TypedName { return p.name }
+func (p *roundRobinPicker) MaxEndpoints() int    { return p.max }
+
+func (p *roundRobinPicker) Pick(_ context.Context, _ *CycleState, _ *Request, c []Candidate, _ []float64, n int, picked []int) []int {
+	if len(c) == 0 {
+		return picked
+	}
+	start := int((p.next.Add(1) - 1) % uint64(len(c)))
+	for k := 0; k < n && k < len(c); k++ {
+		picked = append(picked, (start+k)%len(c))
 	}
 	return picked
 }

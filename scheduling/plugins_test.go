@@ -202,6 +202,16 @@ func TestPickers(t *testing.T) {
 				t.Fatalf("zero-score endpoints must come last: %v", one)
 			}
 		}},
+		{"round-robin takes turns", RoundRobinPickerType, []float64{9, 0, 0, 0, 0}, 2, func(t *testing.T, first, one []int) {
+			if one[1] != (one[0]+1)%5 {
+				t.Fatalf("picked %v, want consecutive endpoints", one)
+			}
+			for i := range first {
+				if first[i] != draws/5 {
+					t.Fatalf("first counts %v, want %d each", first, draws/5)
+				}
+			}
+		}},
 		{"weighted-random with all zero is uniform", WeightedRandomPickerType, []float64{0, 0, 0, 0, 0}, 1, func(t *testing.T, first, one []int) {
 			for i := range first {
 				within(t, first[i], draws, 0.2)

@@ -22,6 +22,7 @@ const (
 	MaxScorePickerType           = "max-score-picker"
 	RandomPickerType             = "random-picker"
 	WeightedRandomPickerType     = "weighted-random-picker"
+	RoundRobinPickerType         = "round-robin-picker"
 	SingleProfileHandlerType     = "single-profile-handler"
 )
 
@@ -43,6 +44,7 @@ var builtins = map[string]factory{
 	MaxScorePickerType:           newMaxScorePicker,
 	RandomPickerType:             newRandomPicker,
 	WeightedRandomPickerType:     newWeightedRandomPicker,
+	RoundRobinPickerType:         newRoundRobinPicker,
 	SingleProfileHandlerType:     newSingleProfileHandler,
 }
 

@@ -1,0 +1,338 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scrape"
+)
+
+// Objectives of the pool: requests name one in x-gateway-inference-objective.
+const (
+	objectiveCritical  = "interactive" // priority 0
+	objectiveSheddable = "batch"       // priority -1: refused (429) when the pool is saturated
+	pickerService      = "epp"
+	pickerPort         = 9002
+)
+
+// fleet is one router's whole stack: model servers on their own loopback
+// IPs, a registry with one pool of them, the scraper, poolpicker's
+// scheduler built from the router's config, and the real ext_proc server on
+// a socket; the client talks to it over gRPC as a gateway does.
+type fleet struct {
+	servers []*modelsim.Server
+	conn    *grpc.ClientConn
+	http    *http.Client
+	stop    func()
+}
+
+// startFleet starts fleet number n (its servers on 127.0.(20+n).2, .3, ...).
+func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string) (_ *fleet, err error) {
+	f := &fleet{}
+	var stops []func()
+	f.stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			f.stop()
+		}
+	}()
+
+	lns, port, err := listenSamePort(n, cfg.servers)
+	if err != nil {
+		return nil, err
+	}
+	var pods []datastore.EndpointSource
+	for i, ln := range lns {
+		s, err := modelsim.New(modelsim.Options{
+			Listener:         ln,
+			MaxNumSeqs:       cfg.slots,
+			BlockSizeTokens:  cfg.blockTokens,
+			NumGPUBlocks:     cfg.kvBlocks,
+			PrefillOverhead:  cfg.prefillOverhead,
+			PrefillPerToken:  cfg.prefillPerToken,
+			DecodePerToken:   cfg.decodePerToken,
+			LoadSlowdown:     cfg.loadSlowdown,
+			TimeScale:        cfg.timeScale,
+			Seed:             cfg.seed + uint64(i),
+			MetricsPageBytes: -1,
+			Name:             fmt.Sprintf("server-%d", i),
+		})
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		if err := s.Start(ctx); err != nil {
+			return nil, err
+		}
+		stops = append(stops, s.Stop)
+		f.servers = append(f.servers, s)
+		ip, _, _ := net.SplitHostPort(ln.Addr().String())
+		pods = append(pods, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("server-%d", i)},
+			UID: types.UID(fmt.Sprintf("uid-%d-%d", n, i)), IP: ip})
+	}
+
+	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100)})
+	if err != nil {
+		return nil, err
+	}
+	scraper, err := scrape.NewManager(scrape.Options{RefreshInterval: scaled(cfg.scrapeInterval, cfg.timeScale)})
+	if err != nil {
+		return nil, err
+	}
+	reg := datastore.NewRegistry()
+	reg.AddObserver(sched)
+	reg.AddObserver(scraper)
+	pool := reg.Upsert(types.NamespacedName{Namespace: "bench", Name: "pool"}, &datastore.PoolSpec{
+		Selector: map[string]string{"app": "bench"}, TargetPorts: []int32{int32(port)}, PickerService: pickerService, PickerPort: pickerPort})
+	pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{objectiveCritical: 0, objectiveSheddable: -1}})
+	pool.SetPods(pods)
+	pool.SetSynced(true)
+
+	sctx, cancel := context.WithCancel(ctx)
+	scraped := make(chan struct{})
+	go func() { _ = scraper.Start(sctx); close(scraped) }()
+	stops = append(stops, func() { cancel(); <-scraped })
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hlis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis})
+	if err != nil {
+		lis.Close()
+		hlis.Close()
+		return nil, err
+	}
+	ectx, ecancel := context.WithCancel(ctx)
+	served := make(chan struct{})
+	go func() { _ = srv.Start(ectx); close(served) }()
+	stops = append(stops, func() { ecancel(); <-served })
+
+	f.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithAuthority(fmt.Sprintf("%s.bench.svc:%d", pickerService, pickerPort)))
+	if err != nil {
+		return nil, err
+	}
+	stops = append(stops, func() { f.conn.Close() })
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}
+	f.http = &http.Client{Transport: tr}
+	stops = append(stops, tr.CloseIdleConnections)
+
+	// Serve only once every server has been scraped: a cold start is not
+	// what the sweep measures.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, e := range pool.Endpoints().Endpoints {
+		for e.Metrics() == nil {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("fleet %d: %s never scraped", n, e.Address)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return f, nil
+}
+
+// listenSamePort binds count listeners on 127.0.(20+n).2, .3, ... sharing one
+// port, as the pods of a pool share their target port.
+func listenSamePort(n, count int) ([]net.Listener, int, error) {
+	for attempt := 0; attempt < 20; attempt++ {
+		first, err := net.Listen("tcp", fmt.Sprintf("127.0.%d.2:0", 20+n))
+		if err != nil {
+			return nil, 0, err
+		}
+		port := first.Addr().(*net.TCPAddr).Port
+		lns := []net.Listener{first}
+		for i := 1; i < count; i++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.%d.%d:%d", 20+n, i+2, port))
+			if err != nil {
+				break
+			}
+			lns = append(lns, ln)
+		}
+		if len(lns) == count {
+			return lns, port, nil
+		}
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	return nil, 0, fmt.Errorf("no port free on all of 127.0.%d.2-%d", 20+n, count+1)
+}
+
+func scaled(d time.Duration, scale float64) time.Duration {
+	return max(time.Duration(float64(d)/scale), time.Millisecond)
+}
+
+// outcome is what the client saw of one request, in wall time.
+type outcome struct {
+	status       int // 200, or the ext_proc ImmediateResponse's status
+	ttft, e2e    time.Duration
+	promptTokens int
+	cachedTokens int
+	done         time.Time
+}
+
+// send runs one request as a gateway with the ext_proc filter in
+// FULL_DUPLEX_STREAMED mode does: headers and body to the picker, the
+// request to the endpoint it names, then the response back through the
+// stream (so poolpicker sees it finish and reads its usage). start is the
+// request's arrival, from which TTFT and end-to-end time count.
+func (f *fleet) send(ctx context.Context, start time.Time, id string, objective string, body []byte) (outcome, error) {
+	var out outcome
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := extprocv3.NewExternalProcessorClient(f.conn).Process(ctx)
+	if err != nil {
+		return out, err
+	}
+	headers := &extprocv3.ProcessingRequest{
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/completions")},
+			{Key: ":authority", RawValue: []byte("gateway.bench")}, {Key: "content-type", RawValue: []byte("application/json")},
+			{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))}, {Key: "x-request-id", RawValue: []byte(id)},
+			{Key: "x-gateway-inference-objective", RawValue: []byte(objective)}}}}},
+	}
+	if err := s.Send(headers); err != nil {
+		return out, err
+	}
+	if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}}); err != nil {
+		return out, err
+	}
+	r, err := s.Recv()
+	if err != nil {
+		return out, err
+	}
+	if ir := r.GetImmediateResponse(); ir != nil {
+		out.status = int(ir.GetStatus().GetCode())
+		out.done = time.Now()
+		return out, nil
+	}
+	var dest string
+	for _, h := range r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == extproc.HeaderDestination {
+			dest = string(h.GetHeader().GetRawValue())
+		}
+	}
+	if dest == "" {
+		return out, fmt.Errorf("request %s: no destination in %v", id, r)
+	}
+	if _, err := s.Recv(); err != nil { // the body's answer
+		return out, err
+	}
+	dest, _, _ = strings.Cut(dest, ",")
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+dest+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return out, err
+	}
+	req.Header.Set("content-type", "application/json")
+	resp, err := f.http.Do(req)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return out, fmt.Errorf("request %s: %s answered %d: %s", id, dest, resp.StatusCode, b)
+	}
+	var all bytes.Buffer
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadBytes('\n')
+		all.Write(line)
+		if out.ttft == 0 && bytes.HasPrefix(line, []byte("data: {")) {
+			out.ttft = time.Since(start)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	out.e2e = time.Since(start)
+	out.done = time.Now()
+	out.status = http.StatusOK
+	if out.promptTokens, out.cachedTokens, err = usageOf(all.Bytes()); err != nil {
+		return out, fmt.Errorf("request %s: %w", id, err)
+	}
+
+	// The response goes back through the stream, as the gateway sends it.
+	if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+		{Key: ":status", RawValue: []byte("200")}, {Key: "content-type", RawValue: []byte("text/event-stream")}}}}}}); err != nil {
+		return out, err
+	}
+	if _, err := s.Recv(); err != nil {
+		return out, err
+	}
+	if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: all.Bytes(), EndOfStream: true}}}); err != nil {
+		return out, err
+	}
+	if _, err := s.Recv(); err != nil {
+		return out, err
+	}
+	if err := s.CloseSend(); err != nil {
+		return out, err
+	}
+	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+		return out, fmt.Errorf("request %s: stream end: %v", id, err)
+	}
+	return out, nil
+}
+
+// usageOf reads the usage event of an SSE completion stream.
+func usageOf(sse []byte) (prompt, cached int, err error) {
+	for _, line := range bytes.Split(sse, []byte("\n")) {
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+			continue
+		}
+		var ev struct {
+			Usage *struct {
+				PromptTokens        int `json:"prompt_tokens"`
+				PromptTokensDetails *struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if json.Unmarshal(data, &ev) != nil || ev.Usage == nil {
+			continue
+		}
+		if ev.Usage.PromptTokensDetails != nil {
+			cached = ev.Usage.PromptTokensDetails.CachedTokens
+		}
+		return ev.Usage.PromptTokens, cached, nil
+	}
+	return 0, 0, errors.New("no usage in the response stream")
+}

@@ -1,0 +1,239 @@
+// Command routing measures routing quality: on a fleet of simulated model
+// servers (modelsim, real HTTP servers on their own loopback IPs, with a
+// block-level prefix cache and LRU eviction), traffic whose prompts share
+// one of G long prefixes goes through poolpicker's real ext_proc server
+// and then to the endpoint it picks, as a gateway sends it. Every point of
+// the sweep (G × offered load, as a share of the fleet's capacity at full
+// hit rate) runs each router on its own fleet at the same time, on the same
+// seeded requests: poolpicker's default profile, round-robin, least-queue
+// and the reference EPP's default weights built from poolpicker's plugins.
+//
+//	go run ./bench/routing -svg site-src/images/routing-sweep.svg -markdown /tmp/routing.md
+//
+// The servers run -time-scale times faster than the costs they simulate;
+// every figure is reported in simulated time. It prints TTFT p50/p90/p99,
+// end-to-end p90, prefix-cache hit rate (cached over prompt tokens, from
+// the responses' usage) and throughput per point and router, and what
+// sheddable requests (objective of negative priority) got: a 429 when the
+// pool is saturated, while critical ones keep being served.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func main() { os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func mainCode(args []string, stdout, stderr io.Writer) int {
+	c := defaultSweep()
+	fs := flag.NewFlagSet("routing", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	groups := fs.String("groups", "6,12,24,48", "numbers of shared prefixes G, comma-separated")
+	loads := fs.String("loads", "50,80,100,120", "offered loads in percent of the fleet's capacity at full hit rate, comma-separated")
+	routers := fs.String("routers", "poolpicker,round-robin,least-queue,upstream-weights", "routers to compare, comma-separated")
+	fs.IntVar(&c.requests, "requests", c.requests, "requests per point and router")
+	fs.Float64Var(&c.warmup, "warmup", c.warmup, "leading share of each run's requests left out of the figures")
+	fs.Float64Var(&c.sheddable, "sheddable", c.sheddable, "share of requests whose objective is sheddable (priority -1)")
+	fs.Float64Var(&c.timeScale, "time-scale", c.timeScale, "servers run this many times faster than the simulated costs")
+	fs.Uint64Var(&c.seed, "seed", c.seed, "seed of the workload and the schedulers' tie-breaks")
+	fs.IntVar(&c.servers, "servers", c.servers, "model servers per fleet")
+	fs.IntVar(&c.slots, "slots", c.slots, "sequences a server runs at once (--max-num-seqs)")
+	fs.IntVar(&c.kvBlocks, "kv-blocks", c.kvBlocks, "KV-cache blocks per server")
+	fs.IntVar(&c.blockTokens, "block-size", c.blockTokens, "tokens per KV-cache block")
+	fs.IntVar(&c.prefixTokens, "prefix-tokens", c.prefixTokens, "tokens of each shared prefix")
+	fs.IntVar(&c.suffixTokens, "suffix-tokens", c.suffixTokens, "tokens of each request's unique suffix")
+	fs.IntVar(&c.outputTokens, "output-tokens", c.outputTokens, "tokens generated per request")
+	fs.DurationVar(&c.prefillOverhead, "prefill-overhead", c.prefillOverhead, "fixed prefill time per request (simulated)")
+	fs.DurationVar(&c.prefillPerToken, "prefill-per-token", c.prefillPerToken, "prefill time per uncached prompt token (simulated)")
+	fs.DurationVar(&c.decodePerToken, "decode-per-token", c.decodePerToken, "time per output token with one sequence running (simulated)")
+	fs.Float64Var(&c.loadSlowdown, "load-slowdown", c.loadSlowdown, "fractional slowdown of every step per other running sequence")
+	fs.DurationVar(&c.scrapeInterval, "scrape-interval", c.scrapeInterval, "metrics scrape interval (simulated)")
+	verbose := fs.Bool("v", false, "print each server's counters after each run")
+	svg := fs.String("svg", "", "write the plot (SVG) to this file")
+	markdown := fs.String("markdown", "", "write the table (Markdown) to this file")
+	jsonOut := fs.String("json", "", "write the results (JSON) to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var err error
+	if c.groups, err = parseInts(*groups); err != nil {
+		fmt.Fprintf(stderr, "-groups: %v\n", err)
+		return 2
+	}
+	pct, err := parseInts(*loads)
+	if err != nil {
+		fmt.Fprintf(stderr, "-loads: %v\n", err)
+		return 2
+	}
+	c.loads = nil
+	for _, p := range pct {
+		c.loads = append(c.loads, float64(p)/100)
+	}
+	if c.routers, err = parseRouters(*routers); err != nil {
+		fmt.Fprintf(stderr, "-routers: %v\n", err)
+		return 2
+	}
+	if err := c.check(); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "fleet: %d servers × %d slots, KV %d blocks × %d tokens; prompts %d+%d tokens, %d out; service %v at full hit, capacity %.1f req/s (simulated; time scale %g)\n",
+		c.servers, c.slots, c.kvBlocks, c.blockTokens, c.prefixTokens, c.suffixTokens, c.outputTokens, c.serviceTime().Round(time.Millisecond), c.capacity(), c.timeScale)
+	var all []result
+	for _, g := range c.groups {
+		for _, l := range c.loads {
+			rs, err := runPoint(context.Background(), &c, g, l)
+			if err != nil {
+				fmt.Fprintln(stderr, err)
+				return 1
+			}
+			printResults(stdout, rs, len(all) == 0)
+			if *verbose {
+				for _, r := range rs {
+					fmt.Fprintf(stdout, "  %s: %s\n", r.router, strings.Join(r.servers, "; "))
+				}
+			}
+			all = append(all, rs...)
+		}
+	}
+	if *markdown != "" {
+		if err := os.WriteFile(*markdown, []byte(markdownTable(all)), 0o644); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
+	if *svg != "" {
+		if err := os.WriteFile(*svg, []byte(plot(all, c.groups, c.routers)), 0o644); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(exported(all), "", "  ")
+		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+func (c *sweepConfig) check() error {
+	switch {
+	case c.requests < 20:
+		return fmt.Errorf("-requests %d: at least 20", c.requests)
+	case c.warmup < 0 || c.warmup >= 0.9:
+		return fmt.Errorf("-warmup %v: between 0 and 0.9", c.warmup)
+	case c.sheddable < 0 || c.sheddable > 1:
+		return fmt.Errorf("-sheddable %v: between 0 and 1", c.sheddable)
+	case !(c.timeScale > 0 && c.timeScale <= 1000):
+		return fmt.Errorf("-time-scale %v: above 0, at most 1000", c.timeScale)
+	case c.servers < 1 || c.servers > 250:
+		return fmt.Errorf("-servers %d: between 1 and 250", c.servers)
+	case c.slots < 1 || c.kvBlocks < 1 || c.blockTokens < 1 || c.prefixTokens < 1 || c.suffixTokens < 1 || c.outputTokens < 1:
+		return fmt.Errorf("-slots, -kv-blocks, -block-size, -prefix-tokens, -suffix-tokens and -output-tokens must be positive")
+	case (c.prefixTokens+c.suffixTokens+c.outputTokens+c.blockTokens-1)/c.blockTokens > c.kvBlocks:
+		return fmt.Errorf("a request of %d tokens does not fit in %d KV blocks of %d tokens", c.prefixTokens+c.suffixTokens+c.outputTokens, c.kvBlocks, c.blockTokens)
+	case len(c.routers) > 200:
+		return fmt.Errorf("-routers: too many")
+	}
+	return nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseRouters(s string) ([]router, error) {
+	var out []router
+	for _, f := range strings.Split(s, ",") {
+		name := strings.TrimSpace(f)
+		found := false
+		for _, r := range allRouters {
+			if r.name == name {
+				out, found = append(out, r), true
+			}
+		}
+		if !found {
+			var names []string
+			for _, r := range allRouters {
+				names = append(names, r.name)
+			}
+			return nil, fmt.Errorf("unknown router %q (known: %s)", name, strings.Join(names, ", "))
+		}
+	}
+	return out, nil
+}
+
+func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) }
+
+func printResults(w io.Writer, rs []result, header bool) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if header {
+		fmt.Fprintln(tw, "G\tload\treq/s\trouter\tTTFT p50\tp90\tp99\tE2E p90\thit rate\tthroughput\tcritical TTFT p90\tsheddable shed\tfailed\twall\t")
+	}
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%d\t%.0f%%\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t%s\t%d/%d\t%d\t%v\t\n", r.groups, r.load*100, r.rate, r.router,
+			secs(r.ttft50), secs(r.ttft90), secs(r.ttft99), secs(r.e2e90), r.hitRate, r.throughput, secs(r.critTTFT90), r.shed, r.sheddable, r.failed, r.wall.Round(100*time.Millisecond))
+	}
+	tw.Flush()
+	for _, r := range rs {
+		if r.firstFailure != "" {
+			fmt.Fprintf(w, "  %s: first failure: %s\n", r.router, r.firstFailure)
+		}
+	}
+}
+
+func markdownTable(rs []result) string {
+	var b strings.Builder
+	b.WriteString("| G | load | req/s | router | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | E2E p90 (s) | hit rate | throughput (req/s) | critical TTFT p90 (s) | sheddable shed |\n")
+	b.WriteString("| --: | --: | --: | --- | --: | --: | --: | --: | --: | --: | --: | --: |\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| %d | %.0f%% | %.1f | %s | %s | %s | %s | %s | %.3f | %.2f | %s | %d/%d |\n", r.groups, r.load*100, r.rate, r.router,
+			secs(r.ttft50), secs(r.ttft90), secs(r.ttft99), secs(r.e2e90), r.hitRate, r.throughput, secs(r.critTTFT90), r.shed, r.sheddable)
+	}
+	return b.String()
+}
+
+type exportedResult struct {
+	Groups     int     `json:"groups"`
+	Load       float64 `json:"load"`
+	Rate       float64 `json:"rate"`
+	Router     string  `json:"router"`
+	TTFT50     float64 `json:"ttft_p50_s"`
+	TTFT90     float64 `json:"ttft_p90_s"`
+	TTFT99     float64 `json:"ttft_p99_s"`
+	E2E90      float64 `json:"e2e_p90_s"`
+	CritTTFT90 float64 `json:"critical_ttft_p90_s"`
+	HitRate    float64 `json:"hit_rate"`
+	Throughput float64 `json:"throughput"`
+	Shed       int     `json:"shed"`
+	Sheddable  int     `json:"sheddable"`
+	Failed     int     `json:"failed"`
+}
+
+func exported(rs []result) []exportedResult {
+	out := make([]exportedResult, len(rs))
+	for i, r := range rs {
+		out[i] = exportedResult{r.groups, r.load, r.rate, r.router, r.ttft50.Seconds(), r.ttft90.Seconds(), r.ttft99.Seconds(), r.e2e90.Seconds(),
+			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed}
+	}
+	return out
+}

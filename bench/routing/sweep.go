@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/scheduling"
+)
+
+// router is one scheduling configuration under comparison.
+type router struct {
+	name   string
+	config string
+}
+
+const roundRobinConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: round-robin-picker
+`
+
+// leastQueueConfig sends each request where the fewest wait: the scraped
+// queue, and poolpicker's exact in-flight count between two scrapes.
+const leastQueueConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: in-flight-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: in-flight-scorer
+    weight: 1
+  - pluginRef: max-score-picker
+`
+
+// upstreamConfig has the reference EPP's default weights, built from
+// poolpicker's own plugins.
+const upstreamConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: max-score-picker
+`
+
+// allRouters are the routers a sweep can compare, poolpicker's default first.
+var allRouters = []router{
+	{"poolpicker", scheduling.DefaultConfigText},
+	{"round-robin", roundRobinConfig},
+	{"least-queue", leastQueueConfig},
+	{"upstream-weights", upstreamConfig},
+}
+
+// sweepConfig is the fleet, the workload and the points of a sweep. Every
+// duration is simulated time; the servers spend it divided by timeScale.
+type sweepConfig struct {
+	servers, slots, kvBlocks, blockTokens    int
+	prefixTokens, suffixTokens, outputTokens int
+	prefillOverhead, prefillPerToken         time.Duration
+	decodePerToken, scrapeInterval           time.Duration
+	loadSlowdown, timeScale                  float64
+	requests                                 int
+	warmup, sheddable                        float64
+	seed                                     uint64
+	groups                                   []int
+	loads                                    []float64
+	routers                                  []router
+}
+
+// defaultSweep is the fleet and traffic of the issue that motivated the
+// harness: 4 servers of 4 slots and 450 KV blocks of 16 tokens; prompts of
+// one of G shared ~1,500-token prefixes and a short unique suffix; 30
+// output tokens; prefill 30 ms + 1 ms per uncached token; decode 20 ms per
+// token, 5 % slower per other running sequence.
+func defaultSweep() sweepConfig {
+	return sweepConfig{
+		servers: 4, slots: 4, kvBlocks: 450, blockTokens: 16,
+		prefixTokens: 1500, suffixTokens: 40, outputTokens: 30,
+		prefillOverhead: 30 * time.Millisecond, prefillPerToken: time.Millisecond,
+		decodePerToken: 20 * time.Millisecond, loadSlowdown: 0.05,
+		scrapeInterval: 50 * time.Millisecond, timeScale: 4,
+		requests: 500, warmup: 0.15, sheddable: 0.2, seed: 1,
+		groups: []int{6, 12, 24, 48}, loads: []float64{0.5, 0.8, 1.0, 1.2},
+		routers: allRouters,
+	}
+}
+
+// serviceTime is one request's time on a server at full hit rate with
+// every slot busy: its fixed prefill, the uncached tail of the prefix and
+// its suffix, and its decode steps, slowed by the other running sequences.
+func (c *sweepConfig) serviceTime() time.Duration {
+	cached := c.prefixTokens / c.blockTokens * c.blockTokens
+	uncached := c.prefixTokens + c.suffixTokens - cached
+	d := c.prefillOverhead + time.Duration(uncached)*c.prefillPerToken + time.Duration(c.outputTokens-1)*c.decodePerToken
+	return time.Duration(float64(d) * (1 + c.loadSlowdown*float64(c.slots-1)))
+}
+
+// capacity is the fleet's requests per simulated second at full hit rate.
+func (c *sweepConfig) capacity() float64 {
+	return float64(c.servers*c.slots) / c.serviceTime().Seconds()
+}
+
+// request is one request of a workload.
+type request struct {
+	at        time.Duration // simulated arrival since the start
+	group     int
+	sheddable bool
+	body      []byte
+}
+
+// workload is the seeded request sequence of one point; every router gets
+// the same one.
+func workload(c *sweepConfig, groups int, load float64) []request {
+	rnd := rand.New(rand.NewPCG(c.seed, uint64(groups)<<32|uint64(load*1000)))
+	prefixes := make([]string, groups)
+	for g := range prefixes {
+		prefixes[g] = words(rand.New(rand.NewPCG(c.seed, uint64(g)+1)), fmt.Sprintf("system prompt %d: ", g), c.prefixTokens*modelsim.BytesPerToken)
+	}
+	rate := load * c.capacity()
+	reqs := make([]request, c.requests)
+	var at time.Duration
+	for i := range reqs {
+		at += time.Duration(rnd.ExpFloat64() / rate * float64(time.Second))
+		g := rnd.IntN(groups)
+		suffix := words(rnd, fmt.Sprintf(" question %d: ", i), c.suffixTokens*modelsim.BytesPerToken)
+		body := fmt.Sprintf(`{"model":%q,"prompt":"%s%s","max_tokens":%d,"stream":true,"stream_options":{"include_usage":true}}`,
+			modelsim.DefaultModel, prefixes[g], suffix, c.outputTokens)
+		reqs[i] = request{at: at, group: g, sheddable: rnd.Float64() < c.sheddable, body: []byte(body)}
+	}
+	return reqs
+}
+
+var vocabulary = strings.Fields("the of and to in is was for on that with as by at from his an were are which this be or had not but one all their has have its they new more after first who also two been other when into she time can only")
+
+func words(rnd *rand.Rand, head string, n int) string {
+	var b strings.Builder
+	b.WriteString(head)
+	for b.Len() < n {
+		b.WriteString(vocabulary[rnd.IntN(len(vocabulary))])
+		b.WriteByte(' ')
+	}
+	return b.String()[:n]
+}
+
+// result is one router at one point, in simulated time.
+type result struct {
+	groups          int
+	load, rate      float64
+	router          string
+	ttft50, ttft90  time.Duration
+	ttft99, e2e90   time.Duration
+	critTTFT90      time.Duration
+	hitRate         float64
+	throughput      float64 // completed requests per simulated second
+	served, shed    int     // of the measured requests
+	sheddable       int     // measured sheddable requests
+	failed          int
+	firstFailure    string
+	wall            time.Duration
+	requestsMeasure int
+	servers         []string // per-server counters, for -v
+}
+
+// runPoint runs every router of c on the point's workload, at once, each on
+// its own fleet, so that the machine's load falls on them alike.
+func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64) ([]result, error) {
+	reqs := workload(c, groups, load)
+	results := make([]result, len(c.routers))
+	errs := make([]error, len(c.routers))
+	var wg sync.WaitGroup
+	for i, r := range c.routers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = runRouter(ctx, c, i, r, reqs)
+			results[i].groups, results[i].load, results[i].rate = groups, load, load*c.capacity()
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("G=%d load=%.0f%% %s: %w", groups, load*100, c.routers[i].name, err)
+		}
+	}
+	return results, nil
+}
+
+func runRouter(ctx context.Context, c *sweepConfig, n int, r router, reqs []request) (result, error) {
+	f, err := startFleet(ctx, n, c, r.config)
+	if err != nil {
+		return result{}, err
+	}
+	defer f.stop()
+	real := func(d time.Duration) time.Duration { return time.Duration(float64(d) / c.timeScale) }
+	last := reqs[len(reqs)-1].at
+	// Past the last arrival, a backlog of four times the run drains or is
+	// cut off (and counted failed).
+	ctx, cancel := context.WithTimeout(ctx, real(5*last)+10*time.Second)
+	defer cancel()
+
+	outs := make([]outcome, len(reqs))
+	errs := make([]error, len(reqs))
+	start := time.Now()
+	var wg sync.WaitGroup
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i := range reqs {
+		if d := time.Until(start.Add(real(reqs[i].at))); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			objective := objectiveCritical
+			if reqs[i].sheddable {
+				objective = objectiveSheddable
+			}
+			outs[i], errs[i] = f.send(ctx, start.Add(real(reqs[i].at)), fmt.Sprintf("req-%d", i), objective, reqs[i].body)
+		}()
+	}
+	wg.Wait()
+
+	sim := func(d time.Duration) time.Duration { return time.Duration(float64(d) * c.timeScale) }
+	res := result{router: r.name, wall: time.Since(start)}
+	for _, s := range f.servers {
+		st := s.Stats()
+		res.servers = append(res.servers, fmt.Sprintf("%s: %d served, %.2f cached, peak %d running %d waiting", s.Name(), st.Completed,
+			float64(st.CachedPromptTokens)/float64(max(st.PromptTokens, 1)), st.PeakRunning, st.PeakWaiting))
+	}
+	first := int(float64(len(reqs)) * c.warmup)
+	res.requestsMeasure = len(reqs) - first
+	windowFrom, windowTo := start.Add(real(reqs[first].at)), start.Add(real(last))
+	var ttft, e2e, crit []time.Duration
+	var prompt, cached, completed int
+	for i := range reqs {
+		o := outs[i]
+		if errs[i] == nil && o.status == 200 && !o.done.Before(windowFrom) && !o.done.After(windowTo) {
+			completed++
+		}
+		if i < first {
+			continue
+		}
+		if reqs[i].sheddable {
+			res.sheddable++
+		}
+		switch {
+		case errs[i] != nil:
+			res.failed++
+			if res.firstFailure == "" {
+				res.firstFailure = errs[i].Error()
+			}
+		case o.status == 200:
+			res.served++
+			ttft, e2e = append(ttft, sim(o.ttft)), append(e2e, sim(o.e2e))
+			if !reqs[i].sheddable {
+				crit = append(crit, sim(o.ttft))
+			}
+			prompt += o.promptTokens
+			cached += o.cachedTokens
+		case o.status == 429 && reqs[i].sheddable:
+			res.shed++
+		default:
+			res.failed++
+			if res.firstFailure == "" {
+				res.firstFailure = fmt.Sprintf("request %d answered %d by the picker", i, o.status)
+			}
+		}
+	}
+	res.ttft50, res.ttft90, res.ttft99 = quantile(ttft, 0.5), quantile(ttft, 0.9), quantile(ttft, 0.99)
+	res.e2e90, res.critTTFT90 = quantile(e2e, 0.9), quantile(crit, 0.9)
+	if prompt > 0 {
+		res.hitRate = float64(cached) / float64(prompt)
+	}
+	if w := sim(windowTo.Sub(windowFrom)); w > 0 {
+		res.throughput = float64(completed) / w.Seconds()
+	}
+	return res, nil
+}
+
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[min(len(d)-1, int(math.Ceil(q*float64(len(d))))-1)]
+}
+
+// seeded is a concurrency-safe seeded source for the scheduler.
+func seeded(seed uint64) func() uint64 {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(seed, 7))
+	return func() uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Uint64()
+	}
+}
