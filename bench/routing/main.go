@@ -57,6 +57,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.decodePerToken, "decode-per-token", c.decodePerToken, "time per output token with one sequence running (simulated)")
 	fs.Float64Var(&c.loadSlowdown, "load-slowdown", c.loadSlowdown, "fractional slowdown of every step per other running sequence")
 	fs.DurationVar(&c.scrapeInterval, "scrape-interval", c.scrapeInterval, "metrics scrape interval (simulated)")
+	fs.BoolVar(&c.parallel, "parallel", false, "run a point's routers at once instead of one after the other (needs spare cores)")
 	verbose := fs.Bool("v", false, "print each server's counters after each run")
 	svg := fs.String("svg", "", "write the plot (SVG) to this file")
 	markdown := fs.String("markdown", "", "write the table (Markdown) to this file")
