@@ -29,6 +29,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/poolpicker/poolpicker/scheduling"
 )
 
 func main() { os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -57,6 +59,22 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.decodePerToken, "decode-per-token", c.decodePerToken, "time per output token with one sequence running (simulated)")
 	fs.Float64Var(&c.loadSlowdown, "load-slowdown", c.loadSlowdown, "fractional slowdown of every step per other running sequence")
 	fs.DurationVar(&c.scrapeInterval, "scrape-interval", c.scrapeInterval, "metrics scrape interval (simulated)")
+	var extra []router
+	fs.Func("router-config", "add a router NAME=FILE whose EndpointPickerConfig is read from FILE (repeatable)", func(v string) error {
+		name, file, ok := strings.Cut(v, "=")
+		if !ok || name == "" || file == "" {
+			return fmt.Errorf("want NAME=FILE, got %q", v)
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		if _, err := scheduling.LoadConfig(b); err != nil {
+			return err
+		}
+		extra = append(extra, router{name: name, config: string(b)})
+		return nil
+	})
 	fs.BoolVar(&c.parallel, "parallel", false, "run a point's routers at once instead of one after the other (needs spare cores)")
 	verbose := fs.Bool("v", false, "print each server's counters after each run")
 	svg := fs.String("svg", "", "write the plot (SVG) to this file")
@@ -83,6 +101,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "-routers: %v\n", err)
 		return 2
 	}
+	c.routers = append(c.routers, extra...)
 	if err := c.check(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
@@ -144,6 +163,8 @@ func (c *sweepConfig) check() error {
 		return fmt.Errorf("-slots, -kv-blocks, -block-size, -prefix-tokens, -suffix-tokens and -output-tokens must be positive")
 	case (c.prefixTokens+c.suffixTokens+c.outputTokens+c.blockTokens-1)/c.blockTokens > c.kvBlocks:
 		return fmt.Errorf("a request of %d tokens does not fit in %d KV blocks of %d tokens", c.prefixTokens+c.suffixTokens+c.outputTokens, c.kvBlocks, c.blockTokens)
+	case len(c.routers) == 0:
+		return fmt.Errorf("-routers: none given")
 	case len(c.routers) > 200:
 		return fmt.Errorf("-routers: too many")
 	}
@@ -164,6 +185,9 @@ func parseInts(s string) ([]int, error) {
 
 func parseRouters(s string) ([]router, error) {
 	var out []router
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
 	for _, f := range strings.Split(s, ",") {
 		name := strings.TrimSpace(f)
 		found := false

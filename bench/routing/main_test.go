@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestWorkloadIsSeededAndShaped(t *testing.T) {
+	c := defaultSweep()
+	c.requests = 400
+	a, b := workload(&c, 12, 0.8), workload(&c, 12, 0.8)
+	groups := map[int]int{}
+	for i := range a {
+		if !bytes.Equal(a[i].body, b[i].body) || a[i].at != b[i].at {
+			t.Fatalf("request %d differs between two workloads of one seed", i)
+		}
+		if !json.Valid(a[i].body) {
+			t.Fatalf("request %d: invalid JSON %s", i, a[i].body)
+		}
+		groups[a[i].group]++
+	}
+	if len(groups) != 12 {
+		t.Fatalf("%d groups used, want 12", len(groups))
+	}
+	// Poisson arrivals at 80 % of capacity: the mean gap is within 15 %.
+	mean := a[len(a)-1].at / time.Duration(len(a))
+	want := time.Duration(float64(time.Second) / (0.8 * c.capacity()))
+	if mean < want*85/100 || mean > want*115/100 {
+		t.Fatalf("mean inter-arrival %v, want about %v", mean, want)
+	}
+	// Two requests of one group share their prefix, not their suffix.
+	var x, y []byte
+	for _, r := range a {
+		if r.group == 3 {
+			if x == nil {
+				x = r.body
+			} else if y == nil {
+				y = r.body
+			}
+		}
+	}
+	common := 0
+	for common < min(len(x), len(y)) && x[common] == y[common] {
+		common++
+	}
+	if prefix := c.prefixTokens * 4; common < prefix || common >= len(x)-10 {
+		t.Fatalf("two requests of a group share %d bytes; the prefix is %d of %d", common, prefix, len(x))
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-groups", "6,x"}, `-groups: "x" is not a positive number`},
+		{[]string{"-loads", "0"}, `-loads: "0" is not a positive number`},
+		{[]string{"-routers", "poolpicker,fastest"}, `unknown router "fastest"`},
+		{[]string{"-time-scale", "0"}, "-time-scale 0"},
+		{[]string{"-requests", "5"}, "-requests 5"},
+		{[]string{"-kv-blocks", "50"}, "does not fit in 50 KV blocks"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := mainCode(tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+func TestPlotAndTable(t *testing.T) {
+	rs := []result{
+		{groups: 6, load: 0.5, router: "poolpicker", ttft50: 90 * time.Millisecond, hitRate: 0.96},
+		{groups: 6, load: 0.8, router: "poolpicker", ttft50: 2 * time.Second, hitRate: 0.9},
+		{groups: 6, load: 0.5, router: "round-robin", ttft50: time.Second, hitRate: 0.7},
+		{groups: 6, load: 0.8, router: "round-robin", ttft50: 30 * time.Second, hitRate: 0.7},
+	}
+	svg := plot(rs, []int{6}, allRouters[:2])
+	if !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<polyline") != 4 || !strings.Contains(svg, "round-robin") {
+		t.Fatalf("svg:\n%s", svg)
+	}
+	md := markdownTable(rs)
+	if strings.Count(md, "\n") != 6 || !strings.Contains(md, "| 6 | 80% |") {
+		t.Fatalf("table:\n%s", md)
+	}
+}
