@@ -58,6 +58,7 @@ func main() {
 // options is everything the flags set.
 type options struct {
 	kubeconfig   string
+	printVersion bool
 	kubeAPIQPS   float32
 	kubeAPIBurst int
 	metricsPort  int
@@ -78,6 +79,7 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	bindExtprocFlags(fs, &o.extproc)
 	bindScrapeFlags(fs, &o.scrape)
 	bindSchedulingFlags(fs, &o.scheduling)
+	bindVersionFlag(fs, &o.printVersion)
 	// klog's flags: -v (verbosity: 0 important, 2 steady state, 4 debug,
 	// 5 trace) and --vmodule; the rest of klog's flags are not offered.
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
@@ -104,6 +106,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "poolpicker: %v\nRun 'poolpicker --help' for the flags.\n", err)
 		return exitUsage
 	}
+	if o.printVersion {
+		printVersion(os.Stdout)
+		return exitOK
+	}
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("unexpected arguments %q: poolpicker takes flags only", fs.Args()))
 	}
@@ -127,6 +133,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitFailed
 	}
 	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
+	if err := checkPermissions(ctx, cfg, &o.controllers); err != nil {
+		fmt.Fprintf(stderr, "poolpicker: %v\n", err)
+		return exitFailed
+	}
 	c, err := comps.wire(cfg, &o, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "poolpicker: %v\n", err)
@@ -190,6 +200,7 @@ func build(o *options, log logr.Logger) (*components, error) {
 	// Go runtime and process collectors are in controller-runtime's
 	// registry, served beside this one.
 	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(newBuildInfoGauge())
 
 	o.scheduling.Logger = log.WithName("scheduling")
 	// One knob each: the scraper's staleness threshold decides when the

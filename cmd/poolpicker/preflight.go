@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/poolpicker/poolpicker/controllers"
+	"github.com/poolpicker/poolpicker/internal/permissions"
+)
+
+// preflightTimeout bounds the start-up permission check; an API server that
+// does not answer in this time fails start-up rather than stalling it.
+const preflightTimeout = 30 * time.Second
+
+// checkPermissions fails when the API server denies poolpicker any
+// permission it needs where it will use it, naming each denied one: without
+// it a missing rule shows only as a watch retrying in the logs.
+func checkPermissions(ctx context.Context, cfg *rest.Config, o *controllers.Options) error {
+	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
+	return permissions.Check(ctx, cfg, permissions.Rules, permissionNamespaces(o))
+}
+
+// permissionNamespaces are the namespaces whose objects poolpicker reads;
+// nil means all namespaces.
+func permissionNamespaces(o *controllers.Options) []string {
+	if o.PoolName != "" {
+		if o.PoolNamespace == "" {
+			return []string{controllers.DefaultPoolNamespace}
+		}
+		return []string{o.PoolNamespace}
+	}
+	return o.Namespaces
+}
