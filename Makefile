@@ -4,6 +4,16 @@ SHELL := /usr/bin/env bash
 BIN := $(CURDIR)/bin
 CONTROLLER_GEN := go run -modfile=hack/tools/controller-gen/go.mod sigs.k8s.io/controller-tools/cmd/controller-gen
 
+# The image: `make image IMAGE=registry/repo VERSION=v1.2.3 ARCH=arm64`.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The commit's time, so that rebuilding a commit gives the same image.
+CREATED ?= $(shell git log -1 --format=%cI 2>/dev/null | grep . || date -u +%Y-%m-%dT%H:%M:%SZ)
+ARCH ?= $(shell go env GOARCH)
+IMAGE ?= ghcr.io/poolpicker/poolpicker
+IMAGE_ARCHIVE ?= $(BIN)/poolpicker-image.tar
+VERSION_PKG := github.com/poolpicker/poolpicker/internal/version
+
 .PHONY: help
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -15,6 +25,7 @@ generate: ## Regenerate deepcopy code of the API types.
 .PHONY: manifests
 manifests: generate ## Regenerate the CRD manifests under config/crd/bases.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	cp config/crd/bases/*.yaml charts/poolpicker/files/crds/
 
 .PHONY: verify
 verify: ## Fail when generated files are stale.
@@ -25,8 +36,21 @@ control-plane: ## Build kube-apiserver and etcd into bin/ (only when missing or 
 	hack/build-control-plane.sh
 
 .PHONY: test
-test: control-plane verify ## Run every test (unit, API server, e2e) with the race detector.
-	KUBEBUILDER_ASSETS=$(BIN) go test -race -count=1 ./...
+test: control-plane verify image ## Run every test (unit, API server, e2e, install, the image) with the race detector.
+	IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) IMAGE_REF=$(IMAGE):$(VERSION) KUBEBUILDER_ASSETS=$(BIN) go test -race -count=1 ./...
+
+.PHONY: image
+image: ## Build the OCI image archive bin/poolpicker-image.tar without Docker (IMAGE, VERSION, ARCH override).
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(ARCH) go build -trimpath \
+		-ldflags "-s -w -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Commit=$(COMMIT)" \
+		-o $(BIN)/image/poolpicker ./cmd/poolpicker
+	cd hack/tools/image && go run . build --binary $(BIN)/image/poolpicker --out $(IMAGE_ARCHIVE) \
+		--ref $(IMAGE):$(VERSION) --version $(VERSION) --commit $(COMMIT) --created $(CREATED) --arch $(ARCH)
+	@echo "$(IMAGE_ARCHIVE): $(IMAGE):$(VERSION); docker load -i, kind load image-archive or crane push it"
+
+.PHONY: test-image
+test-image: image ## Build the image and run only its test.
+	IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) IMAGE_REF=$(IMAGE):$(VERSION) go test -count=1 ./test/image/
 
 .PHONY: run
 run: control-plane ## Run poolpicker locally: API server, sample pools, simulated model servers (ARGS="-v 2" passes flags).

@@ -90,6 +90,13 @@ type Options struct {
 	Sim func(deployment types.NamespacedName, o *modelsim.Options)
 	// Logger receives the stack's and the gateway's logs. Zero: discard.
 	Logger logr.Logger
+	// ControlPlane tunes the control plane (CRD sources, API server flags);
+	// the Gateway API CRDs are always added.
+	ControlPlane testenv.Options
+	// PickerKubeconfig, when set, is called once the samples are applied and
+	// returns the kubeconfig poolpicker runs with (tests run it as a
+	// ServiceAccount). Nil: the administrator's kubeconfig.
+	PickerKubeconfig func(ctx context.Context, env *testenv.Env) (string, error)
 }
 
 func (o *Options) setDefaults() error {
@@ -214,7 +221,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	s.log.Info("starting the control plane (etcd, kube-apiserver)")
-	env, err := testenv.Start(testenv.Options{ExtraCRDDirs: []string{crds}})
+	cp := opts.ControlPlane
+	cp.ExtraCRDDirs = append(append([]string(nil), cp.ExtraCRDDirs...), crds)
+	env, err := testenv.Start(cp)
 	if err != nil {
 		<-binc
 		return nil, err
@@ -237,8 +246,14 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if b.err != nil {
 		return nil, b.err
 	}
+	pickerKubeconfig := s.Kubeconfig
+	if opts.PickerKubeconfig != nil {
+		if pickerKubeconfig, err = opts.PickerKubeconfig(ctx, env); err != nil {
+			return nil, fmt.Errorf("localstack: poolpicker's kubeconfig: %w", err)
+		}
+	}
 	s.pickerArg = append([]string{
-		"--kubeconfig=" + s.Kubeconfig,
+		"--kubeconfig=" + pickerKubeconfig,
 		fmt.Sprintf("--grpc-port=%d", opts.GRPCPort),
 		fmt.Sprintf("--grpc-health-port=%d", opts.HealthPort),
 		fmt.Sprintf("--metrics-port=%d", opts.MetricsPort),

@@ -42,6 +42,10 @@ type Env struct {
 // Options tune Start. The zero value is a control plane with the CRDs of
 // config/crd/bases installed.
 type Options struct {
+	// CRDDirs, when set, replace config/crd/bases as the source of the
+	// InferencePool, InferenceObjective and InferenceModelRewrite CRDs (tests
+	// install the Inference Extension's published CRDs with it).
+	CRDDirs []string
 	// ExtraCRDDirs are further directories of CRD manifests to install
 	// (for example the Gateway API HTTPRoute CRDs).
 	ExtraCRDDirs []string
@@ -110,8 +114,12 @@ func Start(opts Options) (*Env, error) {
 		}
 	}
 	scheme := Scheme()
+	crdDirs := opts.CRDDirs
+	if len(crdDirs) == 0 {
+		crdDirs = []string{filepath.Join(root, "config", "crd", "bases")}
+	}
 	e := &envtest.Environment{
-		CRDDirectoryPaths:     append([]string{filepath.Join(root, "config", "crd", "bases")}, opts.ExtraCRDDirs...),
+		CRDDirectoryPaths:     append(append([]string(nil), crdDirs...), opts.ExtraCRDDirs...),
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 		Scheme:                scheme,

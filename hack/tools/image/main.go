@@ -214,7 +214,7 @@ func writeArchive(path string, tag name.Tag, img v1.Image) error {
 			Annotations: map[string]string{
 				// containerd (kind, ctr) names the imported image by this;
 				// the OCI key holds the tag as the image-layout spec says.
-				"io.containerd.image.name":         tag.Name(),
+				"io.containerd.image.name":          tag.Name(),
 				"org.opencontainers.image.ref.name": tag.TagStr(),
 			},
 		}},

@@ -1,8 +1,10 @@
-// Command helm renders and lints charts/poolpicker with Helm's Go library,
-// for test/install (so the library stays out of poolpicker's module).
+// Command manifests renders and lints poolpicker's install manifests with
+// Helm's and kustomize's Go libraries, for the tests of test/install and
+// test/rbac (so these libraries stay out of poolpicker's module).
 //
 //	go run . render --chart DIR [--values FILE] [--namespace NS] [--release NAME] [--kubeconfig FILE]
 //	go run . lint --chart DIR [--values FILE] [--namespace NS]
+//	go run . kustomize DIR
 //
 // render prints the manifests as `helm template` would (NOTES.txt and
 // partials left out), in template-file order; with --kubeconfig, templates'
@@ -26,11 +28,13 @@ import (
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: helm render|lint [flags]")
+		fmt.Fprintln(os.Stderr, "usage: manifests render|lint|kustomize [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -39,11 +43,13 @@ func main() {
 		err = render(os.Args[2:])
 	case "lint":
 		err = runLint(os.Args[2:])
+	case "kustomize":
+		err = runKustomize(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want render or lint", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want render, lint or kustomize", os.Args[1])
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "helm:", err)
+		fmt.Fprintln(os.Stderr, "manifests:", err)
 		os.Exit(1)
 	}
 }
@@ -149,4 +155,23 @@ func runLint(args []string) error {
 		return fmt.Errorf("%d lint findings of warning or error severity", failed)
 	}
 	return nil
+}
+
+// runKustomize prints the build of one kustomization directory, as
+// `kubectl kustomize DIR` does.
+func runKustomize(args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: manifests kustomize DIR")
+	}
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	res, err := k.Run(filesys.MakeFsOnDisk(), args[0])
+	if err != nil {
+		return err
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(out)
+	return err
 }

@@ -1,0 +1,20 @@
+package image
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/poolpicker/poolpicker/internal/testenv"
+)
+
+var root string
+
+func TestMain(m *testing.M) {
+	var err error
+	if root, err = testenv.RepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}

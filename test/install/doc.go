@@ -1,0 +1,4 @@
+// Package install tests what a platform team installs: the image archive of
+// `make image`, the kustomize tree of config/deploy and the Helm chart of
+// charts/poolpicker, rendered, linted and dry-run on a real API server.
+package install

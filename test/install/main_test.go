@@ -1,0 +1,42 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/poolpicker/poolpicker/internal/deploytest"
+	"github.com/poolpicker/poolpicker/internal/testenv"
+)
+
+var (
+	env  *testenv.Env
+	tool *deploytest.Tool
+	root string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		var err error
+		if root, err = testenv.RepoRoot(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		// The ServiceMonitor CRD, so that the monitoring objects dry-run
+		// against their real schema.
+		sm, err := deploytest.ServiceMonitorCRD(ctx, root)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		tool = deploytest.NewTool(root)
+		defer tool.Close()
+		return testenv.RunMain(m, &env, testenv.Options{ExtraCRDDirs: []string{sm}})
+	}())
+}
+
+func writeKubeconfig(path string) error { return testenv.WriteKubeconfig(env.Config, path) }

@@ -1,0 +1,418 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/internal/deploytest"
+	"github.com/poolpicker/poolpicker/internal/permissions"
+)
+
+// kustomizations are the directories of config/deploy, with the kinds each
+// must render beyond the base's.
+var kustomizations = []struct {
+	dir   string
+	extra []string
+}{
+	{"config/deploy/base", nil},
+	{"config/deploy/overlays/servicemonitor", []string{"ServiceMonitor"}},
+	{"config/deploy/overlays/networkpolicy", []string{"NetworkPolicy"}},
+}
+
+var baseKinds = []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Service", "ServiceAccount"}
+
+// chartVariants are values the chart is linted, rendered and dry-run with.
+var chartVariants = []struct {
+	name   string
+	values string
+	// kinds rendered (sorted, with repeats).
+	kinds []string
+}{
+	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"}},
+	{name: "everything", values: `
+image: {repository: registry.example/poolpicker, tag: v9.9.9, pullPolicy: Always}
+imagePullSecrets: [regcred]
+replicas: 3
+watchNamespaces: [install-team-a, install-team-b]
+poolSelector: "shard=a"
+eppServiceNames: [epp]
+tls: {enabled: true, secretName: poolpicker-tls, reload: true}
+metrics: {serviceMonitor: {enabled: true, interval: 30s, labels: {release: prom}}}
+networkPolicy: {enabled: true}
+drainTimeout: 20s
+terminationGracePeriodSeconds: 40
+podDisruptionBudget: {enabled: true, minAvailable: 2}
+serviceAccount: {create: true, name: picker, annotations: {team: platform}}
+crds: {install: true}
+logVerbosity: 2
+extraArgs: ["--scheduler-max-endpoints=2"]
+podAnnotations: {prometheus.io/scrape: "false"}
+nodeSelector: {kubernetes.io/os: linux}
+tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
+`, kinds: []string{"ClusterRole", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
+		"PodDisruptionBudget", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
+	{name: "single pool, plaintext, no PDB", values: `
+poolName: chat
+poolNamespace: install-team-a
+tls: {enabled: false}
+podDisruptionBudget: {enabled: false}
+`, kinds: []string{"ClusterRole", "Deployment", "RoleBinding", "Service", "ServiceAccount"}},
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func kinds(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.GetKind())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestKustomizationsRender(t *testing.T) {
+	ctx := ctxT(t, 15*time.Minute)
+	for _, k := range kustomizations {
+		t.Run(k.dir, func(t *testing.T) {
+			objs, err := tool.Kustomize(ctx, k.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := append(append([]string(nil), baseKinds...), k.extra...)
+			sort.Strings(want)
+			if got := kinds(objs); !slices.Equal(got, want) {
+				t.Fatalf("kinds %v, want %v", got, want)
+			}
+			for _, o := range objs {
+				if o.GetKind() != "Namespace" && o.GetKind() != "ClusterRole" && o.GetKind() != "ClusterRoleBinding" && o.GetNamespace() != "poolpicker-system" {
+					t.Errorf("%s %s is in namespace %q, want poolpicker-system", o.GetKind(), o.GetName(), o.GetNamespace())
+				}
+			}
+			checkRBAC(t, objs)
+			checkDeployment(t, deploytest.Find(objs, "Deployment", "poolpicker"))
+		})
+	}
+}
+
+func TestChartLintsAndRenders(t *testing.T) {
+	ctx := ctxT(t, 15*time.Minute)
+	for _, v := range chartVariants {
+		t.Run(v.name, func(t *testing.T) {
+			if out, err := tool.LintChart(ctx, deploytest.ChartOptions{Values: v.values}); err != nil {
+				t.Fatalf("lint: %v\n%s", err, out)
+			}
+			objs, err := tool.Chart(ctx, deploytest.ChartOptions{Values: v.values})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := kinds(objs); !slices.Equal(got, v.kinds) {
+				t.Fatalf("kinds %v, want %v", got, v.kinds)
+			}
+			checkRBAC(t, objs)
+			var deploy *unstructured.Unstructured
+			for _, o := range objs {
+				if o.GetKind() == "Deployment" {
+					deploy = o
+				}
+			}
+			checkDeployment(t, deploy)
+		})
+	}
+}
+
+// TestChartMatchesKustomize: with default values the chart renders the
+// base's objects with the same names, RBAC rules, Deployment spec (image
+// and labels aside), Service ports and PodDisruptionBudget.
+func TestChartMatchesKustomize(t *testing.T) {
+	ctx := ctxT(t, 15*time.Minute)
+	base, err := tool.Kustomize(ctx, "config/deploy/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := tool.Chart(ctx, deploytest.ChartOptions{Values: "image: {tag: v0.1.0}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range base {
+		if b.GetKind() == "Namespace" {
+			continue // helm install --create-namespace makes it
+		}
+		c := deploytest.Find(chart, b.GetKind(), b.GetName())
+		if c == nil {
+			t.Errorf("chart renders no %s %s", b.GetKind(), b.GetName())
+			continue
+		}
+		if c.GetNamespace() != b.GetNamespace() {
+			t.Errorf("%s %s: namespace %q in the chart, %q in kustomize", b.GetKind(), b.GetName(), c.GetNamespace(), b.GetNamespace())
+		}
+		for _, field := range [][]string{{"rules"}, {"roleRef"}, {"subjects"}, {"spec", "ports"}, {"spec", "minAvailable"},
+			{"spec", "replicas"}, {"spec", "template", "spec", "containers"}, {"spec", "template", "spec", "securityContext"},
+			{"spec", "template", "spec", "terminationGracePeriodSeconds"}, {"spec", "template", "spec", "serviceAccountName"}} {
+			bv, bok, _ := unstructured.NestedFieldNoCopy(b.Object, field...)
+			cv, cok, _ := unstructured.NestedFieldNoCopy(c.Object, field...)
+			if bok != cok || fmt.Sprint(bv) != fmt.Sprint(cv) {
+				t.Errorf("%s %s .%s differs:\nkustomize: %v\nchart:     %v", b.GetKind(), b.GetName(), strings.Join(field, "."), bv, cv)
+			}
+		}
+	}
+}
+
+// checkRBAC: the ClusterRole grants exactly permissions.Rules, the table
+// poolpicker's start-up check asks for.
+func checkRBAC(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, r := range permissions.Rules {
+		for _, v := range r.Verbs {
+			want[r.Group+"|"+r.Resource+"|"+v] = true
+		}
+	}
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+			continue
+		}
+		got := map[string]bool{}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			m := r.(map[string]any)
+			groups, _, _ := unstructured.NestedStringSlice(m, "apiGroups")
+			resources, _, _ := unstructured.NestedStringSlice(m, "resources")
+			verbs, _, _ := unstructured.NestedStringSlice(m, "verbs")
+			for _, g := range groups {
+				for _, res := range resources {
+					for _, v := range verbs {
+						if g == "*" || res == "*" || v == "*" {
+							t.Errorf("%s %s grants a wildcard: %v", o.GetKind(), o.GetName(), m)
+						}
+						got[g+"|"+res+"|"+v] = true
+					}
+				}
+			}
+		}
+		for k := range want {
+			if !got[k] {
+				t.Errorf("%s %s lacks %s, which poolpicker needs", o.GetKind(), o.GetName(), k)
+			}
+		}
+		for k := range got {
+			if !want[k] {
+				t.Errorf("%s %s grants %s, which is not in internal/permissions.Rules (add it there with its reason, or drop it)", o.GetKind(), o.GetName(), k)
+			}
+		}
+	}
+}
+
+// checkDeployment: the pod is hardened, probed on the health server's real
+// service names, sized, and given time to drain.
+func checkDeployment(t *testing.T, d *unstructured.Unstructured) {
+	t.Helper()
+	if d == nil {
+		t.Fatal("no Deployment rendered")
+	}
+	pod, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
+	str := func(m map[string]any, path ...string) string {
+		v, _, _ := unstructured.NestedFieldNoCopy(m, path...)
+		return fmt.Sprint(v)
+	}
+	for path, want := range map[string]string{"securityContext.runAsNonRoot": "true", "securityContext.runAsUser": "65532", "securityContext.seccompProfile.type": "RuntimeDefault"} {
+		if got := str(pod, strings.Split(path, ".")...); got != want {
+			t.Errorf("pod %s = %s, want %s", path, got, want)
+		}
+	}
+	containers, _, _ := unstructured.NestedSlice(pod, "containers")
+	if len(containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(containers))
+	}
+	c := containers[0].(map[string]any)
+	args, _, _ := unstructured.NestedStringSlice(c, "args")
+	arg := func(name string) string {
+		for _, a := range args {
+			if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	for path, want := range map[string]string{
+		"securityContext.readOnlyRootFilesystem":   "true",
+		"securityContext.allowPrivilegeEscalation": "false",
+		"securityContext.capabilities.drop":        "[ALL]",
+		"livenessProbe.grpc.port":                  arg("grpc-health-port"),
+		"livenessProbe.grpc.service":               extproc.HealthLiveness,
+		"readinessProbe.grpc.port":                 arg("grpc-health-port"),
+		"readinessProbe.grpc.service":              extproc.HealthReadiness,
+	} {
+		if got := str(c, strings.Split(path, ".")...); got != want || want == "" {
+			t.Errorf("container %s = %q, want %q", path, got, want)
+		}
+	}
+	for _, r := range []string{"cpu", "memory"} {
+		if str(c, "resources", "requests", r) == "<nil>" {
+			t.Errorf("no %s request", r)
+		}
+	}
+	drain, err := time.ParseDuration(arg("drain-timeout"))
+	if err != nil {
+		t.Fatalf("--drain-timeout: %v", err)
+	}
+	grace, _, _ := unstructured.NestedInt64(pod, "terminationGracePeriodSeconds")
+	if time.Duration(grace)*time.Second < drain+10*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %d does not cover --drain-timeout %s plus 10s of shutdown", grace, drain)
+	}
+}
+
+// TestDryRunEveryObject creates every object the kustomizations and the
+// chart variants render with a server-side dry-run: the API server's
+// validation (schemas, the ServiceMonitor CRD's, RBAC's escalation check)
+// accepts all of them.
+func TestDryRunEveryObject(t *testing.T) {
+	ctx := ctxT(t, 15*time.Minute)
+	type source struct {
+		name string
+		objs func() ([]*unstructured.Unstructured, error)
+	}
+	var sources []source
+	for _, k := range kustomizations {
+		sources = append(sources, source{"kustomize " + k.dir, func() ([]*unstructured.Unstructured, error) { return tool.Kustomize(ctx, k.dir) }})
+	}
+	for _, v := range chartVariants {
+		sources = append(sources, source{"chart " + v.name, func() ([]*unstructured.Unstructured, error) {
+			return tool.Chart(ctx, deploytest.ChartOptions{Values: v.values})
+		}})
+	}
+	for _, s := range sources {
+		t.Run(s.name, func(t *testing.T) {
+			objs, err := s.objs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ensureNamespaces(t, ctx, objs)
+			for _, o := range objs {
+				err := env.Client.Create(ctx, o.DeepCopy(), client.DryRunAll)
+				if apierrors.IsAlreadyExists(err) {
+					// The CRDs (installed by the test control plane) and
+					// the namespaces made above: an apply is validated
+					// the same way.
+					u := o.DeepCopy()
+					u.SetResourceVersion("")
+					err = env.Client.Patch(ctx, u, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner("install-test"))
+				}
+				if err != nil {
+					t.Errorf("dry-run of %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+				}
+			}
+		})
+	}
+}
+
+// ensureNamespaces dry-runs each rendered Namespace, then creates every
+// namespace the objects live in, so that their dry-runs find it.
+func ensureNamespaces(t *testing.T, ctx context.Context, objs []*unstructured.Unstructured) {
+	t.Helper()
+	names := map[string]bool{}
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			if err := env.Client.Create(ctx, o.DeepCopy(), client.DryRunAll); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Errorf("dry-run of Namespace %s: %v", o.GetName(), err)
+			}
+			names[o.GetName()] = true
+		}
+		if ns := o.GetNamespace(); ns != "" {
+			names[ns] = true
+		}
+	}
+	for ns := range names {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("v1")
+		u.SetKind("Namespace")
+		u.SetName(ns)
+		if err := env.Client.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestChartNeverReplacesCRDs: asked to install CRDs, the chart renders none
+// that the API server already has, and the ones it renders are poolpicker's
+// own, marked to be kept on uninstall.
+func TestChartNeverReplacesCRDs(t *testing.T) {
+	ctx := ctxT(t, 15*time.Minute)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := writeKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	present, err := tool.Chart(ctx, deploytest.ChartOptions{Values: "crds: {install: true}\n", Kubeconfig: kubeconfig})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range present {
+		if o.GetKind() == "CustomResourceDefinition" {
+			t.Errorf("chart renders CRD %s although the API server has it", o.GetName())
+		}
+	}
+	absent, err := tool.Chart(ctx, deploytest.ChartOptions{Values: "crds: {install: true}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, o := range absent {
+		if o.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		n++
+		if got := o.GetAnnotations()["helm.sh/resource-policy"]; got != "keep" {
+			t.Errorf("CRD %s: helm.sh/resource-policy %q, want keep", o.GetName(), got)
+		}
+	}
+	if n != len(files) {
+		t.Errorf("chart renders %d CRDs with none present, want the %d of config/crd/bases", n, len(files))
+	}
+}
+
+// TestChartCRDsAreConfigCRDs keeps charts/poolpicker/files/crds a copy of
+// config/crd/bases (`make manifests` copies them).
+func TestChartCRDsAreConfigCRDs(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in config/crd/bases: %v", err)
+	}
+	copies, _ := filepath.Glob(filepath.Join(root, "charts", "poolpicker", "files", "crds", "*.yaml"))
+	if len(copies) != len(files) {
+		t.Errorf("charts/poolpicker/files/crds holds %d files, config/crd/bases %d: run `make manifests`", len(copies), len(files))
+	}
+	for _, f := range files {
+		want, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(root, "charts", "poolpicker", "files", "crds", filepath.Base(f)))
+		if err != nil || string(got) != string(want) {
+			t.Errorf("charts/poolpicker/files/crds/%s differs from config/crd/bases (%v): run `make manifests`", filepath.Base(f), err)
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(want, &m); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package rbac
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/poolpicker/poolpicker/internal/deploytest"
+	"github.com/poolpicker/poolpicker/internal/localstack"
+	"github.com/poolpicker/poolpicker/internal/testenv"
+)
+
+// The identity the rendered manifests give poolpicker.
+const (
+	saNamespace = "poolpicker-system"
+	saName      = "poolpicker"
+)
+
+var (
+	stack       *localstack.Stack
+	auditLog    string
+	metricsPort int
+)
+
+// auditPolicy records every request's metadata (user, verb, resource,
+// response code), so that the test can count forbidden answers.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	upstream, err := deploytest.UpstreamCRDDir(ctx, root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "poolpicker-rbac-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	auditLog = filepath.Join(dir, "audit.log")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	tool := deploytest.NewTool(root)
+	defer tool.Close()
+	rbac, err := renderedRBAC(ctx, tool)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	metricsPort = ports[2]
+	s, err := localstack.Start(ctx, localstack.Options{
+		Dir:         filepath.Join(dir, "stack"),
+		FirstIP:     "127.0.70.2",
+		GatewayAddr: "127.0.0.1:0",
+		GRPCPort:    ports[0], HealthPort: ports[1], MetricsPort: ports[2],
+		PickerBuildFlags: []string{"-race"},
+		PickerArgs:       []string{"-v=2"},
+		ControlPlane: testenv.Options{
+			CRDDirs:       []string{upstream},
+			APIServerArgs: map[string]string{"audit-policy-file": policy, "audit-log-path": auditLog},
+		},
+		// The manifests' RBAC, applied as rendered, and a token of their
+		// ServiceAccount: poolpicker gets nothing else.
+		PickerKubeconfig: func(ctx context.Context, env *testenv.Env) (string, error) {
+			for _, o := range rbac {
+				if err := env.Client.Create(ctx, o.DeepCopy()); err != nil {
+					return "", fmt.Errorf("applying %s %s: %w", o.GetKind(), o.GetName(), err)
+				}
+			}
+			return serviceAccountKubeconfig(ctx, env, saNamespace, saName, filepath.Join(dir, "picker.kubeconfig"))
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rbac: starting the local stack:", err)
+		return 1
+	}
+	stack = s
+	code := m.Run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "rbac: stopping the local stack:", err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+			goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/watch.(*Broadcaster).loop"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "rbac: goroutines left behind:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// renderedRBAC is the Namespace, ServiceAccount, ClusterRole and binding of
+// config/deploy/base as kustomize renders them.
+func renderedRBAC(ctx context.Context, tool *deploytest.Tool) ([]*unstructured.Unstructured, error) {
+	objs, err := tool.Kustomize(ctx, "config/deploy/base")
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+		for _, o := range objs {
+			if o.GetKind() == kind {
+				out = append(out, o)
+			}
+		}
+	}
+	if len(out) != 4 {
+		return nil, fmt.Errorf("config/deploy/base renders %d of Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding; want 4", len(out))
+	}
+	return out, nil
+}
+
+// serviceAccountKubeconfig writes a kubeconfig that reaches the API server as
+// namespace/name with a TokenRequest token.
+func serviceAccountKubeconfig(ctx context.Context, env *testenv.Env, namespace, name, path string) (string, error) {
+	cfg, err := env.ServiceAccountConfig(ctx, namespace, name)
+	if err != nil {
+		return "", err
+	}
+	return path, testenv.WriteKubeconfig(cfg, path)
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

@@ -1,0 +1,269 @@
+package rbac
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/poolpicker/poolpicker/api/v1alpha2"
+	"github.com/poolpicker/poolpicker/devgateway"
+	"github.com/poolpicker/poolpicker/internal/permissions"
+)
+
+var httpClient = &http.Client{Timeout: 30 * time.Second}
+
+// eventually polls cond, for states nothing signals (status written by
+// another process, a metrics page).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// auditEvent is the part of an audit.k8s.io/v1 Event the test reads.
+type auditEvent struct {
+	Stage      string `json:"stage"`
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+	} `json:"objectRef"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// serviceAccountRequests returns the audited requests of the ServiceAccount.
+func serviceAccountRequests(t *testing.T, user string) []auditEvent {
+	t.Helper()
+	f, err := os.Open(auditLog)
+	if err != nil {
+		t.Fatalf("audit log: %v", err)
+	}
+	defer f.Close()
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("audit log line %q: %v", sc.Text(), err)
+		}
+		if e.User.Username == user {
+			out = append(out, e)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func send(t *testing.T, host, body string) (code int, endpoint, respBody string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, stack.GatewayURL+"/v1/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("request to %s: %v", host, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get(devgateway.HeaderServedEndpoint), string(b)
+}
+
+func metricsPage(t *testing.T) string {
+	t.Helper()
+	resp, err := httpClient.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestWholeFlowWithoutForbidden drives everything poolpicker does with the
+// rendered RBAC: three pools in two namespaces served, objectives and a
+// rewrite accepted (status written), model servers scraped, requests picked
+// through ext_proc (a model rewrite included). The API server's audit log
+// must show the ServiceAccount's requests, none answered 403.
+func TestWholeFlowWithoutForbidden(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c := stack.Client()
+
+	// Status conditions, written by poolpicker with its status patch rule.
+	eventually(t, "Accepted=True on every objective and rewrite", func() bool {
+		var objectives v1alpha2.InferenceObjectiveList
+		var rewrites v1alpha2.InferenceModelRewriteList
+		if c.List(ctx, &objectives) != nil || c.List(ctx, &rewrites) != nil || len(objectives.Items) < 2 || len(rewrites.Items) < 1 {
+			return false
+		}
+		for _, o := range objectives.Items {
+			if !apimeta.IsStatusConditionTrue(o.Status.Conditions, v1alpha2.ConditionAccepted) {
+				return false
+			}
+		}
+		for _, r := range rewrites.Items {
+			if !apimeta.IsStatusConditionTrue(r.Status.Conditions, v1alpha2.ConditionAccepted) {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Picks through ext_proc, in both namespaces.
+	for _, tc := range []struct{ host, model string }{
+		{"chat.team-a.example", "meta-llama/Llama-3.1-8B-Instruct"},
+		{"lora.team-a.example", "food-review"}, // rewritten to an adapter
+		{"code.team-b.example", "Qwen/Qwen2.5-Coder-7B-Instruct"},
+	} {
+		body := fmt.Sprintf(`{"model":%q,"prompt":"hello from the rbac test","max_tokens":4}`, tc.model)
+		code, endpoint, resp := send(t, tc.host, body)
+		if code != http.StatusOK || endpoint == "" {
+			t.Errorf("%s: %d from %q: %.300s", tc.host, code, endpoint, resp)
+		}
+	}
+
+	// Scraping: every pool's endpoints report load.
+	for _, pool := range []string{`name="chat",namespace="team-a"`, `name="lora",namespace="team-a"`, `name="code",namespace="team-b"`} {
+		eventually(t, "scrapes of pool "+pool, func() bool {
+			for _, line := range strings.Split(metricsPage(t), "\n") {
+				if strings.HasPrefix(line, "inference_pool_metrics_scrapes_total{") && strings.Contains(line, pool) && !strings.HasSuffix(line, " 0") {
+					return true
+				}
+			}
+			return false
+		})
+	}
+
+	user := "system:serviceaccount:" + saNamespace + ":" + saName
+	events := serviceAccountRequests(t, user)
+	seen := map[string]bool{}
+	var forbidden []string
+	for _, e := range events {
+		if e.ResponseStatus != nil && e.ResponseStatus.Code == http.StatusForbidden {
+			forbidden = append(forbidden, e.Verb+" "+e.RequestURI)
+		}
+		if e.ObjectRef != nil {
+			res := e.ObjectRef.Resource
+			if e.ObjectRef.Subresource != "" {
+				res += "/" + e.ObjectRef.Subresource
+			}
+			seen[e.Verb+" "+res] = true
+		}
+	}
+	if len(forbidden) > 0 {
+		t.Errorf("%d requests of %s answered 403: %q", len(forbidden), user, forbidden)
+	}
+	// The audit log saw the work, so zero forbidden means something.
+	for _, want := range []string{"list pods", "watch pods", "list inferencepools", "watch inferencepools", "patch inferenceobjectives/status", "patch inferencemodelrewrites/status", "create selfsubjectaccessreviews"} {
+		if !seen[want] {
+			t.Errorf("the audit log shows no %q by %s (saw %v)", want, user, seen)
+		}
+	}
+	t.Logf("%d audited requests of %s, none forbidden", len(events), user)
+}
+
+// TestEachMissingPermissionIsNamed runs the binary as a ServiceAccount that
+// holds every rule but one verb, for each verb of each rule: it must exit 1
+// at start-up naming the verb, the resource and why it is needed.
+func TestEachMissingPermissionIsNamed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	env := stack.Env
+	ns := env.Namespace(t, "rbac-variant")
+	for i, r := range permissions.Rules {
+		for _, verb := range r.Verbs {
+			name := strings.NewReplacer("/", "-", ".", "-").Replace("minus-" + r.Resource + "-" + verb)
+			t.Run(name, func(t *testing.T) {
+				var rules []rbacv1.PolicyRule
+				for j, other := range permissions.Rules {
+					var verbs []string
+					for _, v := range other.Verbs {
+						if j != i || v != verb {
+							verbs = append(verbs, v)
+						}
+					}
+					if len(verbs) > 0 {
+						rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{other.Group}, Resources: []string{other.Resource}, Verbs: verbs})
+					}
+				}
+				role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, Rules: rules}
+				binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+					RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+					Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}}
+				if err := env.Client.Create(ctx, role); err != nil {
+					t.Fatal(err)
+				}
+				if err := env.Client.Create(ctx, binding); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					_ = env.Client.Delete(context.Background(), binding)
+					_ = env.Client.Delete(context.Background(), role)
+				})
+				kubeconfig, err := serviceAccountKubeconfig(ctx, env, ns, name, filepath.Join(t.TempDir(), "kubeconfig"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ports, err := freePorts(3)
+				if err != nil {
+					t.Fatal(err)
+				}
+				runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(runCtx, stack.Picker.Path, "--kubeconfig="+kubeconfig,
+					fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				err = cmd.Run()
+				if runCtx.Err() != nil {
+					t.Fatalf("still running after 60s without %s %s (a silent stall); stderr:\n%s", verb, r.Resource, stderr.String())
+				}
+				exit, ok := err.(*exec.ExitError)
+				if !ok || exit.ExitCode() != 1 {
+					t.Fatalf("exit %v, want status 1; stderr:\n%s", err, stderr.String())
+				}
+				msg := stderr.String()
+				for _, want := range []string{"missing RBAC permissions", verb + " " + r.Resource, r.Why, "system:serviceaccount:" + ns + ":" + name} {
+					if !strings.Contains(msg, want) {
+						t.Errorf("stderr lacks %q:\n%s", want, msg)
+					}
+				}
+				if n := strings.Count(msg, "\n  - "); n != 1 {
+					t.Errorf("%d permissions named, want exactly the one removed:\n%s", n, msg)
+				}
+			})
+		}
+	}
+}
