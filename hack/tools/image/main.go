@@ -6,6 +6,9 @@
 //	    --version v0.1.0 --commit <sha> --created 2026-01-01T00:00:00Z --arch amd64
 //	go run . check --ref ghcr.io/poolpicker/poolpicker:v0.1.0 poolpicker.tar
 //
+// check also pushes the archive, as `crane push` does, to a registry on
+// loopback and pulls it back.
+//
 // One archive serves every consumer: `docker load` (Docker 25+ reads the OCI
 // layout, older ones manifest.json), `kind load image-archive` and
 // `ctr images import` (the OCI index, named by its io.containerd.image.name
@@ -21,12 +24,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/crane"
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -100,10 +108,14 @@ func runBuild(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := validate.Image(img); err != nil {
-		return fmt.Errorf("built image is invalid: %w", err)
+	if err := writeArchive(*out, tag, img); err != nil {
+		return err
 	}
-	return writeArchive(*out, tag, img)
+	// Read back as every consumer reads it, so a bad archive fails here.
+	if _, _, err := checkArchive(*out, tag); err != nil {
+		return fmt.Errorf("the written archive does not read back: %w", err)
+	}
+	return nil
 }
 
 // buildImage makes a one-layer image holding only the binary: no shell, no
@@ -130,9 +142,7 @@ func buildImage(bin []byte, arch, version, commit string, created time.Time) (v1
 	}
 	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{
-		Created: v1.Time{Time: created}, CreatedBy: "hack/tools/image: COPY poolpicker " + binaryPath,
-	}})
+	img, err = mutate.AppendLayers(img, layer)
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +154,7 @@ func buildImage(bin []byte, arch, version, commit string, created time.Time) (v1
 	cf.Architecture, cf.OS = arch, "linux"
 	cf.Created = v1.Time{Time: created}
 	cf.Author = source
+	cf.History = []v1.History{{Created: v1.Time{Time: created}, CreatedBy: "hack/tools/image: COPY poolpicker " + binaryPath}}
 	cf.Config = v1.Config{
 		User:         user,
 		Entrypoint:   []string{binaryPath},
@@ -300,67 +311,142 @@ func runCheck(args []string) error {
 	if fs.NArg() != 1 || *ref == "" {
 		return errors.New("usage: image check --ref REF ARCHIVE")
 	}
-	path := fs.Arg(0)
 	tag, err := name.NewTag(*ref, name.StrictValidation)
 	if err != nil {
 		return fmt.Errorf("--ref %q: %w", *ref, err)
 	}
-	fromDocker, err := tarball.ImageFromPath(path, &tag)
-	if err != nil {
-		return fmt.Errorf("reading %s as a docker-save archive tagged %s: %w", path, tag, err)
-	}
-	if err := validate.Image(fromDocker); err != nil {
-		return fmt.Errorf("docker-save view: %w", err)
-	}
-
-	dir, err := os.MkdirTemp("", "image-check-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	if err := untar(path, dir); err != nil {
-		return err
-	}
-	idx, err := layout.ImageIndexFromPath(dir)
-	if err != nil {
-		return fmt.Errorf("reading %s as an OCI image layout: %w", path, err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		return err
-	}
-	if len(im.Manifests) != 1 {
-		return fmt.Errorf("OCI index lists %d manifests, want 1", len(im.Manifests))
-	}
-	if got := im.Manifests[0].Annotations["io.containerd.image.name"]; got != tag.Name() {
-		return fmt.Errorf("OCI index names the image %q, want %q", got, tag.Name())
-	}
-	fromOCI, err := idx.Image(im.Manifests[0].Digest)
-	if err != nil {
-		return err
-	}
-	if err := validate.Image(fromOCI); err != nil {
-		return fmt.Errorf("OCI layout view: %w", err)
-	}
-	d1, err := fromDocker.Digest()
-	if err != nil {
-		return err
-	}
-	d2, err := fromOCI.Digest()
-	if err != nil {
-		return err
-	}
-	if d1 != d2 {
-		return fmt.Errorf("docker-save view is %s, OCI view %s: two different images", d1, d2)
-	}
-	cf, err := fromOCI.ConfigFile()
+	digest, cf, err := checkArchive(fs.Arg(0), tag)
 	if err != nil {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(struct {
 		Digest string
 		Config *v1.ConfigFile
-	}{d1.String(), cf})
+	}{digest.String(), cf})
+}
+
+// checkArchive reads the archive at path both ways, validates both images
+// and checks that they are one image tagged tag.
+func checkArchive(path string, tag name.Tag) (v1.Hash, *v1.ConfigFile, error) {
+	var none v1.Hash
+	fromDocker, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		return none, nil, fmt.Errorf("reading %s as a docker-save archive tagged %s: %w", path, tag, err)
+	}
+	if err := validate.Image(fromDocker); err != nil {
+		return none, nil, fmt.Errorf("docker-save view: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "image-check-")
+	if err != nil {
+		return none, nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := untar(path, dir); err != nil {
+		return none, nil, err
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return none, nil, fmt.Errorf("reading %s as an OCI image layout: %w", path, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return none, nil, err
+	}
+	if len(im.Manifests) != 1 {
+		return none, nil, fmt.Errorf("OCI index lists %d manifests, want 1", len(im.Manifests))
+	}
+	if got := im.Manifests[0].Annotations["io.containerd.image.name"]; got != tag.Name() {
+		return none, nil, fmt.Errorf("OCI index names the image %q, want %q", got, tag.Name())
+	}
+	fromOCI, err := idx.Image(im.Manifests[0].Digest)
+	if err != nil {
+		return none, nil, err
+	}
+	if err := validate.Image(fromOCI); err != nil {
+		return none, nil, fmt.Errorf("OCI layout view: %w", err)
+	}
+	// The docker-save view synthesizes its own manifest (Docker media
+	// types), so the two agree on content: config and layers.
+	c1, err := fromDocker.ConfigName()
+	if err != nil {
+		return none, nil, err
+	}
+	c2, err := fromOCI.ConfigName()
+	if err != nil {
+		return none, nil, err
+	}
+	if c1 != c2 {
+		return none, nil, fmt.Errorf("docker-save view has config %s, OCI view %s: two different images", c1, c2)
+	}
+	l1, err := fromDocker.Layers()
+	if err != nil {
+		return none, nil, err
+	}
+	l2, err := fromOCI.Layers()
+	if err != nil {
+		return none, nil, err
+	}
+	if len(l1) != len(l2) {
+		return none, nil, fmt.Errorf("docker-save view has %d layers, OCI view %d", len(l1), len(l2))
+	}
+	for i := range l1 {
+		a, err := l1[i].Digest()
+		if err != nil {
+			return none, nil, err
+		}
+		b, err := l2[i].Digest()
+		if err != nil {
+			return none, nil, err
+		}
+		if a != b {
+			return none, nil, fmt.Errorf("layer %d is %s in the docker-save view, %s in the OCI view", i, a, b)
+		}
+	}
+	d1, err := fromOCI.Digest()
+	if err != nil {
+		return none, nil, err
+	}
+	if err := pushAndPull(path, fromDocker, tag); err != nil {
+		return none, nil, err
+	}
+	cf, err := fromOCI.ConfigFile()
+	return d1, cf, err
+}
+
+// pushAndPull does what `crane push ARCHIVE REF` does (crane loads a file
+// with tarball.ImageFromPath) against a registry served on loopback, then
+// pulls the image back and compares its layers.
+func pushAndPull(path string, img v1.Image, tag name.Tag) error {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0))), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
+	defer func() {
+		_ = srv.Close()
+		<-done
+	}()
+	dst := lis.Addr().String() + "/" + tag.RepositoryStr() + ":" + tag.TagStr()
+	if err := crane.Push(img, dst, crane.Insecure); err != nil {
+		return fmt.Errorf("crane push %s to a loopback registry: %w", path, err)
+	}
+	pulled, err := crane.Pull(dst, crane.Insecure)
+	if err != nil {
+		return fmt.Errorf("pulling back %s: %w", dst, err)
+	}
+	if err := validate.Image(pulled); err != nil {
+		return fmt.Errorf("pulled image: %w", err)
+	}
+	want, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	if got, err := pulled.ConfigName(); err != nil || got != want {
+		return fmt.Errorf("pulled image has config %v (%v), pushed %v", got, err, want)
+	}
+	return nil
 }
 
 func untar(path, dir string) error {
