@@ -272,9 +272,12 @@ func checkDeployment(t *testing.T, d *unstructured.Unstructured) {
 	if err != nil {
 		t.Fatalf("--drain-timeout: %v", err)
 	}
-	grace, _, _ := unstructured.NestedInt64(pod, "terminationGracePeriodSeconds")
-	if time.Duration(grace)*time.Second < drain+10*time.Second {
-		t.Errorf("terminationGracePeriodSeconds %d does not cover --drain-timeout %s plus 10s of shutdown", grace, drain)
+	grace, err := time.ParseDuration(str(pod, "terminationGracePeriodSeconds") + "s")
+	if err != nil {
+		t.Fatalf("terminationGracePeriodSeconds: %v", err)
+	}
+	if grace < drain+10*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %s does not cover --drain-timeout %s plus 10s of shutdown", grace, drain)
 	}
 }
 
