@@ -97,12 +97,17 @@ type ChartOptions struct {
 	Kubeconfig string
 	// Namespace of the release. Empty: poolpicker-system.
 	Namespace string
+	// Release name. Empty: poolpicker.
+	Release string
 }
 
 func (t *Tool) chartArgs(cmd string, o ChartOptions) ([]string, func(), error) {
 	args := []string{cmd, "--chart", filepath.Join(t.root, "charts", "poolpicker")}
 	if o.Namespace != "" {
 		args = append(args, "--namespace", o.Namespace)
+	}
+	if o.Release != "" {
+		args = append(args, "--release", o.Release)
 	}
 	if o.Kubeconfig != "" && cmd == "render" {
 		args = append(args, "--kubeconfig", o.Kubeconfig)

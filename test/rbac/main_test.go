@@ -26,6 +26,7 @@ const (
 )
 
 var (
+	tool        *deploytest.Tool
 	stack       *localstack.Stack
 	auditLog    string
 	metricsPort int
@@ -70,7 +71,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	tool := deploytest.NewTool(root)
+	tool = deploytest.NewTool(root)
 	defer tool.Close()
 	rbac, err := renderedRBAC(ctx, tool)
 	if err != nil {

@@ -21,6 +21,8 @@ import (
 
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
 	"github.com/poolpicker/poolpicker/devgateway"
+	"github.com/poolpicker/poolpicker/internal/deploytest"
+	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/permissions"
 )
 
@@ -268,5 +270,73 @@ func TestEachMissingPermissionIsNamed(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestNamespacedInstallWithoutForbidden installs the chart's RBAC as it
+// renders with watchNamespaces (the ClusterRole bound by RoleBindings in
+// those namespaces only) and runs a second picker as that ServiceAccount
+// on them: it passes its permission check, turns ready (every pool's pods
+// listed) and gets no 403.
+func TestNamespacedInstallWithoutForbidden(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const release, account = "scoped", "scoped-picker"
+	objs, err := tool.Chart(ctx, deploytest.ChartOptions{Release: release, Namespace: saNamespace,
+		Values: "watchNamespaces: [team-a, team-b]\nserviceAccount: {name: " + account + "}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bindings := 0
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ClusterRoleBinding":
+			t.Fatalf("chart with watchNamespaces renders ClusterRoleBinding %s: access beyond the namespaces", o.GetName())
+		case "RoleBinding":
+			bindings++
+			fallthrough
+		case "ServiceAccount", "ClusterRole":
+			if err := stack.Env.Client.Create(ctx, o.DeepCopy()); err != nil {
+				t.Fatalf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+			t.Cleanup(func() { _ = stack.Env.Client.Delete(context.Background(), o.DeepCopy()) })
+		}
+	}
+	if bindings != 2 {
+		t.Fatalf("%d RoleBindings rendered, want one per watched namespace", bindings)
+	}
+	kubeconfig, err := serviceAccountKubeconfig(ctx, stack.Env, saNamespace, account, filepath.Join(t.TempDir(), "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &localstack.Process{Path: stack.Picker.Path, Log: filepath.Join(t.TempDir(), "picker.log"), HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		Args: []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=team-a,team-b",
+			fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2])}}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(); err != nil {
+		t.Errorf("stopping: %v", err)
+	}
+	user := "system:serviceaccount:" + saNamespace + ":" + account
+	events := serviceAccountRequests(t, user)
+	watchedPods := false
+	for _, e := range events {
+		if e.ResponseStatus != nil && e.ResponseStatus.Code == http.StatusForbidden {
+			t.Errorf("%s %s answered 403", e.Verb, e.RequestURI)
+		}
+		if e.ObjectRef != nil && e.ObjectRef.Resource == "pods" && e.Verb == "watch" {
+			watchedPods = true
+			if ns := e.ObjectRef.Namespace; ns != "team-a" && ns != "team-b" {
+				t.Errorf("pods watched in namespace %q", ns)
+			}
+		}
+	}
+	if !watchedPods {
+		t.Errorf("the audit log shows no pod watch by %s", user)
 	}
 }
