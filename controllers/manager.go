@@ -14,6 +14,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +40,7 @@ type Manager struct {
 	pods     corev1client.PodsGetter
 	metrics  *metrics
 	log      logr.Logger
+	events   events.EventRecorder
 	// poolEvents tells the policy reconciler that a pool started or stopped
 	// being served, so it publishes the new pool's policy.
 	poolEvents chan event.GenericEvent
@@ -50,6 +52,13 @@ type Manager struct {
 	mu      sync.Mutex
 	served  map[datastore.PoolKey]*servedPool
 	ignored map[datastore.PoolKey]string // reason last logged, so each is logged once
+
+	leaderState
+	// replicas is the watch of this deployment's own pods (provisioning).
+	replicas *servedPool
+	// replicaEvents wakes the provisioning reconciler when the ready
+	// replicas change.
+	replicaEvents chan event.GenericEvent
 
 	// noStreamingList is set once the API server refused a streaming list.
 	noStreamingList atomic.Bool
@@ -103,6 +112,9 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		DefaultTransform: cache.TransformStripManagedFields(),
 		ByObject:         map[client.Object]cache.ByObject{&v1.InferencePool{}: poolObject},
 	}
+	for obj, by := range writerCacheObjects(opts) {
+		cacheOpts.ByObject[obj] = by
+	}
 	if len(namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range namespaces {
@@ -117,8 +129,17 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To(opts.GracefulShutdownTimeout),
 		// Several Managers may live in one process (tests, benchmarks);
-		// their controllers share names.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		// their controllers share names. Controllers are data plane (every
+		// replica) unless they say otherwise: only writers need the lease.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true), NeedLeaderElection: ptr.To(false)},
+
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              opts.PickerName,
+		LeaderElectionNamespace:       opts.PickerNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(opts.LeaseDuration),
+		RenewDeadline:                 ptr.To(opts.RenewDeadline),
+		RetryPeriod:                   ptr.To(opts.RetryPeriod),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controllers: creating manager: %w", err)
@@ -138,7 +159,9 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		served:     map[datastore.PoolKey]*servedPool{},
 		ignored:    map[datastore.PoolKey]string{},
 		changed:    make(chan struct{}, 1),
+		events:     mgr.GetEventRecorder("poolpicker"),
 	}
+	m.conflicts = map[conflictKey]string{}
 	m.noStreamingList.Store(opts.DisableStreamingLists)
 	if err := m.setupPoolController(); err != nil {
 		return nil, err
@@ -146,7 +169,10 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if err := m.setupPolicyController(); err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(manager.RunnableFunc(m.waitInitialSync)); err != nil {
+	if err := m.setupWriters(); err != nil {
+		return nil, err
+	}
+	if err := m.Add(manager.RunnableFunc(m.waitInitialSync)); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -166,8 +192,20 @@ func podWatchConfig(cfg *rest.Config) *rest.Config {
 }
 
 // Add adds a component (ext_proc server, scraper, ...) to run beside the
-// reconcilers: started by Start, stopped by cancelling Start's context.
-func (m *Manager) Add(r manager.Runnable) error { return m.mgr.Add(r) }
+// reconcilers: started by Start, stopped by cancelling Start's context. It
+// runs on every replica, leader or not, unless it implements
+// manager.LeaderElectionRunnable and says it needs the lease.
+func (m *Manager) Add(r manager.Runnable) error {
+	if _, ok := r.(manager.LeaderElectionRunnable); !ok {
+		r = everyReplica{r}
+	}
+	return m.mgr.Add(r)
+}
+
+// everyReplica marks a runnable as data plane: it runs without the lease.
+type everyReplica struct{ manager.Runnable }
+
+func (everyReplica) NeedLeaderElection() bool { return false }
 
 // Registry is the datastore the Manager fills.
 func (m *Manager) Registry() *datastore.Registry { return m.registry }
@@ -230,7 +268,9 @@ func (m *Manager) waitInitialSync(ctx context.Context) error {
 		done := true
 		for key := range want {
 			p, ok := m.registry.Get(key)
-			if ok && p.Synced() {
+			// A pool whose pods cannot be listed is reported and refused
+			// on its own; it does not hold readiness back.
+			if ok && (p.Synced() || p.SyncError() != "") {
 				delete(want, key)
 				continue
 			}
@@ -251,4 +291,15 @@ func (m *Manager) waitInitialSync(ctx context.Context) error {
 		case <-m.changed:
 		}
 	}
+}
+
+// poolEvent records an Event on the pool, so that its owners see in
+// `kubectl describe` what the picker makes of it.
+func (m *Manager) poolEvent(key datastore.PoolKey, eventType, reason, note string) {
+	var pool v1.InferencePool
+	ctx := m.watchCtx
+	if ctx == nil || m.mgr.GetCache().Get(ctx, key, &pool) != nil {
+		return // gone, or the cache is stopping
+	}
+	m.events.Eventf(&pool, nil, eventType, reason, "Serve", "%s", note)
 }

@@ -12,6 +12,10 @@ type metrics struct {
 	watchStarts *prometheus.CounterVec
 	liveWatches prometheus.Gauge
 	syncSeconds prometheus.Histogram
+	// syncFailing is 1 while a pool's pods cannot be listed or watched.
+	syncFailing *prometheus.GaugeVec
+	leader      prometheus.Gauge
+	conflicts   *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -37,12 +41,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time from starting a pool's pod watch to its first complete list.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}),
+		syncFailing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poolpicker_pool_sync_failing",
+			Help: "1 while a served pool's pods cannot be listed or watched (the reason is logged and in an Event on the pool); its requests are answered 503 until it has synced once.",
+		}, []string{"namespace", "name"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "poolpicker_leader",
+			Help: "1 on the replica that holds the lease and writes pool claims, picker Services and EndpointSlices.",
+		}),
+		conflicts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poolpicker_pool_conflicts",
+			Help: "1 while an object this deployment did not create stands in its way for a pool (kind: claim, another deployment serves it; Service or EndpointSlice, the picker Service's name is taken). Set on the leader.",
+		}, []string{"namespace", "name", "kind"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.readyPods, m.servedPools, m.watchStarts, m.liveWatches, m.syncSeconds} {
+	for _, c := range []prometheus.Collector{m.readyPods, m.servedPools, m.watchStarts, m.liveWatches, m.syncSeconds, m.syncFailing, m.leader, m.conflicts} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
@@ -51,4 +67,5 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) forget(namespace, name string) {
 	m.readyPods.DeleteLabelValues(namespace, name)
 	m.watchStarts.DeleteLabelValues(namespace, name)
+	m.syncFailing.DeleteLabelValues(namespace, name)
 }

@@ -22,6 +22,20 @@ const (
 	// reconcile never waits on the API server (watches start in the
 	// background), so a few suffice for thousands of pools.
 	DefaultMaxConcurrentReconciles = 4
+	// DefaultPickerName names a deployment when Options.PickerName is empty.
+	DefaultPickerName = "poolpicker"
+	// DefaultPickerNamespace is where the replicas run when
+	// Options.PickerNamespace is empty.
+	DefaultPickerNamespace = "default"
+	// DefaultPickerPort is the ext_proc port listed in provisioned
+	// EndpointSlices when Options.PickerPort is zero.
+	DefaultPickerPort = 9002
+	// DefaultLeaseDuration, DefaultRenewDeadline and DefaultRetryPeriod
+	// pace leader election as kube-controller-manager does: a dead leader is
+	// replaced within about LeaseDuration + RetryPeriod.
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
 	// DefaultGracefulShutdownTimeout bounds how long Start waits for
 	// reconcilers and added runnables to end once its context is cancelled.
 	DefaultGracefulShutdownTimeout = 30 * time.Second
@@ -54,6 +68,39 @@ type Options struct {
 	// endpointPickerRef is a Service, or unset, is served.
 	PickerServices []string
 
+	// PickerName names this deployment of poolpicker: the Lease its
+	// replicas elect a leader with is PickerName in PickerNamespace, objects
+	// it provisions carry the label PickerLabel=PickerName, and pools it
+	// serves are claimed for PickerNamespace/PickerName (ClaimAnnotation).
+	// Empty: DefaultPickerName.
+	PickerName string
+	// PickerNamespace is the namespace the replicas run in (their Lease and
+	// pods). Empty: DefaultPickerNamespace.
+	PickerNamespace string
+	// PickerPodSelector selects this deployment's own pods in
+	// PickerNamespace (a label selector, kubectl syntax); their ready ones
+	// are the endpoints of provisioned picker Services. Empty:
+	// PickerLabel=PickerName.
+	PickerPodSelector string
+	// PickerPort is the port the replicas serve ext_proc on, listed in
+	// provisioned EndpointSlices. Zero: DefaultPickerPort.
+	PickerPort int32
+	// ProvisionPickerServices makes the leader create, for each served pool
+	// whose spec.endpointPickerRef Service does not exist, that Service in
+	// the pool's namespace (selector-less, owned by the pool) and an
+	// EndpointSlice listing the ready replicas. Objects it did not create
+	// are never modified; such a conflict is reported on the pool.
+	ProvisionPickerServices bool
+
+	// LeaderElection elects one replica, with a Lease, to run the writers
+	// (pool claims, picker Services and EndpointSlices); every replica runs
+	// the data plane (watches, scrapes, ext_proc) regardless. Zero: no
+	// election, this process writes (a single replica).
+	LeaderElection bool
+	// LeaseDuration, RenewDeadline and RetryPeriod tune the election.
+	// Zero: DefaultLeaseDuration, DefaultRenewDeadline, DefaultRetryPeriod.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
 	// DisableStreamingLists makes each pod watch start with a plain list
 	// and a watch from its version, instead of one streaming list (a watch
 	// that first sends every matching pod). Streaming lists halve the
@@ -81,6 +128,27 @@ type Options struct {
 func (o *Options) setDefaults() {
 	if o.PoolName != "" && o.PoolNamespace == "" {
 		o.PoolNamespace = DefaultPoolNamespace
+	}
+	if o.PickerName == "" {
+		o.PickerName = DefaultPickerName
+	}
+	if o.PickerNamespace == "" {
+		o.PickerNamespace = DefaultPickerNamespace
+	}
+	if o.PickerPodSelector == "" {
+		o.PickerPodSelector = PickerLabel + "=" + o.PickerName
+	}
+	if o.PickerPort == 0 {
+		o.PickerPort = DefaultPickerPort
+	}
+	if o.LeaseDuration <= 0 {
+		o.LeaseDuration = DefaultLeaseDuration
+	}
+	if o.RenewDeadline <= 0 {
+		o.RenewDeadline = min(DefaultRenewDeadline, o.LeaseDuration*2/3)
+	}
+	if o.RetryPeriod <= 0 {
+		o.RetryPeriod = min(DefaultRetryPeriod, o.RenewDeadline/2)
 	}
 	if o.MaxConcurrentReconciles <= 0 {
 		o.MaxConcurrentReconciles = DefaultMaxConcurrentReconciles
@@ -129,6 +197,32 @@ func (o Options) Validate() error {
 		if msgs := validation.IsDNS1035Label(s); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("endpoint picker Service name %q is not a valid Service name: %s", s, msgs[0]))
 		}
+	}
+	if o.PickerName != "" {
+		if msgs := validation.IsDNS1123Label(o.PickerName); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("picker name %q: %s", o.PickerName, msgs[0]))
+		}
+	}
+	if o.PickerNamespace != "" {
+		if msgs := validation.IsDNS1123Label(o.PickerNamespace); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("picker namespace %q is not a valid namespace name: %s", o.PickerNamespace, msgs[0]))
+		}
+	}
+	if o.PickerPodSelector != "" {
+		if sel, err := labels.Parse(o.PickerPodSelector); err != nil {
+			errs = append(errs, fmt.Errorf("picker pod selector %q: %w", o.PickerPodSelector, err))
+		} else if sel.Empty() {
+			errs = append(errs, fmt.Errorf("picker pod selector %q selects every pod of the namespace", o.PickerPodSelector))
+		}
+	}
+	if o.PickerPort < 0 || o.PickerPort > 65535 {
+		errs = append(errs, fmt.Errorf("picker port %d: must be 1..65535", o.PickerPort))
+	}
+	if o.LeaseDuration > 0 && o.RenewDeadline > 0 && o.RenewDeadline >= o.LeaseDuration {
+		errs = append(errs, fmt.Errorf("leader election renew deadline %s must be shorter than the lease duration %s", o.RenewDeadline, o.LeaseDuration))
+	}
+	if o.RenewDeadline > 0 && o.RetryPeriod > 0 && o.RetryPeriod >= o.RenewDeadline {
+		errs = append(errs, fmt.Errorf("leader election retry period %s must be shorter than the renew deadline %s", o.RetryPeriod, o.RenewDeadline))
 	}
 	return errors.Join(errs...)
 }

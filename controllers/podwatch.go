@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -31,6 +32,9 @@ import (
 type servedPool struct {
 	key datastore.PoolKey
 	m   *Manager
+	// replicas marks the watch of this deployment's own pods, which is no
+	// served pool: it has no pool metrics and no Events.
+	replicas bool
 
 	mu      sync.Mutex // guards everything below and serialises publishing
 	pool    *datastore.Pool
@@ -102,6 +106,7 @@ func (sp *servedPool) synced(w *podWatch, pods []datastore.EndpointSource) {
 	sp.active, sp.pending = w, nil
 	sp.publishLocked(pods)
 	sp.pool.SetSynced(true)
+	sp.clearFailureLocked()
 	// Only now, with the new set published, may the old watch go.
 	if old != nil {
 		old.cancel()
@@ -110,6 +115,55 @@ func (sp *servedPool) synced(w *podWatch, pods []datastore.EndpointSource) {
 	sp.m.metrics.syncSeconds.Observe(time.Since(w.started).Seconds())
 	sp.m.log.V(2).Info("pod watch synced", "pool", sp.key.String(), "selector", w.selector,
 		"endpoints", sp.pool.Endpoints().Len(), "duration", time.Since(w.started))
+}
+
+// failed records that w could not list or watch: the reason goes on the
+// pool (its requests are refused with it until it syncs), in a metric, a
+// log line and an Event on the pool. Other pools are not affected.
+func (sp *servedPool) failed(w *podWatch, what string, err error) {
+	sp.mu.Lock()
+	if (w != sp.pending && w != sp.active) || sp.pool == nil {
+		sp.mu.Unlock()
+		return
+	}
+	reason := fmt.Sprintf("pod %s with selector %q failed: %v", what, w.selector, err)
+	first := sp.pool.SyncError() == ""
+	sp.pool.SetSyncError(reason)
+	synced := sp.pool.Synced()
+	if !sp.replicas {
+		sp.m.metrics.syncFailing.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(1)
+	}
+	sp.mu.Unlock()
+	// waitInitialSync counts a pool that failed as done: readiness must not
+	// wait for one broken pool.
+	sp.m.signal()
+	if first {
+		msg := "its requests are refused until its pods are listed"
+		if synced {
+			msg = "it keeps serving the endpoints last listed"
+		}
+		sp.m.log.Error(err, "cannot list or watch a pool's pods; "+msg, "pool", sp.key.String(), "selector", w.selector)
+		sp.m.poolEvent(sp.key, corev1.EventTypeWarning, "PodsNotListed", reason+"; "+msg)
+	}
+}
+
+// recovered clears a failure once w watches again.
+func (sp *servedPool) recovered(w *podWatch) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if w == sp.active && sp.pool != nil && sp.pool.SyncError() != "" {
+		sp.clearFailureLocked()
+	}
+}
+
+func (sp *servedPool) clearFailureLocked() {
+	if sp.pool.SyncError() != "" {
+		sp.m.log.Info("pool's pods listed again", "pool", sp.key.String())
+	}
+	sp.pool.SetSyncError("")
+	if !sp.replicas {
+		sp.m.metrics.syncFailing.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(0)
+	}
 }
 
 // publish replaces the pool's pods if w is still the active watch.
@@ -123,7 +177,9 @@ func (sp *servedPool) publish(w *podWatch, pods []datastore.EndpointSource) {
 
 func (sp *servedPool) publishLocked(pods []datastore.EndpointSource) {
 	sp.pool.SetPods(pods)
-	sp.m.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods)))
+	if !sp.replicas {
+		sp.m.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods)))
+	}
 }
 
 // endpointPod is what a pod watch keeps of a pod: name, namespace, UID,
@@ -243,7 +299,10 @@ func (w *podWatch) run(ctx context.Context) {
 		backoff = watchRetryInitial
 	)
 	retry := func(what string, err error) bool {
-		log.Error(err, "pod "+what+" failed; retrying", "after", backoff)
+		log.V(2).Info("pod "+what+" failed; retrying", "after", backoff, "err", err.Error())
+		if err != errWatchEnded {
+			w.owner.failed(w, what, err)
+		}
 		t := time.NewTimer(wait.Jitter(backoff, 0.2))
 		defer t.Stop()
 		backoff = min(2*backoff, watchRetryMax)
@@ -305,6 +364,7 @@ func (w *podWatch) run(ctx context.Context) {
 		switch {
 		case healthy:
 			backoff = watchRetryInitial
+			w.owner.recovered(w)
 		case ctx.Err() == nil:
 			// Ended at once, or with an error: do not hammer the server.
 			if !retry("watch", errWatchEnded) {

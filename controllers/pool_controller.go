@@ -50,11 +50,23 @@ func (m *Manager) reconcilePool(ctx context.Context, req reconcile.Request) (rec
 	return reconcile.Result{}, nil
 }
 
-// serves says whether this picker serves the pool, and if not, why.
+// serves says whether this picker serves the pool, and if not, why: the
+// pool is for it (servesSpec) and no other deployment claimed it.
+func (m *Manager) serves(pool *v1.InferencePool) (bool, string) {
+	if ok, reason := m.servesSpec(pool); !ok {
+		return false, reason
+	}
+	if other, conflict := m.claimedByOther(pool); conflict {
+		return false, fmt.Sprintf("claimed by poolpicker %s (annotation %s), not this deployment %s", other, ClaimAnnotation, m.claimID())
+	}
+	return true, ""
+}
+
+// servesSpec says whether the pool is for this picker on its own terms.
 // Namespace, pool label and single-pool filters are applied by the API
 // server; they are checked again here so that a pool reaching the
 // reconciler some other way is never served by mistake.
-func (m *Manager) serves(pool *v1.InferencePool) (bool, string) {
+func (m *Manager) servesSpec(pool *v1.InferencePool) (bool, string) {
 	if m.opts.PoolName != "" && (pool.Name != m.opts.PoolName || pool.Namespace != m.opts.PoolNamespace) {
 		return false, "not the pool named by the single-pool options"
 	}

@@ -65,6 +65,7 @@ type Pool struct {
 	spec      atomic.Pointer[PoolSpec]
 	endpoints atomic.Pointer[EndpointSet]
 	synced    atomic.Bool
+	syncError atomic.Pointer[string]
 	policy    atomic.Pointer[Policy]
 
 	mu       sync.Mutex // serialises writers of endpoints
@@ -87,6 +88,27 @@ func (p *Pool) Synced() bool { return p.synced.Load() }
 
 // SetSynced marks the pool's endpoint set as reflecting the API server.
 func (p *Pool) SetSynced(v bool) { p.synced.Store(v) }
+
+// SyncError says why the pool's pods could not be listed or watched (a
+// missing permission, an API error), "" when nothing failed since the last
+// successful list. A pool that never synced and has a SyncError is broken on
+// its own: its requests are refused with this reason while other pools serve.
+func (p *Pool) SyncError() string {
+	if e := p.syncError.Load(); e != nil {
+		return *e
+	}
+	return ""
+}
+
+// SetSyncError records why listing or watching the pool's pods failed; ""
+// clears it.
+func (p *Pool) SetSyncError(reason string) {
+	if reason == "" {
+		p.syncError.Store(nil)
+		return
+	}
+	p.syncError.Store(&reason)
+}
 
 // Policy returns the pool's objectives and rewrites; never nil.
 func (p *Pool) Policy() *Policy { return p.policy.Load() }

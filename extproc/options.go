@@ -62,6 +62,12 @@ type Options struct {
 	// DrainTimeout bounds how long Start waits, once its context is cancelled,
 	// for open streams to finish before cutting them. Zero: 30s.
 	DrainTimeout time.Duration
+	// DrainGracePeriod is how long, once Start's context is cancelled, the
+	// server keeps accepting new streams with readiness already
+	// NOT_SERVING, so that gateways and Service endpoints learn of the
+	// drain before the listener closes; DrainTimeout counts from its end.
+	// Zero: no grace period (the listener closes at once).
+	DrainGracePeriod time.Duration
 	// PoolsSynced, when set, tells whether the pool controller has seen every
 	// pool present at start; readiness then waits for it instead of for the
 	// first pool, so a picker that serves no pool yet can still turn ready.

@@ -252,3 +252,14 @@ func poolNames(ps []*datastore.Pool) string {
 func errUnresolved(format string, args ...any) *httpError {
 	return &httpError{code: http.StatusServiceUnavailable, reason: "PoolNotResolved", msg: fmt.Sprintf(format, args...)}
 }
+
+// errNotSynced refuses a request for a pool whose pods are not listed yet,
+// naming why when listing them failed.
+func errNotSynced(p *datastore.Pool) *httpError {
+	if reason := p.SyncError(); reason != "" {
+		return &httpError{code: http.StatusServiceUnavailable, reason: "PoolNotSynced",
+			msg: fmt.Sprintf("InferencePool %s is unavailable: its pods cannot be listed: %s", p.Key, reason)}
+	}
+	return &httpError{code: http.StatusServiceUnavailable, reason: "PoolNotSynced",
+		msg: fmt.Sprintf("InferencePool %s is unavailable: its pods are not listed yet", p.Key)}
+}

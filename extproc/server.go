@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -46,6 +47,9 @@ type Server struct {
 	log     logr.Logger
 	health  *health.Server
 	streams sync.WaitGroup
+	// draining is set when Start's context ends: readiness is NOT_SERVING
+	// from then on, whatever the pools say.
+	draining atomic.Bool
 	// schedule is sched's ScheduleDeferred when it has one, else Schedule.
 	schedule func(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
 	// promptLimit is the most prompt bytes sched reads (PromptBytes, when it
@@ -88,20 +92,26 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 		health: health.NewServer(), promptLimit: limit}, nil
 }
 
-// Ready reports readiness as served on the health port: every served pool's
-// endpoints are synced, and the pool controller has seen every pool (with
-// Options.PoolsSynced) or at least one pool is served (without). An EPP that
-// has not listed its pools yet would answer every request 503, so a rolling
-// update must not send it traffic before then.
+// Ready reports readiness as served on the health port. With
+// Options.PoolsSynced (the pool controller's initial sync) it is that alone:
+// one pool whose pods cannot be listed must not take a shared picker out of
+// every gateway; that pool's requests are refused on their own (503
+// PoolNotSynced). Without it, at least one pool is served and every served
+// pool is synced. Once draining, it is false.
 func (s *Server) Ready() bool {
+	if s.draining.Load() {
+		return false
+	}
 	if s.opts.PoolsSynced != nil {
-		return s.opts.PoolsSynced() && s.reg.AllSynced()
+		return s.opts.PoolsSynced()
 	}
 	return s.reg.Len() > 0 && s.reg.AllSynced()
 }
 
 // Start serves ext_proc and health until ctx is cancelled, then drains:
-// health turns NOT_SERVING, open streams get DrainTimeout to finish, and
+// health turns NOT_SERVING, new streams are still accepted for
+// DrainGracePeriod (gateways and Service endpoints take a while to notice),
+// then the listener closes, open streams get DrainTimeout to finish, and
 // whatever is left is cut (their accounting finishes as cancelled).
 func (s *Server) Start(ctx context.Context) error {
 	lis, err := s.listen(s.opts.GRPCListener, s.opts.GRPCPort)
@@ -189,6 +199,17 @@ func (s *Server) Start(ctx context.Context) error {
 	case serveErr = <-errs:
 	}
 	cancel()
+	s.draining.Store(true)
+	s.updateReadiness()
+	if serveErr == nil && s.opts.DrainGracePeriod > 0 {
+		s.log.Info("draining: readiness NOT_SERVING, still accepting streams", "gracePeriod", s.opts.DrainGracePeriod.String())
+		grace := time.NewTimer(s.opts.DrainGracePeriod)
+		select {
+		case <-grace.C:
+		case serveErr = <-errs:
+			grace.Stop()
+		}
+	}
 	s.drain(gs)
 	s.health.Shutdown()
 	hs.Stop()
@@ -199,8 +220,6 @@ func (s *Server) Start(ctx context.Context) error {
 
 // drain stops taking streams and waits up to DrainTimeout for open ones.
 func (s *Server) drain(gs *grpc.Server) {
-	s.health.SetServingStatus(HealthReadiness, healthpb.HealthCheckResponse_NOT_SERVING)
-	s.health.SetServingStatus(HealthExtProc, healthpb.HealthCheckResponse_NOT_SERVING)
 	done := make(chan struct{})
 	go func() {
 		gs.GracefulStop()

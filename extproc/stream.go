@@ -266,6 +266,10 @@ func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		return true, st.fail(herr)
 	}
 	st.pool, st.poolName, st.poolSource = pool, pool.Key.String(), source
+	if !pool.Synced() {
+		// This pool alone is unavailable: other pools keep serving.
+		return true, st.fail(errNotSynced(pool))
+	}
 
 	if h.GetEndOfStream() || st.noBody {
 		return st.decide(nil, nil)

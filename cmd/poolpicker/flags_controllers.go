@@ -10,7 +10,7 @@ func bindControllersFlags(fs *pflag.FlagSet, o *controllers.Options) {
 	fs.StringSliceVar(&o.Namespaces, "watch-namespaces", o.Namespaces,
 		"Namespaces whose InferencePools (and InferenceObjectives, InferenceModelRewrites) are served, comma-separated or repeated. Empty: all namespaces.")
 	fs.StringVar(&o.PoolSelector, "pool-selector", o.PoolSelector,
-		`Label selector on InferencePool objects (e.g. "shard=a" or "tier in (gold,silver)"): only matching pools are served, so several poolpicker deployments can split a cluster's pools. Empty: every pool.`)
+		`Label selector on InferencePool objects (e.g. "shard=a" or "tier in (gold,silver)"): only matching pools are served, so several poolpicker deployments can split a cluster's pools. Default (no --pool-selector, --pool-name or --epp-service-name): poolpicker.io/picker=<--picker-name>, so a pool opts in with that label. An explicit empty value serves every pool.`)
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName,
 		"Serve only this InferencePool (single-pool mode, as the reference EPP). Empty: every pool that passes the other filters.")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace,

@@ -66,6 +66,7 @@ type options struct {
 	extproc      extproc.Options
 	scrape       scrape.Options
 	scheduling   scheduling.Options
+	ha           haOptions
 }
 
 func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
@@ -80,6 +81,7 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	bindScrapeFlags(fs, &o.scrape)
 	bindSchedulingFlags(fs, &o.scheduling)
 	bindVersionFlag(fs, &o.printVersion)
+	bindHAFlags(fs, &o.controllers, &o.ha)
 	// klog's flags: -v (verbosity: 0 important, 2 steady state, 4 debug,
 	// 5 trace) and --vmodule; the rest of klog's flags are not offered.
 	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
@@ -113,6 +115,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("unexpected arguments %q: poolpicker takes flags only", fs.Args()))
 	}
+	applyServingDefaults(fs, &o)
 	if err := validate(&o); err != nil {
 		return usageError(err)
 	}
@@ -144,7 +147,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log.Info("starting", "metricsPort", o.metricsPort, "grpcPort", o.extproc.GRPCPort, "grpcHealthPort", o.extproc.HealthPort,
 		"watchNamespaces", o.controllers.Namespaces, "poolSelector", o.controllers.PoolSelector,
-		"poolName", o.controllers.PoolName, "eppServiceNames", o.controllers.PickerServices)
+		"poolName", o.controllers.PoolName, "eppServiceNames", o.controllers.PickerServices,
+		"pickerName", o.controllers.PickerName, "leaderElection", o.controllers.LeaderElection, "provisionPickerServices", o.controllers.ProvisionPickerServices)
 	if err := c.Start(ctx); err != nil {
 		log.Error(err, "stopped on error")
 		return exitFailed
@@ -248,7 +252,7 @@ func (cs *components) wire(cfg *rest.Config, o *options, log logr.Logger) (*cont
 	// controller-runtime's own metrics (reconciles, work queues, client
 	// requests) live in its global registry; serve both on one endpoint.
 	gatherers := prometheus.Gatherers{metrics, crmetrics.Registry}
-	for _, r := range []interface{ Start(context.Context) error }{scraper, server, &metricsServer{port: o.metricsPort, gatherer: gatherers, log: log}} {
+	for _, r := range []interface{ Start(context.Context) error }{scraper, server, &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, log: log}} {
 		if err := c.Add(runnable{r}); err != nil {
 			return nil, err
 		}
@@ -264,7 +268,7 @@ func (r runnable) Start(ctx context.Context) error { return r.r.Start(ctx) }
 
 // metricsServer serves /metrics until its context is cancelled.
 type metricsServer struct {
-	port     int
+	addr     string
 	gatherer prometheus.Gatherer
 	log      logr.Logger
 }
@@ -273,7 +277,7 @@ func (s *metricsServer) Start(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	lis, err := net.Listen("tcp", ":"+strconv.Itoa(s.port))
+	lis, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("metrics server: %w", err)
 	}

@@ -74,6 +74,9 @@ func TestBadFlagsExitNonZero(t *testing.T) {
 		{[]string{"-v=lots"}, 2, `invalid argument "lots" for "-v, --v"`},
 		{[]string{"stray"}, 2, `unexpected arguments ["stray"]`},
 		{[]string{"--config-text=apiVersion: nope"}, 2, "scheduler"},
+		{[]string{"--ha-leader-election-lease-duration=5s", "--ha-leader-election-renew-deadline=6s"}, 2, "renew deadline 6s must be shorter than the lease duration 5s"},
+		{[]string{"--picker-pod-selector=app in (x"}, 2, `picker pod selector "app in (x"`},
+		{[]string{"--picker-name=Bad_Name"}, 2, `picker name "Bad_Name"`},
 		{[]string{"--kubeconfig=/nonexistent/kubeconfig"}, 1, `loading the API server configuration (--kubeconfig "/nonexistent/kubeconfig")`},
 	}
 	for _, tc := range cases {
@@ -97,7 +100,7 @@ func TestBadFlagsExitNonZero(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--help: %v", err)
 	}
-	for _, flag := range []string{"--kubeconfig", "--grpc-port", "--grpc-health-port", "--metrics-port", "-v, --v", "--watch-namespaces", "--pool-selector", "--pool-name", "--pool-namespace", "--epp-service-name"} {
+	for _, flag := range []string{"--kubeconfig", "--grpc-port", "--grpc-health-port", "--metrics-port", "-v, --v", "--watch-namespaces", "--pool-selector", "--pool-name", "--pool-namespace", "--epp-service-name", "--ha-enable-leader-election", "--provision-picker-services", "--drain-grace-period", "--drain-timeout"} {
 		if !strings.Contains(string(out), flag) {
 			t.Errorf("--help does not list %s", flag)
 		}
@@ -137,7 +140,8 @@ func servePool(t *testing.T) string {
 	if err := env.Client.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	pool := &v1.InferencePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"}}
+	// The label opts the pool in to the default deployment.
+	pool := &v1.InferencePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool", Labels: map[string]string{"poolpicker.io/picker": "poolpicker"}}}
 	pool.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "m"}
 	pool.Spec.TargetPorts = []v1.Port{{Number: 8000}}
 	pool.Spec.EndpointPickerRef = &v1.EndpointPickerRef{Name: "epp", Port: &v1.Port{Number: 9002}}

@@ -1,0 +1,299 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// setupProvisioning adds the watch of this deployment's own pods (every
+// replica) and the picker Service reconciler (leader only).
+func (m *Manager) setupProvisioning() error {
+	m.replicaEvents = make(chan event.GenericEvent, 1)
+	replicaReg := datastore.NewRegistry()
+	replicaReg.AddObserver(replicaObserver{m})
+	key := datastore.PoolKey{Namespace: m.opts.PickerNamespace, Name: m.opts.PickerName + " replicas"}
+	sel, _ := labels.Parse(m.opts.PickerPodSelector) // validated
+	pool := replicaReg.Upsert(key, &datastore.PoolSpec{TargetPorts: []int32{m.opts.PickerPort}})
+	m.replicas = &servedPool{key: key, m: m, pool: pool, replicas: true}
+	if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		m.replicas.ensureWatch(sel.String())
+		<-ctx.Done()
+		m.replicas.stop()
+		return nil
+	})); err != nil {
+		return err
+	}
+	byPool := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if name := o.GetLabels()[PoolLabel]; name != "" {
+			return []reconcile.Request{{NamespacedName: datastore.PoolKey{Namespace: o.GetNamespace(), Name: name}}}
+		}
+		return nil
+	})
+	return ctrl.NewControllerManagedBy(m.mgr).
+		For(&v1.InferencePool{}).
+		Named("pickerservice").
+		Watches(&corev1.Service{}, byPool).
+		Watches(&discoveryv1.EndpointSlice{}, byPool).
+		WatchesRawSource(source.Channel(m.replicaEvents, handler.EnqueueRequestsFromMapFunc(m.allPools))).
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(true), MaxConcurrentReconciles: m.opts.MaxConcurrentReconciles}).
+		Complete(reconcile.Func(m.reconcilePickerService))
+}
+
+// replicaObserver turns a change of the ready replicas into one wake-up of
+// the provisioning reconciler (a burst collapses into one).
+type replicaObserver struct{ m *Manager }
+
+func (o replicaObserver) EndpointsChanged(*datastore.Pool, []*datastore.Endpoint, []*datastore.Endpoint) {
+	select {
+	case o.m.replicaEvents <- event.GenericEvent{Object: &corev1.Pod{}}:
+	default:
+	}
+}
+func (o replicaObserver) PoolRemoved(*datastore.Pool) {}
+
+// allPools enqueues every pool in the cache: the replicas are in every slice.
+func (m *Manager) allPools(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list v1.InferencePoolList
+	if err := m.mgr.GetCache().List(ctx, &list); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
+}
+
+// sliceName is the name of the EndpointSlice provisioned for a Service.
+func (m *Manager) sliceName(service string) string { return service + "-" + m.opts.PickerName }
+
+// reconcilePickerService, on the leader, makes the picker Service of a
+// served pool and its EndpointSlice match the ready replicas, and removes
+// what it provisioned for pools it no longer serves.
+func (m *Manager) reconcilePickerService(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	key := req.NamespacedName
+	var pool v1.InferencePool
+	err := m.mgr.GetClient().Get(ctx, key, &pool)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	served := false
+	if err == nil {
+		served, _ = m.serves(&pool)
+	}
+	ref := pool.Spec.EndpointPickerRef
+	if !served || ref == nil || ref.Port == nil {
+		// Owner references would take them with a deleted pool; a pool that
+		// is merely no longer served here keeps none of this deployment's.
+		m.resolved(key, "Service")
+		m.resolved(key, "EndpointSlice")
+		return reconcile.Result{}, m.deprovision(ctx, key, "")
+	}
+	if !m.replicas.pool.Synced() {
+		// An empty slice written before the replicas are known would cut
+		// the pool off; wait for the first list.
+		return reconcile.Result{RequeueAfter: 200 * time.Millisecond}, nil
+	}
+	svcName := string(ref.Name)
+	if err := m.deprovision(ctx, key, svcName); err != nil {
+		return reconcile.Result{}, err
+	}
+	ok, err := m.ensureService(ctx, &pool, svcName, int32(ref.Port.Number))
+	if err != nil || !ok {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, m.ensureSlice(ctx, &pool, svcName)
+}
+
+// ours reports whether obj was provisioned by this deployment.
+func (m *Manager) ours(obj client.Object) bool {
+	l := obj.GetLabels()
+	return l[PickerLabel] == m.opts.PickerName && l[managedByLabel] == managedBy
+}
+
+func (m *Manager) provisionedLabels(pool string) map[string]string {
+	return map[string]string{PickerLabel: m.opts.PickerName, managedByLabel: managedBy, PoolLabel: pool}
+}
+
+// getOwnOrForeign reads obj from the cache of provisioned objects, or, when
+// absent there, from the API server: a name taken by someone else (or one
+// of ours the cache has not seen yet). It returns whether obj exists.
+func (m *Manager) getOwnOrForeign(ctx context.Context, key client.ObjectKey, obj client.Object) (bool, error) {
+	err := m.mgr.GetClient().Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		err = m.mgr.GetAPIReader().Get(ctx, key, obj)
+	}
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ensureService creates the pool's picker Service when absent, or keeps
+// one it created right; it reports false when the name is taken by a
+// Service it did not create.
+func (m *Manager) ensureService(ctx context.Context, pool *v1.InferencePool, name string, port int32) (bool, error) {
+	key := datastore.PoolKey{Namespace: pool.Namespace, Name: pool.Name}
+	want := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: pool.Namespace, Name: name, Labels: m.provisionedLabels(pool.Name),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1.GroupVersion.String(), Kind: "InferencePool", Name: pool.Name, UID: pool.UID, Controller: ptr.To(true)}},
+		},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{
+			Name: pickerPortName, Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To(appProtocolH2C),
+			Port: port, TargetPort: intstr.FromInt32(m.opts.PickerPort),
+		}}},
+	}
+	var cur corev1.Service
+	exists, err := m.getOwnOrForeign(ctx, client.ObjectKeyFromObject(want), &cur)
+	if err != nil {
+		return false, err
+	}
+	if !exists {
+		if err := m.mgr.GetClient().Create(ctx, want); err != nil {
+			return false, err
+		}
+		m.log.Info("provisioned picker Service", "pool", key.String(), "service", name, "port", port)
+		m.resolved(key, "Service")
+		return true, nil
+	}
+	if !m.ours(&cur) {
+		m.conflict(key, "Service", fmt.Sprintf("Service %s/%s exists and was not created by poolpicker %s: it is left alone, and no EndpointSlice is provisioned for it (delete it to let poolpicker provision it, or route it to the picker yourself)", pool.Namespace, name, m.claimID()))
+		return false, nil
+	}
+	m.resolved(key, "Service")
+	if maps.Equal(cur.Labels, want.Labels) && equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences) &&
+		len(cur.Spec.Selector) == 0 && equality.Semantic.DeepEqual(cur.Spec.Ports, want.Spec.Ports) {
+		return true, nil
+	}
+	cur.Labels, cur.OwnerReferences, cur.Spec.Selector, cur.Spec.Ports = want.Labels, want.OwnerReferences, nil, want.Spec.Ports
+	if err := m.mgr.GetClient().Update(ctx, &cur); err != nil {
+		return false, err
+	}
+	m.log.Info("updated picker Service", "pool", key.String(), "service", name, "port", port)
+	return true, nil
+}
+
+// ensureSlice makes the Service's EndpointSlice list the ready replicas.
+func (m *Manager) ensureSlice(ctx context.Context, pool *v1.InferencePool, service string) error {
+	key := datastore.PoolKey{Namespace: pool.Namespace, Name: pool.Name}
+	var svc corev1.Service
+	if err := m.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: service}, &svc); err != nil {
+		return err
+	}
+	lbls := m.provisionedLabels(pool.Name)
+	lbls[discoveryv1.LabelServiceName] = service
+	lbls[discoveryv1.LabelManagedBy] = sliceManagedBy
+	want := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: pool.Namespace, Name: m.sliceName(service), Labels: lbls,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: ptr.To(true)}},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   m.replicaEndpoints(),
+		Ports: []discoveryv1.EndpointPort{{
+			Name: ptr.To(pickerPortName), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(m.opts.PickerPort), AppProtocol: ptr.To(appProtocolH2C),
+		}},
+	}
+	var cur discoveryv1.EndpointSlice
+	exists, err := m.getOwnOrForeign(ctx, client.ObjectKeyFromObject(want), &cur)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		if err := m.mgr.GetClient().Create(ctx, want); err != nil {
+			return err
+		}
+		m.log.Info("provisioned picker EndpointSlice", "pool", key.String(), "slice", want.Name, "replicas", len(want.Endpoints))
+		m.resolved(key, "EndpointSlice")
+		return nil
+	}
+	if !m.ours(&cur) {
+		m.conflict(key, "EndpointSlice", fmt.Sprintf("EndpointSlice %s/%s exists and was not created by poolpicker %s: it is left alone", pool.Namespace, want.Name, m.claimID()))
+		return nil
+	}
+	m.resolved(key, "EndpointSlice")
+	if maps.Equal(cur.Labels, want.Labels) && equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences) &&
+		equality.Semantic.DeepEqual(cur.Endpoints, want.Endpoints) && equality.Semantic.DeepEqual(cur.Ports, want.Ports) {
+		return nil
+	}
+	cur.Labels, cur.OwnerReferences, cur.Endpoints, cur.Ports = want.Labels, want.OwnerReferences, want.Endpoints, want.Ports
+	if err := m.mgr.GetClient().Update(ctx, &cur); err != nil {
+		return err
+	}
+	m.log.V(2).Info("updated picker EndpointSlice", "pool", key.String(), "slice", want.Name, "replicas", len(want.Endpoints))
+	return nil
+}
+
+// replicaEndpoints are the ready replicas as slice endpoints, by IP.
+func (m *Manager) replicaEndpoints() []discoveryv1.Endpoint {
+	eps := m.replicas.pool.Endpoints().Endpoints
+	out := make([]discoveryv1.Endpoint, 0, len(eps))
+	for _, e := range eps {
+		out = append(out, discoveryv1.Endpoint{
+			Addresses:  []string{e.IP},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: e.Pod.Namespace, Name: e.Pod.Name, UID: e.PodUID},
+		})
+	}
+	slices.SortFunc(out, func(a, b discoveryv1.Endpoint) int { return strings.Compare(a.Addresses[0], b.Addresses[0]) })
+	return out
+}
+
+// deprovision deletes the Services (and their slices) this deployment made
+// for the pool, except the one named keep.
+func (m *Manager) deprovision(ctx context.Context, key datastore.PoolKey, keep string) error {
+	sel := client.MatchingLabels(m.provisionedLabels(key.Name))
+	var svcs corev1.ServiceList
+	if err := m.mgr.GetClient().List(ctx, &svcs, client.InNamespace(key.Namespace), sel); err != nil {
+		return err
+	}
+	for i := range svcs.Items {
+		svc := &svcs.Items[i]
+		if svc.Name == keep || !m.ours(svc) {
+			continue
+		}
+		if err := client.IgnoreNotFound(m.mgr.GetClient().Delete(ctx, svc)); err != nil {
+			return err
+		}
+		m.log.Info("removed picker Service", "pool", key.String(), "service", svc.Name)
+	}
+	var eps discoveryv1.EndpointSliceList
+	if err := m.mgr.GetClient().List(ctx, &eps, client.InNamespace(key.Namespace), sel); err != nil {
+		return err
+	}
+	for i := range eps.Items {
+		s := &eps.Items[i]
+		if s.Labels[discoveryv1.LabelServiceName] == keep || !m.ours(s) {
+			continue
+		}
+		if err := client.IgnoreNotFound(m.mgr.GetClient().Delete(ctx, s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
