@@ -123,11 +123,23 @@ func (m *Manager) reconcilePickerService(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, err
 	}
 	ok, err := m.ensureService(ctx, &pool, svcName, int32(ref.Port.Number))
-	if err != nil || !ok {
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, m.ensureSlice(ctx, &pool, svcName)
+	if ok {
+		ok, err = m.ensureSlice(ctx, &pool, svcName)
+	}
+	if !ok && err == nil {
+		// Objects of others are not watched (the cache holds only this
+		// deployment's): look again for the conflict to clear.
+		return reconcile.Result{RequeueAfter: conflictRecheck}, nil
+	}
+	return reconcile.Result{}, err
 }
+
+// conflictRecheck is how often a picker Service or slice name taken by
+// someone else is looked at again.
+const conflictRecheck = 10 * time.Second
 
 // ours reports whether obj was provisioned by this deployment.
 func (m *Manager) ours(obj client.Object) bool {
@@ -198,12 +210,13 @@ func (m *Manager) ensureService(ctx context.Context, pool *v1.InferencePool, nam
 	return true, nil
 }
 
-// ensureSlice makes the Service's EndpointSlice list the ready replicas.
-func (m *Manager) ensureSlice(ctx context.Context, pool *v1.InferencePool, service string) error {
+// ensureSlice makes the Service's EndpointSlice list the ready replicas; it
+// reports false when the name is taken by a slice it did not create.
+func (m *Manager) ensureSlice(ctx context.Context, pool *v1.InferencePool, service string) (bool, error) {
 	key := datastore.PoolKey{Namespace: pool.Namespace, Name: pool.Name}
 	var svc corev1.Service
 	if err := m.mgr.GetAPIReader().Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: service}, &svc); err != nil {
-		return err
+		return false, err
 	}
 	lbls := m.provisionedLabels(pool.Name)
 	lbls[discoveryv1.LabelServiceName] = service
@@ -222,31 +235,31 @@ func (m *Manager) ensureSlice(ctx context.Context, pool *v1.InferencePool, servi
 	var cur discoveryv1.EndpointSlice
 	exists, err := m.getOwnOrForeign(ctx, client.ObjectKeyFromObject(want), &cur)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !exists {
 		if err := m.mgr.GetClient().Create(ctx, want); err != nil {
-			return err
+			return false, err
 		}
 		m.log.Info("provisioned picker EndpointSlice", "pool", key.String(), "slice", want.Name, "replicas", len(want.Endpoints))
 		m.resolved(key, "EndpointSlice")
-		return nil
+		return true, nil
 	}
 	if !m.ours(&cur) {
 		m.conflict(key, "EndpointSlice", fmt.Sprintf("EndpointSlice %s/%s exists and was not created by poolpicker %s: it is left alone", pool.Namespace, want.Name, m.claimID()))
-		return nil
+		return false, nil
 	}
 	m.resolved(key, "EndpointSlice")
 	if maps.Equal(cur.Labels, want.Labels) && equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences) &&
 		equality.Semantic.DeepEqual(cur.Endpoints, want.Endpoints) && equality.Semantic.DeepEqual(cur.Ports, want.Ports) {
-		return nil
+		return true, nil
 	}
 	cur.Labels, cur.OwnerReferences, cur.Endpoints, cur.Ports = want.Labels, want.OwnerReferences, want.Endpoints, want.Ports
 	if err := m.mgr.GetClient().Update(ctx, &cur); err != nil {
-		return err
+		return false, err
 	}
 	m.log.V(2).Info("updated picker EndpointSlice", "pool", key.String(), "slice", want.Name, "replicas", len(want.Endpoints))
-	return nil
+	return true, nil
 }
 
 // replicaEndpoints are the ready replicas as slice endpoints, by IP.

@@ -41,7 +41,7 @@ const (
 	managedBy      = "poolpicker"
 	// sliceManagedBy keeps the EndpointSlice controller's hands off the
 	// slices poolpicker writes.
-	sliceManagedBy = "poolpicker.io/poolpicker"
+	sliceManagedBy = "poolpicker.io"
 	pickerPortName = "grpc-ext-proc"
 	appProtocolH2C = "kubernetes.io/h2c"
 )

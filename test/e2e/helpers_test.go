@@ -321,6 +321,8 @@ spec:
 apiVersion: inference.networking.k8s.io/v1
 kind: InferencePool
 metadata:
+  labels:
+    poolpicker.io/picker: poolpicker # opts in to the poolpicker deployment of that name
   name: {{name}}
   namespace: {{ns}}
 spec:
