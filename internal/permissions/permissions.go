@@ -32,6 +32,10 @@ type Rule struct {
 var Rules = []Rule{
 	{Group: "inference.networking.k8s.io", Resource: "inferencepools", Verbs: []string{"get", "list", "watch"},
 		Why: "find the pools to serve (the controllers' cache lists and watches them; an objective of an unserved pool reads its pool's metadata)"},
+	{Group: "inference.networking.k8s.io", Resource: "inferencepools", Verbs: []string{"patch"},
+		Why: "claim a served pool (annotation poolpicker.io/served-by) so that no other deployment serves it too, and release the claim"},
+	{Group: "events.k8s.io", Resource: "events", Verbs: []string{"create", "patch"},
+		Why: "report on a pool what stops it from serving (pods not listable, a claim or picker Service conflict)"},
 	{Group: "", Resource: "pods", Verbs: []string{"list", "watch"},
 		Why: "follow each served pool's model-server pods (one list+watch per pool, scoped by its selector)"},
 	{Group: "inference.networking.x-k8s.io", Resource: "inferenceobjectives", Verbs: []string{"list", "watch"},
