@@ -83,6 +83,10 @@ type Options struct {
 	BodyWaitTimeout time.Duration
 	// HealthInterval is how often readiness is re-evaluated. Zero: 1s.
 	HealthInterval time.Duration
+	// HealthOnGRPCPort also serves the gRPC health service on the ext_proc
+	// port, for gateways that health-check the picker's cluster there (the
+	// upstream EPP's --health-checking). Zero: the health port only.
+	HealthOnGRPCPort bool
 
 	// Registerer receives the request metrics. Nil: metrics are kept in a
 	// private registry and not exported.

@@ -30,12 +30,21 @@ type Scheduler interface {
 	Schedule(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
 }
 
-// Health service names served on the health port.
+// Health service names served on the health port. Liveness is SERVING while
+// the process runs; the others follow readiness (Ready, and NOT_SERVING once
+// draining). Upstream's probes ask HealthInferenceExtension (its chart and
+// the conformance manifests, for both probes of a single replica) and the
+// empty name (load balancers' overall health); both mean ready there too.
 const (
-	HealthLiveness  = "liveness"
-	HealthReadiness = "readiness"
-	HealthExtProc   = "envoy.service.ext_proc.v3.ExternalProcessor"
+	HealthLiveness           = "liveness"
+	HealthReadiness          = "readiness"
+	HealthExtProc            = "envoy.service.ext_proc.v3.ExternalProcessor"
+	HealthInferenceExtension = "inference-extension"
+	HealthOverall            = ""
 )
+
+// readinessServices are the health services whose status is readiness.
+var readinessServices = []string{HealthReadiness, HealthExtProc, HealthInferenceExtension, HealthOverall}
 
 // Server is the ext_proc server and its health server, a runnable.
 type Server struct {
@@ -159,10 +168,12 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	gs := grpc.NewServer(serverOpts...)
 	extprocv3.RegisterExternalProcessorServer(gs, s)
+	if s.opts.HealthOnGRPCPort {
+		healthpb.RegisterHealthServer(gs, s.health)
+	}
 	hs := grpc.NewServer()
 	healthpb.RegisterHealthServer(hs, s.health)
 	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.updateReadiness()
 
 	wg.Add(3)
@@ -242,8 +253,13 @@ func (s *Server) updateReadiness() {
 	if s.Ready() {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
-	s.health.SetServingStatus(HealthReadiness, st)
-	s.health.SetServingStatus(HealthExtProc, st)
+	s.setReadiness(st)
+}
+
+func (s *Server) setReadiness(st healthpb.HealthCheckResponse_ServingStatus) {
+	for _, name := range readinessServices {
+		s.health.SetServingStatus(name, st)
+	}
 }
 
 func (s *Server) listen(l net.Listener, port int) (net.Listener, error) {

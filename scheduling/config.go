@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -72,6 +73,10 @@ type Config struct {
 	Kind               string        `json:"kind"`
 	Plugins            []PluginSpec  `json:"plugins"`
 	SchedulingProfiles []ProfileSpec `json:"schedulingProfiles,omitempty"`
+	// Warnings name what an upstream config asks that poolpicker reads past:
+	// unimplemented fields and plugins whose job poolpicker does itself,
+	// one line each, for the caller to log.
+	Warnings []string `json:"-"`
 }
 
 // PluginSpec declares one plugin instance.
@@ -128,10 +133,15 @@ func LoadConfig(data []byte) (*Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fmt.Errorf("scheduling config: empty")
 	}
+	data, warns, err := stripUnimplementedFields(data)
+	if err != nil {
+		return nil, fmt.Errorf("scheduling config: %w", err)
+	}
 	cfg := &Config{}
 	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
 		return nil, fmt.Errorf("scheduling config: %w", err)
 	}
+	cfg.Warnings = warns
 	if err := cfg.complete(); err != nil {
 		return nil, fmt.Errorf("scheduling config: %w", err)
 	}
@@ -145,14 +155,17 @@ func LoadConfig(data []byte) (*Config, error) {
 
 // complete checks the structure and fills defaults (names, default profile).
 func (c *Config) complete() error {
-	if c.APIVersion != ConfigAPIVersion {
-		return fmt.Errorf("apiVersion %q: must be %q", c.APIVersion, ConfigAPIVersion)
+	if !slices.Contains(configAPIVersions, c.APIVersion) {
+		return fmt.Errorf("apiVersion %q: must be \"%s\"", c.APIVersion, strings.Join(configAPIVersions, `" or "`))
 	}
 	if c.Kind != ConfigKind {
 		return fmt.Errorf("kind %q: must be %q", c.Kind, ConfigKind)
 	}
 	if len(c.Plugins) == 0 {
 		return fmt.Errorf("plugins: none declared")
+	}
+	if err := c.resolveUpstreamTypes(); err != nil {
+		return err
 	}
 	names := make(map[string]int, len(c.Plugins))
 	for i := range c.Plugins {
@@ -174,7 +187,9 @@ func (c *Config) complete() error {
 	if len(c.SchedulingProfiles) == 0 {
 		prof := ProfileSpec{Name: DefaultProfileName}
 		for _, p := range c.Plugins {
-			prof.Plugins = append(prof.Plugins, PluginRef{PluginRef: p.Name})
+			if _, inert := inertPluginTypes[p.Type]; !inert {
+				prof.Plugins = append(prof.Plugins, PluginRef{PluginRef: p.Name})
+			}
 		}
 		c.SchedulingProfiles = []ProfileSpec{prof}
 	}
@@ -204,6 +219,7 @@ func (c *Config) complete() error {
 			}
 		}
 	}
+	c.dropInertRefs()
 	return nil
 }
 

@@ -50,8 +50,11 @@ var builtins = map[string]factory{
 
 // PluginTypes lists the plugin types a config may name, sorted.
 func PluginTypes() []string {
-	types := make([]string, 0, len(builtins))
+	types := make([]string, 0, len(builtins)+len(pluginTypeAliases))
 	for t := range builtins {
+		types = append(types, t)
+	}
+	for t := range pluginTypeAliases {
 		types = append(types, t)
 	}
 	sort.Strings(types)

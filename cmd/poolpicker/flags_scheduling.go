@@ -38,11 +38,11 @@ func bindSchedulingFlags(fs *pflag.FlagSet, o *scheduling.Options) {
 		"KV-cache use (0..1) at which an endpoint is saturated; see --saturation-queue-depth-threshold.")
 }
 
-// newScheduler checks the flags' values, loads the config file or text they
-// name, and builds the scheduler. Every error names its culprit (flag, file,
+// newScheduler checks the flags' values and builds the scheduler from cfg,
+// or (cfg nil) from the config file or text they name. Every error names its culprit (flag, file,
 // plugin, parameter or profile) and is meant to stop start-up. Register the
 // result with the datastore registry (AddObserver) before pools are added.
-func newScheduler(o scheduling.Options) (*scheduling.Scheduler, error) {
+func newScheduler(o scheduling.Options, cfg *scheduling.Config) (*scheduling.Scheduler, error) {
 	switch {
 	case o.MaxEndpoints < 1:
 		return nil, fmt.Errorf("--scheduler-max-endpoints %d: must be at least 1", o.MaxEndpoints)
@@ -53,5 +53,5 @@ func newScheduler(o scheduling.Options) (*scheduling.Scheduler, error) {
 	case !(o.KVCacheUtilThreshold > 0 && o.KVCacheUtilThreshold <= 1):
 		return nil, fmt.Errorf("--saturation-kv-cache-threshold %v: must be in (0, 1]", o.KVCacheUtilThreshold)
 	}
-	return scheduling.New(nil, o)
+	return scheduling.New(cfg, o)
 }

@@ -56,7 +56,7 @@ func TestSchedulingFlags(t *testing.T) {
 			if err := fs.Parse(c.args); err != nil {
 				t.Fatal(err)
 			}
-			s, err := newScheduler(o)
+			s, err := newScheduler(o, nil)
 			if len(c.wantErr) > 0 {
 				if err == nil {
 					t.Fatalf("built, want an error naming %q", c.wantErr)

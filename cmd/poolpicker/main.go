@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	goflag "flag"
 	"fmt"
 	"io"
 	"net"
@@ -67,6 +66,8 @@ type options struct {
 	scrape       scrape.Options
 	scheduling   scheduling.Options
 	ha           haOptions
+	logging      loggingOptions
+	compat       compatOptions
 }
 
 func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
@@ -82,13 +83,8 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	bindSchedulingFlags(fs, &o.scheduling)
 	bindVersionFlag(fs, &o.printVersion)
 	bindHAFlags(fs, &o.controllers, &o.ha)
-	// klog's flags: -v (verbosity: 0 important, 2 steady state, 4 debug,
-	// 5 trace) and --vmodule; the rest of klog's flags are not offered.
-	gofs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
-	klog.InitFlags(gofs)
-	for _, name := range []string{"v", "vmodule"} {
-		fs.AddGoFlag(gofs.Lookup(name))
-	}
+	bindLoggingFlags(fs, &o.logging)
+	bindCompatFlags(fs, &o.compat)
 	return fs
 }
 
@@ -116,15 +112,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return usageError(fmt.Errorf("unexpected arguments %q: poolpicker takes flags only", fs.Args()))
 	}
 	applyServingDefaults(fs, &o)
+	if err := completeCompat(&o, os.Getenv); err != nil {
+		return usageError(err)
+	}
 	if err := validate(&o); err != nil {
 		return usageError(err)
 	}
 
-	log := klog.NewKlogr()
-	klog.SetOutput(stderr)
-	klog.LogToStderr(false)
+	log := newLogger(fs, &o.logging, stderr)
 	defer klog.Flush()
 	ctrl.SetLogger(log)
+	logCompatWarnings(log, fs)
 
 	comps, err := build(&o, log)
 	if err != nil {
@@ -207,12 +205,25 @@ func build(o *options, log logr.Logger) (*components, error) {
 	metrics.MustRegister(newBuildInfoGauge())
 
 	o.scheduling.Logger = log.WithName("scheduling")
+	cfg, err := o.scheduling.LoadConfig()
+	if err != nil {
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	for _, w := range cfg.Warnings {
+		log.Info("WARNING: scheduling config: "+w, "warning", true)
+	}
+	// Upstream's conformance manifests turn the conformance-test behaviours
+	// on by naming the conformance plugins in their config, not by a flag.
+	if cfg.UsesConformanceTestPlugins() && !o.extproc.EnableConformanceTestBehaviors {
+		log.Info("WARNING: the scheduling config names conformance-test plugins, so conformance-test behaviours are on: clients can choose their endpoint (never in production)", "warning", true)
+		o.extproc.EnableConformanceTestBehaviors = true
+	}
 	// One knob each: the scraper's staleness threshold decides when the
 	// scheduler treats an endpoint as unknown, and the conformance switch
 	// enables both the ext_proc echo and the candidate filter.
 	o.scheduling.MetricsStaleness = o.scrape.StalenessThreshold
 	o.scheduling.EnableConformanceTestFilter = o.extproc.EnableConformanceTestBehaviors
-	sched, err := newScheduler(o.scheduling)
+	sched, err := newScheduler(o.scheduling, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}

@@ -1,0 +1,231 @@
+package scheduling
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+
+	"sigs.k8s.io/yaml"
+)
+
+// ConfigAPIVersionLLMD is the apiVersion of the llm-d router's
+// EndpointPickerConfig, the current upstream one; a config may carry it or
+// ConfigAPIVersion, with the same meaning.
+const ConfigAPIVersionLLMD = "llm-d.ai/v1alpha1"
+
+// configAPIVersions are the apiVersions a config may carry.
+var configAPIVersions = []string{ConfigAPIVersion, ConfigAPIVersionLLMD}
+
+// DestinationEndpointServedVerifierType is the upstream conformance plugin
+// that echoes the endpoint the gateway reports as served; naming it (or
+// ConformanceTestFilterType) in a config turns on the conformance-test
+// behaviours (Config.UsesConformanceTestPlugins).
+const DestinationEndpointServedVerifierType = "destination-endpoint-served-verifier"
+
+// unimplementedFields are upstream EndpointPickerConfig fields poolpicker
+// reads past: each present one earns a warning (Config.Warnings) saying what
+// poolpicker does instead.
+var unimplementedFields = map[string]string{
+	"featureGates":       "poolpicker has no feature gates; every feature it has is on",
+	"dataLayer":          "model-server metrics are scraped by poolpicker's own scraper (--model-server-metrics-* flags, pool annotations)",
+	"flowControl":        "requests are not queued; sheddable requests are answered 429 when the pool is saturated (--saturation-* flags)",
+	"saturationDetector": "saturation is judged by queue depth and KV-cache use (--saturation-* flags)",
+	"requestHandler":     "request bodies are parsed as OpenAI JSON by poolpicker itself",
+	"parser":             "request bodies are parsed as OpenAI JSON by poolpicker itself",
+}
+
+// inertPluginTypes are upstream plugin types whose job poolpicker always does
+// by itself, so declaring one changes nothing: it is accepted (parameters
+// unread), dropped from the profiles that name it, and reported in
+// Config.Warnings. The value says what does the job here.
+var inertPluginTypes = map[string]string{
+	"metrics-data-source":                 "model-server metrics are always scraped (--model-server-metrics-* flags)",
+	"core-metrics-extractor":              "queue, running, KV-cache, LoRA and cache-geometry metrics are always read (engines by pool annotation)",
+	"openai-parser":                       "request bodies are always parsed as OpenAI JSON",
+	"utilization-detector":                "saturation is judged by --saturation-queue-depth-threshold and --saturation-kv-cache-threshold",
+	"inflight-load-producer":              "requests in flight per endpoint are always counted",
+	"approx-prefix-cache-producer":        "the prefix-cache index is kept by prefix-cache-scorer",
+	DestinationEndpointServedVerifierType: "the served endpoint is echoed in x-conformance-test-served-endpoint with conformance-test behaviours on",
+}
+
+// pluginTypeAliases maps upstream plugin type names to the poolpicker type of
+// the same meaning. An alias takes the poolpicker type's parameters.
+var pluginTypeAliases = map[string]string{
+	// llm-d router: prefers the endpoint with the fewest requests in flight
+	// from this picker, as in-flight-scorer does.
+	"active-request-scorer": InFlightScorerType,
+}
+
+// upstreamParams translate upstream parameter names of a plugin type to
+// poolpicker's, before the type's factory reads them strictly.
+var upstreamParams = map[string]func(params map[string]json.RawMessage) error{
+	PrefixCacheScorerType: prefixScorerParams,
+}
+
+// prefixScorerParams reads upstream prefix-cache-scorer parameters: a block
+// of blockSizeTokens tokens is blockSizeTokens × bytesPerToken (upstream
+// assumes 4) bytes of prompt; blockSize is its older size in characters;
+// maxPrefixTokensToMatch, when set, gives the block count in tokens.
+func prefixScorerParams(p map[string]json.RawMessage) error {
+	num := func(key string) (int, bool, error) {
+		raw, ok := p[key]
+		if !ok {
+			return 0, false, nil
+		}
+		var n int
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return 0, true, fmt.Errorf("parameters: %s: %w", key, err)
+		}
+		delete(p, key)
+		return n, true, nil
+	}
+	bytesPerToken := 4
+	if raw, ok := p["bytesPerToken"]; ok {
+		if err := json.Unmarshal(raw, &bytesPerToken); err != nil {
+			return fmt.Errorf("parameters: bytesPerToken: %w", err)
+		}
+	}
+	tokens, hasTokens, err := num("blockSizeTokens")
+	if err != nil {
+		return err
+	}
+	chars, hasChars, err := num("blockSize")
+	if err != nil {
+		return err
+	}
+	maxTokens, hasMaxTokens, err := num("maxPrefixTokensToMatch")
+	if err != nil {
+		return err
+	}
+	if _, set := p["hashBlockSize"]; !set {
+		switch {
+		case hasTokens && tokens > 0:
+			p["hashBlockSize"] = json.RawMessage(strconv.Itoa(tokens * bytesPerToken))
+		case hasChars && chars > 0:
+			p["hashBlockSize"] = json.RawMessage(strconv.Itoa(chars))
+		}
+	}
+	if hasMaxTokens && maxTokens > 0 && hasTokens && tokens > 0 {
+		p["maxPrefixBlocksToMatch"] = json.RawMessage(strconv.Itoa(max(maxTokens/tokens, 1)))
+	}
+	return nil
+}
+
+// translateParams rewrites a plugin's upstream parameter names in place.
+func (p *PluginSpec) translateParams() error {
+	tr, ok := upstreamParams[p.Type]
+	if !ok || len(p.Parameters) == 0 || string(p.Parameters) == "null" {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(p.Parameters, &m); err != nil {
+		return fmt.Errorf("parameters: %w", err)
+	}
+	if err := tr(m); err != nil {
+		return err
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	p.Parameters = out
+	return nil
+}
+
+func init() {
+	for t := range inertPluginTypes {
+		builtins[t] = func(name string, _ json.RawMessage) (Plugin, error) {
+			return &inertPlugin{name: TypedName{Type: t, Name: name}}, nil
+		}
+	}
+}
+
+// inertPlugin stands for an upstream plugin whose job poolpicker does itself.
+type inertPlugin struct{ name TypedName }
+
+func (p *inertPlugin) TypedName() TypedName { return p.name }
+
+// stripUnimplementedFields removes the upstream-only top-level fields from a
+// config document, returning the rest (as JSON) and one warning per field.
+func stripUnimplementedFields(data []byte) ([]byte, []string, error) {
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil, nil, fmt.Errorf("not a mapping: %w", err)
+	}
+	var warns []string
+	for _, field := range sortedKeys(unimplementedFields) {
+		if _, ok := doc[field]; ok {
+			warns = append(warns, fmt.Sprintf("field %s is not implemented and is ignored: %s", field, unimplementedFields[field]))
+			delete(doc, field)
+		}
+	}
+	out, err := json.Marshal(doc)
+	return out, warns, err
+}
+
+// resolveUpstreamTypes rewrites aliases to poolpicker types, drops inert
+// plugins from profiles (after checking the references) and from an implicit
+// default profile, and records a warning for each.
+func (c *Config) resolveUpstreamTypes() error {
+	for i := range c.Plugins {
+		p := &c.Plugins[i]
+		if to, ok := pluginTypeAliases[p.Type]; ok {
+			// Profiles refer to the instance by its upstream type.
+			p.Name = p.nameOr()
+			c.Warnings = append(c.Warnings, fmt.Sprintf("plugin %q: type %s is read as poolpicker's %s", p.nameOr(), p.Type, to))
+			p.Type = to
+		}
+		if err := p.translateParams(); err != nil {
+			return fmt.Errorf("plugins[%d] (%s): %w", i, p.Type, err)
+		}
+		if why, ok := inertPluginTypes[p.Type]; ok {
+			c.Warnings = append(c.Warnings, fmt.Sprintf("plugin %q: type %s has nothing to do here (%s); its parameters are not read", p.nameOr(), p.Type, why))
+		}
+	}
+	return nil
+}
+
+// dropInertRefs removes references to inert plugins from every profile.
+func (c *Config) dropInertRefs() {
+	inert := map[string]bool{}
+	for _, p := range c.Plugins {
+		if _, ok := inertPluginTypes[p.Type]; ok {
+			inert[p.Name] = true
+		}
+	}
+	for i := range c.SchedulingProfiles {
+		c.SchedulingProfiles[i].Plugins = slices.DeleteFunc(c.SchedulingProfiles[i].Plugins, func(r PluginRef) bool { return inert[r.PluginRef] })
+	}
+}
+
+func (p *PluginSpec) nameOr() string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return p.Type
+}
+
+// UsesConformanceTestPlugins reports whether the config declares an upstream
+// conformance-test plugin (header-based-testing-filter or
+// destination-endpoint-served-verifier): upstream's conformance manifests
+// turn the conformance-test behaviours on that way, not by a flag.
+func (c *Config) UsesConformanceTestPlugins() bool {
+	return slices.ContainsFunc(c.Plugins, func(p PluginSpec) bool {
+		return p.Type == ConformanceTestFilterType || p.Type == DestinationEndpointServedVerifierType
+	})
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
