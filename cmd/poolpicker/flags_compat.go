@@ -79,8 +79,8 @@ type noEffectFlag struct {
 }
 
 func isValue(v string) func(string) bool { return func(s string) bool { return s == v } }
-func isEmpty(s string) bool                { return s == "" || s == "[]" }
-func never(string) bool                    { return false }
+func isEmpty(s string) bool              { return s == "" || s == "[]" }
+func never(string) bool                  { return false }
 
 // noEffectFlags lists the accepted flags that change nothing here, in --help order.
 var noEffectFlags = []noEffectFlag{

@@ -19,9 +19,9 @@ import (
 // the container's args and env, and the files its --config-file may name
 // (under /config, as the manifests mount them).
 type upstreamDeployment struct {
-	name    string
-	args    []string
-	env     []string
+	name string
+	args []string
+	env  []string
 	// configs maps a file under /config to the upstream config (in
 	// scheduling/testdata/upstream) it holds.
 	configs map[string]string
