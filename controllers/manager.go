@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	llmdv1alpha2 "github.com/poolpicker/poolpicker/api/llmd/v1alpha2"
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
 	"github.com/poolpicker/poolpicker/datastore"
@@ -68,13 +69,16 @@ type Manager struct {
 	// changed is poked when a pool syncs or stops being served, waking
 	// waitInitialSync.
 	changed chan struct{}
+	// policyGroups are the API groups of objectives and rewrites read; set
+	// once before the policy controller starts.
+	policyGroups policyGroups
 }
 
 // Scheme returns the scheme the reconcilers read: core types and
 // poolpicker's API types.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme, v1alpha2.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme, v1alpha2.AddToScheme, llmdv1alpha2.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(err) // static registration; cannot fail
 		}

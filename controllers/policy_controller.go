@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	llmdv1alpha2 "github.com/poolpicker/poolpicker/api/llmd/v1alpha2"
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
 	"github.com/poolpicker/poolpicker/datastore"
@@ -39,16 +41,34 @@ func poolRefName(ref v1alpha2.PoolObjectReference) []string {
 
 func (m *Manager) setupPolicyController() error {
 	ctx := context.Background()
-	idx := m.mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &v1alpha2.InferenceObjective{}, poolRefIndex, func(o client.Object) []string {
-		return poolRefName(o.(*v1alpha2.InferenceObjective).Spec.PoolRef)
-	}); err != nil {
-		return fmt.Errorf("controllers: indexing objectives: %w", err)
+	groups, err := m.detectPolicyGroups()
+	if err != nil {
+		return err
 	}
-	if err := idx.IndexField(ctx, &v1alpha2.InferenceModelRewrite{}, poolRefIndex, func(o client.Object) []string {
-		return poolRefName(o.(*v1alpha2.InferenceModelRewrite).Spec.PoolRef)
-	}); err != nil {
-		return fmt.Errorf("controllers: indexing rewrites: %w", err)
+	m.policyGroups = groups
+	m.log.Info("reading InferenceObjectives and InferenceModelRewrites", v1alpha2.GroupVersion.Group, groups.xk8s, llmdv1alpha2.GroupVersion.Group, groups.llmd)
+	idx := m.mgr.GetFieldIndexer()
+	indexes := map[client.Object]client.IndexerFunc{}
+	if groups.xk8s {
+		indexes[&v1alpha2.InferenceObjective{}] = func(o client.Object) []string {
+			return poolRefName(o.(*v1alpha2.InferenceObjective).Spec.PoolRef)
+		}
+		indexes[&v1alpha2.InferenceModelRewrite{}] = func(o client.Object) []string {
+			return poolRefName(o.(*v1alpha2.InferenceModelRewrite).Spec.PoolRef)
+		}
+	}
+	if groups.llmd {
+		indexes[&llmdv1alpha2.InferenceObjective{}] = func(o client.Object) []string {
+			return poolRefNameLLMD(o.(*llmdv1alpha2.InferenceObjective).Spec.PoolRef)
+		}
+		indexes[&llmdv1alpha2.InferenceModelRewrite{}] = func(o client.Object) []string {
+			return poolRefNameLLMD(o.(*llmdv1alpha2.InferenceModelRewrite).Spec.PoolRef)
+		}
+	}
+	for obj, fn := range indexes {
+		if err := idx.IndexField(ctx, obj, poolRefIndex, fn); err != nil {
+			return fmt.Errorf("controllers: indexing %T: %w", obj, err)
+		}
 	}
 	toPool := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		var names []string
@@ -57,6 +77,10 @@ func (m *Manager) setupPolicyController() error {
 			names = poolRefName(o.Spec.PoolRef)
 		case *v1alpha2.InferenceModelRewrite:
 			names = poolRefName(o.Spec.PoolRef)
+		case *llmdv1alpha2.InferenceObjective:
+			names = poolRefNameLLMD(o.Spec.PoolRef)
+		case *llmdv1alpha2.InferenceModelRewrite:
+			names = poolRefNameLLMD(o.Spec.PoolRef)
 		case *v1.InferencePool:
 			names = []string{o.Name}
 		}
@@ -68,11 +92,11 @@ func (m *Manager) setupPolicyController() error {
 	})
 	// Keyed by pool: one reconcile publishes the pool's whole policy and
 	// sets the Accepted condition of every object referring to it.
-	return ctrl.NewControllerManagedBy(m.mgr).
-		Named("inferencepolicy").
-		Watches(&v1alpha2.InferenceObjective{}, toPool).
-		Watches(&v1alpha2.InferenceModelRewrite{}, toPool).
-		WatchesRawSource(source.Channel(m.poolEvents, toPool)).
+	b := ctrl.NewControllerManagedBy(m.mgr).Named("inferencepolicy")
+	for obj := range indexes {
+		b = b.Watches(obj, toPool)
+	}
+	return b.WatchesRawSource(source.Channel(m.poolEvents, toPool)).
 		Complete(reconcile.Func(m.reconcilePolicy))
 }
 
@@ -82,23 +106,18 @@ func (m *Manager) setupPolicyController() error {
 // by another picker is that picker's to report on.
 func (m *Manager) reconcilePolicy(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.NamespacedName
-	c := m.mgr.GetClient()
-	var objectives v1alpha2.InferenceObjectiveList
-	if err := c.List(ctx, &objectives, client.InNamespace(key.Namespace), client.MatchingFields{poolRefIndex: key.Name}); err != nil {
-		return reconcile.Result{}, err
-	}
-	var rewrites v1alpha2.InferenceModelRewriteList
-	if err := c.List(ctx, &rewrites, client.InNamespace(key.Namespace), client.MatchingFields{poolRefIndex: key.Name}); err != nil {
+	objectives, rewrites, objs, err := m.listPolicy(ctx, key)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 
 	var cond metav1.Condition
 	if pool, ok := m.registry.Get(key); ok {
-		pool.SetPolicy(buildPolicy(objectives.Items, rewrites.Items))
+		pool.SetPolicy(buildPolicy(objectives, rewrites))
 		cond = metav1.Condition{Type: v1alpha2.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha2.ReasonAccepted,
 			Message: fmt.Sprintf("InferencePool %s is served", key.Name)}
 	} else {
-		if len(objectives.Items)+len(rewrites.Items) == 0 {
+		if len(objs) == 0 {
 			return reconcile.Result{}, nil
 		}
 		meta := &metav1.PartialObjectMetadata{}
@@ -116,20 +135,10 @@ func (m *Manager) reconcilePolicy(ctx context.Context, req reconcile.Request) (r
 	}
 
 	var errs []error
-	for i := range objectives.Items {
-		o := &objectives.Items[i]
-		errs = append(errs, m.setAccepted(ctx, o, &o.Status.Conditions, cond))
+	for _, o := range objs {
+		errs = append(errs, m.setAccepted(ctx, o.obj, o.conds, cond))
 	}
-	for i := range rewrites.Items {
-		r := &rewrites.Items[i]
-		errs = append(errs, m.setAccepted(ctx, r, &r.Status.Conditions, cond))
-	}
-	for _, err := range errs {
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{}, errors.Join(errs...)
 }
 
 // setAccepted patches obj's status when its Accepted condition differs;

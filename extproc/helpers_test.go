@@ -198,6 +198,9 @@ func (ts *testServer) conn(t testing.TB, authority string) *grpc.ClientConn {
 	if authority != "" {
 		opts = append(opts, grpc.WithAuthority(authority))
 	}
+	// Envoy takes answers of any size (a streamed body mutation echoes a
+	// whole chunk); gRPC clients stop at 4 MiB unless told otherwise.
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	c, err := grpc.NewClient(ts.addr, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,10 @@ const (
 	DefaultMaxModelLabels      = 64
 )
 
+// recvMsgOverheadBytes is room in a gRPC message beyond its body: headers,
+// trailers and the protobuf framing of a ProcessingRequest.
+const recvMsgOverheadBytes = 64 << 10
+
 // Options configures the ext_proc server. The zero value of every field means
 // its documented default; flags are bound to it in cmd/poolpicker.
 type Options struct {
@@ -48,6 +52,12 @@ type Options struct {
 	// MaxRequestBodyBytes bounds the request body the server holds; larger
 	// bodies are answered 413. Zero: 16 MiB.
 	MaxRequestBodyBytes int
+	// MaxRecvMsgBytes is the largest gRPC message the ext_proc server takes.
+	// A BUFFERED gateway sends a whole body in one message, so by default it
+	// follows MaxRequestBodyBytes (plus room for the message's other
+	// fields); gRPC's own 4 MiB default would refuse bodies the picker
+	// accepts. Zero: MaxRequestBodyBytes + 64 KiB.
+	MaxRecvMsgBytes int
 	// TrustPoolHeader lets a plain request header x-gateway-inference-pool name
 	// the pool. Off by default because any client can send that header: only
 	// an operator whose gateway sets (and strips client copies of) it should
@@ -107,6 +117,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxRequestBodyBytes <= 0 {
 		o.MaxRequestBodyBytes = DefaultMaxRequestBodyBytes
+	}
+	if o.MaxRecvMsgBytes <= 0 {
+		o.MaxRecvMsgBytes = o.MaxRequestBodyBytes + recvMsgOverheadBytes
 	}
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = DefaultDrainTimeout

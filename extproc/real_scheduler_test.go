@@ -122,6 +122,33 @@ func TestRealScheduler(t *testing.T) {
 		g.expectEOF()
 	})
 
+	t.Run("model rewrite header, current and deprecated name", func(t *testing.T) {
+		cases := []struct {
+			name    string
+			headers []hdr
+			want    string
+		}{
+			{"current name", []hdr{{hdrModelRewrite, "base-v3", true}}, `{"model":"base-v3","prompt":"x"}`},
+			{"deprecated name", []hdr{{hdrModelRewriteDeprecated, "base-v3", false}}, `{"model":"base-v3","prompt":"x"}`},
+			{"current name wins", []hdr{{hdrModelRewriteDeprecated, "old", true}, {hdrModelRewrite, "base-v4", true}}, `{"model":"base-v4","prompt":"x"}`},
+			{"pool rules apply to the named model", []hdr{{hdrModelRewrite, "alias", true}}, `{"model":"base-v2","prompt":"x"}`},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				g := ts.open(t, authorityOf(3), nil)
+				body := []byte(`{"model":"m","prompt":"x"}`)
+				g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions", c.headers...), false), duplex, duplex))
+				g.send(reqBody(body, true))
+				r := g.recv()
+				destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation())
+				if b := g.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody(); string(b) != c.want {
+					t.Fatalf("body %s, want %s", b, c.want)
+				}
+				g.expectEOF()
+			})
+		}
+	})
+
 	t.Run("rewrite and shed", func(t *testing.T) {
 		g := ts.open(t, authorityOf(3), nil)
 		body := []byte(`{"model":"alias","prompt":"x"}`)

@@ -145,6 +145,7 @@ func (s *Server) Start(ctx context.Context) error {
 		// a window update comes back. A stream may send 1 MiB unasked, a
 		// connection 16 MiB (the default body limit).
 		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes),
+		grpc.MaxRecvMsgSize(s.opts.MaxRecvMsgBytes),
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)

@@ -402,6 +402,8 @@ func TestErrorStatuses(t *testing.T) {
 		{"too large", authorityOf(0), nil, "/v1/completions", nil, completionBody("m", 2000), 4, 413},
 		{"unknown pool tag", authorityOf(0), metadata.Pairs(hdrPoolTag, "ns-0/ghost"), "/v1/completions", nil, completionBody("m", 1), 1, 404},
 		{"shed", authorityOf(2), nil, "/v1/completions", []hdr{{hdrObjective, "batch", true}}, completionBody("m", 1), 1, 429},
+		{"shed, deprecated objective header", authorityOf(2), nil, "/v1/completions", []hdr{{hdrObjectiveDeprecated, "batch", false}}, completionBody("m", 1), 1, 429},
+		{"shed, current objective header wins", authorityOf(2), nil, "/v1/completions", []hdr{{hdrObjective, "batch", true}, {hdrObjectiveDeprecated, "other", true}}, completionBody("m", 1), 1, 429},
 		{"no endpoint", authorityOf(1), nil, "/v1/completions", nil, completionBody("m", 1), 1, 503},
 		{"unresolvable pool", "x.y.svc:1", nil, "/v1/completions", nil, completionBody("m", 1), 1, 503},
 	}

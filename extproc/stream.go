@@ -91,6 +91,7 @@ type stream struct {
 	pathWasSeen  bool
 	hasCLength   bool
 	objective    string
+	modelRewrite string
 	candidateIPs []string
 	resolveIn    resolveInput
 	pool         *datastore.Pool
@@ -324,6 +325,16 @@ func (st *stream) readHeaders(hm *corev3.HeaderMap) {
 			st.requestID = headerValue(hv)
 		case hdrObjective:
 			st.objective = headerValue(hv)
+		case hdrObjectiveDeprecated:
+			if st.objective == "" {
+				st.objective = headerValue(hv)
+			}
+		case hdrModelRewrite:
+			st.modelRewrite = headerValue(hv)
+		case hdrModelRewriteDeprecated:
+			if st.modelRewrite == "" {
+				st.modelRewrite = headerValue(hv)
+			}
 		case hdrEPPHost:
 			st.resolveIn.eppHost = headerValue(hv)
 		case hdrEPPPort:
@@ -509,7 +520,11 @@ func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 		sreq.Model, sreq.Prompt = rb.Model, rb.Prompt
 		st.usage.sse = rb.Stream
 	}
-	st.setLabels(sreq.Model, sreq.Model)
+	requested := sreq.Model
+	if st.modelRewrite != "" {
+		sreq.Model = st.modelRewrite
+	}
+	st.setLabels(requested, sreq.Model)
 	res, err := st.s.schedule(st.ctx, st.pool, sreq)
 	// Learning from the pick waits until the answer is sent (and before a
 	// pooled body that sreq.Prompt may alias is reused).
@@ -531,7 +546,7 @@ func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 	if target == "" {
 		target = sreq.Model
 	}
-	st.setLabels(sreq.Model, target)
+	st.setLabels(requested, target)
 
 	var sb strings.Builder
 	n := len(res.Endpoints) - 1

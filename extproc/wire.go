@@ -33,10 +33,20 @@ const (
 	MetadataKeySubset = "x-gateway-destination-endpoint-subset"
 
 	hdrPoolTag   = "x-gateway-inference-pool"
-	hdrObjective = "x-gateway-inference-objective"
 	hdrRequestID = "x-request-id"
 	hdrEPPHost   = "x-epp-host"
 	hdrEPPPort   = "x-epp-port"
+
+	// hdrObjective names the request's InferenceObjective; the older
+	// x-gateway- name is honoured too, the current one winning when both
+	// are sent.
+	hdrObjective           = "x-llm-d-inference-objective"
+	hdrObjectiveDeprecated = "x-gateway-inference-objective"
+	// hdrModelRewrite names the model the request is forwarded with, in
+	// place of the body's (and before the pool's rewrite rules); the older
+	// name is honoured too, the current one winning.
+	hdrModelRewrite           = "x-llm-d-model-name-rewrite"
+	hdrModelRewriteDeprecated = "x-gateway-model-name-rewrite"
 )
 
 // httpError is a failure answered to the client as an ImmediateResponse.

@@ -18,7 +18,7 @@ gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 
 stale=0
 diff -ru "$root/config/crd/bases" config/crd/bases || stale=1
-for f in api/*/zz_generated.deepcopy.go; do
+for f in $(find api -name zz_generated.deepcopy.go); do
 	diff -u "$root/$f" "$f" || stale=1
 done
 if ((stale)); then

@@ -21,9 +21,9 @@ var env *testenv.Env
 func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m, &env, testenv.Options{})) }
 
 // create sends obj as raw JSON so tests can express what the Go types cannot.
-func create(ctx context.Context, kind, ns, name string, spec map[string]any) error {
+func create(ctx context.Context, apiVersion, kind, ns, name string, spec map[string]any) error {
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha2.GroupVersion.String(), "kind": kind,
+		"apiVersion": apiVersion, "kind": kind,
 		"metadata": map[string]any{"namespace": ns, "name": name},
 		"spec":     spec,
 	}}
@@ -61,7 +61,8 @@ func TestValidation(t *testing.T) {
 		{name: "rewrite valid unweighted", kind: "InferenceModelRewrite", spec: map[string]any{"poolRef": pool, "rules": []any{rule(target("a", nil))}}},
 		{name: "rewrite without rules", kind: "InferenceModelRewrite", spec: map[string]any{"poolRef": pool}, wantErr: "spec.rules: Required value"},
 		{name: "rewrite without poolRef", kind: "InferenceModelRewrite", spec: map[string]any{"rules": []any{rule(target("a", nil))}}, wantErr: "spec.poolRef: Required value"},
-		{name: "rewrite rule without targets", kind: "InferenceModelRewrite", spec: map[string]any{"poolRef": pool, "rules": []any{map[string]any{"matches": []any{map[string]any{"model": map[string]any{"value": "m"}}}}}}, wantErr: "spec.rules[0].targets: Required value"},
+		// Upstream's CRDs leave targets optional.
+		{name: "rewrite rule without targets", kind: "InferenceModelRewrite", spec: map[string]any{"poolRef": pool, "rules": []any{map[string]any{"matches": []any{map[string]any{"model": map[string]any{"value": "m"}}}}}}},
 		{name: "rewrite rule with empty targets", kind: "InferenceModelRewrite", spec: map[string]any{"poolRef": pool, "rules": []any{rule([]any{}...)}}, wantErr: "spec.rules[0].targets: Invalid value: 0: spec.rules[0].targets in body should have at least 1 items"},
 		{name: "rewrite negative weight", kind: "InferenceModelRewrite", spec: map[string]any{"poolRef": pool, "rules": []any{rule(target("a", -5))}}, wantErr: "spec.rules[0].targets[0].weight: Invalid value: -5: spec.rules[0].targets[0].weight in body should be greater than or equal to 1"},
 		{name: "rewrite zero weight", kind: "InferenceModelRewrite", spec: map[string]any{"poolRef": pool, "rules": []any{rule(target("a", 0))}}, wantErr: "spec.rules[0].targets[0].weight in body should be greater than or equal to 1"},
@@ -77,21 +78,24 @@ func TestValidation(t *testing.T) {
 			"matches": []any{map[string]any{}}, "targets": []any{target("a", nil)},
 		}}}, wantErr: "spec.rules[0].matches[0].model: Required value"},
 	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			err := create(ctx, tc.kind, ns, fmt.Sprintf("case-%d", i), tc.spec)
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("want accepted, got %v", err)
+	// The same rules hold in the llm-d router's group.
+	for _, gv := range []string{v1alpha2.GroupVersion.String(), "llm-d.ai/v1alpha2"} {
+		for i, tc := range cases {
+			t.Run(gv+"/"+tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				err := create(ctx, gv, tc.kind, ns, fmt.Sprintf("%s-case-%d", strings.ReplaceAll(strings.Split(gv, "/")[0], ".", "-"), i), tc.spec)
+				if tc.wantErr == "" {
+					if err != nil {
+						t.Fatalf("want accepted, got %v", err)
+					}
+					return
 				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
-			}
-		})
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want error containing %q, got %v", tc.wantErr, err)
+				}
+			})
+		}
 	}
 }
 

@@ -51,8 +51,8 @@ type InferenceModelRewriteRule struct {
 	// request in proportion to its weight.
 	//
 	// +kubebuilder:validation:MinItems=1
-	// +required
-	Targets []TargetModel `json:"targets"`
+	// +optional
+	Targets []TargetModel `json:"targets,omitempty"`
 }
 
 // Match is a criterion on a request.
@@ -110,6 +110,6 @@ type InferenceModelRewriteStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
-	// +kubebuilder:default={{type: "Accepted", status: "Unknown", reason: "Pending", message: "Waiting for controller", lastTransitionTime: "1970-01-01T00:00:00Z"}}
+	// +kubebuilder:default={{type: "Ready", status: "Unknown", reason: "Pending", message: "Waiting for controller", lastTransitionTime: "1970-01-01T00:00:00Z"}}
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }

@@ -36,6 +36,7 @@ type compatOptions struct {
 	tracing                          bool
 	enablePprof                      bool
 	metricsEndpointAuth              bool
+	grpcMaxRecvMsgSize               string
 	grpcMaxSendMsgSize               string
 }
 
@@ -66,6 +67,8 @@ func bindCompatFlags(fs *pflag.FlagSet, o *compatOptions) {
 		"Serve Go pprof handlers on the metrics port. Not supported yet; accepted with a warning when set to true.")
 	fs.BoolVar(&o.metricsEndpointAuth, "metrics-endpoint-auth", true,
 		"Require a bearer token allowed to get /metrics. Not supported yet (metrics are served without authentication); accepted with a warning when set to true.")
+	fs.StringVar(&o.grpcMaxRecvMsgSize, "grpc-max-recv-msg-size", "",
+		"Largest gRPC message the ext_proc server takes (e.g. 20MiB, 25MB, 1048576). A BUFFERED gateway sends a whole request body in one message. Empty: --max-request-body-bytes plus 64 KiB.")
 	fs.StringVar(&o.grpcMaxSendMsgSize, "grpc-max-send-msg-size", "",
 		"llm-d router's largest gRPC message sent (e.g. 10MiB). No effect: poolpicker's answers are small; accepted with a warning when set.")
 }
@@ -125,6 +128,16 @@ func completeCompat(o *options, getenv func(string) string) error {
 	}
 	if slices.ContainsFunc(o.compat.endpointTargetPorts, func(p int) bool { return p < 1 || p > 65535 }) {
 		return fmt.Errorf("--endpoint-target-ports %v: ports must be 1..65535", o.compat.endpointTargetPorts)
+	}
+	if s := strings.TrimSpace(o.compat.grpcMaxRecvMsgSize); s != "" {
+		n, err := parseByteSize(s)
+		if err != nil {
+			return fmt.Errorf("--grpc-max-recv-msg-size %q: %w", s, err)
+		}
+		if n < 1 {
+			return fmt.Errorf("--grpc-max-recv-msg-size %q: must be positive", s)
+		}
+		o.extproc.MaxRecvMsgBytes = n
 	}
 	if s := strings.TrimSpace(o.compat.grpcMaxSendMsgSize); s != "" {
 		if _, err := parseByteSize(s); err != nil {

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	llmdv1alpha2 "github.com/poolpicker/poolpicker/api/llmd/v1alpha2"
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
 )
@@ -59,6 +60,7 @@ func Scheme() *runtime.Scheme {
 	must(clientgoscheme.AddToScheme(s))
 	must(v1.AddToScheme(s))
 	must(v1alpha2.AddToScheme(s))
+	must(llmdv1alpha2.AddToScheme(s))
 	return s
 }
 

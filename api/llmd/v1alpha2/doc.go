@@ -1,0 +1,30 @@
+// Package v1alpha2 holds the Go types of InferenceObjective and
+// InferenceModelRewrite in API group llm-d.ai version v1alpha2, where the
+// llm-d router serves them now, wire-compatible with its published CRDs. The
+// fields mean what they mean in the inference.networking.x-k8s.io group
+// (package api/v1alpha2); poolpicker reads both.
+//
+// +kubebuilder:object:generate=true
+// +groupName=llm-d.ai
+package v1alpha2
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the API group and version of the types in this package.
+	GroupVersion = schema.GroupVersion{Group: "llm-d.ai", Version: "v1alpha2"}
+
+	// SchemeBuilder registers the types of this package with a runtime.Scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this package to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func init() {
+	SchemeBuilder.Register(&InferenceObjective{}, &InferenceObjectiveList{},
+		&InferenceModelRewrite{}, &InferenceModelRewriteList{})
+}
