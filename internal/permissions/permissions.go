@@ -46,6 +46,14 @@ var Rules = []Rule{
 		Why: "set an objective's Accepted condition"},
 	{Group: "inference.networking.x-k8s.io", Resource: "inferencemodelrewrites/status", Verbs: []string{"patch"},
 		Why: "set a rewrite's Accepted condition"},
+	{Group: "llm-d.ai", Resource: "inferenceobjectives", Verbs: []string{"list", "watch"},
+		Why: "read each pool's per-model priorities (llm-d router's group)"},
+	{Group: "llm-d.ai", Resource: "inferencemodelrewrites", Verbs: []string{"list", "watch"},
+		Why: "read each pool's model-name rewrites (llm-d router's group)"},
+	{Group: "llm-d.ai", Resource: "inferenceobjectives/status", Verbs: []string{"patch"},
+		Why: "set an objective's Accepted condition (llm-d router's group)"},
+	{Group: "llm-d.ai", Resource: "inferencemodelrewrites/status", Verbs: []string{"patch"},
+		Why: "set a rewrite's Accepted condition (llm-d router's group)"},
 }
 
 // Denied is one verb of a Rule the API server refused.
