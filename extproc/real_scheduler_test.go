@@ -122,6 +122,41 @@ func TestRealScheduler(t *testing.T) {
 		g.expectEOF()
 	})
 
+	t.Run("conformance ip:port tokens; a gateway that reports no served endpoint shows", func(t *testing.T) {
+		cases := []struct {
+			header, want string
+			code         int
+		}{
+			{"127.0.8.3:8000", "127.0.8.3:8000", 0},
+			{"127.0.8.9, 127.0.8.5:8000", "127.0.8.5:8000", 0},
+			{"127.0.8.3:9999", "", 503},
+		}
+		for _, c := range cases {
+			g := ts.open(t, authorityOf(7), nil)
+			g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions", hdr{HeaderConformanceSelection, c.header, true}), false), duplex, duplex))
+			g.send(reqBody(completionBody("m", 1), true))
+			r := g.recv()
+			if c.code != 0 {
+				if code, msg := immediateCode(t, r); code != c.code {
+					t.Fatalf("%q: answered %d %s, want %d", c.header, code, msg, c.code)
+				}
+				continue
+			}
+			if dest := destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation()); dest != c.want {
+				t.Fatalf("%q: picked %q, want %q", c.header, dest, c.want)
+			}
+			g.recv()
+			g.send(respHeaders([]hdr{{":status", "200", true}}, false, "")) // no envoy.lb served metadata
+			rh := g.recv()
+			if v, _ := mutationHeader(rh.GetResponseHeaders().GetResponse().GetHeaderMutation(), HeaderConformanceServed); v != "fail: missing destination endpoint served metadata" {
+				t.Fatalf("served echo without the gateway's report: %q", v)
+			}
+			g.send(respBody(nil, true))
+			g.recv()
+			g.expectEOF()
+		}
+	})
+
 	t.Run("model rewrite header, current and deprecated name", func(t *testing.T) {
 		cases := []struct {
 			name    string

@@ -705,9 +705,11 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders) error {
 	}
 	common := &extprocv3.CommonResponse{}
 	if st.s.opts.EnableConformanceTestBehaviors {
+		// A gateway that does not report the endpoint that served must be
+		// visible to the suite, so its absence is echoed, not the pick.
 		served := st.served
-		if served == "" && st.counted != nil {
-			served = st.counted.Address
+		if served == "" {
+			served = conformanceServedMissing
 		}
 		common.HeaderMutation = &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHeader(HeaderConformanceServed, served)}}
 	}

@@ -25,6 +25,9 @@ const (
 	HeaderConformanceSelection = "test-epp-endpoint-selection"
 	// HeaderConformanceServed echoes the served endpoint (conformance only).
 	HeaderConformanceServed = "x-conformance-test-served-endpoint"
+	// conformanceServedMissing is HeaderConformanceServed's value when the
+	// gateway reported no served endpoint, worded as upstream's verifier.
+	conformanceServedMissing = "fail: missing destination endpoint served metadata"
 	// MetadataNamespaceLB is the dynamic-metadata namespace gateways read.
 	MetadataNamespaceLB = "envoy.lb"
 	// MetadataNamespaceSubset holds the gateway's subset hint.

@@ -3,6 +3,8 @@ package scheduling
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"strings"
 )
 
 // conformanceTestFilter keeps the endpoints whose pod IP the conformance
@@ -24,5 +26,23 @@ func (f *conformanceTestFilter) Filter(_ context.Context, _ *CycleState, req *Re
 	if req.CandidateIPs == nil {
 		return c
 	}
-	return filterInPlace(c, func(x *Candidate) bool { return containsString(req.CandidateIPs, x.Endpoint.IP) })
+	return filterInPlace(c, func(x *Candidate) bool { return conformanceSelects(req.CandidateIPs, x.Endpoint.IP, x.Endpoint.Address) })
+}
+
+// conformanceSelects reports whether one of the suite's tokens names the
+// endpoint: a bare IP names every port of the pod, an ip:port (the
+// data-parallel test's form, [v6]:port for IPv6) names one endpoint.
+func conformanceSelects(tokens []string, ip, address string) bool {
+	for _, tok := range tokens {
+		if host, port, err := net.SplitHostPort(tok); err == nil {
+			if host == ip && net.JoinHostPort(host, port) == address {
+				return true
+			}
+			continue
+		}
+		if strings.Trim(tok, "[]") == ip {
+			return true
+		}
+	}
+	return false
 }

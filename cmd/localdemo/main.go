@@ -168,7 +168,7 @@ func printGuide(ctx context.Context, w io.Writer, s *localstack.Stack, o localst
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "The response header x-devgateway-endpoint names the pod that served a request; x-devgateway-pool the pool.\n")
-	fmt.Fprintf(w, "Add -H 'x-gateway-inference-objective: batch' to a chat.team-a.example request to make it sheddable (429 when the pool is saturated).\n")
+	fmt.Fprintf(w, "Add -H 'x-llm-d-inference-objective: batch' to a chat.team-a.example request to make it sheddable (429 when the pool is saturated).\n")
 	fmt.Fprintf(w, "Pool metrics: curl -s http://127.0.0.1:%d/metrics | grep ^inference_pool\n\n", o.MetricsPort)
 	fmt.Fprintln(w, "Press Ctrl-C to stop everything.")
 	return nil

@@ -351,7 +351,8 @@ func TestLoRAAffinity(t *testing.T) {
 // default ones are served.
 func TestSheddableShedUnderSaturation(t *testing.T) {
 	p := newPool(t, "shed", 2, "--port=8000", "--num-gpu-blocks=64", "--block-size=16", "--max-num-seqs=4", "--time-per-output-token=10ms")
-	objectives := fmt.Sprintf(`apiVersion: inference.networking.x-k8s.io/v1alpha2
+	// One objective in each group, named by each header: both steer.
+	objectives := fmt.Sprintf(`apiVersion: llm-d.ai/v1alpha2
 kind: InferenceObjective
 metadata: {name: batch, namespace: %[1]s}
 spec: {priority: -1, poolRef: {name: shed}}
@@ -364,7 +365,7 @@ spec: {priority: 10, poolRef: {name: shed}}
 	if err := stack.Apply(context.Background(), []byte(objectives)); err != nil {
 		t.Fatal(err)
 	}
-	batch := map[string]string{"x-gateway-inference-objective": "batch"}
+	batch := map[string]string{"x-llm-d-inference-objective": "batch"}
 	critical := map[string]string{"x-gateway-inference-objective": "critical"}
 	// Not saturated: sheddable requests pass (once the picker knows the
 	// objective).

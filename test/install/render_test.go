@@ -62,7 +62,7 @@ extraArgs: ["--scheduler-max-endpoints=2"]
 podAnnotations: {prometheus.io/scrape: "false"}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
-`, kinds: []string{"ClusterRole", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
+`, kinds: []string{"ClusterRole", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
 		"PodDisruptionBudget", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
 	{name: "single pool, plaintext, no PDB", values: `
 poolName: chat
