@@ -26,7 +26,9 @@ func (f *conformanceTestFilter) Filter(_ context.Context, _ *CycleState, req *Re
 	if req.CandidateIPs == nil {
 		return c
 	}
-	return filterInPlace(c, func(x *Candidate) bool { return conformanceSelects(req.CandidateIPs, x.Endpoint.IP, x.Endpoint.Address) })
+	return filterInPlace(c, func(x *Candidate) bool {
+		return conformanceSelects(req.CandidateIPs, x.Endpoint.IP, x.Endpoint.Address)
+	})
 }
 
 // conformanceSelects reports whether one of the suite's tokens names the
