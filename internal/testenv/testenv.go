@@ -125,6 +125,10 @@ func Start(opts Options) (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 		Scheme:                scheme,
+		// envtest's 20 s is short when a busy 2-core machine runs several
+		// packages' control planes at once; a slow start is not a failure.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
 	}
 	api := e.ControlPlane.GetAPIServer()
 	// There is no kubelet or node, and the kubernetes Service endpoints would
