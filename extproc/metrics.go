@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -12,13 +13,23 @@ import (
 // with a pool label added because one process serves many pools.
 const otherLabel = "other"
 
+// sizeBuckets are upstream's request and response size buckets, in bytes:
+// powers of 2 from 64 B to 1 GiB, then 2 and 4 GiB.
+var sizeBuckets = append(prometheus.ExponentialBuckets(64, 2, 25), 2<<30, 4<<30)
+
 type metrics struct {
 	requests     *prometheus.CounterVec
 	errors       *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 	inputTokens  *prometheus.HistogramVec
 	outputTokens *prometheus.HistogramVec
-	models       *labelCap
+	// Upstream's other request metrics, same names and buckets.
+	requestSizes  *prometheus.HistogramVec
+	responseSizes *prometheus.HistogramVec
+	running       *prometheus.GaugeVec
+	normTPOT      *prometheus.HistogramVec
+	schedulerE2E  *prometheus.HistogramVec
+	models        *labelCap
 }
 
 func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
@@ -31,7 +42,7 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 		}, labels),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_objective_request_error_total",
-			Help: "Requests answered with an error by the endpoint picker, by HTTP status code.",
+			Help: "Requests answered with an error by the endpoint picker, by error code as upstream spells it (BadRequest, NotFound, ResourceExhausted, ServiceUnavailable, ...).",
 		}, append(labels, "error_code")),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inference_objective_request_duration_seconds",
@@ -48,9 +59,34 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 			Help:    "Completion tokens per request, from the model server's usage report.",
 			Buckets: tokenBuckets,
 		}, labels),
+		requestSizes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "inference_objective_request_sizes",
+			Help:    "Request body bytes, by model, target model and pool.",
+			Buckets: sizeBuckets,
+		}, labels),
+		responseSizes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "inference_objective_response_sizes",
+			Help:    "Response body bytes, by model, target model and pool.",
+			Buckets: sizeBuckets,
+		}, labels),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inference_objective_running_requests",
+			Help: "Requests routed and not yet finished, by model and pool.",
+		}, []string{"model_name", "pool"}),
+		normTPOT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "inference_objective_normalized_time_per_output_token_seconds",
+			Help:    "Request duration divided by its output tokens, from the model server's usage report.",
+			Buckets: []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0},
+		}, labels),
+		schedulerE2E: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "inference_extension_scheduler_e2e_duration_seconds",
+			Help:    "Time the scheduler took to pick for one request, by pool.",
+			Buckets: []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1},
+		}, []string{"pool"}),
 		models: &labelCap{max: maxModels, seen: map[string]struct{}{}},
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens} {
+	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens,
+		m.requestSizes, m.responseSizes, m.running, m.normTPOT, m.schedulerE2E} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -100,18 +136,55 @@ func (m *metrics) labels(model, target, pool string) requestLabels {
 	return requestLabels{model: m.models.value(model), target: m.models.value(target), pool: pool}
 }
 
-func (m *metrics) routed(l requestLabels) {
+func (m *metrics) routed(l requestLabels, bodyBytes int) {
 	m.requests.WithLabelValues(l.model, l.target, l.pool).Inc()
+	m.requestSizes.WithLabelValues(l.model, l.target, l.pool).Observe(float64(bodyBytes))
+	m.running.WithLabelValues(l.model, l.pool).Inc()
+}
+
+// ended undoes routed's running count, once per routed request.
+func (m *metrics) ended(l requestLabels) {
+	m.running.WithLabelValues(l.model, l.pool).Dec()
+}
+
+func (m *metrics) scheduled(pool string, d time.Duration) {
+	m.schedulerE2E.WithLabelValues(pool).Observe(d.Seconds())
 }
 
 func (m *metrics) failed(l requestLabels, code int) {
-	m.errors.WithLabelValues(l.model, l.target, l.pool, strconv.Itoa(code)).Inc()
+	m.errors.WithLabelValues(l.model, l.target, l.pool, errorCode(code)).Inc()
 }
 
-func (m *metrics) completed(l requestLabels, d time.Duration, u Usage, hasUsage bool) {
+// errorCode spells an answered HTTP status as the upstream EPP's error_code
+// label does; a status upstream never answers keeps its number.
+func errorCode(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		return "BadRequest"
+	case http.StatusUnauthorized:
+		return "Unauthorized"
+	case http.StatusForbidden:
+		return "Forbidden"
+	case http.StatusNotFound:
+		return "NotFound"
+	case http.StatusTooManyRequests:
+		return "ResourceExhausted"
+	case http.StatusInternalServerError:
+		return "Internal"
+	case http.StatusServiceUnavailable:
+		return "ServiceUnavailable"
+	}
+	return strconv.Itoa(status)
+}
+
+func (m *metrics) completed(l requestLabels, d time.Duration, responseBytes int, u Usage, hasUsage bool) {
 	m.duration.WithLabelValues(l.model, l.target, l.pool).Observe(d.Seconds())
+	m.responseSizes.WithLabelValues(l.model, l.target, l.pool).Observe(float64(responseBytes))
 	if hasUsage {
 		m.inputTokens.WithLabelValues(l.model, l.target, l.pool).Observe(float64(u.PromptTokens))
 		m.outputTokens.WithLabelValues(l.model, l.target, l.pool).Observe(float64(u.CompletionTokens))
+		if u.CompletionTokens > 0 {
+			m.normTPOT.WithLabelValues(l.model, l.target, l.pool).Observe(d.Seconds() / float64(u.CompletionTokens))
+		}
 	}
 }

@@ -100,6 +100,7 @@ type stream struct {
 	chunks       [][]byte
 	firstChunks  [4][]byte // chunks' backing array for bodies of up to four
 	bodyBytes    int
+	respBytes    int
 	// A body of several chunks is read as it arrives: scan reads joined,
 	// the chunks so far copied into a reused buffer (joinBuffers).
 	scan      *bodyScanner
@@ -525,7 +526,9 @@ func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 		sreq.Model = st.modelRewrite
 	}
 	st.setLabels(requested, sreq.Model)
+	scheduleStart := time.Now()
 	res, err := st.s.schedule(st.ctx, st.pool, sreq)
+	st.s.metrics.scheduled(st.poolName, time.Since(scheduleStart))
 	// Learning from the pick waits until the answer is sent (and before a
 	// pooled body that sreq.Prompt may alias is reused).
 	defer res.Commit()
@@ -575,7 +578,7 @@ func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 	// The count goes up as the decision leaves; close takes it down once.
 	st.counted = res.Endpoints[0]
 	st.counted.AddInFlight(1)
-	st.s.metrics.routed(st.labels)
+	st.s.metrics.routed(st.labels, st.bodyBytes)
 	if log := st.s.log.V(4); log.Enabled() { // the arguments cost allocations
 		log.Info("picked", "pool", st.poolName, "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", sreq.Model, "targetModel", target)
 	}
@@ -728,6 +731,7 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 		return st.unexpected("response body")
 	}
 	st.usage.write(b.GetBody())
+	st.respBytes += len(b.GetBody())
 	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
 	resp, _ := bodyAnswer(true, st.respReply == replyStreamed, b.GetBody(), eos)
 	if err := st.send(resp); err != nil {
@@ -760,10 +764,11 @@ func (st *stream) finish(outcome string, completed bool) {
 	st.finished = true
 	if st.counted != nil {
 		st.counted.AddInFlight(-1)
+		st.s.metrics.ended(st.labels)
 	}
 	if completed {
 		u, ok := st.usage.finish()
-		st.s.metrics.completed(st.labels, time.Since(st.start), u, ok)
+		st.s.metrics.completed(st.labels, time.Since(st.start), st.respBytes, u, ok)
 	}
 	if log := st.s.log.V(5); st.counted != nil && log.Enabled() {
 		log.Info("request finished", "pool", st.poolName, "request", st.requestID, "outcome", outcome, "endpoint", st.counted.Address)

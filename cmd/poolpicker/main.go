@@ -202,7 +202,7 @@ func build(o *options, log logr.Logger) (*components, error) {
 	// Go runtime and process collectors are in controller-runtime's
 	// registry, served beside this one.
 	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(newBuildInfoGauge())
+	metrics.MustRegister(newBuildInfoGauge(), newExtensionInfoGauge())
 
 	o.scheduling.Logger = log.WithName("scheduling")
 	cfg, err := o.scheduling.LoadConfig()

@@ -35,3 +35,17 @@ func newBuildInfoGauge() prometheus.Collector {
 	g.Set(1)
 	return g
 }
+
+// newExtensionInfoGauge is the upstream EPP's inference_extension_info:
+// always 1, labelled commit and build_ref (here the version), so dashboards
+// built on upstream's names find it.
+func newExtensionInfoGauge() prometheus.Collector {
+	info := version.Get()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "inference_extension_info",
+		Help:        "Always 1; labelled with the commit and build ref (version) of the endpoint picker, as upstream's.",
+		ConstLabels: prometheus.Labels{"commit": info.Commit, "build_ref": info.Version},
+	})
+	g.Set(1)
+	return g
+}
