@@ -24,7 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// Wire names shared with the picker (PROTOCOLS.md §2).
+// Wire names shared with the picker (site-src/protocols.md, "Picker to gateway").
 const (
 	HeaderDestination       = "x-gateway-destination-endpoint"
 	MetadataNamespaceLB     = "envoy.lb"

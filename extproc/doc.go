@@ -9,7 +9,7 @@
 // endpoint finishes its in-flight accounting exactly once, whether the
 // response completes, the gateway fails, or the client goes away.
 //
-// Wire names (see PROTOCOLS.md §1–3):
+// Wire names (see site-src/protocols.md):
 //   - request header and dynamic metadata envoy.lb / x-gateway-destination-endpoint:
 //     "ip:port[,ip:port...]", primary first, then fallbacks;
 //   - request header x-poolpicker-pool: "namespace/name" of the picked pool;

@@ -24,7 +24,7 @@ func (a authorityRef) picker() bool { return a.Service != "" }
 
 const kubvernorMarker = "_route-extsvc-"
 
-// parseAuthority understands every :authority form of PROTOCOLS.md §3:
+// parseAuthority understands every :authority form of site-src/protocols.md ("Which pool a stream is for"):
 //
 //	outbound|PORT||SVC.NS.svc.cluster.local  (Istio)
 //	SVC.NS.svc:PORT                           (kgateway, Envoy AI Gateway)
@@ -106,7 +106,7 @@ type resolveInput struct {
 type sourcedValue struct{ source, value string }
 
 // resolvePool finds the stream's pool by index lookups in the order of
-// PROTOCOLS.md §3; it never scans the registry. The returned string says
+// site-src/protocols.md ("Which pool a stream is for"); it never scans the registry. The returned string says
 // which source decided, for logs.
 func resolvePool(reg *datastore.Registry, in *resolveInput) (*datastore.Pool, string, *httpError) {
 	// 1. Explicit tag.

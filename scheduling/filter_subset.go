@@ -6,7 +6,7 @@ import (
 )
 
 // subsetFilter keeps the endpoints listed in the gateway's subset hint
-// (Request.Subset); with no hint it keeps all. PROTOCOLS.md §2: when the hint
+// (Request.Subset); with no hint it keeps all. site-src/protocols.md ("Gateway to picker: metadata"): when the hint
 // is present, pick only from it.
 type subsetFilter struct {
 	name TypedName
