@@ -15,8 +15,11 @@ import (
 	"runtime"
 	"sync"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/poolpicker/poolpicker/internal/permissions"
 )
 
 // Tool runs the manifests tool, built once per process.
@@ -186,4 +189,23 @@ func Find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 		}
 	}
 	return nil
+}
+
+// PolicyRulesWithout turns rules into RBAC rules, leaving out the verb skip
+// of rules[skipRule] (a skipRule of -1 leaves out nothing): the ClusterRole
+// of a test that takes one permission away.
+func PolicyRulesWithout(rules []permissions.Rule, skipRule int, skipVerb string) []rbacv1.PolicyRule {
+	var out []rbacv1.PolicyRule
+	for i, r := range rules {
+		var verbs []string
+		for _, v := range r.Verbs {
+			if i != skipRule || v != skipVerb {
+				verbs = append(verbs, v)
+			}
+		}
+		if len(verbs) > 0 {
+			out = append(out, rbacv1.PolicyRule{APIGroups: []string{r.Group}, Resources: []string{r.Resource}, Verbs: verbs})
+		}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package permissions
+package permissions_test
 
 import (
 	"context"
@@ -11,30 +11,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/poolpicker/poolpicker/internal/deploytest"
+	"github.com/poolpicker/poolpicker/internal/permissions"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m, &env, testenv.Options{})) }
-
-// policyRules turns rules into RBAC rules, leaving out the verb skip of the
-// rule at index skipRule (-1 leaves out nothing).
-func policyRules(rules []Rule, skipRule int, skipVerb string) []rbacv1.PolicyRule {
-	var out []rbacv1.PolicyRule
-	for i, r := range rules {
-		var verbs []string
-		for _, v := range r.Verbs {
-			if i != skipRule || v != skipVerb {
-				verbs = append(verbs, v)
-			}
-		}
-		if len(verbs) > 0 {
-			out = append(out, rbacv1.PolicyRule{APIGroups: []string{r.Group}, Resources: []string{r.Resource}, Verbs: verbs})
-		}
-	}
-	return out
-}
 
 // bind grants the ServiceAccount ns/name a ClusterRole of rules, cluster-wide
 // or, when roleNS is set, only in that namespace.
@@ -70,31 +54,31 @@ func TestCheckNamesEachMissingVerb(t *testing.T) {
 	ns := env.Namespace(t, "perm")
 
 	t.Run("all granted", func(t *testing.T) {
-		bind(t, ctx, ns, "full", "", policyRules(Rules, -1, ""))
+		bind(t, ctx, ns, "full", "", deploytest.PolicyRulesWithout(permissions.Rules, -1, ""))
 		cfg, err := env.ServiceAccountConfig(ctx, ns, "full")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := Check(ctx, cfg, Rules, nil); err != nil {
+		if err := permissions.Check(ctx, cfg, permissions.Rules, nil); err != nil {
 			t.Fatalf("Check with every rule granted: %v", err)
 		}
 	})
 
 	n := 0
-	for i, r := range Rules {
+	for i, r := range permissions.Rules {
 		for _, verb := range r.Verbs {
 			n++
 			name := "minus-" + strings.ReplaceAll(strings.ReplaceAll(r.Resource, "/", "-"), ".", "-") + "-" + verb
 			t.Run(name, func(t *testing.T) {
-				bind(t, ctx, ns, name, "", policyRules(Rules, i, verb))
+				bind(t, ctx, ns, name, "", deploytest.PolicyRulesWithout(permissions.Rules, i, verb))
 				cfg, err := env.ServiceAccountConfig(ctx, ns, name)
 				if err != nil {
 					t.Fatal(err)
 				}
-				err = Check(ctx, cfg, Rules, nil)
-				var perr *Error
+				err = permissions.Check(ctx, cfg, permissions.Rules, nil)
+				var perr *permissions.Error
 				if !errors.As(err, &perr) {
-					t.Fatalf("Check = %v, want a permissions *Error", err)
+					t.Fatalf("Check = %v, want a permissions *permissions.Error", err)
 				}
 				if len(perr.Denied) != 1 || perr.Denied[0].Verb != verb || perr.Denied[0].Rule.Resource != r.Resource {
 					t.Fatalf("denied %v, want only %s %s", perr.Denied, verb, r.Resource)
@@ -120,7 +104,7 @@ func TestCheckPerNamespace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	granted, other := env.Namespace(t, "perm-in"), env.Namespace(t, "perm-out")
-	bind(t, ctx, granted, "scoped", granted, policyRules(Rules, -1, ""))
+	bind(t, ctx, granted, "scoped", granted, deploytest.PolicyRulesWithout(permissions.Rules, -1, ""))
 	cfg, err := env.ServiceAccountConfig(ctx, granted, "scoped")
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +118,7 @@ func TestCheckPerNamespace(t *testing.T) {
 		{nil, "in all namespaces"},
 	}
 	for _, tt := range tests {
-		err := Check(ctx, cfg, Rules, tt.namespaces)
+		err := permissions.Check(ctx, cfg, permissions.Rules, tt.namespaces)
 		switch {
 		case tt.wantIn == "" && err != nil:
 			t.Errorf("Check(%v) = %v, want allowed", tt.namespaces, err)

@@ -3,9 +3,9 @@ package rbac
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,7 +78,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ports, err := freePorts(3)
+	ports, err := localstack.FreePorts(3)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -114,6 +114,11 @@ func run(m *testing.M) int {
 	code := m.Run()
 	if err := s.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "rbac: stopping the local stack:", err)
+		code = 1
+	}
+	// The picker is race-built: a race it reports fails the run.
+	if log, _ := os.ReadFile(s.Picker.Log); strings.Contains(string(log), "WARNING: DATA RACE") {
+		fmt.Fprintf(os.Stderr, "rbac: the poolpicker process reported a data race:\n%s\n", log)
 		code = 1
 	}
 	if code == 0 {
@@ -157,23 +162,4 @@ func serviceAccountKubeconfig(ctx context.Context, env *testenv.Env, namespace, 
 		return "", err
 	}
 	return path, testenv.WriteKubeconfig(cfg, path)
-}
-
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -211,19 +211,7 @@ func TestEachMissingPermissionIsNamed(t *testing.T) {
 		for _, verb := range r.Verbs {
 			name := strings.NewReplacer("/", "-", ".", "-").Replace("minus-" + r.Resource + "-" + verb)
 			t.Run(name, func(t *testing.T) {
-				var rules []rbacv1.PolicyRule
-				for j, other := range permissions.Rules {
-					var verbs []string
-					for _, v := range other.Verbs {
-						if j != i || v != verb {
-							verbs = append(verbs, v)
-						}
-					}
-					if len(verbs) > 0 {
-						rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{other.Group}, Resources: []string{other.Resource}, Verbs: verbs})
-					}
-				}
-				role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, Rules: rules}
+				role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, Rules: deploytest.PolicyRulesWithout(permissions.Rules, i, verb)}
 				binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 					RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 					Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}}
@@ -241,7 +229,7 @@ func TestEachMissingPermissionIsNamed(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				ports, err := freePorts(3)
+				ports, err := localstack.FreePorts(3)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -309,7 +297,7 @@ func TestNamespacedInstallWithoutForbidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports, err := freePorts(3)
+	ports, err := localstack.FreePorts(3)
 	if err != nil {
 		t.Fatal(err)
 	}
