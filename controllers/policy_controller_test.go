@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,21 +53,7 @@ func create(t *testing.T, objs ...client.Object) {
 // accepted returns the Accepted condition's status and reason.
 func accepted(t *testing.T, obj client.Object) (metav1.ConditionStatus, string) {
 	t.Helper()
-	if err := env.Client.Get(ctx(t), client.ObjectKeyFromObject(obj), obj); err != nil {
-		t.Fatalf("get %s: %v", obj.GetName(), err)
-	}
-	var conds []metav1.Condition
-	switch o := obj.(type) {
-	case *v1alpha2.InferenceObjective:
-		conds = o.Status.Conditions
-	case *v1alpha2.InferenceModelRewrite:
-		conds = o.Status.Conditions
-	}
-	c := meta.FindStatusCondition(conds, v1alpha2.ConditionAccepted)
-	if c == nil || c.ObservedGeneration != obj.GetGeneration() {
-		return "", ""
-	}
-	return c.Status, c.Reason
+	return acceptedIn(t, env.Client, obj)
 }
 
 func (r *running) waitPolicy(t *testing.T, key datastore.PoolKey, want *datastore.Policy) {
