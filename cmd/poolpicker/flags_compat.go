@@ -70,7 +70,7 @@ func bindCompatFlags(fs *pflag.FlagSet, o *compatOptions) {
 	fs.StringVar(&o.grpcMaxRecvMsgSize, "grpc-max-recv-msg-size", "",
 		"Largest gRPC message the ext_proc server takes (e.g. 20MiB, 25MB, 1048576). A BUFFERED gateway sends a whole request body in one message. Empty: --max-request-body-bytes plus 64 KiB.")
 	fs.StringVar(&o.grpcMaxSendMsgSize, "grpc-max-send-msg-size", "",
-		"llm-d router's largest gRPC message sent (e.g. 10MiB). No effect: poolpicker's answers are small; accepted with a warning when set.")
+		"llm-d router's largest gRPC message sent (e.g. 10MiB). No effect: the ext_proc server sends messages up to gRPC's own limit (2 GiB); accepted with a warning when set.")
 }
 
 // noEffectFlag is an accepted flag whose feature poolpicker lacks: setting it
@@ -93,7 +93,7 @@ var noEffectFlags = []noEffectFlag{
 	{"enable-pprof", isValue("false"), "pprof is not served yet"},
 	{"endpoint-selector", isEmpty, "pools are always read from InferencePool objects"},
 	{"endpoint-target-ports", isEmpty, "pools are always read from InferencePool objects"},
-	{"grpc-max-send-msg-size", never, "poolpicker's answers are far below gRPC's send limit"},
+	{"grpc-max-send-msg-size", never, "the ext_proc server sends messages up to gRPC's own limit (2 GiB)"},
 	{"metrics-cert-dir", isEmpty, "metrics are served over plain HTTP"},
 	{"metrics-client-ca-file", isEmpty, "metrics are served over plain HTTP"},
 	{"metrics-endpoint-auth", isValue("false"), "metrics are served without authentication"},
