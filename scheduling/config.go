@@ -28,18 +28,20 @@ const DefaultProfileName = "default"
 const ProfileAnnotation = "poolpicker.io/scheduling-profile"
 
 // DefaultConfigText is the configuration used when none is given: the
-// subset filter, then load scorers (queue depth, KV-cache use, poolpicker's
-// own in-flight count), LoRA affinity and prefix-cache affinity, and the
-// max-score picker. Prefix affinity weighs most, so a request follows its
-// cached prefix until the load scorers together outweigh it, which happens
-// when the sticky endpoint is the most loaded of the pool on both queue and
-// KV cache.
+// subset filter, prefix-cache affinity weighed against load (a cached
+// prefix counts for the prefill it saves, less queueCostTokens per request
+// its holder has in flight beyond the least loaded endpoint), LoRA
+// affinity, and light load scorers (poolpicker's in-flight count, the
+// queue) that decide among endpoints the prefix scorer rates alike, with
+// the max-score picker. The load scorers weigh little on purpose: min-max
+// normalised, one request more in a queue would otherwise outweigh a whole
+// cached prompt. KV-cache use is left out: it is highest on the servers
+// holding the most prefixes, the ones that would serve from cache.
 const DefaultConfigText = `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
 - type: subset-filter
 - type: queue-scorer
-- type: kv-cache-utilization-scorer
 - type: in-flight-scorer
 - type: lora-affinity-scorer
 - type: prefix-cache-scorer
@@ -47,17 +49,16 @@ plugins:
     hashBlockSize: 64
     maxPrefixBlocksToMatch: 256
     lruCapacityPerServer: 31250
+    queueCostTokens: 128
 - type: max-score-picker
 schedulingProfiles:
 - name: default
   plugins:
   - pluginRef: subset-filter
   - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
+    weight: 0.1
   - pluginRef: in-flight-scorer
-    weight: 1
+    weight: 0.2
   - pluginRef: lora-affinity-scorer
     weight: 1
   - pluginRef: prefix-cache-scorer

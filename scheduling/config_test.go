@@ -23,7 +23,7 @@ func TestDefaultConfig(t *testing.T) {
 	for _, s := range p.scorers {
 		scorers = append(scorers, s.TypedName().Type)
 	}
-	want := []string{QueueScorerType, KVCacheUtilizationScorerType, InFlightScorerType, LoRAAffinityScorerType, PrefixCacheScorerType}
+	want := []string{QueueScorerType, InFlightScorerType, LoRAAffinityScorerType, PrefixCacheScorerType}
 	if strings.Join(scorers, ",") != strings.Join(want, ",") {
 		t.Fatalf("default scorers %v, want %v", scorers, want)
 	}

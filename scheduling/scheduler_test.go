@@ -90,7 +90,14 @@ func TestScheduleSpreadsByInFlight(t *testing.T) {
 }
 
 func TestScheduleAvoidsHighKVCache(t *testing.T) {
-	s := mustScheduler(t, "", Options{})
+	// The default profile leaves KV-cache use out (it would push requests
+	// away from the servers holding their prefixes); a profile can ask.
+	s := mustScheduler(t, `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+`, Options{})
 	tp := newTestPool(t, 3, s)
 	for i, kv := range []float64{0.95, 0.1, 0.5} {
 		tp.ep(t, i+1).SetMetrics(load(1, kv))
@@ -162,7 +169,14 @@ func TestSchedulePrefixStickinessThenSpill(t *testing.T) {
 	if got := serve(conversation); got != sticky {
 		t.Fatalf("with a short queue the prompt went to %s, want %s", got.Address, sticky.Address)
 	}
-	// ...saturation does: the prompt spills, and the new endpoint learns it.
+	// ...nor does a nearly full KV cache with a queue at the saturation
+	// threshold: four more requests wait less than 1,024 tokens prefill...
+	sticky.SetMetrics(load(DefaultQueueDepthThreshold, 0.95))
+	if got := serve(conversation); got != sticky {
+		t.Fatalf("with a full KV cache the prompt went to %s, want %s", got.Address, sticky.Address)
+	}
+	// ...a queue that costs more than the prefill does: the prompt spills,
+	// and the new endpoint learns it.
 	sticky.SetMetrics(load(12, 0.92))
 	spill := serve(conversation)
 	if spill == sticky {
@@ -191,7 +205,7 @@ func TestScheduleAvoidsUnknownEndpoints(t *testing.T) {
 	stale.ScrapedAt = time.Now().Add(-10 * time.Second)
 	tp.ep(t, 1).SetMetrics(stale)
 	// pod 2 was never scraped.
-	tp.ep(t, 3).SetMetrics(load(4, 0.7))
+	tp.ep(t, 3).SetMetrics(load(3, 0.7))
 	tp.ep(t, 4).SetMetrics(load(4, 0.75))
 	for i := 0; i < 50; i++ {
 		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m"})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -24,6 +25,7 @@ const (
 	maxHashBlockSize        = 1 << 20
 	maxPrefixBlocksToMatch  = 1 << 16
 	maxLRUCapacityPerServer = 1 << 24
+	maxQueueCostTokens      = 1 << 20
 )
 
 // prefixParams are the prefix-cache scorer's parameters.
@@ -38,21 +40,37 @@ type prefixParams struct {
 	// AutoTune sizes each endpoint's LRU from its scraped cache_config_info
 	// (blocks × tokens per block × BytesPerToken / HashBlockSize). Absent: true.
 	AutoTune *bool `json:"autoTune"`
-	// BytesPerToken is the prompt bytes per token assumed by AutoTune. Zero: 4.
+	// BytesPerToken is the prompt bytes per token assumed by AutoTune and
+	// QueueCostTokens. Zero: 4.
 	BytesPerToken int `json:"bytesPerToken"`
+	// QueueCostTokens is how many prompt tokens of prefill cost as much
+	// time as one more request in flight on an endpoint. When set, an
+	// endpoint's cached prefix counts for what it saves beyond its extra
+	// load: (matched tokens - QueueCostTokens × (its load - the least load
+	// among the candidates)) / prompt tokens, where load is the requests in
+	// flight (poolpicker's own count, or running plus waiting when the
+	// scrape says more). Zero: the plain share of the prompt matched, as
+	// the reference EPP scores.
+	QueueCostTokens int `json:"queueCostTokens"`
 }
 
 // prefixCacheScorer scores an endpoint by the share of the prompt's leading
 // blocks it is believed to hold in its KV cache: longest cached prefix /
-// prompt blocks. The prompt (Request.Prompt) is cut into HashBlockSize-byte
+// prompt blocks, less its extra load when QueueCostTokens is set. The prompt (Request.Prompt) is cut into HashBlockSize-byte
 // blocks, each hashed and mixed into the previous block's hash (the first
 // into the target model's), so a block hash stands for the whole prefix up
 // to it, and equal text under different models never matches. After each
 // pick the primary endpoint records the blocks (PostPick). The beliefs are
-// an approximation: the server's real cache is not observed. An endpoint at
-// or over the saturation thresholds (CycleState.Saturated) scores 0: its
-// cache is not worth its queue, so a sticky prefix spills to the next best
-// endpoint, which then learns the prefix.
+// an approximation: the server's real cache is not observed.
+//
+// Saturation (CycleState.Saturated) does not matter here: KV-cache use is
+// highest on the servers that hold the most prefixes, and a queue a few
+// requests long is cheaper than prefilling a long prompt again. With
+// QueueCostTokens the holder's affinity instead wanes with its load against
+// the cost of the miss elsewhere: a prefix spills from a holder only when
+// the wait there would cost more than the prefill, and the endpoint it
+// spills to learns it, so a hot prefix spreads over as many holders as its
+// load needs.
 type prefixCacheScorer struct {
 	name   TypedName
 	key    StateKey
@@ -87,6 +105,7 @@ func newPrefixCacheScorer(name string, raw json.RawMessage) (Plugin, error) {
 		{"maxPrefixBlocksToMatch", &p.MaxPrefixBlocksToMatch, DefaultMaxPrefixBlocksToMatch, maxPrefixBlocksToMatch},
 		{"lruCapacityPerServer", &p.LRUCapacityPerServer, DefaultLRUCapacityPerServer, maxLRUCapacityPerServer},
 		{"bytesPerToken", &p.BytesPerToken, DefaultBytesPerToken, 64},
+		{"queueCostTokens", &p.QueueCostTokens, 0, maxQueueCostTokens},
 	}
 	for _, c := range checks {
 		switch {
@@ -139,17 +158,49 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 		return
 	}
 	states := st.index.statesFor(cs.Endpoints)
-	total := float64(len(st.hashes))
+	if s.params.QueueCostTokens == 0 {
+		total := float64(len(st.hashes))
+		for i := range c {
+			scores[i] = float64(st.matchedBlocks(&c[i], states)) / total
+		}
+		return
+	}
+	// In tokens: the prompt as far as it was hashed (a caller may pass only
+	// PromptBytes of it), and what each endpoint's cached prefix saves.
+	promptTokens := float64(min(len(req.Prompt), s.promptBytes())) / float64(s.params.BytesPerToken)
+	blockTokens := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
+	least := int64(math.MaxInt64)
 	for i := range c {
-		if cs.Saturated(&c[i]) {
-			// A saturated server's queue costs more than its cache saves:
-			// affinity lapses, so traffic spills to the next best.
+		least = min(least, candidateLoad(&c[i]))
+	}
+	for i := range c {
+		matched := float64(st.matchedBlocks(&c[i], states))
+		if matched == 0 {
 			continue
 		}
-		if pe := states[c[i].pos]; pe != nil && int(pe.slot) < slots && !pe.dead.Load() {
-			scores[i] = float64(st.matched[pe.slot]) / total
-		}
+		saved := matched*blockTokens - float64(s.params.QueueCostTokens)*float64(candidateLoad(&c[i])-least)
+		scores[i] = saved / promptTokens
 	}
+}
+
+// matchedBlocks is how many leading blocks of the prompt the candidate is
+// believed to hold.
+func (st *prefixCycle) matchedBlocks(c *Candidate, states []*prefixEndpoint) int32 {
+	if pe := states[c.pos]; pe != nil && int(pe.slot) < len(st.matched) && !pe.dead.Load() {
+		return st.matched[pe.slot]
+	}
+	return 0
+}
+
+// candidateLoad is the requests in flight on the candidate: poolpicker's own
+// count, exact and current, or the scraped running and waiting requests when
+// they say more (requests another picker replica sent).
+func candidateLoad(c *Candidate) int64 {
+	n := max(c.Endpoint.InFlight(), 0)
+	if m := c.Metrics; m != nil {
+		n = max(n, int64(m.RunningRequests+m.WaitingRequests))
+	}
+	return n
 }
 
 // PostPick records the prompt's blocks in the primary endpoint's LRU.

@@ -1,6 +1,8 @@
 package scheduling
 
 import (
+	"time"
+
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
@@ -154,22 +156,61 @@ func TestPrefixScorer(t *testing.T) {
 	}
 }
 
-func TestPrefixScorerIgnoresSaturated(t *testing.T) {
+func TestPrefixScorerKeepsAffinityWhenSaturated(t *testing.T) {
+	// Saturation is an admission signal, not a reason to give up a cache:
+	// a full KV cache or a queue at the threshold keeps the plain score.
 	f := newPrefixFixture(t, 2, "")
 	p := prompt("x", 640)
 	f.score(p, 1)
-	if got := f.score(p, 0); got[1] != 1 {
-		t.Fatalf("score %v before saturation", got)
+	for _, m := range []*datastore.Metrics{load(DefaultQueueDepthThreshold, 0.1), load(0, 0.95), load(40, 1), nil} {
+		f.tp.ep(t, 1).SetMetrics(m)
+		if got := f.score(p, 0); got[1] != 1 {
+			t.Fatalf("metrics %+v: score %v, want 1", m, got[1])
+		}
 	}
-	f.tp.ep(t, 1).SetMetrics(load(DefaultQueueDepthThreshold, 0.1))
-	if got := f.score(p, 0); got[1] != 0 {
-		t.Fatalf("saturated endpoint scored %v, want 0", got[1])
+}
+
+func TestPrefixScorerWeighsLoadAgainstMiss(t *testing.T) {
+	// A 4,096-byte prompt is 1,024 tokens at 4 bytes a token; pod 1 holds
+	// all of it, pod 2 its first half, pod 3 nothing. Each request pod 1
+	// has in flight beyond the least loaded costs 128 tokens.
+	p := prompt("shared system prompt", 4096)
+	cases := []struct {
+		name     string
+		inFlight [4]int64 // by pod
+		metrics  [4]*datastore.Metrics
+		want     []float64
+	}{
+		{name: "equal load: the share matched", want: []float64{1, 0.5, 0}},
+		{name: "holder busier by 2", inFlight: [4]int64{0, 2, 0, 0}, want: []float64{1 - 256.0/1024, 0.5, 0}},
+		{name: "holder busier by 8: its cache is worth no more than half a cache on an idle server", inFlight: [4]int64{0, 8, 0, 0}, want: []float64{0, 0.5, 0}},
+		{name: "everyone busy alike", inFlight: [4]int64{0, 5, 5, 5}, want: []float64{1, 0.5, 0}},
+		{name: "half holder busier", inFlight: [4]int64{0, 1, 3, 1}, want: []float64{1, 0.5 - 256.0/1024, 0}},
+		{name: "scrape says more than in flight (another picker's requests)", metrics: [4]*datastore.Metrics{nil, {RunningRequests: 4, WaitingRequests: 2, ScrapedAt: time.Now()}, nil, nil},
+			want: []float64{1 - 6*128.0/1024, 0.5, 0}},
+		{name: "more than the holder's load never goes negative", inFlight: [4]int64{0, 100, 0, 0}, want: []float64{0, 0.5, 0}},
 	}
-	// An unknown endpoint keeps its affinity (it only matters when every
-	// endpoint is unknown).
-	f.tp.ep(t, 1).SetMetrics(nil)
-	if got := f.score(p, 0); got[1] != 1 {
-		t.Fatalf("unknown endpoint scored %v, want 1", got[1])
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 3, `{"queueCostTokens": 128}`)
+			f.score(p, 1)
+			f.score(p[:2048], 2)
+			for pod := 1; pod <= 3; pod++ {
+				e := f.tp.ep(t, pod)
+				e.AddInFlight(c.inFlight[pod])
+				defer e.AddInFlight(-c.inFlight[pod])
+				if m := c.metrics[pod]; m != nil {
+					e.SetMetrics(m)
+				}
+			}
+			got := f.score(p, 0)[1:]
+			for i := range got {
+				got[i] = clamp01(got[i]) // as the profile does
+			}
+			if !approxEqual(got, c.want) {
+				t.Fatalf("scores %v, want %v", got, c.want)
+			}
+		})
 	}
 }
 
