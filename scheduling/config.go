@@ -49,7 +49,7 @@ plugins:
     hashBlockSize: 64
     maxPrefixBlocksToMatch: 256
     lruCapacityPerServer: 31250
-    queueCostTokens: 128
+    queueCostTokens: 192
 - type: max-score-picker
 schedulingProfiles:
 - name: default

@@ -75,7 +75,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		extra = append(extra, router{name: name, config: string(b)})
 		return nil
 	})
-	fs.BoolVar(&c.parallel, "parallel", false, "run a point's routers at once instead of one after the other (needs spare cores)")
+	fs.BoolVar(&c.parallel, "parallel", c.parallel, "run a point's routers at once, so the machine's load falls on them alike (false: one after the other)")
 	verbose := fs.Bool("v", false, "print each server's counters after each run")
 	svg := fs.String("svg", "", "write the plot (SVG) to this file")
 	markdown := fs.String("markdown", "", "write the table (Markdown) to this file")
