@@ -56,10 +56,11 @@ type prefixParams struct {
 
 // prefixCacheScorer scores an endpoint by the share of the prompt's leading
 // blocks it is believed to hold in its KV cache: longest cached prefix /
-// prompt blocks, less its extra load when QueueCostTokens is set. The prompt (Request.Prompt) is cut into HashBlockSize-byte
-// blocks, each hashed and mixed into the previous block's hash (the first
-// into the target model's), so a block hash stands for the whole prefix up
-// to it, and equal text under different models never matches. After each
+// prompt blocks, less its extra load when QueueCostTokens is set. The
+// prompt (Request.Prompt) is cut into HashBlockSize-byte blocks, each
+// hashed and mixed into the previous block's hash (the first into the
+// target model's), so a block hash stands for the whole prefix up to it,
+// and equal text under different models never matches. After each
 // pick the primary endpoint records the blocks (PostPick). The beliefs are
 // an approximation: the server's real cache is not observed.
 //

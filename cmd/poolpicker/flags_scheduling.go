@@ -33,7 +33,7 @@ func bindSchedulingFlags(fs *pflag.FlagSet, o *scheduling.Options) {
 	fs.IntVar(&o.MaxEndpoints, "scheduler-max-endpoints", o.MaxEndpoints,
 		"Most endpoints sent to the gateway per request: the primary, then fallbacks to retry in order.")
 	fs.IntVar(&o.QueueDepthThreshold, "saturation-queue-depth-threshold", o.QueueDepthThreshold,
-		"Waiting requests at which an endpoint is saturated. When every endpoint of a pool is saturated (or unknown), sheddable requests (objective priority < 0) are answered 429; a saturated endpoint also loses its prefix-cache affinity.")
+		"Waiting requests at which an endpoint is saturated. When every endpoint of a pool is saturated (or unknown), sheddable requests (objective priority < 0) are answered 429.")
 	fs.Float64Var(&o.KVCacheUtilThreshold, "saturation-kv-cache-threshold", o.KVCacheUtilThreshold,
 		"KV-cache use (0..1) at which an endpoint is saturated; see --saturation-queue-depth-threshold.")
 }
