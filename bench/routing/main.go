@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -77,6 +78,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	})
 	fs.BoolVar(&c.parallel, "parallel", c.parallel, "run a point's routers at once, so the machine's load falls on them alike (false: one after the other)")
 	verbose := fs.Bool("v", false, "print each server's counters after each run")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	svg := fs.String("svg", "", "write the plot (SVG) to this file")
 	markdown := fs.String("markdown", "", "write the table (Markdown) to this file")
 	jsonOut := fs.String("json", "", "write the results (JSON) to this file")
@@ -105,6 +107,18 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	if err := c.check(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	fmt.Fprintf(stdout, "fleet: %d servers × %d slots, KV %d blocks × %d tokens; prompts %d+%d tokens, %d out; service %v at full hit, capacity %.1f req/s (simulated; time scale %g)\n",
 		c.servers, c.slots, c.kvBlocks, c.blockTokens, c.prefixTokens, c.suffixTokens, c.outputTokens, c.serviceTime().Round(time.Millisecond), c.capacity(), c.timeScale)
