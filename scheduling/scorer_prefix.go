@@ -44,13 +44,14 @@ type prefixParams struct {
 	// QueueCostTokens. Zero: 4.
 	BytesPerToken int `json:"bytesPerToken"`
 	// QueueCostTokens is how many prompt tokens of prefill cost as much
-	// time as one more request in flight on an endpoint. When set, an
-	// endpoint's cached prefix counts for what it saves beyond its extra
-	// load: (matched tokens - QueueCostTokens × (its load - the least load
-	// among the candidates)) / prompt tokens, where load is the requests in
+	// time as one more request in flight on an idle pool's endpoint. When
+	// set, an endpoint's cached prefix counts for what it saves beyond its
+	// extra load: (matched tokens - QueueCostTokens / (1 + least/running) ×
+	// (its load - least)) / prompt tokens, where load is the requests in
 	// flight (poolpicker's own count, or running plus waiting when the
-	// scrape says more). Zero: the plain share of the prompt matched, as
-	// the reference EPP scores.
+	// scrape says more), least the least load among the candidates and
+	// running the most sequences any candidate was scraped running. Zero:
+	// the plain share of the prompt matched, as the reference EPP scores.
 	QueueCostTokens int `json:"queueCostTokens"`
 }
 
@@ -170,16 +171,26 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 	// PromptBytes of it), and what each endpoint's cached prefix saves.
 	promptTokens := float64(min(len(req.Prompt), s.promptBytes())) / float64(s.params.BytesPerToken)
 	blockTokens := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
-	least := int64(math.MaxInt64)
+	least, running := int64(math.MaxInt64), 1
 	for i := range c {
 		least = min(least, candidateLoad(&c[i]))
+		if m := c[i].Metrics; m != nil {
+			running = max(running, m.RunningRequests)
+		}
 	}
+	// When every endpoint is busy, a miss also delays everything queued
+	// behind its prefill at the other endpoint, and it evicts a prefix
+	// there: the extra load a holder may carry grows with the least load,
+	// counted in batches (the most sequences an endpoint was seen running).
+	// Without this, affinity gives way under overload, each miss adds load,
+	// and the pool falls to round-robin's hit rate.
+	perRequest := float64(s.params.QueueCostTokens) / (1 + float64(least)/float64(running))
 	for i := range c {
 		matched := float64(st.matchedBlocks(&c[i], states))
 		if matched == 0 {
 			continue
 		}
-		saved := matched*blockTokens - float64(s.params.QueueCostTokens)*float64(candidateLoad(&c[i])-least)
+		saved := matched*blockTokens - perRequest*float64(candidateLoad(&c[i])-least)
 		scores[i] = saved / promptTokens
 	}
 }

@@ -172,8 +172,9 @@ func TestPrefixScorerKeepsAffinityWhenSaturated(t *testing.T) {
 
 func TestPrefixScorerWeighsLoadAgainstMiss(t *testing.T) {
 	// A 4,096-byte prompt is 1,024 tokens at 4 bytes a token; pod 1 holds
-	// all of it, pod 2 its first half, pod 3 nothing. Each request pod 1
-	// has in flight beyond the least loaded costs 128 tokens.
+	// all of it, pod 2 its first half, pod 3 nothing. Each request an
+	// endpoint has in flight beyond the least loaded costs 128 tokens over
+	// 1 + the least load in batches (the most sequences seen running).
 	p := prompt("shared system prompt", 4096)
 	cases := []struct {
 		name     string
@@ -185,7 +186,10 @@ func TestPrefixScorerWeighsLoadAgainstMiss(t *testing.T) {
 		{name: "holder busier by 2", inFlight: [4]int64{0, 2, 0, 0}, want: []float64{1 - 256.0/1024, 0.5, 0}},
 		{name: "holder busier by 8: its cache is worth no more than half a cache on an idle server", inFlight: [4]int64{0, 8, 0, 0}, want: []float64{0, 0.5, 0}},
 		{name: "everyone busy alike", inFlight: [4]int64{0, 5, 5, 5}, want: []float64{1, 0.5, 0}},
-		{name: "half holder busier", inFlight: [4]int64{0, 1, 3, 1}, want: []float64{1, 0.5 - 256.0/1024, 0}},
+		{name: "half holder busier, the least load 1 of a batch of 1: half the cost", inFlight: [4]int64{0, 1, 3, 1}, want: []float64{1, 0.5 - 2*64.0/1024, 0}},
+		{name: "every endpoint busy (least load 8, batches of 4): a third of the cost", inFlight: [4]int64{0, 14, 8, 8},
+			metrics: [4]*datastore.Metrics{nil, {RunningRequests: 4, ScrapedAt: time.Now()}, {RunningRequests: 4, ScrapedAt: time.Now()}, {RunningRequests: 4, ScrapedAt: time.Now()}},
+			want:    []float64{1 - 6*128.0/3/1024, 0.5, 0}},
 		{name: "scrape says more than in flight (another picker's requests)", metrics: [4]*datastore.Metrics{nil, {RunningRequests: 4, WaitingRequests: 2, ScrapedAt: time.Now()}, nil, nil},
 			want: []float64{1 - 6*128.0/1024, 0.5, 0}},
 		{name: "more than the holder's load never goes negative", inFlight: [4]int64{0, 100, 0, 0}, want: []float64{0, 0.5, 0}},
