@@ -31,7 +31,10 @@ func haOptions(name, pickerNS string, namespaces ...string) Options {
 	return Options{
 		Namespaces: namespaces, PickerName: name, PickerNamespace: pickerNS, PickerPort: 9002,
 		ProvisionPickerServices: true, LeaderElection: true,
-		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
+		// A renew deadline of seconds, so that a busy test machine's slow
+		// answer does not depose the leader; a stopped leader releases the
+		// Lease, so the other still takes over within one retry period.
+		LeaseDuration: 10 * time.Second, RenewDeadline: 8 * time.Second, RetryPeriod: 200 * time.Millisecond,
 	}
 }
 
