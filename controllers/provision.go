@@ -181,23 +181,11 @@ func (m *Manager) ensureService(ctx context.Context, pool *v1.InferencePool, nam
 		}}},
 	}
 	var cur corev1.Service
-	exists, err := m.getOwnOrForeign(ctx, client.ObjectKeyFromObject(want), &cur)
-	if err != nil {
-		return false, err
+	state, err := m.createOrCheckOwner(ctx, key, "Service", want, &cur,
+		"it is left alone, and no EndpointSlice is provisioned for it (delete it to let poolpicker provision it, or route it to the picker yourself)")
+	if state != existsOurs {
+		return state == created, err
 	}
-	if !exists {
-		if err := m.mgr.GetClient().Create(ctx, want); err != nil {
-			return false, err
-		}
-		m.log.Info("provisioned picker Service", "pool", key.String(), "service", name, "port", port)
-		m.resolved(key, "Service")
-		return true, nil
-	}
-	if !m.ours(&cur) {
-		m.conflict(key, "Service", fmt.Sprintf("Service %s/%s exists and was not created by poolpicker %s: it is left alone, and no EndpointSlice is provisioned for it (delete it to let poolpicker provision it, or route it to the picker yourself)", pool.Namespace, name, m.claimID()))
-		return false, nil
-	}
-	m.resolved(key, "Service")
 	if maps.Equal(cur.Labels, want.Labels) && equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences) &&
 		len(cur.Spec.Selector) == 0 && equality.Semantic.DeepEqual(cur.Spec.Ports, want.Spec.Ports) {
 		return true, nil
@@ -233,23 +221,10 @@ func (m *Manager) ensureSlice(ctx context.Context, pool *v1.InferencePool, servi
 		}},
 	}
 	var cur discoveryv1.EndpointSlice
-	exists, err := m.getOwnOrForeign(ctx, client.ObjectKeyFromObject(want), &cur)
-	if err != nil {
-		return false, err
+	state, err := m.createOrCheckOwner(ctx, key, "EndpointSlice", want, &cur, "it is left alone")
+	if state != existsOurs {
+		return state == created, err
 	}
-	if !exists {
-		if err := m.mgr.GetClient().Create(ctx, want); err != nil {
-			return false, err
-		}
-		m.log.Info("provisioned picker EndpointSlice", "pool", key.String(), "slice", want.Name, "replicas", len(want.Endpoints))
-		m.resolved(key, "EndpointSlice")
-		return true, nil
-	}
-	if !m.ours(&cur) {
-		m.conflict(key, "EndpointSlice", fmt.Sprintf("EndpointSlice %s/%s exists and was not created by poolpicker %s: it is left alone", pool.Namespace, want.Name, m.claimID()))
-		return false, nil
-	}
-	m.resolved(key, "EndpointSlice")
 	if maps.Equal(cur.Labels, want.Labels) && equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences) &&
 		equality.Semantic.DeepEqual(cur.Endpoints, want.Endpoints) && equality.Semantic.DeepEqual(cur.Ports, want.Ports) {
 		return true, nil
@@ -309,4 +284,38 @@ func (m *Manager) deprovision(ctx context.Context, key datastore.PoolKey, keep s
 		}
 	}
 	return nil
+}
+
+// provisionState is what createOrCheckOwner found under an object's name.
+type provisionState int
+
+const (
+	failed     provisionState = iota // reading or creating it failed
+	created                          // absent, now created from want
+	existsOurs                       // present and created by this picker: the caller brings it up to date
+	foreign                          // present and not ours: left alone, reported as a conflict
+)
+
+// createOrCheckOwner reads the object named like want into cur, creates want
+// when there is none, and reports a conflict when the one there was not
+// created by this picker; the Service and its EndpointSlice share this rule.
+func (m *Manager) createOrCheckOwner(ctx context.Context, key datastore.PoolKey, kind string, want, cur client.Object, leftAlone string) (provisionState, error) {
+	exists, err := m.getOwnOrForeign(ctx, client.ObjectKeyFromObject(want), cur)
+	if err != nil {
+		return failed, err
+	}
+	if !exists {
+		if err := m.mgr.GetClient().Create(ctx, want); err != nil {
+			return failed, err
+		}
+		m.log.Info("provisioned picker "+kind, "pool", key.String(), "name", want.GetName())
+		m.resolved(key, kind)
+		return created, nil
+	}
+	if !m.ours(cur) {
+		m.conflict(key, kind, fmt.Sprintf("%s %s/%s exists and was not created by poolpicker %s: %s", kind, want.GetNamespace(), want.GetName(), m.claimID(), leftAlone))
+		return foreign, nil
+	}
+	m.resolved(key, kind)
+	return existsOurs, nil
 }
