@@ -7,8 +7,35 @@ import (
 
 // Usage is the token accounting a model server reports in its response.
 type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
+	PromptTokens     int
+	CompletionTokens int
+	// CachedTokens is usage.prompt_tokens_details.cached_tokens: the prompt
+	// tokens the server served from its prefix cache. vLLM reports it when
+	// prefix caching (and prompt-token details) are on; HasCachedTokens
+	// tells a reported 0 from a server that does not report it.
+	CachedTokens    int
+	HasCachedTokens bool
+}
+
+// UnmarshalJSON reads the OpenAI usage object, including the nested
+// prompt_tokens_details.cached_tokens (null or absent details leave
+// HasCachedTokens false).
+func (u *Usage) UnmarshalJSON(b []byte) error {
+	var w struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+		Details          *struct {
+			CachedTokens *int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*u = Usage{PromptTokens: w.PromptTokens, CompletionTokens: w.CompletionTokens}
+	if w.Details != nil && w.Details.CachedTokens != nil {
+		u.CachedTokens, u.HasCachedTokens = *w.Details.CachedTokens, true
+	}
+	return nil
 }
 
 const (

@@ -17,11 +17,12 @@ func feed(u *usageReader, s string, chunk int) (Usage, bool) {
 
 func TestUsageReader(t *testing.T) {
 	bigJSON := `{"choices":[{"text":"` + strings.Repeat("x", maxJSONResponseHold) + `"}],"usage":{"prompt_tokens":9,"completion_tokens":8}}`
+	bigJSONCached := `{"choices":[{"text":"` + strings.Repeat("x", maxJSONResponseHold) + `"}],"usage":{"prompt_tokens":9,"completion_tokens":8,"prompt_tokens_details":{"cached_tokens":4}}}`
 	var sse strings.Builder
 	for i := 0; i < 2000; i++ {
 		fmt.Fprintf(&sse, "data: {\"choices\":[{\"delta\":{\"content\":\"tok%d\"}}],\"usage\":null}\n\n", i)
 	}
-	sse.WriteString("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":2000}}\n\ndata: [DONE]\n\n")
+	sse.WriteString("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":30,\"completion_tokens\":2000,\"prompt_tokens_details\":{\"cached_tokens\":16}}}\n\ndata: [DONE]\n\n")
 	cases := []struct {
 		name string
 		sse  bool
@@ -29,13 +30,19 @@ func TestUsageReader(t *testing.T) {
 		want Usage
 		ok   bool
 	}{
-		{"json", false, `{"usage":{"prompt_tokens":1,"completion_tokens":2}}`, Usage{1, 2}, true},
+		{"json", false, `{"usage":{"prompt_tokens":1,"completion_tokens":2}}`, Usage{PromptTokens: 1, CompletionTokens: 2}, true},
 		{"json no usage", false, `{"x":1}`, Usage{}, false},
-		{"json larger than the hold", false, bigJSON, Usage{9, 8}, true},
-		{"sse", true, sse.String(), Usage{30, 2000}, true},
-		{"sse crlf, no final newline", true, "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\r\n\r\ndata: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}", Usage{5, 6}, true},
-		{"sse usage after DONE ignored", true, "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\ndata: [DONE]\n\ndata: {\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":7}}\n\n", Usage{3, 4}, true},
-		{"sse huge line skipped", true, "data: " + strings.Repeat("y", maxSSELineBytes+10) + "\n\ndata: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n", Usage{1, 1}, true},
+		{"json cached tokens", false, `{"usage":{"prompt_tokens":1540,"completion_tokens":30,"prompt_tokens_details":{"cached_tokens":1488}}}`, Usage{PromptTokens: 1540, CompletionTokens: 30, CachedTokens: 1488, HasCachedTokens: true}, true},
+		{"json cached tokens zero", false, `{"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":0}}}`, Usage{PromptTokens: 5, CompletionTokens: 1, HasCachedTokens: true}, true},
+		{"json details null", false, `{"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":null}}`, Usage{PromptTokens: 5, CompletionTokens: 1}, true},
+		{"json details without cached", false, `{"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"audio_tokens":0}}}`, Usage{PromptTokens: 5, CompletionTokens: 1}, true},
+		{"json cached tokens wrong type", false, `{"usage":{"prompt_tokens":5,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":"x"}}}`, Usage{}, false},
+		{"json larger than the hold, cached", false, bigJSONCached, Usage{PromptTokens: 9, CompletionTokens: 8, CachedTokens: 4, HasCachedTokens: true}, true},
+		{"json larger than the hold", false, bigJSON, Usage{PromptTokens: 9, CompletionTokens: 8}, true},
+		{"sse", true, sse.String(), Usage{PromptTokens: 30, CompletionTokens: 2000, CachedTokens: 16, HasCachedTokens: true}, true},
+		{"sse crlf, no final newline", true, "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\r\n\r\ndata: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}", Usage{PromptTokens: 5, CompletionTokens: 6}, true},
+		{"sse usage after DONE ignored", true, "data: {\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\ndata: [DONE]\n\ndata: {\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":7}}\n\n", Usage{PromptTokens: 3, CompletionTokens: 4}, true},
+		{"sse huge line skipped", true, "data: " + strings.Repeat("y", maxSSELineBytes+10) + "\n\ndata: {\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n", Usage{PromptTokens: 1, CompletionTokens: 1}, true},
 	}
 	for _, c := range cases {
 		for _, chunk := range []int{1 << 20, 4096, 7} {
@@ -97,4 +104,22 @@ func TestModelLabelCap(t *testing.T) {
 	if want := "a b a c other other b "; strings.Join(got, " ") != want {
 		t.Fatalf("got %q", strings.Join(got, " "))
 	}
+}
+
+// FuzzUsageReader holds the usage reader to the same answer whatever the
+// chunking, and never panics on a malformed body.
+func FuzzUsageReader(f *testing.F) {
+	f.Add(`{"usage":{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}`, false, uint8(5))
+	f.Add("data: {\"usage\":{\"prompt_tokens\":3,\"prompt_tokens_details\":null}}\n\ndata: [DONE]\n\n", true, uint8(3))
+	f.Add("data: {\"usage\":{\"prompt_tokens_details\":{\"cached_tokens\":-1}}}\r\n", true, uint8(1))
+	f.Fuzz(func(t *testing.T, body string, sse bool, chunk uint8) {
+		whole, wholeOK := feed(&usageReader{sse: sse}, body, len(body)+1)
+		pieces, piecesOK := feed(&usageReader{sse: sse}, body, int(chunk)+1)
+		if whole != pieces || wholeOK != piecesOK {
+			t.Fatalf("whole %+v %v, in pieces of %d %+v %v", whole, wholeOK, int(chunk)+1, pieces, piecesOK)
+		}
+		if !wholeOK && whole != (Usage{}) {
+			t.Fatalf("no usage but %+v", whole)
+		}
+	})
 }
