@@ -6,6 +6,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/poolpicker/poolpicker/requestbody"
 )
 
 // Defaults of Options.
@@ -98,6 +100,12 @@ type Options struct {
 	// upstream EPP's --health-checking). Zero: the health port only.
 	HealthOnGRPCPort bool
 
+	// NewBodyReader returns the reader of one request body, for a path of
+	// that kind and a scheduler that reads promptLimit bytes of the prompt.
+	// Nil: requestbody.NewScanner. bench/extproc sets readers built on JSON
+	// libraries, to measure the scanner against them end to end.
+	NewBodyReader func(kind requestbody.Kind, promptLimit int) requestbody.Reader
+
 	// Registerer receives the request metrics. Nil: metrics are kept in a
 	// private registry and not exported.
 	Registerer prometheus.Registerer
@@ -133,10 +141,17 @@ func (o *Options) setDefaults() {
 	if o.MaxModelLabels <= 0 {
 		o.MaxModelLabels = DefaultMaxModelLabels
 	}
+	if o.NewBodyReader == nil {
+		o.NewBodyReader = newScanner
+	}
 	if o.Registerer == nil {
 		o.Registerer = prometheus.NewRegistry()
 	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
 	}
+}
+
+func newScanner(kind requestbody.Kind, promptLimit int) requestbody.Reader {
+	return requestbody.NewScanner(kind, promptLimit)
 }

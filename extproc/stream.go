@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/requestbody"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 
@@ -87,7 +88,7 @@ type stream struct {
 	start        time.Time
 	requestID    string
 	method       string
-	path         pathKind
+	path         requestbody.Kind
 	pathWasSeen  bool
 	hasCLength   bool
 	objective    string
@@ -103,7 +104,7 @@ type stream struct {
 	respBytes    int
 	// A body of several chunks is read as it arrives: scan reads joined,
 	// the chunks so far copied into a reused buffer (joinBuffers).
-	scan      *bodyScanner
+	scan      requestbody.Reader
 	joined    *[]byte
 	cLength   int
 	labels    requestLabels
@@ -315,7 +316,7 @@ func (st *stream) readHeaders(hm *corev3.HeaderMap) {
 		// do not rely on it for the few we read.
 		switch strings.ToLower(k) {
 		case ":path":
-			st.path = classifyPath(headerValue(hv))
+			st.path = requestbody.KindOf(headerValue(hv))
 			st.pathWasSeen = true
 		case ":method":
 			st.method = headerValue(hv)
@@ -351,7 +352,7 @@ func (st *stream) readHeaders(hm *corev3.HeaderMap) {
 		}
 	}
 	if !st.pathWasSeen {
-		st.path = pathNone
+		st.path = requestbody.NoPath
 	}
 }
 
@@ -416,11 +417,11 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 	// Read the body as it arrives, so that at its end only the last chunk
 	// is left to read: the decision waits for the body, not for its parse.
 	if st.scan == nil {
-		st.scan = newBodyScanner(st.path, st.s.promptLimit)
+		st.scan = st.s.opts.NewBodyReader(st.path, st.s.promptLimit)
 		st.joined = joinBuffer(st.cLength)
 	}
 	*st.joined = append(*st.joined, b.GetBody()...)
-	if err := st.scan.feed(*st.joined, false); err != nil && st.path.strict() {
+	if err := st.scan.Feed(*st.joined, false); err != nil && st.path.Strict() {
 		// The defect is in: the rest of the body cannot mend it.
 		return true, st.fail(&httpError{code: http.StatusBadRequest, reason: "BadRequest", msg: err.Error()})
 	}
@@ -489,28 +490,28 @@ func (st *stream) bodyComplete() (bool, error) {
 		if len(st.chunks) == 1 {
 			body = st.chunks[0]
 		}
-		sc := newBodyScanner(st.path, st.s.promptLimit)
-		_ = sc.feed(body, true) // the defect, if any, is sc.result's error
-		return st.decide(body, sc)
+		r := st.s.opts.NewBodyReader(st.path, st.s.promptLimit)
+		_ = r.Feed(body, true) // the defect, if any, is Result's error
+		return st.decide(body, r)
 	}
 	defer st.releaseJoined()
 	body := *st.joined
-	_ = st.scan.feed(body, true)
+	_ = st.scan.Feed(body, true)
 	return st.decide(body, st.scan)
 }
 
-// decide takes what sc read of the whole body (nil: no body), schedules,
+// decide takes what r read of the whole body (nil: no body), schedules,
 // and sends the answers the gateway is waiting for, then moves to
 // stateForwarded.
-func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
+func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	sreq := &scheduling.Request{ID: st.requestID, Objective: st.objective, Subset: st.resolveIn.subset, CandidateIPs: st.candidateIPs}
 	if st.candidateIPs == nil {
 		sreq.CandidateIPs = nil
 	}
-	var rb *requestBody
+	var rb *requestbody.Request
 	if body != nil {
 		var err error
-		rb, err = sc.result(body)
+		rb, err = r.Result(body)
 		if err != nil {
 			return true, st.fail(&httpError{code: http.StatusBadRequest, reason: "BadRequest", msg: err.Error()})
 		}
@@ -566,8 +567,8 @@ func (st *stream) decide(body []byte, sc *bodyScanner) (bool, error) {
 	st.dest = sb.String()
 
 	newBody := body
-	if rb != nil && rb.hasModel && target != rb.Model {
-		newBody = rewriteModel(body, rb, target)
+	if rb != nil && rb.HasModel() && target != rb.Model {
+		newBody = rb.RewriteModel(body, target)
 	}
 	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, st.dest), setHeader(HeaderPool, st.poolName)}
 	if body != nil && len(newBody) != len(body) && st.hasCLength {

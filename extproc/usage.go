@@ -158,18 +158,13 @@ func (u *usageReader) finish() (Usage, bool) {
 		return u.usage, u.hasUsage
 	}
 	// Only the tail is here: find the last "usage" key and decode the
-	// object that follows it.
-	i := bytes.LastIndex(u.buf, usageKey)
-	if i >= 0 {
-		rest := u.buf[i+len(usageKey):]
-		j := skipWS(rest, 0)
-		if j < len(rest) && rest[j] == ':' {
-			j = skipWS(rest, j+1)
-			if e, err := skipValue(rest, j, 1); err == nil && rest[j] == '{' {
-				var us Usage
-				if json.Unmarshal(rest[j:e], &us) == nil {
-					u.usage, u.hasUsage = us, true
-				}
+	// object that follows it (a Decoder reads one value and stops there).
+	if i := bytes.LastIndex(u.buf, usageKey); i >= 0 {
+		rest := bytes.TrimLeft(u.buf[i+len(usageKey):], " \t\r\n")
+		if len(rest) > 0 && rest[0] == ':' {
+			var us *Usage
+			if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&us) == nil && us != nil {
+				u.usage, u.hasUsage = *us, true
 			}
 		}
 	}
