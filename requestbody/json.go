@@ -152,6 +152,7 @@ func (v *validator) str(i, open int) (int, error) {
 		}
 	}
 }
+
 // validRun returns the offset of the first byte at or after b[i], and
 // below lim (at most len(b)), that ends a run of plain bytes and two-byte
 // escapes: a '"', a byte below 0x20, or a backslash starting any other

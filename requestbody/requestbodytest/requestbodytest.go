@@ -84,7 +84,7 @@ func Cases() []Case {
 		{Name: "bad escape in prompt", Kind: requestbody.Completions, Limit: all, Body: `{"model":"m","prompt":"a\q"}`, Err: "bad escape", Syntax: true},
 		{Name: "bad number", Kind: requestbody.Chat, Limit: all, Body: `{"model":"m","n":01}`, Err: "invalid JSON", Syntax: true},
 		{Name: "control char", Kind: requestbody.Chat, Limit: all, Body: "{\"model\":\"m\x01\"}", Err: "control character", Syntax: true},
-		{Name: "deep nesting", Kind: requestbody.Chat, Limit: all, Body: `{"model":"m","x":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`, Err: "nesting", Syntax: true},
+		{Name: "deep nesting", Kind: requestbody.Chat, Limit: all, Body: `{"model":"m","x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, Err: "nesting", Syntax: true},
 
 		// Past the prompt limit.
 		{Name: "escaped quotes and backslashes", Kind: requestbody.Chat, Limit: 5, Model: "m", Prompt: `[{"ro`, Stream: true,
