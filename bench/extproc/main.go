@@ -10,6 +10,12 @@
 // the destination answer, process CPU per request (client and server share
 // the process, so the difference between rows is the server's extra cost),
 // and the latency ratio to the no-op server.
+//
+// -body-readers runs each poolpicker server once per request body reader:
+// requestbody's scanner, and the same API on gjson and on jsontext
+// (bench/bodyreader), so that the readers are compared by the same ratio:
+//
+//	go run ./bench/extproc -servers noop,scheduler -body-readers scanner,gjson,jsontext -body-kib 1,16,64
 package main
 
 import (
@@ -36,8 +42,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/poolpicker/poolpicker/bench/bodyreader"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/requestbody"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 
@@ -53,6 +61,7 @@ func mainCode() int {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (all servers) to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the whole run (all servers) to this file")
 	servers := flag.String("servers", "noop,minimal,scheduler", "servers to run, comma-separated: noop (the baseline of the ratios; always runs), minimal (poolpicker with the cheapest picker), scheduler (poolpicker with the default scheduler)")
+	readers := flag.String("body-readers", "scanner", "request body readers each poolpicker server runs with, comma-separated: scanner (requestbody's, the default), gjson, jsontext (bench/bodyreader's, on those libraries)")
 	flag.Parse()
 	var bodies, concurrency []int
 	for _, f := range strings.Split(*bodyKiB, ",") {
@@ -112,6 +121,14 @@ func mainCode() int {
 			return 2
 		}
 	}
+	for _, name := range strings.Split(*readers, ",") {
+		r, ok := bodyReaders[strings.TrimSpace(name)]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "-body-readers: unknown reader %q (want scanner, gjson or jsontext)\n", name)
+			return 2
+		}
+		cfg.readers = append(cfg.readers, r)
+	}
 	rows, err := run(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -125,6 +142,21 @@ type config struct {
 	requests, rounds, pools, endpoints int
 	minimal, scheduler                 bool
 	bodies, concurrency                []int
+	// readers are the body readers each poolpicker server runs with; none
+	// means requestbody's scanner.
+	readers []bodyReader
+}
+
+// bodyReader is a request body reader a server can run with.
+type bodyReader struct {
+	name string // in the server's name; empty for requestbody's scanner
+	new  func(requestbody.Kind, int) requestbody.Reader
+}
+
+var bodyReaders = map[string]bodyReader{
+	"scanner":  {},
+	"gjson":    {"gjson", bodyreader.GJSON},
+	"jsontext": {"jsontext", bodyreader.JSONText},
 }
 
 type row struct {
@@ -227,40 +259,63 @@ func startTargets(ctx context.Context, cfg config) ([]*target, error) {
 	targets := []*target{noop}
 	noop.name = "noop"
 
+	readers := cfg.readers
+	if len(readers) == 0 {
+		readers = []bodyReader{{}}
+	}
 	for _, real := range []bool{false, true} {
 		if (real && !cfg.scheduler) || (!real && !cfg.minimal) {
 			continue
 		}
-		reg := datastore.NewRegistry()
-		var sched extproc.Scheduler = firstLeastLoaded{}
-		name := "poolpicker+minimal-picker"
-		if real {
-			s, err := scheduling.New(nil, scheduling.Options{})
+		for _, br := range readers {
+			t, err := startPoolpicker(ctx, cfg, real, br)
 			if err != nil {
+				for _, t := range targets {
+					t.stop()
+				}
 				return nil, err
 			}
-			reg.AddObserver(s)
-			sched, name = s, "poolpicker+scheduler"
+			targets = append(targets, t)
 		}
-		populate(reg, cfg)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		hlis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis})
-		if err != nil {
-			return nil, err
-		}
-		sctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { _ = srv.Start(sctx); close(done) }()
-		targets = append(targets, &target{name: name, addr: lis.Addr().String(), stop: func() { cancel(); <-done }})
 	}
 	return targets, nil
+}
+
+// startPoolpicker starts poolpicker's server with the default scheduler
+// (real) or the cheapest picker, reading bodies with br.
+func startPoolpicker(ctx context.Context, cfg config, real bool, br bodyReader) (*target, error) {
+	reg := datastore.NewRegistry()
+	var sched extproc.Scheduler = firstLeastLoaded{}
+	name := "poolpicker+minimal-picker"
+	if real {
+		s, err := scheduling.New(nil, scheduling.Options{})
+		if err != nil {
+			return nil, err
+		}
+		reg.AddObserver(s)
+		sched, name = s, "poolpicker+scheduler"
+	}
+	populate(reg, cfg)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hlis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		lis.Close()
+		return nil, err
+	}
+	if br.name != "" {
+		name += "+" + br.name
+	}
+	srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, NewBodyReader: br.new})
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = srv.Start(sctx); close(done) }()
+	return &target{name: name, addr: lis.Addr().String(), stop: func() { cancel(); <-done }}, nil
 }
 
 func serve(register func(*grpc.Server)) (*target, error) {
