@@ -64,12 +64,11 @@ func BenchmarkScrape(b *testing.B) {
 				reg := datastore.NewRegistry()
 				p := reg.Upsert(datastore.PoolKey{Namespace: "ns", Name: "bench"}, &datastore.PoolSpec{TargetPorts: []int32{int32(s.port)}})
 				p.SetPods(pods(nil, s))
-				sc := newScraper(m, p, p.Endpoints().Endpoints[0])
-				sc.ctx = context.Background()
+				srv := newServer(&m.opts, buildTarget(&m.opts, p.Spec(), p.Endpoints().Endpoints[0]))
 				b.SetBytes(int64(len(page)))
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := sc.fetch(); err != nil {
+					if _, err := m.fetch(context.Background(), srv); err != nil {
 						b.Fatal(err)
 					}
 				}

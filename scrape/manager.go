@@ -1,6 +1,7 @@
 package scrape
 
 import (
+	"container/heap"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,10 +16,16 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
-// Manager runs one scraper per endpoint of every pool it hears of. It is a
-// datastore.Observer: register it with Registry.AddObserver before pools
-// exist, then run Start. Endpoints that appear before Start are scraped from
-// Start on.
+// Manager keeps the metrics of every endpoint of every pool it hears of
+// fresh. One dispatcher goroutine takes the model servers from a queue
+// ordered by due time and scrapes them, at most MaxConcurrentScrapes at once,
+// each on a goroutine that lives for that scrape only. Endpoints of several
+// pools that resolve to the same metrics URL and engine are one server,
+// scraped once per interval, the result published to each.
+//
+// It is a datastore.Observer: register it with Registry.AddObserver before
+// pools exist, then run Start. Endpoints that appear before Start are
+// scraped from Start on.
 type Manager struct {
 	opts      Options
 	log       logr.Logger
@@ -28,19 +35,31 @@ type Manager struct {
 
 	scrapes atomic.Uint64
 	errors  atomic.Uint64
-	// onScrape, when set before Start, hears of every finished scrape (tests).
+	// onScrape, when set before Start, hears of every finished scrape of
+	// every pool's endpoint (tests).
 	onScrape func(pool datastore.PoolKey, address string, err error)
+
+	// slots bounds the scrapes in flight; inflight counts their goroutines.
+	slots    chan struct{}
+	inflight sync.WaitGroup
+	// wake tells the dispatcher the head of the queue changed.
+	wake chan struct{}
 
 	mu sync.Mutex
 	// ctx is Start's context; nil before Start.
 	ctx     context.Context
 	stopped bool
-	pools   map[datastore.PoolKey]*poolScrapers
+	pools   map[datastore.PoolKey]*poolSubs
+	servers map[targetKey]*server
+	queue   serverQueue
+	// unstarted are the per-endpoint loops (Options.PerEndpointLoop) made
+	// before Start.
+	unstarted []*server
 }
 
-type poolScrapers struct {
-	pool     *datastore.Pool
-	scrapers map[datastore.EndpointKey]*scraper
+type poolSubs struct {
+	pool *datastore.Pool
+	subs map[datastore.EndpointKey]*sub
 }
 
 var _ datastore.Observer = (*Manager)(nil)
@@ -73,7 +92,10 @@ func NewManager(opts Options) (*Manager, error) {
 			// it could send the picker anywhere.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		pools: map[datastore.PoolKey]*poolScrapers{},
+		slots:   make(chan struct{}, opts.MaxConcurrentScrapes),
+		wake:    make(chan struct{}, 1),
+		pools:   map[datastore.PoolKey]*poolSubs{},
+		servers: map[targetKey]*server{},
 	}
 	m.stats = newStatsCollector(m)
 	if opts.Registerer != nil {
@@ -87,17 +109,24 @@ func NewManager(opts Options) (*Manager, error) {
 // StalenessThreshold is the effective staleness threshold.
 func (m *Manager) StalenessThreshold() time.Duration { return m.opts.StalenessThreshold }
 
-// Stats counts scrapes and failed scrapes since the manager was made.
+// Stats counts the requests to model servers and the failed ones since the
+// manager was made, and the servers scraped now.
 type Stats struct {
 	Scrapes uint64
 	Errors  uint64
+	Servers int
 }
 
 // Stats returns the scrape counts.
-func (m *Manager) Stats() Stats { return Stats{Scrapes: m.scrapes.Load(), Errors: m.errors.Load()} }
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	n := len(m.servers)
+	m.mu.Unlock()
+	return Stats{Scrapes: m.scrapes.Load(), Errors: m.errors.Load(), Servers: n}
+}
 
-// Start runs the scrapers until ctx is done, then stops them all, waits for
-// them and returns nil. It may be called once.
+// Start scrapes until ctx is done, then waits for the scrapes in flight
+// and returns nil. It may be called once.
 func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	if m.ctx != nil {
@@ -105,96 +134,283 @@ func (m *Manager) Start(ctx context.Context) error {
 		return errors.New("scrape: manager already started")
 	}
 	m.ctx = ctx
-	for _, ps := range m.pools {
-		for _, s := range ps.scrapers {
-			s.launch(ctx)
+	for _, s := range m.unstarted {
+		if !s.gone {
+			m.startLoopLocked(ctx, s)
 		}
 	}
+	m.unstarted = nil
 	m.mu.Unlock()
 
-	<-ctx.Done()
+	m.dispatch(ctx)
 
 	m.mu.Lock()
 	m.stopped = true
-	var all []*scraper
-	for _, ps := range m.pools {
-		for _, s := range ps.scrapers {
-			all = append(all, s)
-		}
-	}
 	m.mu.Unlock()
-	stopAll(all)
+	// Every scrape's context is ctx's child: they are ending.
+	m.inflight.Wait()
 	m.transport.CloseIdleConnections()
 	return nil
 }
 
-// EndpointsChanged starts scrapers for added endpoints and stops removed
-// ones; a removed endpoint's scraper has exited when it returns, so its
-// server gets no request after that.
+// dispatch starts the due scrapes, at most MaxConcurrentScrapes at once,
+// until ctx is done.
+func (m *Manager) dispatch(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		m.mu.Lock()
+		idle, wait := len(m.queue) == 0, time.Duration(0)
+		if !idle {
+			wait = time.Until(m.queue[0].next)
+		}
+		m.mu.Unlock()
+		if idle || wait > 0 {
+			if idle {
+				timer.Stop()
+			} else {
+				timer.Reset(wait)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.wake:
+			case <-timer.C:
+			}
+			continue
+		}
+		select {
+		case m.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		now := time.Now()
+		m.mu.Lock()
+		var s *server
+		if len(m.queue) > 0 && !m.queue[0].next.After(now) {
+			s = heap.Pop(&m.queue).(*server)
+			s.running, s.lastStart = true, now
+			s.ctx, s.cancel = context.WithCancel(ctx)
+			s.done = make(chan struct{})
+			m.inflight.Add(1)
+		}
+		m.mu.Unlock()
+		if s == nil {
+			<-m.slots
+			continue
+		}
+		go m.scrape(s, now)
+	}
+}
+
+// scrape is one scrape of s and the publication of its result to every
+// endpoint resolving to it.
+func (m *Manager) scrape(s *server, started time.Time) {
+	defer m.inflight.Done()
+	met, err := m.fetch(s.ctx, s)
+	// A cancelled scrape is no failure: its server left, or the manager
+	// stopped.
+	if s.ctx.Err() == nil {
+		m.scrapes.Add(1)
+		if err != nil {
+			m.errors.Add(1)
+		}
+		met.ScrapedAt = time.Now()
+		if moved := m.publish(s, &met, err); len(moved) > 0 {
+			m.move(s, moved)
+		}
+	}
+	m.mu.Lock()
+	s.cancel()
+	s.running = false
+	close(s.done)
+	if !m.stopped {
+		m.scheduleLocked(s, started.Add(m.opts.RefreshInterval))
+	}
+	m.mu.Unlock()
+	<-m.slots
+}
+
+// publish gives the result to the endpoints still resolving to s, and
+// returns those that resolve elsewhere now (their pool's annotations or
+// their pod's engine label changed).
+func (m *Manager) publish(s *server, met *datastore.Metrics, err error) (moved []*sub) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sb := range s.subs {
+		if sb.resolve(&m.opts).key() != s.key {
+			moved = append(moved, sb)
+			continue
+		}
+		sb.published(m, met, err)
+	}
+	return moved
+}
+
+// move attaches subs, resolved by s's scrape to other targets, to their
+// servers.
+func (m *Manager) move(s *server, moved []*sub) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, sb := range moved {
+		if sb.srv != s {
+			continue // removed meanwhile
+		}
+		// s is this goroutine's own scrape: nothing to wait for.
+		m.detachLocked(sb)
+		m.attachLocked(sb)
+	}
+}
+
+// scheduleLocked queues s for a scrape at at, or earlier if it is queued
+// for earlier already. A server in flight is queued when its scrape ends.
+func (m *Manager) scheduleLocked(s *server, at time.Time) {
+	if s.gone || s.running {
+		return
+	}
+	if s.index >= 0 {
+		if !at.Before(s.next) {
+			return
+		}
+		s.next = at
+		heap.Fix(&m.queue, s.index)
+	} else {
+		s.next = at
+		heap.Push(&m.queue, s)
+	}
+	if s.index == 0 {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// attachLocked resolves sb's target and attaches it to that server, made
+// and scraped at once when new.
+func (m *Manager) attachLocked(sb *sub) {
+	t := sb.resolve(&m.opts)
+	if m.opts.PerEndpointLoop {
+		m.attachLoopLocked(sb, t)
+		return
+	}
+	key := t.key()
+	s := m.servers[key]
+	if s == nil {
+		s = newServer(&m.opts, t)
+		m.servers[key] = s
+	}
+	s.mu.Lock()
+	s.subs[sb] = struct{}{}
+	s.mu.Unlock()
+	sb.srv = s
+	// A new endpoint is known within a round trip, as with a server of its
+	// own; a server scraped since the last interval began is not asked again.
+	if time.Since(s.lastStart) >= m.opts.RefreshInterval {
+		m.scheduleLocked(s, time.Now())
+	}
+}
+
+// detachLocked takes sb off its server. When no endpoint is left on the
+// server, the server goes; the returned channel, if not nil, closes when its
+// scrape in flight, cancelled now, has ended.
+func (m *Manager) detachLocked(sb *sub) <-chan struct{} {
+	s := sb.srv
+	if s == nil {
+		return nil
+	}
+	sb.srv = nil
+	s.mu.Lock()
+	delete(s.subs, sb)
+	empty := len(s.subs) == 0
+	s.mu.Unlock()
+	if !empty {
+		return nil
+	}
+	s.gone = true
+	if m.servers[s.key] == s {
+		delete(m.servers, s.key)
+	}
+	if s.index >= 0 {
+		heap.Remove(&m.queue, s.index)
+	}
+	if s.running {
+		s.cancel()
+		return s.done
+	}
+	return nil
+}
+
+// EndpointsChanged scrapes added endpoints and stops scraping removed ones;
+// when it returns, a server no endpoint resolves to any more has no scrape
+// in flight and gets no request after that.
 func (m *Manager) EndpointsChanged(pool *datastore.Pool, added, removed []*datastore.Endpoint) {
 	m.mu.Lock()
+	var ending []<-chan struct{}
+	detach := func(sb *sub) {
+		if done := m.detachLocked(sb); done != nil {
+			ending = append(ending, done)
+		}
+	}
 	ps := m.pools[pool.Key]
 	if ps == nil || ps.pool != pool {
 		if ps != nil {
 			// A pool of the same name came back before we heard the old one
-			// leave; its scrapers go with it.
-			defer stopAll(ps.allScrapers())
+			// leave; its endpoints go with it.
+			for _, sb := range ps.subs {
+				detach(sb)
+			}
 		}
-		ps = &poolScrapers{pool: pool, scrapers: map[datastore.EndpointKey]*scraper{}}
+		ps = &poolSubs{pool: pool, subs: map[datastore.EndpointKey]*sub{}}
 		m.pools[pool.Key] = ps
 	}
-	var stopping []*scraper
 	// Removals first: an endpoint can leave and come back under the same key
 	// with a new address in one change.
 	for _, e := range removed {
-		if s := ps.scrapers[e.Key()]; s != nil && s.ep.Address == e.Address {
-			delete(ps.scrapers, e.Key())
-			stopping = append(stopping, s)
+		if sb := ps.subs[e.Key()]; sb != nil && sb.ep.Address == e.Address {
+			delete(ps.subs, e.Key())
+			detach(sb)
 		}
 	}
 	for _, e := range added {
-		if old := ps.scrapers[e.Key()]; old != nil {
-			stopping = append(stopping, old)
+		if old := ps.subs[e.Key()]; old != nil {
+			detach(old)
 		}
-		s := newScraper(m, pool, e)
-		ps.scrapers[e.Key()] = s
-		if m.ctx != nil && !m.stopped {
-			s.launch(m.ctx)
-		}
+		sb := &sub{pool: pool, ep: e, scrapesCounter: m.stats.scrapes.WithLabelValues(pool.Key.Namespace, pool.Key.Name)}
+		ps.subs[e.Key()] = sb
+		m.attachLocked(sb)
 	}
-	if len(ps.scrapers) == 0 {
+	if len(ps.subs) == 0 {
 		delete(m.pools, pool.Key)
 	}
 	m.mu.Unlock()
-	stopAll(stopping)
+	for _, done := range ending {
+		<-done
+	}
 }
 
-// PoolRemoved stops the pool's scrapers, waits for them, and drops the
-// pool's exported series.
+// PoolRemoved stops scraping the pool's endpoints (their servers go on for
+// other pools that hold them), waits for scrapes of servers that went, and
+// drops the pool's exported series.
 func (m *Manager) PoolRemoved(pool *datastore.Pool) {
 	m.mu.Lock()
-	ps := m.pools[pool.Key]
-	if ps != nil && ps.pool == pool {
+	var ending []<-chan struct{}
+	if ps := m.pools[pool.Key]; ps != nil && ps.pool == pool {
 		delete(m.pools, pool.Key)
-	} else {
-		ps = nil
+		for _, sb := range ps.subs {
+			if done := m.detachLocked(sb); done != nil {
+				ending = append(ending, done)
+			}
+		}
 	}
 	m.mu.Unlock()
-	if ps != nil {
-		stopAll(ps.allScrapers())
+	for _, done := range ending {
+		<-done
 	}
 	m.stats.forgetPool(pool.Key)
 }
 
-func (ps *poolScrapers) allScrapers() []*scraper {
-	out := make([]*scraper, 0, len(ps.scrapers))
-	for _, s := range ps.scrapers {
-		out = append(out, s)
-	}
-	return out
-}
-
-// scrapedPools returns the pools with scrapers, for the aggregates.
+// scrapedPools returns the pools with scraped endpoints, for the aggregates.
 func (m *Manager) scrapedPools() []*datastore.Pool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -203,15 +419,4 @@ func (m *Manager) scrapedPools() []*datastore.Pool {
 		out = append(out, ps.pool)
 	}
 	return out
-}
-
-// stopAll cancels the scrapers, then waits for them, so they wind down
-// together rather than one after another.
-func stopAll(scrapers []*scraper) {
-	for _, s := range scrapers {
-		s.cancelRun()
-	}
-	for _, s := range scrapers {
-		s.wait()
-	}
 }

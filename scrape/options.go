@@ -19,11 +19,16 @@ const (
 	// DefaultMaxBodyBytes caps a metrics page: a vLLM page is tens to a few
 	// hundred kilobytes.
 	DefaultMaxBodyBytes = 4 << 20
-	// DefaultMaxIdleConnsPerHost keeps one connection per scraper of a
-	// server, and one more for a server in two pools.
+	// DefaultMaxIdleConnsPerHost keeps a server's connection, and one more
+	// for a server reached under two metrics paths.
 	DefaultMaxIdleConnsPerHost = 2
-	// DefaultMaxIdleConns bounds idle connections across all endpoints; it
-	// must exceed the number of endpoints or keep-alive thrashes.
+	// DefaultMaxConcurrentScrapes bounds the scrapes in flight: enough for
+	// thousands of servers at 50 ms over a cluster network, where a scrape
+	// takes a few milliseconds, while servers that hang until the timeout
+	// hold only their own slots.
+	DefaultMaxConcurrentScrapes = 256
+	// DefaultMaxIdleConns bounds idle connections across all servers; it
+	// must exceed the number of servers or keep-alive thrashes.
 	DefaultMaxIdleConns = 4096
 	// DefaultPath is the metrics path of a model server.
 	DefaultPath = "/metrics"
@@ -49,7 +54,7 @@ const (
 
 // Options configure a Manager. Zero values mean the documented defaults.
 type Options struct {
-	// RefreshInterval is the time between scrapes of one endpoint; zero
+	// RefreshInterval is the time between scrapes of one server; zero
 	// means DefaultRefreshInterval.
 	RefreshInterval time.Duration
 	// Timeout bounds one scrape: connecting, the request and reading the
@@ -62,6 +67,10 @@ type Options struct {
 	// MaxBodyBytes caps a page; a larger one fails the scrape. Zero means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxConcurrentScrapes bounds the scrapes in flight at once (each is a
+	// goroutine for its duration); a due scrape waits for a free slot. Zero
+	// means DefaultMaxConcurrentScrapes.
+	MaxConcurrentScrapes int
 	// MaxIdleConns bounds idle keep-alive connections across all endpoints;
 	// zero means DefaultMaxIdleConns.
 	MaxIdleConns int
@@ -88,6 +97,10 @@ type Options struct {
 	// DisableFastPath parses whole pages with expfmt instead of only the
 	// used families' lines: several times the CPU, for diagnosis.
 	DisableFastPath bool
+	// PerEndpointLoop runs a goroutine and a ticker per endpoint of each
+	// pool instead of the shared scheduler: the previous design, kept as the
+	// baseline of bench/scrape.
+	PerEndpointLoop bool
 	// Registerer receives the pool aggregate gauges and scrape counters;
 	// nil registers nothing.
 	Registerer prometheus.Registerer
@@ -108,6 +121,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxConcurrentScrapes <= 0 {
+		o.MaxConcurrentScrapes = DefaultMaxConcurrentScrapes
 	}
 	if o.MaxIdleConns <= 0 {
 		o.MaxIdleConns = DefaultMaxIdleConns

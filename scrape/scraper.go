@@ -20,23 +20,53 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
-// scraper scrapes one endpoint of one pool until cancelled.
-type scraper struct {
-	m    *Manager
+// server is one metrics page of one model server (a URL read as one
+// engine's page): scraped once per interval, however many pools' endpoints
+// resolve to it, and its result published to all of them.
+type server struct {
+	key    targetKey
+	target target
+	// parser is used by the one scrape of the server in flight.
+	parser *Parser
+
+	// Guarded by Manager.mu.
+	index   int       // position in the manager's queue; -1 when not queued
+	next    time.Time // when the next scrape is due
+	running bool      // a scrape is in flight
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the scrape in flight has ended
+	gone    bool          // no endpoint resolves to it any more
+	// lastStart is when the last scrape started; a new subscriber does not
+	// trigger another one while that result is fresh enough.
+	lastStart time.Time
+
+	// mu guards subs and each sub's fields while a result is published.
+	mu   sync.Mutex
+	subs map[*sub]struct{}
+}
+
+func newServer(o *Options, t target) *server {
+	s := &server{key: t.key(), target: t, index: -1, subs: map[*sub]struct{}{}}
+	if t.err == nil {
+		s.parser = NewParser(t.engine.Names(o.MetricNames))
+		s.parser.fullParse = o.DisableFastPath
+	}
+	return s
+}
+
+// sub is one endpoint of one pool, attached to the server its target
+// resolves to.
+type sub struct {
 	pool *datastore.Pool
 	ep   *datastore.Endpoint
+	srv  *server // guarded by Manager.mu
 
-	cancel context.CancelFunc // nil until launched
-	done   chan struct{}
-
-	// Fields below are the run goroutine's own.
-	ctx context.Context
-	// target is derived from spec and endpoint, and rebuilt when the pool's
-	// spec or the endpoint's snapshot (its labels) is replaced.
+	// The target is derived from spec and endpoint, and rebuilt when the
+	// pool's spec or the endpoint's snapshot (its labels) is replaced.
 	spec    *datastore.PoolSpec
 	current *datastore.Endpoint
 	target  target
-	parsers map[Engine]*Parser
 	// failing and lastErr keep logs to changes of state.
 	failing bool
 	lastErr string
@@ -51,82 +81,68 @@ type target struct {
 	err    error
 }
 
-func newScraper(m *Manager, pool *datastore.Pool, ep *datastore.Endpoint) *scraper {
-	return &scraper{m: m, pool: pool, ep: ep, done: make(chan struct{}), parsers: map[Engine]*Parser{}}
+// targetKey identifies a server: endpoints with equal keys are one scrape.
+type targetKey struct {
+	url    string
+	engine Engine
+	// config is the error of a target that cannot be built.
+	config string
 }
 
-// launch starts the run goroutine; the caller holds m.mu.
-func (s *scraper) launch(parent context.Context) {
-	s.ctx, s.cancel = context.WithCancel(parent)
-	go s.run()
-}
-
-func (s *scraper) cancelRun() {
-	if s.cancel != nil {
-		s.cancel()
+func (t target) key() targetKey {
+	if t.err != nil {
+		return targetKey{config: t.err.Error()}
 	}
+	return targetKey{url: t.url, engine: t.engine}
 }
 
-// wait returns when the run goroutine has exited (at once if never launched).
-func (s *scraper) wait() {
-	if s.cancel != nil {
-		<-s.done
+// resolve returns the sub's target, rebuilt only when the pool's spec or
+// the endpoint's snapshot was replaced (both are immutable).
+func (s *sub) resolve(o *Options) target {
+	spec := s.pool.Spec()
+	cur, ok := s.pool.Endpoints().Get(s.ep.Address)
+	if !ok || cur.Key() != s.ep.Key() {
+		cur = s.ep
 	}
+	if spec == s.spec && cur == s.current {
+		return s.target
+	}
+	s.spec, s.current = spec, cur
+	s.target = buildTarget(o, spec, cur)
+	return s.target
 }
 
-func (s *scraper) run() {
-	defer close(s.done)
-	s.scrapesCounter = s.m.stats.scrapes.WithLabelValues(s.pool.Key.Namespace, s.pool.Key.Name)
-	ticker := time.NewTicker(s.m.opts.RefreshInterval)
-	defer ticker.Stop()
-	for {
-		// First scrape at once, so a new endpoint is known within a round trip.
-		s.scrapeOnce()
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-ticker.C:
-		}
-	}
-}
-
-func (s *scraper) scrapeOnce() {
-	m, err := s.fetch()
-	if s.ctx.Err() != nil {
-		// Stopped mid-scrape: the endpoint left, not a failure.
-		return
-	}
-	s.m.scrapes.Add(1)
+// published records one result of the sub's server on its endpoint, its
+// pool's counters and the log.
+func (s *sub) published(m *Manager, met *datastore.Metrics, err error) {
 	s.scrapesCounter.Inc()
-	if h := s.m.onScrape; h != nil {
+	if h := m.onScrape; h != nil {
 		defer func() { h(s.pool.Key, s.ep.Address, err) }()
 	}
 	if err != nil {
-		s.fail(err)
+		s.fail(m, err)
 		return
 	}
-	m.ScrapedAt = time.Now()
-	s.ep.SetMetrics(&m)
+	s.ep.SetMetrics(met)
 	if s.failing {
 		s.failing, s.lastErr = false, ""
-		s.m.log.V(2).Info("metrics scrape recovered", "pool", s.pool.Key.String(), "endpoint", s.ep.Address)
+		m.log.V(2).Info("metrics scrape recovered", "pool", s.pool.Key.String(), "endpoint", s.ep.Address)
 	}
 }
 
-func (s *scraper) fail(err error) {
+func (s *sub) fail(m *Manager, err error) {
 	s.ep.CountScrapeError()
-	s.m.errors.Add(1)
 	reason := "transport"
 	var se *scrapeError
 	if errors.As(err, &se) {
 		reason = se.reason
 	}
-	s.m.stats.errors.WithLabelValues(s.pool.Key.Namespace, s.pool.Key.Name, reason).Inc()
+	m.stats.errors.WithLabelValues(s.pool.Key.Namespace, s.pool.Key.Name, reason).Inc()
 	if msg := err.Error(); !s.failing || msg != s.lastErr {
 		s.failing, s.lastErr = true, msg
-		s.m.log.Info("metrics scrape failed; keeping the last snapshot until it goes stale", "pool", s.pool.Key.String(), "endpoint", s.ep.Address, "error", msg)
+		m.log.Info("metrics scrape failed; keeping the last snapshot until it goes stale", "pool", s.pool.Key.String(), "endpoint", s.ep.Address, "error", msg)
 	} else {
-		s.m.log.V(5).Info("metrics scrape failed again", "pool", s.pool.Key.String(), "endpoint", s.ep.Address, "error", msg)
+		m.log.V(5).Info("metrics scrape failed again", "pool", s.pool.Key.String(), "endpoint", s.ep.Address, "error", msg)
 	}
 }
 
@@ -146,19 +162,21 @@ func failure(reason string, format string, args ...any) error {
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func (s *scraper) fetch() (datastore.Metrics, error) {
-	t := s.resolveTarget()
+// fetch scrapes the server once; parent is the scrape's context, whose end
+// means the server is no longer wanted.
+func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, error) {
+	t := s.target
 	if t.err != nil {
 		return datastore.Metrics{}, &scrapeError{reason: "config", err: t.err}
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.m.opts.Timeout)
+	ctx, cancel := context.WithTimeout(parent, m.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
 	if err != nil {
 		return datastore.Metrics{}, failure("config", "metrics URL %q: %w", t.url, err)
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := s.m.client.Do(req)
+	resp, err := m.client.Do(req)
 	if err != nil {
 		return datastore.Metrics{}, transportFailure(t.url, err)
 	}
@@ -168,7 +186,7 @@ func (s *scraper) fetch() (datastore.Metrics, error) {
 		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
 		return datastore.Metrics{}, failure("status", "GET %s: HTTP %s", t.url, resp.Status)
 	}
-	limit := s.m.opts.MaxBodyBytes
+	limit := m.opts.MaxBodyBytes
 	if resp.ContentLength > limit {
 		return datastore.Metrics{}, failure("too_large", "GET %s: page of %d bytes exceeds the %d-byte cap", t.url, resp.ContentLength, limit)
 	}
@@ -180,19 +198,19 @@ func (s *scraper) fetch() (datastore.Metrics, error) {
 	}
 	n, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		if ctx.Err() != nil && s.ctx.Err() == nil {
-			return datastore.Metrics{}, failure("timeout", "GET %s: reading the page timed out after %v (%d bytes read)", t.url, s.m.opts.Timeout, n)
+		if ctx.Err() != nil && parent.Err() == nil {
+			return datastore.Metrics{}, failure("timeout", "GET %s: reading the page timed out after %v (%d bytes read)", t.url, m.opts.Timeout, n)
 		}
 		return datastore.Metrics{}, failure("body", "GET %s: reading the page after %d bytes: %w", t.url, n, err)
 	}
 	if n > limit {
 		return datastore.Metrics{}, failure("too_large", "GET %s: page exceeds the %d-byte cap", t.url, limit)
 	}
-	m, err := s.parser(t.engine).Parse(buf.Bytes())
+	met, err := s.parser.Parse(buf.Bytes())
 	if err != nil {
 		return datastore.Metrics{}, failure("parse", "GET %s (%s): %w", t.url, t.engine, err)
 	}
-	return m, nil
+	return met, nil
 }
 
 func transportFailure(u string, err error) error {
@@ -208,32 +226,6 @@ func transportFailure(u string, err error) error {
 		return failure("connect", "GET %s: %w", u, err)
 	}
 	return failure("transport", "GET %s: %w", u, err)
-}
-
-func (s *scraper) parser(e Engine) *Parser {
-	p := s.parsers[e]
-	if p == nil {
-		p = NewParser(e.Names(s.m.opts.MetricNames))
-		p.fullParse = s.m.opts.DisableFastPath
-		s.parsers[e] = p
-	}
-	return p
-}
-
-// resolveTarget returns the endpoint's target, rebuilt only when the pool's
-// spec or the endpoint's snapshot was replaced (both are immutable).
-func (s *scraper) resolveTarget() target {
-	spec := s.pool.Spec()
-	cur, ok := s.pool.Endpoints().Get(s.ep.Address)
-	if !ok || cur.Key() != s.ep.Key() {
-		cur = s.ep
-	}
-	if spec == s.spec && cur == s.current {
-		return s.target
-	}
-	s.spec, s.current = spec, cur
-	s.target = buildTarget(&s.m.opts, spec, cur)
-	return s.target
 }
 
 func buildTarget(o *Options, spec *datastore.PoolSpec, ep *datastore.Endpoint) target {

@@ -1,10 +1,15 @@
-// Command scrape measures the process CPU poolpicker spends keeping many
-// endpoints' metrics fresh: it scrapes N model servers (a child process
-// serving real-size vLLM pages on loopback IPs 127.0.0.2, 127.0.0.3, ...,
-// all on one port) at the refresh interval for a while, with the fast-path
-// parser and then, as the baseline, with expfmt parsing whole pages.
+// Command scrape measures what poolpicker spends keeping many endpoints'
+// metrics fresh: it scrapes N model servers (a child process serving
+// real-size vLLM pages on loopback IPs 127.0.0.2, 127.0.0.3, ..., all on one
+// port), each held by -pools-per-server pools, at the refresh interval for a
+// while, in each mode in turn: CPU, goroutines, allocations and requests.
 //
-//	go run ./bench/scrape -endpoints 100 -interval 50ms -duration 60s
+// Modes: "scheduler" is the shared scrape scheduler; "loop" is the previous
+// design, a goroutine and ticker per endpoint of each pool, as the baseline
+// (scrape.Options.PerEndpointLoop); "expfmt" is the scheduler parsing whole
+// pages with expfmt instead of the fast path.
+//
+//	go run ./bench/scrape -endpoints 1000 -pools-per-server 2 -interval 50ms -duration 20s -modes loop,scheduler,loop,scheduler
 package main
 
 import (
@@ -17,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,7 +42,8 @@ func main() {
 	duration := flag.Duration("duration", 60*time.Second, "measured time per mode")
 	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured time before each mode")
 	pageBytes := flag.Int("page-bytes", vllmpage.DefaultMinBytes, "smallest metrics page served")
-	modes := flag.String("modes", "fast,expfmt", "parsers to measure, in order: fast, expfmt")
+	modes := flag.String("modes", "loop,scheduler", "modes to measure, in order (the first is the baseline of the ratios): scheduler, loop, expfmt")
+	poolsPerServer := flag.Int("pools-per-server", 1, "pools holding each model server")
 	serve := flag.Bool("serve", false, "run as the model-server child")
 	flag.Parse()
 	if *serve {
@@ -46,13 +53,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*endpoints, *interval, *duration, *warmup, *pageBytes, strings.Split(*modes, ",")); err != nil {
+	if err := run(*endpoints, *poolsPerServer, *interval, *duration, *warmup, *pageBytes, strings.Split(*modes, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(endpoints int, interval, duration, warmup time.Duration, pageBytes int, modes []string) error {
+func run(endpoints, poolsPerServer int, interval, duration, warmup time.Duration, pageBytes int, modes []string) error {
 	// The servers run in a child process so that this process's CPU is the
 	// scraper's alone.
 	child := exec.Command(os.Args[0], "-serve", "-endpoints", strconv.Itoa(endpoints), "-page-bytes", strconv.Itoa(pageBytes))
@@ -76,70 +83,113 @@ func run(endpoints int, interval, duration, warmup time.Duration, pageBytes int,
 	if err != nil {
 		return fmt.Errorf("model-server child said %q", line)
 	}
-	fmt.Printf("%d endpoints, interval %v, %v per mode, pages of at least %d bytes, GOMAXPROCS=%s\n",
-		endpoints, interval, duration, pageBytes, os.Getenv("GOMAXPROCS"))
-	var baseline float64
+	fmt.Printf("%d servers in %d pools each (%d pool endpoints), interval %v, %v per mode, pages of at least %d bytes, GOMAXPROCS=%d\n",
+		endpoints, poolsPerServer, endpoints*poolsPerServer, interval, duration, pageBytes, runtime.GOMAXPROCS(0))
+	var base *result
 	for _, mode := range modes {
-		cores, err := measure(mode, endpoints, port, interval, duration, warmup)
+		r, err := measure(mode, endpoints, poolsPerServer, port, interval, duration, warmup)
 		if err != nil {
 			return err
 		}
-		if baseline == 0 {
-			baseline = cores
-		} else {
-			fmt.Printf("  ratio %s / %s = %.3f\n", mode, modes[0], cores/baseline)
+		r.print()
+		if base == nil {
+			base = &r
+		} else if r.mode != base.mode {
+			fmt.Printf("  %s / %s: CPU %.3f, goroutines %.3f, allocations %.3f, requests %.3f\n", r.mode, base.mode,
+				r.cores/base.cores, float64(r.goroutines)/float64(base.goroutines), r.allocsPerSec/base.allocsPerSec, r.scrapesPerSec/base.scrapesPerSec)
 		}
 	}
 	return nil
 }
 
-func measure(mode string, endpoints, port int, interval, duration, warmup time.Duration) (float64, error) {
+type result struct {
+	mode                    string
+	poolEndpoints           int
+	cores                   float64
+	used, wall              time.Duration
+	scrapes, errors         uint64
+	scrapesPerSec           float64
+	allocsPerSec            float64
+	goroutines              int
+	fresh                   int
+	cpuPerEndpointSecond    time.Duration
+	cpuPerScrape            time.Duration
+	allocsPerEndpointSecond float64
+}
+
+func (r result) print() {
+	fmt.Printf("%-9s CPU %.3f cores (%v in %v), %v per pool-endpoint-second, %v per request; %d goroutines; %.0f allocations/s (%.1f per pool-endpoint-second); %d requests (%.0f/s), %d errors; %d/%d pool endpoints fresh at the end\n",
+		r.mode, r.cores, r.used.Round(time.Millisecond), r.wall.Round(time.Millisecond), r.cpuPerEndpointSecond.Round(100*time.Nanosecond),
+		r.cpuPerScrape.Round(100*time.Nanosecond), r.goroutines, r.allocsPerSec, r.allocsPerEndpointSecond, r.scrapes, r.scrapesPerSec, r.errors, r.fresh, r.poolEndpoints)
+}
+
+func measure(mode string, endpoints, poolsPerServer, port int, interval, duration, warmup time.Duration) (result, error) {
 	opts := scrape.Options{RefreshInterval: interval}
 	switch mode {
-	case "fast":
+	case "scheduler":
+	case "loop":
+		opts.PerEndpointLoop = true
 	case "expfmt":
 		opts.DisableFastPath = true
 	default:
-		return 0, fmt.Errorf("unknown mode %q", mode)
+		return result{}, fmt.Errorf("unknown mode %q", mode)
 	}
 	m, err := scrape.NewManager(opts)
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	reg := datastore.NewRegistry()
 	reg.AddObserver(m)
-	pool := reg.Upsert(types.NamespacedName{Namespace: "bench", Name: "pool"}, &datastore.PoolSpec{TargetPorts: []int32{int32(port)}})
-	var pods []datastore.EndpointSource
-	for i := 0; i < endpoints; i++ {
-		ip := loopbackIP(i)
-		pods = append(pods, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "bench", Name: ip}, UID: types.UID(ip), IP: ip})
+	var pools []*datastore.Pool
+	for k := 0; k < poolsPerServer; k++ {
+		pool := reg.Upsert(types.NamespacedName{Namespace: "bench", Name: fmt.Sprintf("pool-%d", k)}, &datastore.PoolSpec{TargetPorts: []int32{int32(port)}})
+		var pods []datastore.EndpointSource
+		for i := 0; i < endpoints; i++ {
+			ip := loopbackIP(i)
+			pods = append(pods, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "bench", Name: ip}, UID: types.UID(ip), IP: ip})
+		}
+		pool.SetPods(pods)
+		pools = append(pools, pool)
 	}
-	pool.SetPods(pods)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Start(ctx) }()
 	time.Sleep(warmup) // a harness's fixed measuring window, not a wait for an event
-	before, t0, s0 := cpu(), time.Now(), m.Stats()
-	time.Sleep(duration)
-	after, t1, s1 := cpu(), time.Now(), m.Stats()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before, t0, s0, a0 := cpu(), time.Now(), m.Stats(), ms.Mallocs
+	// Goroutines are sampled through the window: the scheduler's come and
+	// go with the scrapes in flight.
+	r := result{mode: mode, poolEndpoints: endpoints * poolsPerServer}
+	tick := time.NewTicker(duration / 20)
+	for end := t0.Add(duration); time.Now().Before(end); {
+		<-tick.C
+		r.goroutines = max(r.goroutines, runtime.NumGoroutine())
+	}
+	tick.Stop()
+	runtime.ReadMemStats(&ms)
+	after, t1, s1, a1 := cpu(), time.Now(), m.Stats(), ms.Mallocs
 	cancel()
 	if err := <-done; err != nil {
-		return 0, err
+		return result{}, err
 	}
-	wall := t1.Sub(t0)
-	used := after - before
-	cores := used.Seconds() / wall.Seconds()
-	scrapes := s1.Scrapes - s0.Scrapes
-	fresh := 0
-	for _, e := range pool.Endpoints().Endpoints {
-		if e.Metrics().Fresh(t1, scrape.DefaultStalenessThreshold) {
-			fresh++
+	r.wall, r.used = t1.Sub(t0), after-before
+	r.cores = r.used.Seconds() / r.wall.Seconds()
+	r.scrapes, r.errors = s1.Scrapes-s0.Scrapes, s1.Errors-s0.Errors
+	r.scrapesPerSec = float64(r.scrapes) / r.wall.Seconds()
+	r.allocsPerSec = float64(a1-a0) / r.wall.Seconds()
+	endpointSeconds := float64(r.poolEndpoints) * r.wall.Seconds()
+	r.cpuPerEndpointSecond = time.Duration(float64(r.used) / endpointSeconds)
+	r.cpuPerScrape = time.Duration(float64(r.used) / float64(max(r.scrapes, 1)))
+	r.allocsPerEndpointSecond = float64(a1-a0) / endpointSeconds
+	for _, p := range pools {
+		for _, e := range p.Endpoints().Endpoints {
+			if e.Metrics().Fresh(t1, scrape.DefaultStalenessThreshold) {
+				r.fresh++
+			}
 		}
 	}
-	fmt.Printf("%-7s CPU %.3f cores (%v in %v); %d scrapes (%.0f/s), %d errors; %.1f µs CPU per scrape; %d/%d endpoints fresh at the end\n",
-		mode, cores, used.Round(time.Millisecond), wall.Round(time.Millisecond), scrapes, float64(scrapes)/wall.Seconds(),
-		s1.Errors-s0.Errors, float64(used.Microseconds())/float64(max(scrapes, 1)), fresh, endpoints)
-	return cores, nil
+	return r, nil
 }
 
 func loopbackIP(i int) string {

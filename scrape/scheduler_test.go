@@ -1,0 +1,112 @@
+package scrape
+
+import (
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/vllmpage"
+)
+
+// A model server in several pools is scraped once per interval, and every
+// pool's endpoint gets the result; it stays scraped for the pools that keep
+// it when another leaves.
+func TestSharedServerScrapedOnce(t *testing.T) {
+	servers := startModelServers(t, 2)
+	for i, s := range servers {
+		s.servePage(t, vllmpage.State{Waiting: 3 + i, KVCacheUsage: 0.5}, vllmpage.Options{})
+	}
+	h := newHarness(t, Options{RefreshInterval: 20 * time.Millisecond})
+	shared := servers[0]
+	pools := []*datastore.Pool{
+		h.addPool("a", nil, shared.port, shared, servers[1]),
+		h.addPool("b", nil, shared.port, shared),
+		h.addPool("c", nil, shared.port, shared),
+	}
+	for _, p := range pools {
+		h.await(t, "a scrape for pool "+p.Key.Name, func(ev scrapeEvent) bool { return ev.pool == p.Key && ev.err == nil })
+	}
+	if n := h.m.Stats().Servers; n != 2 {
+		t.Fatalf("%d servers scraped, want 2 (one shared by three pools)", n)
+	}
+
+	// Count the shared server's requests against pool a's scrapes of it.
+	const rounds = 20
+	before := shared.requests.Load()
+	perPool := map[datastore.PoolKey]int{}
+	h.await(t, "rounds of scrapes", func(ev scrapeEvent) bool {
+		if ev.address == shared.addr {
+			perPool[ev.pool]++
+		}
+		return perPool[pools[0].Key] >= rounds
+	})
+	got := shared.requests.Load() - before
+	// One request may be in flight at either end of the window.
+	if got > rounds+1 {
+		t.Errorf("shared server got %d requests while pool a saw %d scrapes: scraped more than once per round", got, rounds)
+	}
+	for _, p := range pools {
+		m := endpointOf(t, p, shared.addr).Metrics()
+		if m == nil || m.WaitingRequests != 3 || !m.Fresh(time.Now(), time.Second) {
+			t.Errorf("pool %s: shared endpoint metrics %+v", p.Key.Name, m)
+		}
+	}
+
+	// Pool b leaves; a and c keep the server.
+	h.reg.Remove(pools[1].Key)
+	h.awaitScrapes(t, shared.addr, 5)
+	if n := h.m.Stats().Servers; n != 2 {
+		t.Errorf("%d servers after one sharing pool left, want 2", n)
+	}
+	// Pools a and c leave the shared server: it goes, the other stays.
+	pools[0].SetPods(pods(nil, servers[1]))
+	h.reg.Remove(pools[2].Key)
+	n := shared.requests.Load()
+	h.awaitScrapes(t, servers[1].addr, 5)
+	if got := shared.requests.Load(); got != n {
+		t.Errorf("server no pool holds got %d requests", got-n)
+	}
+	if n := h.m.Stats().Servers; n != 1 {
+		t.Errorf("%d servers left, want 1", n)
+	}
+}
+
+// No more than MaxConcurrentScrapes scrapes are in flight, and slow servers
+// do not starve the others of their turns.
+func TestConcurrencyBound(t *testing.T) {
+	const limit = 2
+	servers := startModelServers(t, 5)
+	page := mustPage(t, vllmpage.State{Running: 1}, vllmpage.Options{})
+	var inFlight, peak atomic.Int64
+	for _, s := range servers {
+		s.set(func(w http.ResponseWriter, r *http.Request) {
+			n := inFlight.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			// A slow server: holds the request a while.
+			select {
+			case <-time.After(30 * time.Millisecond):
+			case <-r.Context().Done():
+			}
+			inFlight.Add(-1)
+			w.Write(page) //nolint:errcheck
+		})
+	}
+	h := newHarness(t, Options{RefreshInterval: 5 * time.Millisecond, MaxConcurrentScrapes: limit})
+	h.addPool("pool", nil, servers[0].port, servers...)
+	for _, s := range servers {
+		h.awaitScrapes(t, s.addr, 3)
+	}
+	if p := peak.Load(); p > limit {
+		t.Errorf("%d scrapes in flight at once, want at most %d", p, limit)
+	}
+	if p := peak.Load(); p < limit {
+		t.Errorf("at most %d scrapes in flight, want %d: the bound is not used", p, limit)
+	}
+}
