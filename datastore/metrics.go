@@ -22,6 +22,10 @@ type Metrics struct {
 	NumBlocks int
 	// ScrapedAt is when the scrape that produced these values finished.
 	ScrapedAt time.Time
+	// Interval is the time until the server's next scrape when these values
+	// were published: the refresh interval while its pools get requests,
+	// longer while they are idle. Zero means the refresh interval.
+	Interval time.Duration
 }
 
 // HasAdapter reports whether the adapter is running or waiting on the server.
@@ -41,8 +45,11 @@ func (m *Metrics) HasAdapter(name string) (running, waiting bool) {
 	return running, waiting
 }
 
-// Fresh reports whether m exists and was scraped within staleness of now.
-// A nil or stale snapshot means the endpoint's load is unknown, never zero.
+// Fresh reports whether m exists and was scraped within staleness of now,
+// or within two of its scrape intervals when that is longer: an idle pool's
+// servers are scraped rarely, and their last values, with poolpicker's own
+// in-flight counts, are what is known of them. A nil or stale snapshot
+// means the endpoint's load is unknown, never zero.
 func (m *Metrics) Fresh(now time.Time, staleness time.Duration) bool {
-	return m != nil && now.Sub(m.ScrapedAt) <= staleness
+	return m != nil && now.Sub(m.ScrapedAt) <= max(staleness, 2*m.Interval)
 }

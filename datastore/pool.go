@@ -2,11 +2,13 @@ package datastore
 
 import (
 	"maps"
+	"math"
 	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -74,6 +76,48 @@ type Pool struct {
 	// when target ports change without a new watch.
 	sources []EndpointSource
 	removed atomic.Bool
+	// lastRequest is when NoteRequest last recorded a request (Unix ns).
+	lastRequest atomic.Int64
+}
+
+// requestNoteGranularity is how stale LastRequest may be: a busy pool's
+// requests write it (and tell the DemandObservers) at most this often, so
+// they do not contend on one cache line.
+const requestNoteGranularity = 100 * time.Millisecond
+
+// NoteRequest records that a request for the pool arrived at now. When the
+// last record is older than requestNoteGranularity, it is replaced and the
+// registry's DemandObservers hear how long the pool was without requests:
+// the first request after an idle spell is how the scraper learns to
+// refresh the pool's metrics at once.
+func (p *Pool) NoteRequest(now time.Time) {
+	n := now.UnixNano()
+	prev := p.lastRequest.Load()
+	if n-prev < int64(requestNoteGranularity) || !p.lastRequest.CompareAndSwap(prev, n) {
+		return
+	}
+	if p.registry == nil || p.removed.Load() {
+		return
+	}
+	idle := time.Duration(math.MaxInt64)
+	if prev != 0 {
+		idle = time.Duration(n - prev)
+	}
+	for _, o := range p.registry.observerList() {
+		if d, ok := o.(DemandObserver); ok {
+			d.PoolDemanded(p, idle)
+		}
+	}
+}
+
+// LastRequest is when a request for the pool was last recorded (within
+// requestNoteGranularity); zero when none was.
+func (p *Pool) LastRequest() time.Time {
+	n := p.lastRequest.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // Spec returns the current spec; never nil for a pool from the registry.

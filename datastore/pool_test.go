@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -357,4 +358,73 @@ func TestPolicy(t *testing.T) {
 	if p.Policy() == nil {
 		t.Fatal("SetPolicy(nil) left a nil policy")
 	}
+}
+
+func TestMetricsFresh(t *testing.T) {
+	at := time.Unix(1000, 0)
+	const staleness = 2 * time.Second
+	cases := []struct {
+		name string
+		m    *Metrics
+		age  time.Duration
+		want bool
+	}{
+		{"never scraped", nil, 0, false},
+		{"busy, within the threshold", &Metrics{ScrapedAt: at}, staleness, true},
+		{"busy, past the threshold", &Metrics{ScrapedAt: at}, staleness + 1, false},
+		{"interval shorter than the threshold", &Metrics{ScrapedAt: at, Interval: 500 * time.Millisecond}, staleness + 1, false},
+		{"idle, within two intervals", &Metrics{ScrapedAt: at, Interval: 30 * time.Second}, 60 * time.Second, true},
+		{"idle, past two intervals", &Metrics{ScrapedAt: at, Interval: 30 * time.Second}, 60*time.Second + 1, false},
+	}
+	for _, tc := range cases {
+		if got := tc.m.Fresh(at.Add(tc.age), staleness); got != tc.want {
+			t.Errorf("%s: Fresh after %v = %v, want %v", tc.name, tc.age, got, tc.want)
+		}
+	}
+}
+
+// NoteRequest tells demand observers how long the pool was idle, at most
+// every 100 ms, and never after the pool left.
+func TestNoteRequest(t *testing.T) {
+	r := NewRegistry()
+	d := &demandRecorder{}
+	r.AddObserver(d)
+	p := r.Upsert(PoolKey{Namespace: "ns", Name: "p"}, &PoolSpec{TargetPorts: []int32{1}})
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		at   time.Duration
+		want []time.Duration // idle times heard
+	}{
+		{0, []time.Duration{math.MaxInt64}},
+		{50 * time.Millisecond, nil},
+		{100 * time.Millisecond, []time.Duration{100 * time.Millisecond}},
+		{10 * time.Second, []time.Duration{10*time.Second - 100*time.Millisecond}},
+	}
+	for _, st := range steps {
+		p.NoteRequest(t0.Add(st.at))
+		if got := d.take(); !slices.Equal(got, st.want) {
+			t.Fatalf("request at +%v: heard %v, want %v", st.at, got, st.want)
+		}
+	}
+	if got := p.LastRequest(); !got.Equal(t0.Add(10 * time.Second)) {
+		t.Errorf("LastRequest = %v", got)
+	}
+	r.Remove(p.Key)
+	p.NoteRequest(t0.Add(time.Minute))
+	if got := d.take(); len(got) != 0 {
+		t.Errorf("a removed pool's request heard: %v", got)
+	}
+}
+
+type demandRecorder struct {
+	recorder
+	idle []time.Duration
+}
+
+func (d *demandRecorder) PoolDemanded(_ *Pool, idle time.Duration) { d.idle = append(d.idle, idle) }
+
+func (d *demandRecorder) take() []time.Duration {
+	out := d.idle
+	d.idle = nil
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Observer hears of endpoint and pool changes, synchronously and in order per
@@ -13,6 +14,14 @@ type Observer interface {
 	EndpointsChanged(pool *Pool, added, removed []*Endpoint)
 	// PoolRemoved is called after a pool left the registry, with its last endpoints.
 	PoolRemoved(pool *Pool)
+}
+
+// DemandObserver is an Observer that also hears of requests: PoolDemanded
+// is called from the request path, at most every 100 ms per pool, with how
+// long the pool had been without requests. It must return at once and never
+// wait on the network.
+type DemandObserver interface {
+	PoolDemanded(pool *Pool, idle time.Duration)
 }
 
 // PickerKey is how a gateway addresses a pool's picker: the namespace and

@@ -47,7 +47,7 @@ func (m *Manager) loop(s *server) {
 			m.errors.Add(1)
 		}
 		met.ScrapedAt = time.Now()
-		if moved := m.publish(s, &met, err); len(moved) > 0 {
+		if _, moved := m.publish(s, &met, err, m.opts.RefreshInterval); len(moved) > 0 {
 			// The endpoint's target changed: the loop follows it.
 			next := newServer(&m.opts, moved[0].target)
 			s.key, s.target, s.parser = next.key, next.target, next.parser

@@ -62,7 +62,10 @@ type poolSubs struct {
 	subs map[datastore.EndpointKey]*sub
 }
 
-var _ datastore.Observer = (*Manager)(nil)
+var (
+	_ datastore.Observer       = (*Manager)(nil)
+	_ datastore.DemandObserver = (*Manager)(nil)
+)
 
 // NewManager returns a manager; its collectors are registered on
 // opts.Registerer now.
@@ -187,8 +190,10 @@ func (m *Manager) dispatch(ctx context.Context) {
 		now := time.Now()
 		m.mu.Lock()
 		var s *server
+		var interval time.Duration
 		if len(m.queue) > 0 && !m.queue[0].next.After(now) {
 			s = heap.Pop(&m.queue).(*server)
+			interval = s.interval
 			s.running, s.lastStart = true, now
 			s.ctx, s.cancel = context.WithCancel(ctx)
 			s.done = make(chan struct{})
@@ -199,13 +204,13 @@ func (m *Manager) dispatch(ctx context.Context) {
 			<-m.slots
 			continue
 		}
-		go m.scrape(s, now)
+		go m.scrape(s, now, interval)
 	}
 }
 
 // scrape is one scrape of s and the publication of its result to every
-// endpoint resolving to it.
-func (m *Manager) scrape(s *server, started time.Time) {
+// endpoint resolving to it; interval was the time since the last.
+func (m *Manager) scrape(s *server, started time.Time, interval time.Duration) {
 	defer m.inflight.Done()
 	met, err := m.fetch(s.ctx, s)
 	// A cancelled scrape is no failure: its server left, or the manager
@@ -216,7 +221,9 @@ func (m *Manager) scrape(s *server, started time.Time) {
 			m.errors.Add(1)
 		}
 		met.ScrapedAt = time.Now()
-		if moved := m.publish(s, &met, err); len(moved) > 0 {
+		var moved []*sub
+		interval, moved = m.publish(s, &met, err, interval)
+		if len(moved) > 0 {
 			m.move(s, moved)
 		}
 	}
@@ -224,19 +231,47 @@ func (m *Manager) scrape(s *server, started time.Time) {
 	s.cancel()
 	s.running = false
 	close(s.done)
+	if s.demanded {
+		s.demanded, interval = false, m.opts.RefreshInterval
+	}
+	s.interval = interval
 	if !m.stopped {
-		m.scheduleLocked(s, started.Add(m.opts.RefreshInterval))
+		m.scheduleLocked(s, started.Add(max(interval, m.opts.RefreshInterval)))
 	}
 	m.mu.Unlock()
 	<-m.slots
 }
 
+// nextInterval is a server's next interval after prev: RefreshInterval
+// while one of its pools is busy, else doubling up to IdleRefreshInterval.
+func (m *Manager) nextInterval(prev time.Duration, busy bool) time.Duration {
+	r, idle := m.opts.RefreshInterval, m.opts.IdleRefreshInterval
+	if busy || idle <= r || m.opts.PerEndpointLoop {
+		return r
+	}
+	return min(max(2*prev, r), idle)
+}
+
 // publish gives the result to the endpoints still resolving to s, and
-// returns those that resolve elsewhere now (their pool's annotations or
-// their pod's engine label changed).
-func (m *Manager) publish(s *server, met *datastore.Metrics, err error) (moved []*sub) {
+// returns the server's next interval and the endpoints that resolve
+// elsewhere now (their pool's annotations or their pod's engine label
+// changed).
+func (m *Manager) publish(s *server, met *datastore.Metrics, err error, prev time.Duration) (time.Duration, []*sub) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	busy := false
+	for sb := range s.subs {
+		if met.ScrapedAt.Sub(sb.pool.LastRequest()) <= m.opts.DemandWindow {
+			busy = true
+			break
+		}
+	}
+	next := m.nextInterval(prev, busy)
+	// A busy server's values go stale by the staleness threshold alone.
+	if next > m.opts.RefreshInterval {
+		met.Interval = next
+	}
+	var moved []*sub
 	for sb := range s.subs {
 		if sb.resolve(&m.opts).key() != s.key {
 			moved = append(moved, sb)
@@ -244,7 +279,34 @@ func (m *Manager) publish(s *server, met *datastore.Metrics, err error) (moved [
 		}
 		sb.published(m, met, err)
 	}
-	return moved
+	return next, moved
+}
+
+// PoolDemanded scrapes the servers of a pool that was idle at once: its
+// request is routed meanwhile on their last values and the in-flight
+// counts, and its next ones on fresh values.
+func (m *Manager) PoolDemanded(pool *datastore.Pool, idle time.Duration) {
+	if m.opts.IdleRefreshInterval <= m.opts.RefreshInterval || m.opts.PerEndpointLoop || idle < m.opts.DemandWindow {
+		return
+	}
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ps := m.pools[pool.Key]
+	if ps == nil || ps.pool != pool {
+		return
+	}
+	for _, sb := range ps.subs {
+		s := sb.srv
+		switch {
+		case s == nil:
+		case s.running:
+			s.demanded = true
+		default:
+			s.interval = m.opts.RefreshInterval
+			m.scheduleLocked(s, now)
+		}
+	}
 }
 
 // move attaches subs, resolved by s's scrape to other targets, to their

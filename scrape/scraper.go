@@ -37,6 +37,11 @@ type server struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the scrape in flight has ended
 	gone    bool          // no endpoint resolves to it any more
+	// interval is the time from the start of one scrape to the next.
+	interval time.Duration
+	// demanded is set when an idle pool of the server got a request while
+	// a scrape was in flight: the next comes one RefreshInterval later.
+	demanded bool
 	// lastStart is when the last scrape started; a new subscriber does not
 	// trigger another one while that result is fresh enough.
 	lastStart time.Time
@@ -120,6 +125,14 @@ func (s *sub) published(m *Manager, met *datastore.Metrics, err error) {
 		defer func() { h(s.pool.Key, s.ep.Address, err) }()
 	}
 	if err != nil {
+		// Values published while the pool was idle are valid for two idle
+		// intervals; once it is busy, a failing server's values go stale
+		// by the staleness threshold, as any busy server's.
+		if cur := s.ep.Metrics(); cur != nil && cur.Interval > met.Interval {
+			cp := *cur
+			cp.Interval = met.Interval
+			s.ep.SetMetrics(&cp)
+		}
 		s.fail(m, err)
 		return
 	}

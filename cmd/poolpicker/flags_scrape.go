@@ -11,7 +11,9 @@ import (
 // arguments keep working.
 func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
 	fs.DurationVar(&o.RefreshInterval, "refresh-metrics-interval", scrape.DefaultRefreshInterval,
-		"Time between two scrapes of a model server's metrics.")
+		"Time between two scrapes of a model server's metrics while one of its pools had a request in the last 5 s.")
+	fs.DurationVar(&o.IdleRefreshInterval, "idle-refresh-metrics-interval", scrape.DefaultIdleRefreshInterval,
+		"Longest time between two scrapes of a model server none of whose pools had a request in the last 5 s: its interval doubles up to this, its last values stay valid for two intervals, and a pool's first request has its servers scraped at once. 0 scrapes every server every --refresh-metrics-interval.")
 	fs.DurationVar(&o.StalenessThreshold, "metrics-staleness-threshold", scrape.DefaultStalenessThreshold,
 		"Age past which an endpoint's metrics are stale; an endpoint with stale or no metrics has unknown load and is not picked on load.")
 	fs.DurationVar(&o.Timeout, "metrics-scrape-timeout", scrape.DefaultTimeout,

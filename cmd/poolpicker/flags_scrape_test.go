@@ -19,7 +19,7 @@ func TestBindScrapeFlags(t *testing.T) {
 		{
 			name: "defaults",
 			want: scrape.Options{
-				RefreshInterval: 50 * time.Millisecond, StalenessThreshold: scrape.DefaultStalenessThreshold, Timeout: scrape.DefaultTimeout,
+				RefreshInterval: 50 * time.Millisecond, IdleRefreshInterval: 30 * time.Second, StalenessThreshold: scrape.DefaultStalenessThreshold, Timeout: scrape.DefaultTimeout,
 				MaxBodyBytes: scrape.DefaultMaxBodyBytes, MaxIdleConns: scrape.DefaultMaxIdleConns, Path: "/metrics", Scheme: "http",
 				InsecureSkipVerify: true,
 				MetricNames: scrape.MetricNameOverrides{
@@ -31,14 +31,14 @@ func TestBindScrapeFlags(t *testing.T) {
 		{
 			name: "all set",
 			args: []string{
-				"--refresh-metrics-interval=100ms", "--metrics-staleness-threshold=5s", "--metrics-scrape-timeout=300ms",
+				"--refresh-metrics-interval=100ms", "--idle-refresh-metrics-interval=10s", "--metrics-staleness-threshold=5s", "--metrics-scrape-timeout=300ms",
 				"--metrics-max-body-bytes=1000", "--metrics-max-idle-conns=10", "--model-server-metrics-path=/m",
 				"--model-server-metrics-port=9090", "--model-server-metrics-scheme=https", "--model-server-metrics-https-insecure-skip-verify=false",
 				"--total-queued-requests-metric=q", "--total-running-requests-metric=r", "--kv-cache-usage-percentage-metric=kv",
 				"--lora-info-metric=l", "--cache-info-metric=c",
 			},
 			want: scrape.Options{
-				RefreshInterval: 100 * time.Millisecond, StalenessThreshold: 5 * time.Second, Timeout: 300 * time.Millisecond,
+				RefreshInterval: 100 * time.Millisecond, IdleRefreshInterval: 10 * time.Second, StalenessThreshold: 5 * time.Second, Timeout: 300 * time.Millisecond,
 				MaxBodyBytes: 1000, MaxIdleConns: 10, Path: "/m", Port: 9090, Scheme: "https",
 				MetricNames: scrape.MetricNameOverrides{TotalQueuedRequests: "q", TotalRunningRequests: "r", KVCacheUsagePercentage: "kv", LoRAInfo: "l", CacheInfo: "c"},
 			},

@@ -1,0 +1,83 @@
+package scrape
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/poolpicker/poolpicker/internal/vllmpage"
+)
+
+// An idle pool's servers are scraped ever more rarely, their values stamped
+// valid for two intervals; the pool's next request has them scraped at once,
+// and while requests come they are scraped every RefreshInterval, a failing
+// one going stale by the staleness threshold as before.
+func TestFreshnessFollowsDemand(t *testing.T) {
+	const (
+		refresh   = 20 * time.Millisecond
+		window    = 500 * time.Millisecond
+		staleness = 50 * time.Millisecond
+		decayed   = 320 * time.Millisecond
+	)
+	s := startModelServers(t, 1)[0]
+	s.servePage(t, vllmpage.State{Waiting: 1}, vllmpage.Options{})
+	h := newHarness(t, Options{RefreshInterval: refresh, IdleRefreshInterval: time.Hour, DemandWindow: window, StalenessThreshold: staleness})
+	p := h.addPool("pool", nil, s.port, s)
+	ep := endpointOf(t, p, s.addr)
+
+	// Idle from the start: the interval doubles, scrape after scrape.
+	var last time.Time
+	prev := time.Duration(0)
+	for ep.Metrics() == nil || ep.Metrics().Interval < decayed {
+		h.awaitSuccess(t, s.addr)
+		m := ep.Metrics()
+		if !last.IsZero() && m.Interval != 0 && m.Interval < prev {
+			t.Fatalf("idle interval went down from %v to %v", prev, m.Interval)
+		}
+		// The gap since the last scrape is at least the interval announced
+		// with it (less the time the scrape itself took).
+		if !last.IsZero() && prev > 0 && m.ScrapedAt.Sub(last) < prev/2 {
+			t.Fatalf("scraped %v after the last, whose interval was %v", m.ScrapedAt.Sub(last), prev)
+		}
+		last, prev = m.ScrapedAt, m.Interval
+	}
+	m := ep.Metrics()
+	// Valid for two intervals, well past the staleness threshold.
+	if at := m.ScrapedAt.Add(decayed); !m.Fresh(at, staleness) {
+		t.Errorf("an idle server's values, %v old, are not fresh with interval %v", decayed, m.Interval)
+	}
+
+	// The first request: a scrape at once, not one interval (now at least
+	// 640 ms) later.
+	asked := time.Now()
+	p.NoteRequest(asked)
+	h.awaitSuccess(t, s.addr)
+	if took := time.Since(asked); took >= decayed {
+		t.Errorf("the first request's refresh came %v after it; the next idle scrape was due %v after the last", took, 2*m.Interval)
+	}
+	// Busy: every RefreshInterval, stamped as before (no extended validity).
+	for range 5 {
+		p.NoteRequest(time.Now())
+		h.awaitSuccess(t, s.addr)
+		if got := ep.Metrics().Interval; got != 0 {
+			t.Fatalf("a busy server's values stamped with interval %v", got)
+		}
+	}
+
+	// Idle again, then a request to a failing server: its last values lose
+	// their idle validity and go stale by the threshold.
+	for ep.Metrics().Interval < decayed {
+		h.awaitSuccess(t, s.addr)
+	}
+	good := ep.Metrics()
+	s.serve(http.StatusInternalServerError, nil)
+	p.NoteRequest(time.Now())
+	h.awaitError(t, s.addr, "status")
+	got := ep.Metrics()
+	if got.ScrapedAt != good.ScrapedAt || got.WaitingRequests != good.WaitingRequests || got.Interval != 0 {
+		t.Fatalf("after a failed scrape of a busy pool: %+v, want the last good values with no idle validity", got)
+	}
+	if got.Fresh(good.ScrapedAt.Add(2*staleness), staleness) {
+		t.Error("a failing busy server's values are fresh past the staleness threshold")
+	}
+}
