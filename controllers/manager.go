@@ -38,7 +38,7 @@ type Manager struct {
 	opts     Options
 	mgr      manager.Manager
 	registry *datastore.Registry
-	pods     corev1client.PodsGetter
+	pods     *corev1client.CoreV1Client
 	metrics  *metrics
 	log      logr.Logger
 	events   events.EventRecorder
@@ -63,6 +63,9 @@ type Manager struct {
 
 	// noStreamingList is set once the API server refused a streaming list.
 	noStreamingList atomic.Bool
+	// noProtobufWatch is set once the API server answered a protobuf watch
+	// in another encoding.
+	noProtobufWatch atomic.Bool
 
 	started     atomic.Bool
 	initialSync atomic.Bool
@@ -167,6 +170,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	}
 	m.conflicts = map[conflictKey]string{}
 	m.noStreamingList.Store(opts.DisableStreamingLists)
+	m.noProtobufWatch.Store(opts.ClientGoWatchDecoder)
 	if err := m.setupPoolController(); err != nil {
 		return nil, err
 	}

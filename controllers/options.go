@@ -105,10 +105,16 @@ type Options struct {
 	// and a watch from its version, instead of one streaming list (a watch
 	// that first sends every matching pod). Streaming lists halve the
 	// requests at start (1,000 pools synced in 6 s instead of 18 s at 50
-	// QPS) but each watch stream then keeps a decode buffer sized to a pod
-	// (some 14 KB per pool). Zero: streaming lists, where the API server
-	// offers them.
+	// QPS). Zero: streaming lists, where the API server offers them.
 	DisableStreamingLists bool
+
+	// ClientGoWatchDecoder decodes pod watches with client-go's
+	// watch.Interface, which spends a goroutine per watch and keeps a
+	// decode buffer sized to the largest pod (some 14 KB per pool after a
+	// streaming list), instead of on each watch's own goroutine with pooled
+	// buffers. Zero: the watch's goroutine, where the API server answers
+	// in protobuf. For comparison (bench/poolwatch's baseline).
+	ClientGoWatchDecoder bool
 
 	// MaxConcurrentReconciles bounds parallel reconciles of pools.
 	// Zero: DefaultMaxConcurrentReconciles.

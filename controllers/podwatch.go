@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -45,12 +46,14 @@ type servedPool struct {
 
 // podWatch is one list+watch of the pods matching one selector in one
 // namespace, with its objects stripped to what an endpoint needs. It is one
-// goroutine (plus the client's stream reader): the pods are a map owned by
-// that goroutine, published to the pool after each burst of events.
+// goroutine, which also decodes the stream (plus the HTTP/2 stream's
+// writer): the pods are a map owned by that goroutine, published to the
+// pool after each burst of events.
 type podWatch struct {
 	owner    *servedPool
 	selector string
 	pods     corev1client.PodInterface
+	rest     rest.Interface
 	cancel   context.CancelFunc
 	started  time.Time
 }
@@ -259,7 +262,7 @@ func endpointSources(pods map[string]*endpointPod) []datastore.EndpointSource {
 // startWatch creates and starts a watch of the pool's namespace's pods
 // matching selector. Called with sp.mu held.
 func (m *Manager) startWatch(sp *servedPool, selector string) *podWatch {
-	w := &podWatch{owner: sp, selector: selector, pods: m.pods.Pods(sp.key.Namespace), started: time.Now()}
+	w := &podWatch{owner: sp, selector: selector, pods: m.pods.Pods(sp.key.Namespace), rest: m.pods.RESTClient(), started: time.Now()}
 	ctx, cancel := context.WithCancel(m.watchCtx)
 	w.cancel = cancel
 	m.metrics.watchStarts.WithLabelValues(sp.key.Namespace, sp.key.Name).Inc()
@@ -341,11 +344,14 @@ func (w *podWatch) run(ctx context.Context) {
 			listed()
 			opts.ResourceVersion = rv
 		}
-		wi, err := w.pods.Watch(ctx, opts)
+		events, err := w.open(ctx, opts)
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
 				return
+			case errors.Is(err, errNotProtobuf):
+				log.Info("the API server answered a protobuf watch in another encoding; decoding watches with client-go instead")
+				m.noProtobufWatch.Store(true)
 			case streaming && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) && strings.Contains(err.Error(), "sendInitialEvents")):
 				log.Info("the API server does not offer streaming lists; listing instead", "err", err.Error())
 				m.noStreamingList.Store(true)
@@ -359,8 +365,8 @@ func (w *podWatch) run(ctx context.Context) {
 			continue
 		}
 		var healthy bool
-		rv, healthy = w.follow(ctx, wi, pods, rv, streaming, listed, log)
-		wi.Stop()
+		rv, healthy = w.follow(ctx, events, pods, rv, streaming, listed, log)
+		events.stop()
 		switch {
 		case healthy:
 			backoff = watchRetryInitial
@@ -372,6 +378,19 @@ func (w *podWatch) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// open starts a watch with opts: decoded on this goroutine unless the API
+// server does not answer in protobuf.
+func (w *podWatch) open(ctx context.Context, opts metav1.ListOptions) (eventSource, error) {
+	if !w.owner.m.noProtobufWatch.Load() {
+		return openStreamEvents(ctx, w.rest, w.owner.key.Namespace, opts)
+	}
+	wi, err := w.pods.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return chanEvents{wi}, nil
 }
 
 // list reads the pods matching the selector, in pages, and returns them
@@ -402,7 +421,7 @@ func (w *podWatch) list(ctx context.Context) (map[string]*endpointPod, string, e
 // ends the initial events. It returns the resource version to resume from
 // ("" to start afresh: expired, or a streaming list cut short) and whether
 // the watch was healthy: it delivered events and did not end on an error.
-func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[string]*endpointPod, rv string,
+func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[string]*endpointPod, rv string,
 	initial bool, listed func(), log logr.Logger) (string, bool) {
 	complete := !initial
 	restart := func(rv string) string {
@@ -413,14 +432,8 @@ func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[stri
 	}
 	dirty, got := false, false
 	for {
-		var ev watch.Event
-		var open bool
-		select {
-		case <-ctx.Done():
-			return restart(rv), got
-		case ev, open = <-wi.ResultChan():
-		}
-		if !open {
+		ev, more, ok := events.next(ctx)
+		if !ok || ctx.Err() != nil {
 			return restart(rv), got
 		}
 		got = true
@@ -461,7 +474,7 @@ func (w *podWatch) follow(ctx context.Context, wi watch.Interface, pods map[stri
 		}
 		// Publish once the burst is drained: a restart of many pods costs
 		// one endpoint-set rebuild, not one per event.
-		if complete && dirty && len(wi.ResultChan()) == 0 {
+		if complete && dirty && !more {
 			w.owner.publish(w, endpointSources(pods))
 			dirty = false
 		}

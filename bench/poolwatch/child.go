@@ -46,8 +46,8 @@ func runChild(f benchFlags) error {
 	done := make(chan error, 1)
 	t0 := time.Now()
 	switch f.child {
-	case "perpool":
-		opts := controllers.Options{Registry: reg, DisableStreamingLists: f.plainList}
+	case "perpool", "perpool-clientgo":
+		opts := controllers.Options{Registry: reg, DisableStreamingLists: f.plainList, ClientGoWatchDecoder: f.child == "perpool-clientgo"}
 		if f.perNamespace {
 			opts.Namespaces = namespaces(f)
 		}
