@@ -146,8 +146,11 @@ func endpoints(reg *datastore.Registry) int {
 }
 
 // procStatus reads a "kB" field of /proc/self/status, in bytes.
-func procStatus(field string) int64 {
-	b, err := os.ReadFile("/proc/self/status")
+func procStatus(field string) int64 { return procStatusField("/proc/self/status", field) }
+
+// procStatusField reads a "kB" field of a /proc/<pid>/status file, in bytes.
+func procStatusField(path, field string) int64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}

@@ -94,6 +94,11 @@ type result struct {
 	StopSeconds    float64 `json:"stopSeconds"`
 	ScopedPodReqs  bool    `json:"scopedPodRequests"`
 	CPUSeconds     float64 `json:"cpuSeconds"`
+	// The API server's, measured by the parent while the child ran: RSS
+	// when the child started and the most seen until it stopped, and CPU.
+	APIServerRSSBefore int64   `json:"apiServerRSSBefore"`
+	APIServerRSSPeak   int64   `json:"apiServerRSSPeak"`
+	APIServerCPU       float64 `json:"apiServerCPU"`
 }
 
 func runParent(f benchFlags) error {
@@ -127,8 +132,10 @@ func runParent(f benchFlags) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 		cmd := exec.CommandContext(ctx, os.Args[0], args...)
 		cmd.Stderr = os.Stderr
+		api := watchAPIServer()
 		out, err := cmd.Output()
 		cancel()
+		apiRSS0, apiRSS, apiCPU := api()
 		if err != nil {
 			return fmt.Errorf("child %s: %w", mode, err)
 		}
@@ -136,6 +143,7 @@ func runParent(f benchFlags) error {
 		if err := json.Unmarshal(out, &r); err != nil {
 			return fmt.Errorf("child %s printed %q: %w", mode, out, err)
 		}
+		r.APIServerRSSBefore, r.APIServerRSSPeak, r.APIServerCPU = apiRSS0, apiRSS, apiCPU
 		results = append(results, r)
 	}
 	report(f, results)
@@ -151,6 +159,11 @@ func report(f benchFlags, rs []result) {
 			r.Mode, r.SyncSeconds, r.CPUSeconds, mib(r.RSSBytes), mib(r.PeakRSSBytes), mib(int64(r.HeapInuseBytes)), r.HeapObjects,
 			r.Requests, r.PodRequests, mib(r.ResponseBytes), r.Goroutines, r.Endpoints, r.ScopedPodReqs)
 	}
+	fmt.Println("kube-apiserver while each mode ran (from its start to its stop):")
+	for _, r := range rs {
+		fmt.Printf("%-18s RSS %.0f MiB at start, peak %.0f MiB (+%.0f MiB); CPU %.2f s\n", r.Mode,
+			mib(r.APIServerRSSBefore), mib(r.APIServerRSSPeak), mib(r.APIServerRSSPeak-r.APIServerRSSBefore), r.APIServerCPU)
+	}
 	if len(rs) < 2 || rs[0].Mode != "perpool" {
 		return
 	}
@@ -160,6 +173,38 @@ func report(f benchFlags, rs []result) {
 			ratio(float64(base.RSSBytes), float64(r.RSSBytes)), ratio(float64(base.HeapInuseBytes), float64(r.HeapInuseBytes)),
 			ratio(base.SyncSeconds, r.SyncSeconds), ratio(base.CPUSeconds, r.CPUSeconds),
 			ratio(float64(base.ResponseBytes), float64(r.ResponseBytes)), ratio(float64(base.Requests), float64(r.Requests)))
+	}
+}
+
+// watchAPIServer samples this process's kube-apiserver child every 100 ms
+// until the returned function is called, which returns its RSS at the
+// start, the most seen, and the CPU it used meanwhile (zeros when it is not
+// found).
+func watchAPIServer() func() (rss0, peak int64, cpu float64) {
+	pid := childProcess("kube-apiserver")
+	if pid == 0 {
+		return func() (int64, int64, float64) { return 0, 0, 0 }
+	}
+	rss0, cpu0 := procRSS(pid), procCPU(pid)
+	peak := rss0
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				peak = max(peak, procRSS(pid))
+			}
+		}
+	}()
+	return func() (int64, int64, float64) {
+		close(stop)
+		<-done
+		return rss0, peak, procCPU(pid) - cpu0
 	}
 }
 

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,4 +147,50 @@ func populate(env *testenv.Env, f benchFlags) error {
 	}
 	time.Sleep(2 * time.Second) // no event tells when a watch cache is ready
 	return nil
+}
+
+// childProcess returns the pid of this process's child running the named
+// command, 0 if none.
+func childProcess(comm string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(stat)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != comm {
+			continue
+		}
+		if f := strings.Fields(s[end+1:]); len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// procRSS is a process's resident memory in bytes.
+func procRSS(pid int) int64 { return procStatusField(fmt.Sprintf("/proc/%d/status", pid), "VmRSS") }
+
+// procCPU is a process's user and system CPU in seconds.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	// Fields 14 and 15 of stat (utime, stime), in clock ticks of 1/100 s.
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
 }
