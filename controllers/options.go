@@ -167,8 +167,8 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Validate reports the first option that cannot work, naming it as the flag
-// an operator would set. The Registry is not checked: it is wiring, not input.
+// Validate reports every option that cannot work, joined, each named as the
+// flag an operator would set. The Registry is not checked: it is wiring, not input.
 func (o Options) Validate() error {
 	var errs []error
 	for _, ns := range o.Namespaces {

@@ -413,3 +413,18 @@ func mustListen(t testing.TB) net.Listener {
 	}
 	return l
 }
+
+// eventually polls cond until it holds, failing the test after 10 s: only
+// for states nothing signals (accounting the server finishes on its own
+// goroutine after a client went away; a reloaded certificate, seen only by
+// handshaking).
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

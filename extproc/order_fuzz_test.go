@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -96,12 +97,6 @@ func FuzzMessageOrder(f *testing.F) {
 		case <-ctx.Done():
 			t.Fatalf("server hung on %v", seq)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for fx.totalInFlight() != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("in-flight %d left after %v", fx.totalInFlight(), seq)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+		eventually(t, fmt.Sprintf("in-flight counts back to 0 after %v", seq), func() bool { return fx.totalInFlight() == 0 })
 	})
 }

@@ -97,7 +97,7 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	if d, ok := sched.(deferredScheduler); ok {
 		schedule = d.ScheduleDeferred
 	}
-	return &Server{opts: opts, reg: reg, schedule: schedule, metrics: m, log: opts.Logger.WithName("extproc"),
+	return &Server{opts: opts, reg: reg, schedule: schedule, metrics: m, log: opts.Logger,
 		health: health.NewServer(), promptLimit: limit}, nil
 }
 

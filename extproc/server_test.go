@@ -554,19 +554,6 @@ func TestConcurrentStreams(t *testing.T) {
 	}
 }
 
-// waitInFlightZero polls: the server finishes accounting after a client
-// cancel on its own goroutine, with no event the test can wait on.
-func waitInFlightZero(t *testing.T, f *poolFixture) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.totalInFlight() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("in-flight %d left behind", f.totalInFlight())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestCancellation(t *testing.T) {
 	f := newPools(t, 2, 2)
 	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true})
@@ -592,7 +579,9 @@ func TestCancellation(t *testing.T) {
 				}
 			}
 			g.cancel()
-			waitInFlightZero(t, f)
+			// The server finishes accounting after a client cancel on its
+			// own goroutine, with no event the test can wait on.
+			eventually(t, "in-flight counts back to 0", func() bool { return f.totalInFlight() == 0 })
 		})
 	}
 }

@@ -79,7 +79,7 @@ type PostPicker interface {
 
 // promptReader is implemented by every plugin that reads Request.Prompt:
 // promptBytes is how many of its leading bytes the plugin reads at most
-// (Scheduler.PromptBytes, which lets callers skip rendering the rest).
+// (Scheduler.PromptBytes, which lets callers only skim the rest).
 type promptReader interface {
 	promptBytes() int
 }

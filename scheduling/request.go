@@ -57,7 +57,7 @@ type Result struct {
 type Error struct {
 	// Code is the HTTP status to answer: 429 when shed, 503 when no endpoint.
 	Code int
-	// Reason is a short machine-readable cause, e.g. "NoReadyEndpoints".
+	// Reason is a short machine-readable cause, e.g. "NoEligibleEndpoints".
 	Reason string
 	// Message says what happened in words an operator can act on.
 	Message string

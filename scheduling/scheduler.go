@@ -141,8 +141,8 @@ func New(cfg *Config, opts Options) (*Scheduler, error) {
 // PromptBytes is how many leading bytes of Request.Prompt the configured
 // plugins read at most; zero when none reads it. The prefix-cache scorer
 // hashes at most maxPrefixBlocksToMatch blocks of hashBlockSize bytes, so a
-// caller may cut a longer prompt to this length (and skip rendering the
-// rest) without changing any decision.
+// caller may cut a longer prompt to this length (and only skim the rest of
+// the body, as requestbody does) without changing any decision.
 func (s *Scheduler) PromptBytes() int {
 	n := 0
 	for _, p := range s.built.plugins {
