@@ -208,9 +208,9 @@ func TestRealScheduler(t *testing.T) {
 			t.Fatalf("sheddable request on a saturated pool answered %d %s", code, msg)
 		}
 	})
-	if n := f.totalInFlight(); n != 0 {
-		t.Fatalf("in-flight %d", n)
-	}
+	// Subtests that leave a stream open cancel it as they end; the server
+	// finishes its accounting on the stream's goroutine.
+	eventually(t, "in-flight counts back to 0", func() bool { return f.totalInFlight() == 0 })
 }
 
 // promptRecorder schedules like leastInFlight, reads only the first limit
