@@ -41,7 +41,7 @@ func (r *Request) RewriteModel(body []byte, target string) []byte {
 }
 
 // Reader reads one request body as it arrives. Scanner is this package's;
-// bench/bodyreaders holds readers built on JSON libraries that keep the
+// bench/bodyreader holds readers built on JSON libraries that keep the
 // same contract, measured against it.
 type Reader interface {
 	// Feed reads on in body, the body so far: each call's bytes extend the
