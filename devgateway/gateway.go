@@ -50,8 +50,14 @@ type Gateway struct {
 	scheme *runtime.Scheme
 	log    logr.Logger
 
-	table    atomic.Pointer[table]
-	conns    eppConns
+	table atomic.Pointer[table]
+	conns eppConns
+	// objects is the cache of routes, pools and, with
+	// ResolveThroughEndpointSlices, picker Services and EndpointSlices; set
+	// by Start before serving.
+	objects cache.Cache
+	// rr spreads requests over a picker Service's replicas.
+	rr       atomic.Uint64
 	upstream *http.Transport
 	h2c      *http.Transport
 	// direct reads pods for FailOpen pools, which is rare enough not to
@@ -213,6 +219,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 		_ = ln.Close()
 		return fmt.Errorf("devgateway: cache: %w", err)
 	}
+	g.objects = c
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
 	if g.health != nil {
@@ -369,8 +376,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	log := g.log.WithValues("pool", pool.key.String(), "request", headers.Get(headerRequestID))
 
-	eppAddr := g.opts.ResolveEPP(pool.key.Namespace, pool.service, pool.port)
-	ex, d, attempts, err := g.requestPhase(ctx, eppAddr, pool, r, headers, r.URL.RequestURI(), body)
+	ex, d, attempts, eppAddr, err := g.requestPhase(ctx, pool, r, headers, r.URL.RequestURI(), body)
 	if attempts > 1 {
 		w.Header().Set(HeaderExtProcAttempts, fmt.Sprint(attempts))
 	}
@@ -435,46 +441,56 @@ func (g *Gateway) writeImmediate(w http.ResponseWriter, ir *extprocv3.ImmediateR
 // requestPhase runs the ext_proc request phase, retrying while the picker is
 // unreachable for up to the retry window. It returns how many attempts it
 // made.
-func (g *Gateway) requestPhase(ctx context.Context, addr string, pool *poolTarget, r *http.Request, headers http.Header, path string, body []byte) (*exchange, *decision, int, error) {
+func (g *Gateway) requestPhase(ctx context.Context, pool *poolTarget, r *http.Request, headers http.Header, path string, body []byte) (*exchange, *decision, int, string, error) {
 	window := g.opts.ExtProcRetryWindow
 	var deadline time.Time
 	var outage *Outage
 	delay := 25 * time.Millisecond
+	// Successive requests start on successive replicas; a failed attempt
+	// moves on to the next one (Envoy's round robin and retry on another
+	// host).
+	start := int(g.rr.Add(1))
 	for attempt := 1; ; attempt++ {
-		cc, err := g.conns.get(addr, pool.authority)
-		if err != nil {
-			return nil, nil, attempt, err
-		}
-		err = g.waitReady(ctx, cc, deadline)
+		addr, err := g.pickerAddr(pool, start+attempt-1)
 		var ex *exchange
 		var d *decision
 		if err == nil {
-			ex, d, err = g.open(ctx, extprocv3.NewExternalProcessorClient(cc), r, headers, path, body)
+			var cc *grpc.ClientConn
+			if cc, err = g.conns.get(addr, pool.authority); err != nil {
+				return nil, nil, attempt, addr, err
+			}
+			err = g.waitReady(ctx, cc, deadline)
+			if err == nil {
+				ex, d, err = g.open(ctx, extprocv3.NewExternalProcessorClient(cc), r, headers, path, body)
+			}
 		}
 		if err == nil {
-			g.reachable(addr)
-			return ex, d, attempt, nil
+			g.reachable(g.outageKey(pool, addr))
+			return ex, d, attempt, addr, nil
 		}
 		if ctx.Err() != nil {
-			return nil, nil, attempt, ctx.Err()
+			return nil, nil, attempt, addr, ctx.Err()
 		}
 		if !retryable(err) && !errors.Is(err, errNotReady) {
-			return nil, nil, attempt, err
+			return nil, nil, attempt, addr, err
 		}
 		now := time.Now()
 		if deadline.IsZero() {
 			deadline = now.Add(window)
-			outage = g.unreachable(addr, now)
+			outage = g.unreachable(g.outageKey(pool, addr), now)
 		}
 		if window < 0 || !now.Before(deadline) {
 			g.gaveUp(outage)
-			return nil, nil, attempt, err
+			return nil, nil, attempt, addr, err
 		}
 		g.log.V(4).Info("picker unreachable; retrying", "pool", pool.key.String(), "epp", addr, "attempt", attempt, "err", err.Error())
+		if g.opts.ResolveThroughEndpointSlices && attempt%2 == 1 {
+			continue // straight on to the next replica, then pause
+		}
 		select {
 		case <-time.After(min(delay, time.Until(deadline))):
 		case <-ctx.Done():
-			return nil, nil, attempt, ctx.Err()
+			return nil, nil, attempt, addr, ctx.Err()
 		}
 		delay = min(2*delay, 250*time.Millisecond)
 	}

@@ -41,6 +41,18 @@ type Options struct {
 	// ResolveEPP maps a pool's endpointPickerRef (namespace, Service, port)
 	// to a host:port to dial. Nil: EPPAddress for every Service.
 	ResolveEPP func(namespace, service string, port int32) string
+	// ResolveThroughEndpointSlices resolves each endpointPickerRef Service
+	// as Envoy's EDS does: its ready EndpointSlice endpoints, spreading
+	// streams over them round robin and moving to the next one when an
+	// attempt fails, instead of EPPAddress or ResolveEPP. A slice's ready
+	// condition stands for the picker's readiness (EPPHealthAddress is then
+	// not needed).
+	ResolveThroughEndpointSlices bool
+	// SliceAddressMap, when set, maps an address listed in an EndpointSlice
+	// to the IP to dial: the local stack's stand-in for the pod network,
+	// since the API server refuses loopback addresses in EndpointSlices
+	// while local replicas listen on loopback ones. Nil: dial as listed.
+	SliceAddressMap func(ip string) string
 	// EPPHealthAddress, when set, is the host:port of the picker's gRPC
 	// health server (poolpicker --grpc-health-port). The gateway then sends
 	// streams to the picker only while its "readiness" service is SERVING

@@ -3,6 +3,8 @@ package devgateway
 import (
 	"context"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -29,7 +31,12 @@ func (g *Gateway) watchRoutes(ctx context.Context, c cache.Cache, ready chan<- s
 		UpdateFunc: func(any, any) { notify() },
 		DeleteFunc: func(any) { notify() },
 	}
-	for _, obj := range []client.Object{&gwv1.HTTPRoute{}, &v1.InferencePool{}} {
+	watched := []client.Object{&gwv1.HTTPRoute{}, &v1.InferencePool{}}
+	if g.opts.ResolveThroughEndpointSlices {
+		// Read per request by sliceAddrs; synced before the gateway is ready.
+		watched = append(watched, &corev1.Service{}, &discoveryv1.EndpointSlice{})
+	}
+	for _, obj := range watched {
 		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("devgateway: informer for %T: %w", obj, err)

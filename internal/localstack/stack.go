@@ -93,6 +93,17 @@ type Options struct {
 	// ControlPlane tunes the control plane (CRD sources, API server flags);
 	// the Gateway API CRDs are always added.
 	ControlPlane testenv.Options
+	// PickerReplicas, when positive, runs poolpicker as that many replicas
+	// in PickerNamespace, each on its own loopback IP (from FirstPickerIP)
+	// with a Pod object whose Ready condition follows its readiness, with
+	// leader election and picker Service provisioning; the gateway then
+	// reaches pickers through the provisioned Services' EndpointSlices
+	// only. Zero: one process on all interfaces, dialed directly.
+	PickerReplicas int
+	// PickerNamespace holds the replicas. Empty: poolpicker-system.
+	PickerNamespace string
+	// FirstPickerIP is the first replica's loopback IP. Empty: 127.0.100.2.
+	FirstPickerIP string
 	// PickerKubeconfig, when set, is called once the samples are applied and
 	// returns the kubeconfig poolpicker runs with (tests run it as a
 	// ServiceAccount). Nil: the administrator's kubeconfig.
@@ -128,6 +139,12 @@ func (o *Options) setDefaults() error {
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
 	}
+	if o.PickerNamespace == "" {
+		o.PickerNamespace = DefaultPickerNamespace
+	}
+	if o.FirstPickerIP == "" {
+		o.FirstPickerIP = DefaultFirstPickerIP
+	}
 	return nil
 }
 
@@ -145,8 +162,11 @@ type Stack struct {
 	// Gateway is the development gateway, serving at GatewayURL.
 	Gateway    *devgateway.Gateway
 	GatewayURL string
-	// Picker is the poolpicker process.
+	// Picker is the poolpicker process (the first replica's, with
+	// Options.PickerReplicas).
 	Picker *Process
+	// Pickers are the replicas, with Options.PickerReplicas.
+	Pickers []*Replica
 
 	tempDir   bool
 	gwCancel  context.CancelFunc
@@ -258,16 +278,25 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		fmt.Sprintf("--grpc-health-port=%d", opts.HealthPort),
 		fmt.Sprintf("--metrics-port=%d", opts.MetricsPort),
 	}, opts.PickerArgs...)
-	s.Picker = &Process{Path: b.path, Args: s.pickerArg, Log: filepath.Join(s.Dir, "poolpicker.log"), HealthAddr: fmt.Sprintf("127.0.0.1:%d", opts.HealthPort)}
-	s.log.Info("starting poolpicker", "binary", b.path, "log", s.Picker.Log)
-	if err := s.Picker.Start(ctx); err != nil {
-		return nil, err
-	}
-
 	gwOpts := opts.Gateway
+	if opts.PickerReplicas > 0 {
+		s.log.Info("starting poolpicker replicas", "binary", b.path, "replicas", opts.PickerReplicas, "namespace", opts.PickerNamespace)
+		if err := s.startReplicas(ctx, b.path, s.pickerArg); err != nil {
+			return nil, err
+		}
+		s.Picker = s.Pickers[0].Process
+		gwOpts.ResolveThroughEndpointSlices = true
+		gwOpts.SliceAddressMap = PodNetwork
+	} else {
+		s.Picker = &Process{Path: b.path, Args: s.pickerArg, Log: filepath.Join(s.Dir, "poolpicker.log"), HealthAddr: fmt.Sprintf("127.0.0.1:%d", opts.HealthPort)}
+		s.log.Info("starting poolpicker", "binary", b.path, "log", s.Picker.Log)
+		if err := s.Picker.Start(ctx); err != nil {
+			return nil, err
+		}
+		gwOpts.EPPAddress = fmt.Sprintf("127.0.0.1:%d", opts.GRPCPort)
+		gwOpts.EPPHealthAddress = fmt.Sprintf("127.0.0.1:%d", opts.HealthPort)
+	}
 	gwOpts.Addr = opts.GatewayAddr
-	gwOpts.EPPAddress = fmt.Sprintf("127.0.0.1:%d", opts.GRPCPort)
-	gwOpts.EPPHealthAddress = fmt.Sprintf("127.0.0.1:%d", opts.HealthPort)
 	gwOpts.Gateway = types.NamespacedName{Namespace: DefaultGatewayNamespace, Name: DefaultGatewayName}
 	gwOpts.Logger = opts.Logger.WithName("devgateway")
 	if slices.Contains(opts.PickerArgs, "--secure-serving=false") {
@@ -528,12 +557,25 @@ func (s *Stack) addPod(ctx context.Context, key types.NamespacedName, d *deploym
 }
 
 // RestartPicker stops poolpicker (SIGTERM, so it drains) and starts it
-// again, returning once it is ready.
+// again, returning once it is ready; replicas are restarted one after the
+// other, each once the previous is ready again, as a rolling update does.
 func (s *Stack) RestartPicker(ctx context.Context) error {
-	if err := s.Picker.Stop(); err != nil {
-		return err
+	procs := []*Process{s.Picker}
+	if len(s.Pickers) > 0 {
+		procs = procs[:0]
+		for _, r := range s.Pickers {
+			procs = append(procs, r.Process)
+		}
 	}
-	return s.Picker.Start(ctx)
+	for _, p := range procs {
+		if err := p.Stop(); err != nil {
+			return err
+		}
+		if err := p.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Stop stops the gateway, poolpicker, every model server and the control
@@ -547,7 +589,11 @@ func (s *Stack) Stop() error {
 				errs = append(errs, fmt.Errorf("gateway: %w", err))
 			}
 		}
-		if s.Picker != nil {
+		if len(s.Pickers) > 0 {
+			if err := s.stopReplicas(); err != nil {
+				errs = append(errs, fmt.Errorf("poolpicker: %w", err))
+			}
+		} else if s.Picker != nil {
 			if err := s.Picker.Stop(); err != nil {
 				errs = append(errs, fmt.Errorf("poolpicker: %w", err))
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -198,10 +199,9 @@ func TestPickerRestartUnderTraffic(t *testing.T) {
 	if after.ExtProcGaveUp != before.ExtProcGaveUp {
 		t.Fatalf("%d requests gave up on the picker", after.ExtProcGaveUp-before.ExtProcGaveUp)
 	}
+	// With replicas restarted one at a time the gateway fails over to the
+	// other; an outage, if any, must have ended within the retry window.
 	outages := after.Outages[len(before.Outages):]
-	if len(outages) == 0 {
-		t.Fatalf("the gateway reported no outage across a restart taking %s", restart)
-	}
 	held := 0
 	for _, o := range outages {
 		if o.End.IsZero() || o.Duration() > retryWindow {
@@ -215,8 +215,8 @@ func TestPickerRestartUnderTraffic(t *testing.T) {
 			retried++
 		}
 	}
-	t.Logf("restart took %s; %d requests, none lost; gateway outages %d (first %s), %d requests held and retried (%d answers carry the attempts header); response phases passed through: %d",
-		restart.Round(time.Millisecond), len(out), len(outages), outages[0].Duration().Round(time.Millisecond), held, retried, after.ResponsePhaseLost-before.ResponsePhaseLost)
+	t.Logf("rolling restart took %s; %d requests, none lost; gateway outages %d, %d requests held and retried (%d answers carry the attempts header); response phases passed through: %d",
+		restart.Round(time.Millisecond), len(out), len(outages), held, retried, after.ResponsePhaseLost-before.ResponsePhaseLost)
 }
 
 // A model server killed without its pod going away: once its metrics are
@@ -275,12 +275,21 @@ func TestPrefixAffinity(t *testing.T) {
 			cached++
 		}
 	}
-	top := 0
+	// Each picker replica learns the prefix index from its own picks, and
+	// the gateway spreads streams over the replicas: the prefix sticks to
+	// one server per replica at most.
+	counts := make([]int, 0, len(per))
 	for _, c := range per {
-		top = max(top, c)
+		counts = append(counts, c)
+	}
+	slices.Sort(counts)
+	slices.Reverse(counts)
+	top := 0
+	for _, c := range counts[:min(pickerReplicas, len(counts))] {
+		top += c
 	}
 	if top < n*8/10 {
-		t.Fatalf("shared-prefix requests spread %v; want at least 80%% on one server", per)
+		t.Fatalf("shared-prefix requests spread %v; want at least 80%% on %d servers (one per picker replica)", per, pickerReplicas)
 	}
 	if cached < n*7/10 {
 		t.Fatalf("only %d of %d requests found their prefix cached", cached, n)

@@ -28,9 +28,8 @@ import (
 )
 
 var (
-	stack       *localstack.Stack
-	metricsPort int
-	client      = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 2 * time.Minute}
+	stack  *localstack.Stack
+	client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 2 * time.Minute}
 )
 
 // Picker settings of the suite: a staleness window short enough to wait
@@ -39,6 +38,8 @@ const (
 	staleness    = time.Second
 	maxBodyBytes = 1 << 20
 	retryWindow  = 30 * time.Second
+	// pickerReplicas is how many poolpicker processes serve the suite.
+	pickerReplicas = 2
 )
 
 func TestMain(m *testing.M) {
@@ -52,7 +53,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	metricsPort = ports[2]
 	start := time.Now()
 	// Kept after the run (and ignored by git) for post-mortems: the
 	// kubeconfig, the picker binary and its log.
@@ -63,10 +63,15 @@ func run(m *testing.M) int {
 	}
 	_ = os.RemoveAll(dir)
 	s, err := localstack.Start(context.Background(), localstack.Options{
-		Dir:         dir,
-		FirstIP:     "127.0.50.2",
-		GatewayAddr: "127.0.0.1:0",
-		GRPCPort:    ports[0], HealthPort: ports[1], MetricsPort: ports[2],
+		Dir:     dir,
+		FirstIP: "127.0.50.2",
+		// The shared-picker topology: two replicas in poolpicker-system,
+		// pools in other namespaces reached only through the picker
+		// Services and EndpointSlices the leader provisions.
+		PickerReplicas: pickerReplicas,
+		FirstPickerIP:  "127.0.51.2",
+		GatewayAddr:    "127.0.0.1:0",
+		GRPCPort:       ports[0], HealthPort: ports[1], MetricsPort: ports[2],
 		// A race-enabled picker: the suite also hunts races in the real
 		// process, and the build reuses the race-built packages of the run.
 		PickerBuildFlags: []string{"-race"},
@@ -74,6 +79,11 @@ func run(m *testing.M) int {
 			fmt.Sprintf("--metrics-staleness-threshold=%s", staleness),
 			fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
 			"--drain-timeout=5s",
+			"--drain-grace-period=1s",
+			// A killed leader is replaced within a few seconds.
+			"--ha-leader-election-lease-duration=3s",
+			"--ha-leader-election-renew-deadline=2s",
+			"--ha-leader-election-retry-period=500ms",
 			"-v=2",
 		},
 		Gateway: devgateway.Options{ExtProcRetryWindow: retryWindow},
@@ -87,15 +97,16 @@ func run(m *testing.M) int {
 	stack = s
 	code := m.Run()
 	client.CloseIdleConnections()
-	logPath := s.Picker.Log
-	logBytes, _ := os.ReadFile(logPath)
 	if err := s.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: stopping the local stack:", err)
 		code = 1
 	}
-	if bytes.Contains(logBytes, []byte("WARNING: DATA RACE")) {
-		fmt.Fprintf(os.Stderr, "e2e: the poolpicker process reported a data race:\n%s\n", logBytes)
-		code = 1
+	for _, r := range s.Replicas() {
+		logBytes, _ := os.ReadFile(r.Process.Log)
+		if bytes.Contains(logBytes, []byte("WARNING: DATA RACE")) {
+			fmt.Fprintf(os.Stderr, "e2e: poolpicker replica %s reported a data race:\n%s\n", r.Pod, logBytes)
+			code = 1
+		}
 	}
 	if code == 0 {
 		if err := goleak.Find(
@@ -236,9 +247,23 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // series is absent.
 func pickerMetric(t *testing.T, name string, pool types.NamespacedName) (float64, bool) {
 	t.Helper()
-	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	var val float64
+	for i, r := range stack.Replicas() {
+		v, ok := replicaMetric(t, r.MetricsAddr, name, pool)
+		if !ok || i > 0 && v != val {
+			return 0, false
+		}
+		val = v
+	}
+	return val, true
+}
+
+// replicaMetric reads a pool's gauge from one replica's /metrics.
+func replicaMetric(t *testing.T, addr, name string, pool types.NamespacedName) (float64, bool) {
+	t.Helper()
+	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
-		t.Fatalf("picker metrics: %v", err)
+		return 0, false // a replica restarting
 	}
 	defer resp.Body.Close()
 	p := expfmt.NewTextParser(model.UTF8Validation)
@@ -288,17 +313,6 @@ var poolManifest = `apiVersion: v1
 kind: Namespace
 metadata:
   name: {{ns}}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: epp-{{name}}
-  namespace: {{ns}}
-spec:
-  selector:
-    app: poolpicker
-  ports:
-  - port: 9002
 ---
 apiVersion: inference.networking.k8s.io/v1
 kind: InferencePool
