@@ -337,7 +337,7 @@ func TestLoRAAffinity(t *testing.T) {
 	})
 	// The picker's scrape shows one running request per server on average.
 	eventually(t, "the picker seeing the load", func() bool {
-		v, ok := pickerMetric(t, "inference_pool_average_running_requests", types.NamespacedName{Namespace: "team-a", Name: "lora"})
+		v, ok := pickerMetricMin(t, "inference_pool_average_running_requests", types.NamespacedName{Namespace: "team-a", Name: "lora"})
 		return ok && v >= 1
 	})
 	per := map[string]int{}
@@ -397,7 +397,7 @@ spec: {priority: 10, poolRef: {name: shed}}
 		}()
 	}
 	eventually(t, "the picker seeing the pool saturated", func() bool {
-		v, ok := pickerMetric(t, "inference_pool_average_kv_cache_utilization", p.key())
+		v, ok := pickerMetricMin(t, "inference_pool_average_kv_cache_utilization", p.key())
 		return ok && v >= 0.8
 	})
 	shed := send(context.Background(), p.host, "/v1/completions", completion(modelsim.DefaultModel, "batch job", 2, false), batch)

@@ -258,6 +258,23 @@ func pickerMetric(t *testing.T, name string, pool types.NamespacedName) (float64
 	return val, true
 }
 
+// pickerMetricMin is the least value of a pool's gauge over the replicas,
+// for thresholds on values each replica scrapes at its own instants.
+func pickerMetricMin(t *testing.T, name string, pool types.NamespacedName) (float64, bool) {
+	t.Helper()
+	var least float64
+	for i, r := range stack.Replicas() {
+		v, ok := replicaMetric(t, r.MetricsAddr, name, pool)
+		if !ok {
+			return 0, false
+		}
+		if i == 0 || v < least {
+			least = v
+		}
+	}
+	return least, true
+}
+
 // replicaMetric reads a pool's gauge from one replica's /metrics.
 func replicaMetric(t *testing.T, addr, name string, pool types.NamespacedName) (float64, bool) {
 	t.Helper()
