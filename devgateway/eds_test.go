@@ -79,13 +79,19 @@ func TestResolvesPickersThroughEndpointSlices(t *testing.T) {
 	g := startGateway(t, ns, Options{ResolveThroughEndpointSlices: true, SliceAddressMap: podNetwork})
 	c := newClient(t)
 
+	// HeaderPicker names the replica whose stream decided.
+	pickerOf := map[string]string{simsA[0].Addr(): "127.0.61.2:" + port, simsB[0].Addr(): "127.0.61.3:" + port}
 	served := map[string]int{}
 	for range 8 {
 		r := do(t, c, g, "/v1/completions", completion(false), nil)
 		if r.code != 200 {
 			t.Fatalf("status %d: %s", r.code, r.body)
 		}
-		served[r.header.Get(modelsim.HeaderServer)]++
+		server := r.header.Get(modelsim.HeaderServer)
+		if got := r.header.Get(HeaderPicker); got != pickerOf[server] {
+			t.Fatalf("served by %s, %s names picker %q, want %q", server, HeaderPicker, got, pickerOf[server])
+		}
+		served[server]++
 	}
 	if served[simsA[0].Addr()] == 0 || served[simsB[0].Addr()] == 0 || len(served) != 2 {
 		t.Fatalf("streams were not spread over both replicas: servers %v", served)

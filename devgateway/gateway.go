@@ -40,6 +40,9 @@ const (
 	// HeaderExtProcAttempts, present when the picker had to be retried,
 	// counts the attempts the request's ext_proc request phase took.
 	HeaderExtProcAttempts = "x-devgateway-extproc-attempts"
+	// HeaderPicker names the picker address (ip:port) whose stream decided
+	// the request, so that a test can tell replicas apart.
+	HeaderPicker = "x-devgateway-picker"
 )
 
 // Gateway is the development gateway. Create it with New and run it with
@@ -393,6 +396,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.localError(w, http.StatusServiceUnavailable, fmt.Sprintf("endpoint picker %s (%s) unavailable after %d attempts: %v", pool.authority, eppAddr, attempts, status.Convert(err).Message()))
 		return
 	}
+	w.Header().Set(HeaderPicker, eppAddr)
 	if d.immediate != nil {
 		g.count(func(s *Stats) { s.ImmediateResponses++ })
 		g.writeImmediate(w, d.immediate)

@@ -359,7 +359,9 @@ func TestLoRAAffinity(t *testing.T) {
 // requests (objective with negative priority) get 429 while critical and
 // default ones are served.
 func TestSheddableShedUnderSaturation(t *testing.T) {
-	p := newPool(t, "shed", 2, "--port=8000", "--num-gpu-blocks=64", "--block-size=16", "--max-num-seqs=4", "--time-per-output-token=10ms")
+	// A fill request holds its KV blocks (prompt and max_tokens) from
+	// admission until it ends: 20 ms per token keeps it ~19 s.
+	p := newPool(t, "shed", 2, "--port=8000", "--num-gpu-blocks=64", "--block-size=16", "--max-num-seqs=4", "--time-per-output-token=20ms")
 	// One objective in each group, named by each header: both steer.
 	objectives := fmt.Sprintf(`apiVersion: llm-d.ai/v1alpha2
 kind: InferenceObjective
@@ -376,12 +378,12 @@ spec: {priority: 10, poolRef: {name: shed}}
 	}
 	batch := map[string]string{"x-llm-d-inference-objective": "batch"}
 	critical := map[string]string{"x-gateway-inference-objective": "critical"}
-	// Not saturated: sheddable requests pass (once the picker knows the
-	// objective).
-	eventually(t, "sheddable served while idle", func() bool {
-		return send(context.Background(), p.host, "/v1/completions", completion(modelsim.DefaultModel, "idle", 2, false), batch).ok()
-	})
-	// Saturate: one request per server holding ~90% of its KV cache.
+	sheddable := func() outcome {
+		return send(context.Background(), p.host, "/v1/completions", completion(modelsim.DefaultModel, "batch job", 2, false), batch)
+	}
+	// Not saturated: sheddable requests pass.
+	eventually(t, "sheddable served while idle", func() bool { return sheddable().ok() })
+	// Saturate: one request per server holding ~94% of its KV cache.
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
@@ -390,26 +392,46 @@ spec: {priority: 10, poolRef: {name: shed}}
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+pod.Server.Addr()+"/v1/completions",
-				strings.NewReader(completion(modelsim.DefaultModel, "fill", 900, true)))
+				strings.NewReader(completion(modelsim.DefaultModel, "fill", 950, true)))
 			if resp, err := client.Do(req); err == nil {
 				drain(resp)
 			}
 		}()
 	}
-	eventually(t, "the picker seeing the pool saturated", func() bool {
+	// Admission sheds when every endpoint is saturated in the replica's own
+	// scrapes. A server's KV use jumps from ~0 to ~0.94 when its fill is
+	// admitted, so an average of 0.8 over a replica's fresh endpoints means
+	// each of them reads saturated there.
+	eventually(t, "every replica seeing the pool saturated", func() bool {
 		v, ok := pickerMetricMin(t, "inference_pool_average_kv_cache_utilization", p.key())
 		return ok && v >= 0.8
 	})
-	shed := send(context.Background(), p.host, "/v1/completions", completion(modelsim.DefaultModel, "batch job", 2, false), batch)
-	if shed.code != http.StatusTooManyRequests || !strings.Contains(shed.body, `"code":429`) {
-		t.Fatalf("sheddable request under saturation: %v", shed)
+	// Each replica also needs the objective that makes the request
+	// sheddable; replicas read InferenceObjectives on their own, so one may
+	// still route a "batch" request at its default priority. Wait until
+	// every replica has shed one (the gateway alternates them).
+	shedBy := map[string]bool{}
+	eventually(t, "every replica shedding sheddable requests", func() bool {
+		o := sheddable()
+		if o.code == http.StatusTooManyRequests {
+			shedBy[o.picker] = true
+		} else {
+			t.Logf("sheddable request before every replica sheds: %v (picker %s)", o, o.picker)
+		}
+		return len(shedBy) == len(stack.Replicas())
+	})
+	// From then on no replica serves one, and the others are still served.
+	for range 2 * len(stack.Replicas()) {
+		if shed := sheddable(); shed.code != http.StatusTooManyRequests || !strings.Contains(shed.body, `"code":429`) {
+			t.Fatalf("sheddable request under saturation: %v (picker %s)", shed, shed.picker)
+		}
 	}
 	for _, hdr := range []map[string]string{critical, nil} {
 		if o := send(context.Background(), p.host, "/v1/completions", completion(modelsim.DefaultModel, "urgent", 2, false), hdr); !o.ok() {
 			t.Fatalf("request with objective %v under saturation: %v", hdr, o)
 		}
 	}
-	t.Logf("sheddable: %d %.120s", shed.code, shed.body)
+	t.Logf("sheddable shed by replicas %v", shedBy)
 }
 
 // Malformed and impossible requests get their documented errors, from the

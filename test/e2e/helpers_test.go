@@ -128,6 +128,7 @@ type outcome struct {
 	endpoint string // x-devgateway-endpoint: the pod that served it
 	pool     string // x-devgateway-pool
 	attempts string // x-devgateway-extproc-attempts (set when the picker was retried)
+	picker   string // x-devgateway-picker: the picker replica (ip:port) that decided
 	body     string
 	err      error
 	at       time.Time
@@ -164,7 +165,8 @@ func send(ctx context.Context, host, path, body string, hdr map[string]string) o
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return outcome{code: resp.StatusCode, endpoint: resp.Header.Get(devgateway.HeaderServedEndpoint), pool: resp.Header.Get(devgateway.HeaderPool),
-		attempts: resp.Header.Get(devgateway.HeaderExtProcAttempts), body: string(b), err: err, at: time.Now()}
+		attempts: resp.Header.Get(devgateway.HeaderExtProcAttempts), picker: resp.Header.Get(devgateway.HeaderPicker),
+		body: string(b), err: err, at: time.Now()}
 }
 
 func completion(model, prompt string, maxTokens int, stream bool) string {
