@@ -40,7 +40,7 @@ type Replica struct {
 	// IP, listed in picker EndpointSlices (which may not hold loopback
 	// addresses): 10.a.b.c for 127.a.b.c, routed back by PodNetwork.
 	IP, PodIP string
-	Process *Process
+	Process   *Process
 	// MetricsAddr is its /metrics host:port.
 	MetricsAddr string
 
