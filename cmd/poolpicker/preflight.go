@@ -16,11 +16,33 @@ const preflightTimeout = 30 * time.Second
 
 // checkPermissions fails when the API server denies poolpicker any
 // permission it needs where it will use it, naming each denied one: without
-// it a missing rule shows only as a watch retrying in the logs.
+// it a missing rule shows only as a watch retrying in the logs. The rules of
+// a feature that is off are not asked for.
 func checkPermissions(ctx context.Context, cfg *rest.Config, o *controllers.Options) error {
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	return permissions.Check(ctx, cfg, permissions.Rules, permissionNamespaces(o))
+	return permissions.Check(ctx, cfg, neededRules(o), permissions.Namespaces{Pools: permissionNamespaces(o), Own: ownNamespace(o)})
+}
+
+// neededRules are the rules of permissions.Rules the enabled features use.
+func neededRules(o *controllers.Options) []permissions.Rule {
+	return permissions.Needed(permissions.Rules, func(feature string) bool {
+		switch feature {
+		case permissions.FeatureLeaderElection:
+			return o.LeaderElection
+		case permissions.FeatureProvisioning:
+			return o.ProvisionPickerServices
+		}
+		return true // a feature this switch does not know: asked for
+	})
+}
+
+// ownNamespace is the deployment's namespace, as the controllers default it.
+func ownNamespace(o *controllers.Options) string {
+	if o.PickerNamespace == "" {
+		return controllers.DefaultPickerNamespace
+	}
+	return o.PickerNamespace
 }
 
 // permissionNamespaces are the namespaces whose objects poolpicker reads;

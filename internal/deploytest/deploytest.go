@@ -191,12 +191,16 @@ func Find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Un
 	return nil
 }
 
-// PolicyRulesWithout turns rules into RBAC rules, leaving out the verb skip
-// of rules[skipRule] (a skipRule of -1 leaves out nothing): the ClusterRole
-// of a test that takes one permission away.
-func PolicyRulesWithout(rules []permissions.Rule, skipRule int, skipVerb string) []rbacv1.PolicyRule {
+// PolicyRulesWithout turns the rules of one scope into RBAC rules, leaving
+// out the verb skipVerb of rules[skipRule] (a skipRule of -1 leaves out
+// nothing): the ClusterRole (permissions.PoolNamespaces) or the Role
+// (permissions.OwnNamespace) of a test that takes one permission away.
+func PolicyRulesWithout(rules []permissions.Rule, scope permissions.Scope, skipRule int, skipVerb string) []rbacv1.PolicyRule {
 	var out []rbacv1.PolicyRule
 	for i, r := range rules {
+		if r.Scope != scope {
+			continue
+		}
 		var verbs []string
 		for _, v := range r.Verbs {
 			if i != skipRule || v != skipVerb {

@@ -23,12 +23,62 @@ type Rule struct {
 	Verbs    []string
 	// Why is the reason, as the install page's RBAC table states it.
 	Why string
+	// Scope is where the rule is needed. Zero: PoolNamespaces.
+	Scope Scope
+	// Feature is the flag (without its dashes) of the feature that needs
+	// the rule; empty: always needed. Needed drops the rules of features
+	// that are off, so that their permissions are asked for only when used.
+	Feature string
 }
 
-// Rules is every permission poolpicker uses, the source of the ClusterRole in
-// config/deploy and charts/poolpicker (test/install checks that they agree
-// and that poolpicker runs with nothing more). Add a rule here, in both
-// manifests and in site-src/install.md when new code calls the API.
+// Scope is where a Rule is needed, which is also how the manifests grant it.
+type Scope int
+
+const (
+	// PoolNamespaces are the namespaces whose pools are served: every
+	// namespace unless --watch-namespaces or --pool-name narrow them. The
+	// manifests grant these rules with the ClusterRole.
+	PoolNamespaces Scope = iota
+	// OwnNamespace is the deployment's own namespace (--picker-namespace):
+	// its Lease and its pods. The manifests grant these rules with a Role
+	// there.
+	OwnNamespace
+)
+
+// Flags of the features that need rules of their own.
+const (
+	FeatureLeaderElection = "ha-enable-leader-election"
+	FeatureProvisioning   = "provision-picker-services"
+)
+
+// Needed returns the rules of rules needed with the features for which on
+// reports true, in order.
+func Needed(rules []Rule, on func(feature string) bool) []Rule {
+	var out []Rule
+	for _, r := range rules {
+		if r.Feature == "" || on(r.Feature) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// InScope returns the rules of rules with the given scope, in order.
+func InScope(rules []Rule, scope Scope) []Rule {
+	var out []Rule
+	for _, r := range rules {
+		if r.Scope == scope {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Rules is every permission poolpicker uses, the source of the ClusterRole
+// (PoolNamespaces) and the Role (OwnNamespace) in config/deploy and
+// charts/poolpicker (test/install checks that they agree, test/rbac that
+// poolpicker runs with nothing more). Add a rule here, in both manifests
+// and in site-src/install.md when new code calls the API.
 var Rules = []Rule{
 	{Group: "inference.networking.k8s.io", Resource: "inferencepools", Verbs: []string{"get", "list", "watch"},
 		Why: "find the pools to serve (the controllers' cache lists and watches them; an objective of an unserved pool reads its pool's metadata)"},
@@ -54,6 +104,16 @@ var Rules = []Rule{
 		Why: "set an objective's Accepted condition (llm-d router's group)"},
 	{Group: "llm-d.ai", Resource: "inferencemodelrewrites/status", Verbs: []string{"patch"},
 		Why: "set a rewrite's Accepted condition (llm-d router's group)"},
+	{Group: "", Resource: "services", Verbs: []string{"get", "list", "watch", "create", "update", "delete"}, Feature: FeatureProvisioning,
+		Why: "create each served pool's picker Service where it is missing, keep it right, and remove it when the pool is no longer served"},
+	{Group: "discovery.k8s.io", Resource: "endpointslices", Verbs: []string{"get", "list", "watch", "create", "update", "delete"}, Feature: FeatureProvisioning,
+		Why: "list this deployment's ready replicas in an EndpointSlice of each provisioned picker Service, and remove it with the Service"},
+	{Group: "", Resource: "pods", Verbs: []string{"list", "watch"}, Scope: OwnNamespace, Feature: FeatureProvisioning,
+		Why: "follow this deployment's own replicas (--picker-pod-selector), the endpoints of the provisioned picker Services"},
+	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"get", "create", "update"}, Scope: OwnNamespace, Feature: FeatureLeaderElection,
+		Why: "elect the leader, the one replica that writes (the Lease named --picker-name)"},
+	{Group: "", Resource: "events", Verbs: []string{"create", "patch"}, Scope: OwnNamespace, Feature: FeatureLeaderElection,
+		Why: "record leader changes as Events on the Lease (client-go's leader election)"},
 }
 
 // Denied is one verb of a Rule the API server refused.
@@ -89,7 +149,7 @@ func (e *Error) Error() string {
 	if e.User != "" {
 		who = fmt.Sprintf("%q", e.User)
 	}
-	fmt.Fprintf(&b, "missing RBAC permissions: the API server denies %s %d of the permissions poolpicker needs (grant them with the ClusterRole of config/deploy or charts/poolpicker):", who, len(e.Denied))
+	fmt.Fprintf(&b, "missing RBAC permissions: the API server denies %s %d of the permissions poolpicker needs (grant them with the ClusterRole and Role of config/deploy or charts/poolpicker):", who, len(e.Denied))
 	for _, d := range e.Denied {
 		b.WriteString("\n  - ")
 		b.WriteString(d.String())
@@ -97,37 +157,57 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// Namespaces says where Check asks for each Scope.
+type Namespaces struct {
+	// Pools are the namespaces of PoolNamespaces rules; empty means all
+	// namespaces.
+	Pools []string
+	// Own is the namespace of OwnNamespace rules.
+	Own string
+}
+
 // Check asks the API server at cfg, with SelfSubjectAccessReviews (which
 // every authenticated user may create), whether the caller holds every verb
-// of every rule in each namespace ("" for all namespaces). It returns an
-// *Error listing each denied verb, or nil when all are allowed, so that a
-// missing permission stops start-up with its name instead of a watch
-// retrying forever.
-func Check(ctx context.Context, cfg *rest.Config, rules []Rule, namespaces []string) error {
+// of every rule in each namespace of its scope ("" for all namespaces). It
+// returns an *Error listing each denied verb, or nil when all are allowed,
+// so that a missing permission stops start-up with its name instead of a
+// watch retrying forever.
+func Check(ctx context.Context, cfg *rest.Config, rules []Rule, where Namespaces) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("permissions: %w", err)
 	}
-	if len(namespaces) == 0 {
-		namespaces = []string{""}
+	pools := append([]string(nil), where.Pools...)
+	if len(pools) == 0 {
+		pools = []string{""}
 	}
-	namespaces = append([]string(nil), namespaces...)
-	sort.Strings(namespaces)
+	sort.Strings(pools)
+	type ask struct {
+		ns   string
+		rule Rule
+	}
+	var asks []ask
+	for _, ns := range pools {
+		for _, r := range InScope(rules, PoolNamespaces) {
+			asks = append(asks, ask{ns, r})
+		}
+	}
+	for _, r := range InScope(rules, OwnNamespace) {
+		asks = append(asks, ask{where.Own, r})
+	}
 	var denied []Denied
-	for _, ns := range namespaces {
-		for _, r := range rules {
-			resource, sub, _ := strings.Cut(r.Resource, "/")
-			for _, verb := range r.Verbs {
-				review := &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
-					ResourceAttributes: &authzv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: r.Group, Resource: resource, Subresource: sub},
-				}}
-				got, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-				if err != nil {
-					return fmt.Errorf("permissions: asking the API server whether %s %s is allowed: %w", verb, r.Resource, err)
-				}
-				if !got.Status.Allowed {
-					denied = append(denied, Denied{Rule: r, Verb: verb, Namespace: ns})
-				}
+	for _, a := range asks {
+		resource, sub, _ := strings.Cut(a.rule.Resource, "/")
+		for _, verb := range a.rule.Verbs {
+			review := &authzv1.SelfSubjectAccessReview{Spec: authzv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authzv1.ResourceAttributes{Namespace: a.ns, Verb: verb, Group: a.rule.Group, Resource: resource, Subresource: sub},
+			}}
+			got, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("permissions: asking the API server whether %s %s is allowed: %w", verb, a.rule.Resource, err)
+			}
+			if !got.Status.Allowed {
+				denied = append(denied, Denied{Rule: a.rule, Verb: verb, Namespace: a.ns})
 			}
 		}
 	}

@@ -3,7 +3,9 @@ package permissions_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +22,12 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m, &env, testenv.Options{})) }
 
-// bind grants the ServiceAccount ns/name a ClusterRole of rules, cluster-wide
-// or, when roleNS is set, only in that namespace.
-func bind(t *testing.T, ctx context.Context, ns, name, roleNS string, rules []rbacv1.PolicyRule) {
+// bind grants the ServiceAccount ns/name a ClusterRole of rules (named
+// after the account and role), cluster-wide or, when roleNS is set, only in
+// that namespace.
+func bind(t *testing.T, ctx context.Context, ns, name, roleName, roleNS string, rules []rbacv1.PolicyRule) {
 	t.Helper()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, Rules: rules}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name + "-" + roleName}, Rules: rules}
 	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}
 	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
 	if err := env.Client.Create(ctx, role); err != nil {
@@ -45,37 +48,54 @@ func bind(t *testing.T, ctx context.Context, ns, name, roleNS string, rules []rb
 	}
 }
 
+// grant binds the rules as the manifests do, leaving out one verb
+// (skipRule -1: none): the PoolNamespaces rules in poolNS, the OwnNamespace
+// rules in ownNS.
+func grant(t *testing.T, ctx context.Context, ns, name, poolNS, ownNS string, skipRule int, skipVerb string) {
+	t.Helper()
+	bind(t, ctx, ns, name, "pools", poolNS, deploytest.PolicyRulesWithout(permissions.Rules, permissions.PoolNamespaces, skipRule, skipVerb))
+	bind(t, ctx, ns, name, "own", ownNS, deploytest.PolicyRulesWithout(permissions.Rules, permissions.OwnNamespace, skipRule, skipVerb))
+}
+
 // TestCheckNamesEachMissingVerb grants a ServiceAccount every rule but one
 // verb, for each verb of each rule in turn: Check must name exactly that
-// verb, its resource, group and reason, and the account.
+// verb, its resource, group, reason and namespace, and the account. The
+// pool rules are bound in one namespace and the deployment's own in
+// another, so that a verb both scopes grant (pods) is missed in one only.
 func TestCheckNamesEachMissingVerb(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ns := env.Namespace(t, "perm")
+	pools, own := env.Namespace(t, "perm-pools"), env.Namespace(t, "perm-own")
+	where := permissions.Namespaces{Pools: []string{pools}, Own: own}
 
 	t.Run("all granted", func(t *testing.T) {
-		bind(t, ctx, ns, "full", "", deploytest.PolicyRulesWithout(permissions.Rules, -1, ""))
+		grant(t, ctx, ns, "full", pools, own, -1, "")
 		cfg, err := env.ServiceAccountConfig(ctx, ns, "full")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := permissions.Check(ctx, cfg, permissions.Rules, nil); err != nil {
+		if err := permissions.Check(ctx, cfg, permissions.Rules, where); err != nil {
 			t.Fatalf("Check with every rule granted: %v", err)
 		}
 	})
 
 	n := 0
 	for i, r := range permissions.Rules {
+		deniedIn := pools
+		if r.Scope == permissions.OwnNamespace {
+			deniedIn = own
+		}
 		for _, verb := range r.Verbs {
 			n++
-			name := "minus-" + strings.ReplaceAll(strings.ReplaceAll(r.Resource, "/", "-"), ".", "-") + "-" + verb
+			name := fmt.Sprintf("minus-%d-%s", i, verb)
 			t.Run(name, func(t *testing.T) {
-				bind(t, ctx, ns, name, "", deploytest.PolicyRulesWithout(permissions.Rules, i, verb))
+				grant(t, ctx, ns, name, pools, own, i, verb)
 				cfg, err := env.ServiceAccountConfig(ctx, ns, name)
 				if err != nil {
 					t.Fatal(err)
 				}
-				err = permissions.Check(ctx, cfg, permissions.Rules, nil)
+				err = permissions.Check(ctx, cfg, permissions.Rules, where)
 				var perr *permissions.Error
 				if !errors.As(err, &perr) {
 					t.Fatalf("Check = %v, want a permissions *permissions.Error", err)
@@ -84,7 +104,7 @@ func TestCheckNamesEachMissingVerb(t *testing.T) {
 					t.Fatalf("denied %v, want only %s %s", perr.Denied, verb, r.Resource)
 				}
 				msg := err.Error()
-				for _, want := range []string{verb + " " + r.Resource, r.Why, "system:serviceaccount:" + ns + ":" + name, "in all namespaces"} {
+				for _, want := range []string{verb + " " + r.Resource, r.Why, "system:serviceaccount:" + ns + ":" + name, `in namespace "` + deniedIn + `"`} {
 					if !strings.Contains(msg, want) {
 						t.Errorf("message lacks %q:\n%s", want, msg)
 					}
@@ -97,6 +117,43 @@ func TestCheckNamesEachMissingVerb(t *testing.T) {
 	}
 }
 
+// TestNeeded: the rules of a feature that is off are left out, the others
+// kept in order.
+func TestNeeded(t *testing.T) {
+	tests := []struct {
+		name string
+		on   []string
+		want []string // group/resource of the feature rules kept
+	}{
+		{"both off", nil, nil},
+		{"leader election", []string{permissions.FeatureLeaderElection}, []string{"coordination.k8s.io/leases", "/events"}},
+		{"provisioning", []string{permissions.FeatureProvisioning}, []string{"/services", "discovery.k8s.io/endpointslices", "/pods"}},
+	}
+	always := 0
+	for _, r := range permissions.Rules {
+		if r.Feature == "" {
+			always++
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := permissions.Needed(permissions.Rules, func(f string) bool { return slices.Contains(tt.on, f) })
+			if len(got) != always+len(tt.want) {
+				t.Fatalf("%d rules, want %d always needed and %v", len(got), always, tt.want)
+			}
+			var feature []string
+			for _, r := range got {
+				if r.Feature != "" {
+					feature = append(feature, r.Group+"/"+r.Resource)
+				}
+			}
+			if !slices.Equal(feature, tt.want) {
+				t.Errorf("feature rules %v, want %v", feature, tt.want)
+			}
+		})
+	}
+}
+
 // TestCheckPerNamespace grants the rules only in one namespace: a check of
 // that namespace passes, a check of another (or of all namespaces) names the
 // namespace it was denied in.
@@ -104,7 +161,7 @@ func TestCheckPerNamespace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	granted, other := env.Namespace(t, "perm-in"), env.Namespace(t, "perm-out")
-	bind(t, ctx, granted, "scoped", granted, deploytest.PolicyRulesWithout(permissions.Rules, -1, ""))
+	grant(t, ctx, granted, "scoped", granted, granted, -1, "")
 	cfg, err := env.ServiceAccountConfig(ctx, granted, "scoped")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +175,7 @@ func TestCheckPerNamespace(t *testing.T) {
 		{nil, "in all namespaces"},
 	}
 	for _, tt := range tests {
-		err := permissions.Check(ctx, cfg, permissions.Rules, tt.namespaces)
+		err := permissions.Check(ctx, cfg, permissions.Rules, permissions.Namespaces{Pools: tt.namespaces, Own: granted})
 		switch {
 		case tt.wantIn == "" && err != nil:
 			t.Errorf("Check(%v) = %v, want allowed", tt.namespaces, err)

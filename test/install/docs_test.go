@@ -114,7 +114,8 @@ func TestValuesReferenceMatchesChart(t *testing.T) {
 }
 
 // TestRBACTableMatchesRules: the install page's RBAC table lists each rule of
-// internal/permissions with its verbs and reason.
+// internal/permissions with its verbs, where and with which flag it is
+// needed, and its reason.
 func TestRBACTableMatchesRules(t *testing.T) {
 	text := section(t, installPage(t), "RBAC")
 	rows := 0
@@ -131,7 +132,14 @@ func TestRBACTableMatchesRules(t *testing.T) {
 		if r.Group == "" {
 			group = "`\"\"` (core)"
 		}
-		want := "| " + group + " | `" + r.Resource + "` | " + strings.Join(r.Verbs, ", ") + " | " + r.Why + " |"
+		where := "pools' namespaces"
+		if r.Scope == permissions.OwnNamespace {
+			where = "own namespace"
+		}
+		if r.Feature != "" {
+			where += ", with `--" + r.Feature + "`"
+		}
+		want := "| " + group + " | `" + r.Resource + "` | " + strings.Join(r.Verbs, ", ") + " | " + where + " | " + r.Why + " |"
 		if !strings.Contains(text, want) {
 			t.Errorf("RBAC table lacks the row\n%s", want)
 		}

@@ -32,7 +32,7 @@ var kustomizations = []struct {
 	{"config/deploy/overlays/networkpolicy", []string{"NetworkPolicy"}},
 }
 
-var baseKinds = []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Service", "ServiceAccount"}
+var baseKinds = []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}
 
 // chartVariants are values the chart is linted, rendered and dry-run with.
 var chartVariants = []struct {
@@ -41,7 +41,7 @@ var chartVariants = []struct {
 	// kinds rendered (sorted, with repeats).
 	kinds []string
 }{
-	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"}},
+	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 	{name: "everything", values: `
 image: {repository: registry.example/poolpicker, tag: v9.9.9, pullPolicy: Always}
 imagePullSecrets: [regcred]
@@ -52,6 +52,8 @@ eppServiceNames: [epp]
 tls: {enabled: true, secretName: poolpicker-tls, reload: true}
 metrics: {serviceMonitor: {enabled: true, interval: 30s, labels: {release: prom}}}
 networkPolicy: {enabled: true}
+pickerName: shard-a
+drainGracePeriod: 3s
 drainTimeout: 20s
 terminationGracePeriodSeconds: 40
 podDisruptionBudget: {enabled: true, minAvailable: 2}
@@ -63,13 +65,20 @@ podAnnotations: {prometheus.io/scrape: "false"}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
 `, kinds: []string{"ClusterRole", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
-		"PodDisruptionBudget", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
+		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
 	{name: "single pool, plaintext, no PDB", values: `
 poolName: chat
 poolNamespace: install-team-a
 tls: {enabled: false}
 podDisruptionBudget: {enabled: false}
-`, kinds: []string{"ClusterRole", "Deployment", "RoleBinding", "Service", "ServiceAccount"}},
+`, kinds: []string{"ClusterRole", "Deployment", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},
+	{name: "leader election and provisioning off", values: `
+leaderElection: {enabled: false}
+provisionPickerServices: {enabled: false}
+`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"}},
+	{name: "leader election only", values: `
+provisionPickerServices: {enabled: false}
+`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -105,8 +114,9 @@ func TestKustomizationsRender(t *testing.T) {
 					t.Errorf("%s %s is in namespace %q, want poolpicker-system", o.GetKind(), o.GetName(), o.GetNamespace())
 				}
 			}
-			checkRBAC(t, objs)
-			checkDeployment(t, deploytest.Find(objs, "Deployment", "poolpicker"))
+			deploy := deploytest.Find(objs, "Deployment", "poolpicker")
+			checkDeployment(t, deploy)
+			checkRBAC(t, objs, deploy)
 		})
 	}
 }
@@ -125,7 +135,6 @@ func TestChartLintsAndRenders(t *testing.T) {
 			if got := kinds(objs); !slices.Equal(got, v.kinds) {
 				t.Fatalf("kinds %v, want %v", got, v.kinds)
 			}
-			checkRBAC(t, objs)
 			var deploy *unstructured.Unstructured
 			for _, o := range objs {
 				if o.GetKind() == "Deployment" {
@@ -133,6 +142,7 @@ func TestChartLintsAndRenders(t *testing.T) {
 				}
 			}
 			checkDeployment(t, deploy)
+			checkRBAC(t, objs, deploy)
 		})
 	}
 }
@@ -174,20 +184,30 @@ func TestChartMatchesKustomize(t *testing.T) {
 	}
 }
 
-// checkRBAC: the ClusterRole grants exactly permissions.Rules, the table
-// poolpicker's start-up check asks for.
-func checkRBAC(t *testing.T, objs []*unstructured.Unstructured) {
+// checkRBAC: the ClusterRole grants exactly the PoolNamespaces rules of
+// permissions.Rules that the Deployment's flags need, and the Role (present
+// only when a feature needs it) exactly the OwnNamespace ones: what
+// poolpicker's start-up check asks for with those flags.
+func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, deploy *unstructured.Unstructured) {
 	t.Helper()
-	want := map[string]bool{}
-	for _, r := range permissions.Rules {
+	args := containerArgs(deploy)
+	needed := permissions.Needed(permissions.Rules, func(feature string) bool { return slices.Contains(args, "--"+feature) })
+	want := map[string]map[string]bool{"ClusterRole": {}, "Role": {}}
+	for _, r := range needed {
+		kind := "ClusterRole"
+		if r.Scope == permissions.OwnNamespace {
+			kind = "Role"
+		}
 		for _, v := range r.Verbs {
-			want[r.Group+"|"+r.Resource+"|"+v] = true
+			want[kind][r.Group+"|"+r.Resource+"|"+v] = true
 		}
 	}
+	seen := map[string]bool{}
 	for _, o := range objs {
 		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 			continue
 		}
+		seen[o.GetKind()] = true
 		got := map[string]bool{}
 		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
 		for _, r := range rules {
@@ -206,17 +226,33 @@ func checkRBAC(t *testing.T, objs []*unstructured.Unstructured) {
 				}
 			}
 		}
-		for k := range want {
+		for k := range want[o.GetKind()] {
 			if !got[k] {
-				t.Errorf("%s %s lacks %s, which poolpicker needs", o.GetKind(), o.GetName(), k)
+				t.Errorf("%s %s lacks %s, which poolpicker needs with args %v", o.GetKind(), o.GetName(), k, args)
 			}
 		}
 		for k := range got {
-			if !want[k] {
-				t.Errorf("%s %s grants %s, which is not in internal/permissions.Rules (add it there with its reason, or drop it)", o.GetKind(), o.GetName(), k)
+			if !want[o.GetKind()][k] {
+				t.Errorf("%s %s grants %s, which poolpicker does not need with args %v (internal/permissions.Rules lists each rule with its scope and feature)", o.GetKind(), o.GetName(), k, args)
 			}
 		}
 	}
+	if len(want["Role"]) > 0 && !seen["Role"] {
+		t.Errorf("no Role rendered, but args %v need %v in the deployment's namespace", args, want["Role"])
+	}
+}
+
+// containerArgs are the args of the Deployment's container.
+func containerArgs(d *unstructured.Unstructured) []string {
+	if d == nil {
+		return nil
+	}
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	if len(containers) == 0 {
+		return nil
+	}
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	return args
 }
 
 // checkDeployment: the pod is hardened, probed on the health server's real
@@ -272,12 +308,26 @@ func checkDeployment(t *testing.T, d *unstructured.Unstructured) {
 	if err != nil {
 		t.Fatalf("--drain-timeout: %v", err)
 	}
+	drainGrace, err := time.ParseDuration(arg("drain-grace-period"))
+	if err != nil {
+		t.Fatalf("--drain-grace-period: %v", err)
+	}
 	grace, err := time.ParseDuration(str(pod, "terminationGracePeriodSeconds") + "s")
 	if err != nil {
 		t.Fatalf("terminationGracePeriodSeconds: %v", err)
 	}
-	if grace < drain+10*time.Second {
-		t.Errorf("terminationGracePeriodSeconds %s does not cover --drain-timeout %s plus 10s of shutdown", grace, drain)
+	if grace < drainGrace+drain+10*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %s does not cover --drain-grace-period %s, --drain-timeout %s and 10s of shutdown", grace, drainGrace, drain)
+	}
+	// Leader election and provisioning find the Lease and the replicas'
+	// pods in POD_NAMESPACE, and the replicas by their picker label.
+	if slices.Contains(args, "--ha-enable-leader-election") || slices.Contains(args, "--provision-picker-services") {
+		if got := str(c, "env"); !strings.Contains(got, "name:POD_NAMESPACE") || !strings.Contains(got, "fieldPath:metadata.namespace") {
+			t.Errorf("container env %s lacks POD_NAMESPACE from metadata.namespace", got)
+		}
+		if got, want := str(d.Object, "spec", "template", "metadata", "labels", "poolpicker.io/picker"), arg("picker-name"); got != want || want == "" {
+			t.Errorf("pod label poolpicker.io/picker %q, want --picker-name %q", got, want)
+		}
 	}
 }
 

@@ -26,10 +26,9 @@ const (
 )
 
 var (
-	tool        *deploytest.Tool
-	stack       *localstack.Stack
-	auditLog    string
-	metricsPort int
+	tool     *deploytest.Tool
+	stack    *localstack.Stack
+	auditLog string
 )
 
 // auditPolicy records every request's metadata (user, verb, resource,
@@ -83,12 +82,17 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	metricsPort = ports[2]
 	s, err := localstack.Start(ctx, localstack.Options{
-		Dir:         filepath.Join(dir, "stack"),
-		FirstIP:     "127.0.70.2",
-		GatewayAddr: "127.0.0.1:0",
-		GRPCPort:    ports[0], HealthPort: ports[1], MetricsPort: ports[2],
+		Dir:     filepath.Join(dir, "stack"),
+		FirstIP: "127.0.70.2",
+		// One replica with its Pod in poolpicker-system, leader election
+		// and picker Service provisioning on, as the manifests run it: the
+		// gateway reaches the pools only through the Services and
+		// EndpointSlices poolpicker provisions with these rules.
+		PickerReplicas: 1,
+		FirstPickerIP:  "127.0.71.2",
+		GatewayAddr:    "127.0.0.1:0",
+		GRPCPort:       ports[0], HealthPort: ports[1], MetricsPort: ports[2],
 		PickerBuildFlags: []string{"-race"},
 		PickerArgs:       []string{"-v=2"},
 		ControlPlane: testenv.Options{
@@ -133,23 +137,24 @@ func run(m *testing.M) int {
 	return code
 }
 
-// renderedRBAC is the Namespace, ServiceAccount, ClusterRole and binding of
-// config/deploy/base as kustomize renders them.
+// renderedRBAC is the Namespace, ServiceAccount, ClusterRole, Role and
+// bindings of config/deploy/base as kustomize renders them.
 func renderedRBAC(ctx context.Context, tool *deploytest.Tool) ([]*unstructured.Unstructured, error) {
 	objs, err := tool.Kustomize(ctx, "config/deploy/base")
 	if err != nil {
 		return nil, err
 	}
 	var out []*unstructured.Unstructured
-	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+	kinds := []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+	for _, kind := range kinds {
 		for _, o := range objs {
 			if o.GetKind() == kind {
 				out = append(out, o)
 			}
 		}
 	}
-	if len(out) != 4 {
-		return nil, fmt.Errorf("config/deploy/base renders %d of Namespace, ServiceAccount, ClusterRole, ClusterRoleBinding; want 4", len(out))
+	if len(out) != len(kinds) {
+		return nil, fmt.Errorf("config/deploy/base renders %d of %v; want one of each", len(out), kinds)
 	}
 	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
 	"github.com/poolpicker/poolpicker/devgateway"
@@ -104,7 +105,7 @@ func send(t *testing.T, host, body string) (code int, endpoint, respBody string)
 
 func metricsPage(t *testing.T) string {
 	t.Helper()
-	resp, err := httpClient.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	resp, err := httpClient.Get("http://" + stack.Replicas()[0].MetricsAddr + "/metrics")
 	if err != nil {
 		return ""
 	}
@@ -114,10 +115,11 @@ func metricsPage(t *testing.T) string {
 }
 
 // TestWholeFlowWithoutForbidden drives everything poolpicker does with the
-// rendered RBAC: three pools in two namespaces served, objectives and a
-// rewrite accepted (status written), model servers scraped, requests picked
-// through ext_proc (a model rewrite included). The API server's audit log
-// must show the ServiceAccount's requests, none answered 403.
+// rendered RBAC: a leader elected, three pools in two namespaces served
+// through the picker Services it provisions, objectives and a rewrite
+// accepted (status written), model servers scraped, requests picked through
+// ext_proc (a model rewrite included). The API server's audit log must show
+// the ServiceAccount's requests, none answered 403.
 func TestWholeFlowWithoutForbidden(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -191,7 +193,8 @@ func TestWholeFlowWithoutForbidden(t *testing.T) {
 	// are streaming lists, audited as watches, where the API server offers
 	// them; the list verb covers the fallback to plain lists.)
 	for _, want := range []string{"watch pods", "watch inferencepools", "watch inferenceobjectives", "watch inferencemodelrewrites",
-		"patch inferenceobjectives/status", "patch inferencemodelrewrites/status", "create selfsubjectaccessreviews"} {
+		"patch inferenceobjectives/status", "patch inferencemodelrewrites/status", "create selfsubjectaccessreviews",
+		"create leases", "update leases", "watch services", "create services", "watch endpointslices", "create endpointslices"} {
 		if !seen[want] {
 			t.Errorf("the audit log shows no %q by %s (saw %v)", want, user, seen)
 		}
@@ -199,32 +202,40 @@ func TestWholeFlowWithoutForbidden(t *testing.T) {
 	t.Logf("%d audited requests of %s, none forbidden", len(events), user)
 }
 
-// TestEachMissingPermissionIsNamed runs the binary as a ServiceAccount that
-// holds every rule but one verb, for each verb of each rule: it must exit 1
-// at start-up naming the verb, the resource and why it is needed.
+// TestEachMissingPermissionIsNamed runs the binary, with leader election
+// and provisioning on, as a ServiceAccount that holds every rule but one
+// verb, for each verb of each rule: it must exit 1 at start-up naming the
+// verb, the resource and why it is needed. The pool rules are bound in the
+// watched namespace and the deployment's own rules in its namespace, as the
+// chart binds them with watchNamespaces, so that the pods rule of one scope
+// cannot stand in for the other's.
 func TestEachMissingPermissionIsNamed(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	env := stack.Env
 	ns := env.Namespace(t, "rbac-variant")
+	const poolNS = "team-a"
 	for i, r := range permissions.Rules {
 		for _, verb := range r.Verbs {
-			name := strings.NewReplacer("/", "-", ".", "-").Replace("minus-" + r.Resource + "-" + verb)
-			t.Run(name, func(t *testing.T) {
-				role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name}, Rules: deploytest.PolicyRulesWithout(permissions.Rules, i, verb)}
-				binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-					RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-					Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}}
-				if err := env.Client.Create(ctx, role); err != nil {
-					t.Fatal(err)
+			name := fmt.Sprintf("minus-%d-%s", i, verb)
+			t.Run(strings.NewReplacer("/", "-", ".", "-").Replace(name+"-"+r.Resource), func(t *testing.T) {
+				for scope, where := range map[permissions.Scope]string{permissions.PoolNamespaces: poolNS, permissions.OwnNamespace: ns} {
+					role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", ns, name, scope)},
+						Rules: deploytest.PolicyRulesWithout(permissions.Rules, scope, i, verb)}
+					binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: where, Name: role.Name},
+						RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+						Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}}
+					if err := env.Client.Create(ctx, role); err != nil {
+						t.Fatal(err)
+					}
+					if err := env.Client.Create(ctx, binding); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() {
+						_ = env.Client.Delete(context.Background(), binding)
+						_ = env.Client.Delete(context.Background(), role)
+					})
 				}
-				if err := env.Client.Create(ctx, binding); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					_ = env.Client.Delete(context.Background(), binding)
-					_ = env.Client.Delete(context.Background(), role)
-				})
 				kubeconfig, err := serviceAccountKubeconfig(ctx, env, ns, name, filepath.Join(t.TempDir(), "kubeconfig"))
 				if err != nil {
 					t.Fatal(err)
@@ -236,6 +247,7 @@ func TestEachMissingPermissionIsNamed(t *testing.T) {
 				runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 				defer cancel()
 				cmd := exec.CommandContext(runCtx, stack.Picker.Path, "--kubeconfig="+kubeconfig,
+					"--watch-namespaces="+poolNS, "--picker-namespace="+ns, "--ha-enable-leader-election", "--provision-picker-services",
 					fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
@@ -263,9 +275,11 @@ func TestEachMissingPermissionIsNamed(t *testing.T) {
 
 // TestNamespacedInstallWithoutForbidden installs the chart's RBAC as it
 // renders with watchNamespaces (the ClusterRole bound by RoleBindings in
-// those namespaces only) and runs a second picker as that ServiceAccount
-// on them: it passes its permission check, turns ready (every pool's pods
-// listed) and gets no 403.
+// those namespaces only, the Role in the release's) and runs a second
+// picker as that ServiceAccount on them, with leader election and
+// provisioning on as the chart runs it (a follower of the stack's replica,
+// whose Lease it shares): it passes its permission check, turns ready
+// (every pool's pods listed) and gets no 403.
 func TestNamespacedInstallWithoutForbidden(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -281,9 +295,11 @@ func TestNamespacedInstallWithoutForbidden(t *testing.T) {
 		case "ClusterRoleBinding":
 			t.Fatalf("chart with watchNamespaces renders ClusterRoleBinding %s: access beyond the namespaces", o.GetName())
 		case "RoleBinding":
-			bindings++
+			if ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "kind"); ref == "ClusterRole" {
+				bindings++
+			}
 			fallthrough
-		case "ServiceAccount", "ClusterRole":
+		case "ServiceAccount", "ClusterRole", "Role":
 			if err := stack.Env.Client.Create(ctx, o.DeepCopy()); err != nil {
 				t.Fatalf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
 			}
@@ -303,6 +319,7 @@ func TestNamespacedInstallWithoutForbidden(t *testing.T) {
 	}
 	p := &localstack.Process{Path: stack.Picker.Path, Log: filepath.Join(t.TempDir(), "picker.log"), HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		Args: []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=team-a,team-b",
+			"--picker-namespace=" + saNamespace, "--ha-enable-leader-election", "--provision-picker-services",
 			fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2])}}
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -319,7 +336,7 @@ func TestNamespacedInstallWithoutForbidden(t *testing.T) {
 		}
 		if e.ObjectRef != nil && e.ObjectRef.Resource == "pods" && e.Verb == "watch" {
 			watchedPods = true
-			if ns := e.ObjectRef.Namespace; ns != "team-a" && ns != "team-b" {
+			if ns := e.ObjectRef.Namespace; ns != "team-a" && ns != "team-b" && ns != saNamespace {
 				t.Errorf("pods watched in namespace %q", ns)
 			}
 		}
