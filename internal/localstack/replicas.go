@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -104,7 +105,14 @@ func (s *Stack) startReplicas(ctx context.Context, binary string, baseArgs []str
 func (r *Replica) createPod(ctx context.Context) error {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: r.Pod.Namespace, Name: r.Pod.Name, Labels: map[string]string{pickerLabel: pickerName, "app": "poolpicker"}},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "poolpicker", Image: "poolpicker"}}},
+		// As hardened as the manifests' pod, so that a namespace enforcing
+		// the restricted Pod Security Standard (the manifests' own) admits it.
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(65532)),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "poolpicker", Image: "poolpicker", SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		},
 	}
 	if err := r.stack.Env.Client.Create(ctx, pod); err != nil {
 		return fmt.Errorf("localstack: creating pod %s: %w", r.Pod, err)
