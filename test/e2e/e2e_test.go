@@ -360,8 +360,9 @@ func TestLoRAAffinity(t *testing.T) {
 // default ones are served.
 func TestSheddableShedUnderSaturation(t *testing.T) {
 	// A fill request holds its KV blocks (prompt and max_tokens) from
-	// admission until it ends: 20 ms per token keeps it ~19 s.
-	p := newPool(t, "shed", 2, "--port=8000", "--num-gpu-blocks=64", "--block-size=16", "--max-num-seqs=4", "--time-per-output-token=20ms")
+	// admission until it ends: 50 ms per token keeps it ~48 s, time for a
+	// loaded machine to see it through every replica.
+	p := newPool(t, "shed", 2, "--port=8000", "--num-gpu-blocks=64", "--block-size=16", "--max-num-seqs=4", "--time-per-output-token=50ms")
 	// One objective in each group, named by each header: both steer.
 	objectives := fmt.Sprintf(`apiVersion: llm-d.ai/v1alpha2
 kind: InferenceObjective
@@ -416,7 +417,12 @@ spec: {priority: 10, poolRef: {name: shed}}
 		if o.code == http.StatusTooManyRequests {
 			shedBy[o.picker] = true
 		} else {
-			t.Logf("sheddable request before every replica sheds: %v (picker %s)", o, o.picker)
+			// Kept in the log: what each replica's scrapes said then.
+			kv := map[string]float64{}
+			for _, r := range stack.Replicas() {
+				kv[r.IP], _ = replicaMetric(t, r.MetricsAddr, "inference_pool_average_kv_cache_utilization", p.key())
+			}
+			t.Logf("sheddable request before every replica sheds: %v (picker %s; average KV use per replica %v)", o, o.picker, kv)
 		}
 		return len(shedBy) == len(stack.Replicas())
 	})
