@@ -100,10 +100,10 @@ func (m *Manager) setupPolicyController() error {
 		Complete(reconcile.Func(m.reconcilePolicy))
 }
 
-// reconcilePolicy publishes the objectives and rewrites of one pool and sets
-// their Accepted condition: True when this picker serves the pool, False
-// (PoolNotFound) when no such pool exists. A pool that exists but is served
-// by another picker is that picker's to report on.
+// reconcilePolicy publishes the objectives and rewrites of one pool and, on
+// the leader, sets their Accepted condition: True when this picker serves
+// the pool, False (PoolNotFound) when no such pool exists. A pool that
+// exists but is served by another picker is that picker's to report on.
 func (m *Manager) reconcilePolicy(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.NamespacedName
 	objectives, rewrites, objs, err := m.listPolicy(ctx, key)
@@ -111,13 +111,19 @@ func (m *Manager) reconcilePolicy(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 
+	// Every replica publishes the policy; only the leader writes the
+	// Accepted conditions (a newly elected one looks at every pool again:
+	// requeuePolicy).
 	var cond metav1.Condition
 	if pool, ok := m.registry.Get(key); ok {
 		pool.SetPolicy(buildPolicy(objectives, rewrites))
+		if !m.IsLeader() {
+			return reconcile.Result{}, nil
+		}
 		cond = metav1.Condition{Type: v1alpha2.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha2.ReasonAccepted,
 			Message: fmt.Sprintf("InferencePool %s is served", key.Name)}
 	} else {
-		if len(objs) == 0 {
+		if len(objs) == 0 || !m.IsLeader() {
 			return reconcile.Result{}, nil
 		}
 		meta := &metav1.PartialObjectMetadata{}
@@ -199,4 +205,53 @@ func buildPolicy(objectives []v1alpha2.InferenceObjective, rewrites []v1alpha2.I
 		}
 	}
 	return pol
+}
+
+// requeuePolicy wakes the policy reconciler for every pool an objective or
+// rewrite refers to, so that a newly elected leader writes the Accepted
+// conditions that were left to it while it followed.
+func (m *Manager) requeuePolicy(ctx context.Context) error {
+	c := m.mgr.GetCache()
+	keys := map[datastore.PoolKey]bool{}
+	add := func(ns string, names []string) {
+		for _, n := range names {
+			keys[datastore.PoolKey{Namespace: ns, Name: n}] = true
+		}
+	}
+	if m.policyGroups.xk8s {
+		var ol v1alpha2.InferenceObjectiveList
+		var rl v1alpha2.InferenceModelRewriteList
+		if err := c.List(ctx, &ol); err != nil {
+			return err
+		}
+		if err := c.List(ctx, &rl); err != nil {
+			return err
+		}
+		for _, o := range ol.Items {
+			add(o.Namespace, poolRefName(o.Spec.PoolRef))
+		}
+		for _, r := range rl.Items {
+			add(r.Namespace, poolRefName(r.Spec.PoolRef))
+		}
+	}
+	if m.policyGroups.llmd {
+		var ol llmdv1alpha2.InferenceObjectiveList
+		var rl llmdv1alpha2.InferenceModelRewriteList
+		if err := c.List(ctx, &ol); err != nil {
+			return err
+		}
+		if err := c.List(ctx, &rl); err != nil {
+			return err
+		}
+		for _, o := range ol.Items {
+			add(o.Namespace, poolRefNameLLMD(o.Spec.PoolRef))
+		}
+		for _, r := range rl.Items {
+			add(r.Namespace, poolRefNameLLMD(r.Spec.PoolRef))
+		}
+	}
+	for key := range keys {
+		m.poolChanged(ctx, key)
+	}
+	return nil
 }

@@ -87,7 +87,12 @@ func (m *Manager) setupWriters() error {
 func (m *Manager) lead(ctx context.Context) error {
 	m.leader.Store(true)
 	m.metrics.leader.Set(1)
-	m.log.Info("elected leader: writing pool claims and picker Services", "lease", m.opts.PickerNamespace+"/"+m.opts.PickerName, "election", m.opts.LeaderElection)
+	m.log.Info("elected leader: writing pool claims, picker Services and Accepted conditions", "lease", m.opts.PickerNamespace+"/"+m.opts.PickerName, "election", m.opts.LeaderElection)
+	if err := m.requeuePolicy(ctx); err != nil && ctx.Err() == nil {
+		// The conditions are then written as objectives and pools next
+		// change; serving does not depend on them.
+		m.log.Error(err, "listing objectives and rewrites to write their Accepted conditions")
+	}
 	<-ctx.Done()
 	m.leader.Store(false)
 	m.metrics.leader.Set(0)

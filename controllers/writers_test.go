@@ -14,9 +14,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/api/v1alpha2"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -243,4 +245,44 @@ func TestShardConflictReported(t *testing.T) {
 	updatePool(t, key, func(p *v1.InferencePool) { delete(p.Annotations, ClaimAnnotation) })
 	b.waitEndpoints(t, key, "10.33.0.1:8000")
 	b.waitFor(t, "the later shard's claim", func() bool { return claim() == "picker-system/"+nameB })
+}
+
+// Only the leader writes Accepted conditions; a follower publishes the
+// policy to its data plane and leaves the objects alone, and writes them
+// once it is elected. The leader here watches another namespace, so that
+// the objectives are the follower's alone.
+func TestOnlyLeaderWritesAccepted(t *testing.T) {
+	pickerNS, ns, elsewhere := env.Namespace(t, "ppsys"), env.Namespace(t, "team"), env.Namespace(t, "other")
+	name := uniquePickerName("acc")
+	leaderOpts, followerOpts := haOptions(name, pickerNS, elsewhere), haOptions(name, pickerNS, ns)
+	leaderOpts.ProvisionPickerServices, followerOpts.ProvisionPickerServices = false, false
+	leader := start(t, nil, leaderOpts)
+	leader.waitFor(t, "the first replica elected", leader.m.IsLeader)
+	follower := start(t, nil, followerOpts)
+	key := datastore.PoolKey{Namespace: ns, Name: "pool"}
+	createPool(t, ns, "pool", map[string]string{"app": "m"}, []int32{8000})
+	follower.waitEndpoints(t, key)
+
+	batch := objective(ns, "batch", "pool", ptr.To(-1))
+	create(t, batch)
+	follower.waitPolicy(t, key, &datastore.Policy{Objectives: map[string]int{"batch": -1}, Rewrites: map[string][]datastore.RewriteTarget{}})
+	// A second objective published means the reconcile of the first one
+	// (which would have written its condition) is over.
+	critical := objective(ns, "critical", "pool", ptr.To(10))
+	create(t, critical)
+	follower.waitPolicy(t, key, &datastore.Policy{Objectives: map[string]int{"batch": -1, "critical": 10}, Rewrites: map[string][]datastore.RewriteTarget{}})
+	if follower.m.IsLeader() {
+		t.Fatal("two leaders")
+	}
+	for _, o := range []client.Object{batch, critical} {
+		if s, why := accepted(t, o); s != "" {
+			t.Fatalf("%s has Accepted=%s/%s, written by a follower", o.GetName(), s, why)
+		}
+	}
+
+	leader.stop(t)
+	follower.waitFor(t, "the follower elected", follower.m.IsLeader)
+	for _, o := range []client.Object{batch, critical} {
+		follower.waitAccepted(t, o, metav1.ConditionTrue, v1alpha2.ReasonAccepted)
+	}
 }

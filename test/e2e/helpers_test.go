@@ -233,6 +233,28 @@ func failures(out []outcome) []outcome {
 	return bad
 }
 
+// nothingLost fails t unless every request of out (sent across what)
+// succeeded, none gave up on the picker, and every gateway outage since
+// before ended within the retry window. It returns the gateway's stats and
+// those outages.
+func nothingLost(t *testing.T, what string, out []outcome, before devgateway.Stats) (devgateway.Stats, []devgateway.Outage) {
+	t.Helper()
+	if bad := failures(out); len(bad) > 0 {
+		t.Fatalf("%d of %d requests failed across %s, first: %v", len(bad), len(out), what, bad[0])
+	}
+	after := stack.Gateway.Stats()
+	if after.ExtProcGaveUp != before.ExtProcGaveUp {
+		t.Fatalf("%d requests gave up on the picker across %s", after.ExtProcGaveUp-before.ExtProcGaveUp, what)
+	}
+	outages := after.Outages[len(before.Outages):]
+	for _, o := range outages {
+		if o.End.IsZero() || o.Duration() > retryWindow {
+			t.Fatalf("outage %+v across %s open or longer than the retry window", o, what)
+		}
+	}
+	return after, outages
+}
+
 // eventually polls cond with a deadline, for states nothing signals.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
