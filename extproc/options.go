@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/poolpicker/poolpicker/requestbody"
 )
@@ -114,6 +115,9 @@ type Options struct {
 	MaxModelLabels int
 	// Logger receives structured logs keyed pool and request. Zero: discard.
 	Logger logr.Logger
+	// Tracer starts one span per request (see tracing.go). Nil: no spans,
+	// and the pick path does no tracing work at all.
+	Tracer trace.Tracer
 }
 
 func (o *Options) setDefaults() {

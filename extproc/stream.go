@@ -95,6 +95,7 @@ type stream struct {
 	modelRewrite string
 	candidateIPs []string
 	resolveIn    resolveInput
+	trace        traceState
 	pool         *datastore.Pool
 	poolName     string // pool.Key as text, made once
 	poolSource   string
@@ -263,12 +264,18 @@ func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	st.applyProtocolConfig(req.GetProtocolConfig())
 	st.readHeaders(h.GetHeaders())
 	st.readTags(req, h)
+	if st.s.opts.Tracer != nil {
+		st.trace.start(st.ctx, st.s.opts.Tracer, st.start, st.requestID)
+	}
 
 	pool, source, herr := resolvePool(st.s.reg, &st.resolveIn)
 	if herr != nil {
 		return true, st.fail(herr)
 	}
 	st.pool, st.poolName, st.poolSource = pool, pool.Key.String(), source
+	if st.trace.span != nil {
+		st.trace.resolved(pool, source)
+	}
 	if !pool.Synced() {
 		// This pool alone is unavailable: other pools keep serving.
 		return true, st.fail(errNotSynced(pool))
@@ -341,6 +348,10 @@ func (st *stream) readHeaders(hm *corev3.HeaderMap) {
 			st.resolveIn.eppHost = headerValue(hv)
 		case hdrEPPPort:
 			st.resolveIn.eppPort = headerValue(hv)
+		case hdrTraceParent:
+			st.trace.parent = headerValue(hv)
+		case hdrTraceState:
+			st.trace.state = headerValue(hv)
 		case hdrPoolTag:
 			if st.s.opts.TrustPoolHeader {
 				st.resolveIn.header = headerValue(hv)
@@ -529,7 +540,11 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	st.setLabels(requested, sreq.Model)
 	scheduleStart := time.Now()
 	res, err := st.s.schedule(st.ctx, st.pool, sreq)
-	st.s.metrics.scheduled(st.poolName, time.Since(scheduleStart))
+	scheduleTime := time.Since(scheduleStart)
+	st.s.metrics.scheduled(st.poolName, scheduleTime)
+	if st.trace.span != nil {
+		st.trace.scheduled(sreq.Model, scheduleTime)
+	}
 	// Learning from the pick waits until the answer is sent (and before a
 	// pooled body that sreq.Prompt may alias is reused).
 	defer res.Commit()
@@ -573,6 +588,9 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	set := []*corev3.HeaderValueOption{setHeader(HeaderDestination, st.dest), setHeader(HeaderPool, st.poolName)}
 	if body != nil && len(newBody) != len(body) && st.hasCLength {
 		set = append(set, contentLength(len(newBody)))
+	}
+	if st.trace.span != nil {
+		set = st.trace.picked(set, st.dest, target)
 	}
 	mutation := &extprocv3.HeaderMutation{SetHeaders: set}
 
@@ -668,6 +686,9 @@ func (st *stream) fail(e *httpError) error {
 		st.setLabels("", "")
 	}
 	st.s.metrics.failed(st.labels, e.code)
+	if st.trace.span != nil {
+		st.trace.failed(e)
+	}
 	st.s.log.V(2).Info("request refused", "pool", st.poolName, "request", st.requestID, "code", e.code, "reason", e.reason, "message", e.msg)
 	st.state = stateDone
 	return st.send(immediateResponse(e))
@@ -763,6 +784,9 @@ func (st *stream) finish(outcome string, completed bool) {
 		return
 	}
 	st.finished = true
+	if st.trace.span != nil {
+		st.trace.end(outcome)
+	}
 	if st.counted != nil {
 		st.counted.AddInFlight(-1)
 		st.s.metrics.ended(st.labels)

@@ -37,6 +37,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -60,7 +61,7 @@ func mainCode() int {
 	concFlag := flag.String("concurrency", "1,64", "streams in flight at once, comma-separated")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (all servers) to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the whole run (all servers) to this file")
-	servers := flag.String("servers", "noop,minimal,scheduler", "servers to run, comma-separated: noop (the baseline of the ratios; always runs), minimal (poolpicker with the cheapest picker), scheduler (poolpicker with the default scheduler)")
+	servers := flag.String("servers", "noop,minimal,scheduler", "servers to run, comma-separated: noop (the baseline of the ratios; always runs), minimal (poolpicker with the cheapest picker), scheduler (poolpicker with the default scheduler), traced (the scheduler with a span per request, every one sampled, exported to a discarding exporter)")
 	readers := flag.String("body-readers", "scanner", "request body readers each poolpicker server runs with, comma-separated: scanner (requestbody's, the default), gjson, jsontext (bench/bodyreader's, on those libraries)")
 	flag.Parse()
 	var bodies, concurrency []int
@@ -116,8 +117,10 @@ func mainCode() int {
 			cfg.minimal = true
 		case "scheduler":
 			cfg.scheduler = true
+		case "traced":
+			cfg.traced = true
 		default:
-			fmt.Fprintf(os.Stderr, "-servers: unknown server %q (want noop, minimal or scheduler)\n", name)
+			fmt.Fprintf(os.Stderr, "-servers: unknown server %q (want noop, minimal, scheduler or traced)\n", name)
 			return 2
 		}
 	}
@@ -140,7 +143,7 @@ func mainCode() int {
 
 type config struct {
 	requests, rounds, pools, endpoints int
-	minimal, scheduler                 bool
+	minimal, scheduler, traced         bool
 	bodies, concurrency                []int
 	// readers are the body readers each poolpicker server runs with; none
 	// means requestbody's scanner.
@@ -263,12 +266,13 @@ func startTargets(ctx context.Context, cfg config) ([]*target, error) {
 	if len(readers) == 0 {
 		readers = []bodyReader{{}}
 	}
-	for _, real := range []bool{false, true} {
-		if (real && !cfg.scheduler) || (!real && !cfg.minimal) {
+	variants := []struct{ on, real, traced bool }{{cfg.minimal, false, false}, {cfg.scheduler, true, false}, {cfg.traced, true, true}}
+	for _, v := range variants {
+		if !v.on {
 			continue
 		}
 		for _, br := range readers {
-			t, err := startPoolpicker(ctx, cfg, real, br)
+			t, err := startPoolpicker(ctx, cfg, v.real, v.traced, br)
 			if err != nil {
 				for _, t := range targets {
 					t.stop()
@@ -282,8 +286,9 @@ func startTargets(ctx context.Context, cfg config) ([]*target, error) {
 }
 
 // startPoolpicker starts poolpicker's server with the default scheduler
-// (real) or the cheapest picker, reading bodies with br.
-func startPoolpicker(ctx context.Context, cfg config, real bool, br bodyReader) (*target, error) {
+// (real) or the cheapest picker, reading bodies with br; traced gives it a
+// tracer that samples every request.
+func startPoolpicker(ctx context.Context, cfg config, real, traced bool, br bodyReader) (*target, error) {
 	reg := datastore.NewRegistry()
 	var sched extproc.Scheduler = firstLeastLoaded{}
 	name := "poolpicker+minimal-picker"
@@ -308,14 +313,23 @@ func startPoolpicker(ctx context.Context, cfg config, real bool, br bodyReader) 
 	if br.name != "" {
 		name += "+" + br.name
 	}
-	srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, NewBodyReader: br.new})
+	opts := extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, NewBodyReader: br.new}
+	stopTracing := func() {}
+	if traced {
+		// The span work of the server (start, attributes, propagation,
+		// batching) without a collector's network cost.
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(discardExporter{}))
+		opts.Tracer, name = tp.Tracer("bench"), name+"+tracing"
+		stopTracing = func() { _ = tp.Shutdown(context.Background()) }
+	}
+	srv, err := extproc.New(reg, sched, opts)
 	if err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = srv.Start(sctx); close(done) }()
-	return &target{name: name, addr: lis.Addr().String(), stop: func() { cancel(); <-done }}, nil
+	return &target{name: name, addr: lis.Addr().String(), stop: func() { cancel(); <-done; stopTracing() }}, nil
 }
 
 func serve(register func(*grpc.Server)) (*target, error) {
@@ -367,6 +381,12 @@ func (firstLeastLoaded) Schedule(_ context.Context, pool *datastore.Pool, req *s
 	}
 	return &scheduling.Result{Endpoints: []*datastore.Endpoint{best}, TargetModel: req.Model}, nil
 }
+
+// discardExporter drops the spans it is given.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
 
 type noopServer struct {
 	extprocv3.UnimplementedExternalProcessorServer

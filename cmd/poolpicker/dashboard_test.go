@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/internal/otlptest"
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
 )
 
@@ -135,6 +136,9 @@ func TestDashboardMetricsExported(t *testing.T) {
 	ports := freePorts(t, 3)
 	cmd := exec.Command(binary, "--kubeconfig="+kubeconfig, "--pool-name=pool", "--pool-namespace="+ns, "--secure-serving=false",
 		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
+	// Spans go to an OTLP receiver on loopback (--tracing is on by default).
+	otlp := otlptest.Start(t)
+	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+otlp.Endpoint, "OTEL_TRACES_SAMPLER=always_on", "OTEL_BSP_SCHEDULE_DELAY=50")
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -181,6 +185,18 @@ func TestDashboardMetricsExported(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
+	}
+
+	// The routed request's span, exported by the binary.
+	span, ok := otlp.WaitFor(30*time.Second, func(s otlptest.Span) bool {
+		return s.Attrs["poolpicker.pool"] == ns+"/pool" && s.Attrs["poolpicker.outcome"] == "completed"
+	})
+	if !ok {
+		t.Fatalf("no span of the routed request reached the OTLP receiver; received %v; stderr:\n%s", otlp.Spans(), stderr.String())
+	}
+	if !strings.HasPrefix(span.Attrs["poolpicker.endpoint"], "127.0.15.2:") || span.Attrs["poolpicker.pool.resolution_source"] != "single-pool" ||
+		span.Attrs["poolpicker.scheduling.duration_seconds"] == "" || span.Resource["service.name"] != "poolpicker" {
+		t.Errorf("span %+v: want the endpoint, resolution source, scheduling time and service name", span)
 	}
 }
 

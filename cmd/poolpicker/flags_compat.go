@@ -33,7 +33,7 @@ type compatOptions struct {
 	metricsClientCAFile              string
 	metricsCertDir                   string
 	allowExperimentalPlugins         bool
-	tracing                          bool
+	tracing                          bool // startTracing
 	enablePprof                      bool
 	metricsEndpointAuth              bool
 	grpcMaxRecvMsgSize               string
@@ -62,7 +62,7 @@ func bindCompatFlags(fs *pflag.FlagSet, o *compatOptions) {
 	fs.BoolVar(&o.allowExperimentalPlugins, "allow-experimental-plugins", false,
 		"llm-d router's switch for alpha plugins. No effect: every plugin poolpicker has is available; accepted with a warning when true.")
 	fs.BoolVar(&o.tracing, "tracing", true,
-		"Export OpenTelemetry traces (configured by the standard OTEL_* environment). Not supported yet; accepted with a warning when set to true.")
+		"Export an OpenTelemetry span per request, configured by the standard OTEL_* environment: OTEL_TRACES_EXPORTER (otlp, console, none; unset: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, else nothing is exported), OTEL_EXPORTER_OTLP_ENDPOINT (gRPC), OTEL_SERVICE_NAME (default poolpicker), OTEL_TRACES_SAMPLER and _ARG (default parentbased_traceidratio, 0.1).")
 	fs.BoolVar(&o.enablePprof, "enable-pprof", true,
 		"Serve Go pprof handlers on the metrics port. Not supported yet; accepted with a warning when set to true.")
 	fs.BoolVar(&o.metricsEndpointAuth, "metrics-endpoint-auth", true,
@@ -98,7 +98,6 @@ var noEffectFlags = []noEffectFlag{
 	{"metrics-client-ca-file", isEmpty, "metrics are served over plain HTTP"},
 	{"metrics-endpoint-auth", isValue("false"), "metrics are served without authentication"},
 	{"refresh-prometheus-metrics-interval", never, "pool gauges change when their pool does"},
-	{"tracing", isValue("false"), "traces are not exported yet"},
 }
 
 // noEffectWarnings returns one warning per no-effect flag set on the command

@@ -123,6 +123,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	defer klog.Flush()
 	ctrl.SetLogger(log)
 	logCompatWarnings(log, fs)
+	stopTracing, err := startTracing(ctx, &o, log)
+	if err != nil {
+		return usageError(err)
+	}
+	defer stopTracing()
 
 	comps, err := build(&o, log)
 	if err != nil {

@@ -48,8 +48,12 @@ func upstreamDeployments() []upstreamDeployment {
 			args: []string{"--pool-name", "POOL", "--pool-namespace", "NS", "--pool-group", "inference.networking.k8s.io",
 				"--zap-encoder", "json", "--config-file", "/config/default-plugins.yaml", "--ha-enable-leader-election",
 				"--v", "1", "--tracing=true", "--metrics-endpoint-auth=false"},
+			// The chart's tracing environment (values.yaml defaults).
+			env: []string{"OTEL_SERVICE_NAME=gateway-api-inference-extension/epp", "OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4317",
+				"OTEL_TRACES_EXPORTER=otlp", "OTEL_RESOURCE_ATTRIBUTES=k8s.namespace.name=NS,k8s.node.name=node-1,k8s.pod.name=epp-0",
+				"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1"},
 			configs: map[string]string{"default-plugins.yaml": "inference-extension-chart-default.yaml"},
-			warns:   []string{"--tracing=true has no effect"},
+			warns:   []string{`"tracing on"`, `"exporter":"otlp"`, `"sampler":"parentbased_traceidratio(0.1)"`},
 		},
 		{
 			name: "inference-extension chart, sglang model servers",
