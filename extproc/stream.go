@@ -114,6 +114,7 @@ type stream struct {
 	// Decision.
 	dest     string
 	counted  *datastore.Endpoint // endpoint holding this request's in-flight count
+	picked   *scheduling.Result  // the decision, told the server's cached tokens at the end
 	finished bool
 
 	// Response.
@@ -595,7 +596,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	mutation := &extprocv3.HeaderMutation{SetHeaders: set}
 
 	// The count goes up as the decision leaves; close takes it down once.
-	st.counted = res.Endpoints[0]
+	st.counted, st.picked = res.Endpoints[0], res
 	st.counted.AddInFlight(1)
 	st.s.metrics.routed(st.labels, st.bodyBytes)
 	if log := st.s.log.V(4); log.Enabled() { // the arguments cost allocations
@@ -794,6 +795,10 @@ func (st *stream) finish(outcome string, completed bool) {
 	if completed {
 		u, ok := st.usage.finish()
 		st.s.metrics.completed(st.labels, time.Since(st.start), st.respBytes, u, ok)
+		if ok && u.HasCachedTokens {
+			// The prefix index checks its prediction against the server.
+			st.picked.ObserveCachedTokens(u.CachedTokens)
+		}
 	}
 	if log := st.s.log.V(5); st.counted != nil && log.Enabled() {
 		log.Info("request finished", "pool", st.poolName, "request", st.requestID, "outcome", outcome, "endpoint", st.counted.Address)

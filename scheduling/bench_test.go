@@ -217,7 +217,7 @@ func BenchmarkPrefixIndexBytesPerBlock(b *testing.B) {
 						hashes[j] = uint64(group)<<32 | uint64(j)
 					}
 					pe := x.endpointFor(tp.pool, e, 1000000)
-					pe.record(hashes, 1000000)
+					pe.record(hashes, 1000000, 0)
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)
@@ -248,7 +248,7 @@ func BenchmarkPrefixDropEndpoint(b *testing.B) {
 		tp := newTestPool(b, 2, nil)
 		x := s.index(tp.pool)
 		e := tp.pool.Endpoints().Endpoints[0]
-		x.endpointFor(tp.pool, e, DefaultLRUCapacityPerServer).record(hashes, DefaultLRUCapacityPerServer)
+		x.endpointFor(tp.pool, e, DefaultLRUCapacityPerServer).record(hashes, DefaultLRUCapacityPerServer, 0)
 		b.StartTimer()
 		x.drop([]*datastore.Endpoint{e})
 		b.StopTimer()
@@ -284,13 +284,13 @@ func BenchmarkRecord(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				x := newPrefixIndex()
 				pe := x.endpointFor(tp.pool, tp.pool.Endpoints().Endpoints[0], capacity)
-				pe.record(randomBlocks(rnd, 20000), capacity)
+				pe.record(randomBlocks(rnd, 20000), capacity, 0)
 				prompts := make([][]uint64, 64)
 				last := randomBlocks(rnd, blocks)
 				for i := range prompts {
 					prompts[i] = append(slices.Clone(last[:c.shared]), randomBlocks(rnd, blocks-c.shared)...)
 				}
-				pe.record(last, capacity)
+				pe.record(last, capacity, 0)
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					p := prompts[i%len(prompts)]
@@ -299,10 +299,10 @@ func BenchmarkRecord(b *testing.B) {
 						pe.touchOrAdd(p)
 						pe.mu.Unlock()
 					} else {
-						pe.record(p, capacity)
+						pe.record(p, capacity, 0)
 					}
 					b.StopTimer()
-					pe.record(last, capacity) // the endpoint's last prompt again
+					pe.record(last, capacity, 0) // the endpoint's last prompt again
 					b.StartTimer()
 				}
 			})

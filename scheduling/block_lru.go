@@ -17,10 +17,14 @@ type blockLRU struct {
 	// evictions counts the blocks ever pushed out, so a caller can tell
 	// that positions it holds may have been reused.
 	evictions uint64
+	// clock stamps entries as they become the most recent, so stamps fall
+	// from the head of the list to its tail.
+	clock uint64
 }
 
 type lruEntry struct {
 	key        uint64
+	stamp      uint64
 	prev, next int32
 }
 
@@ -66,6 +70,27 @@ func (l *blockLRU) contains(h uint64) bool {
 
 func (l *blockLRU) len() int { return len(l.pos) }
 
+// stampOf returns h's stamp (how recently it was used; larger is more
+// recent) and whether h is held.
+func (l *blockLRU) stampOf(h uint64) (uint64, bool) {
+	i, ok := l.pos[h]
+	if !ok {
+		return 0, false
+	}
+	return l.entries[i].stamp, true
+}
+
+// dropUsedBefore evicts every block whose stamp is below stamp (used less
+// recently than the block that had it), and returns how many.
+func (l *blockLRU) dropUsedBefore(stamp uint64) int {
+	n := 0
+	for i := l.entries[0].prev; i != 0 && l.entries[i].stamp < stamp; i = l.entries[0].prev {
+		l.evictOldest()
+		n++
+	}
+	return n
+}
+
 // resize sets the capacity, evicting the least recent blocks beyond it.
 func (l *blockLRU) resize(capacity int) {
 	l.capacity = max(capacity, 1)
@@ -105,6 +130,8 @@ func (l *blockLRU) unlink(i int32) {
 }
 
 func (l *blockLRU) pushFront(i int32) {
+	l.clock++
+	l.entries[i].stamp = l.clock
 	first := l.entries[0].next
 	l.entries[i].prev, l.entries[i].next = 0, first
 	l.entries[first].prev = i
@@ -154,4 +181,13 @@ func (l *blockLRU) moveRunToFront(first, last int32) {
 	l.entries[last].next = front
 	l.entries[front].prev = last
 	l.entries[0].next = first
+	// Restamp the run, its last entry first, so stamps still fall along
+	// the list.
+	for i := last; ; i = l.entries[i].prev {
+		l.clock++
+		l.entries[i].stamp = l.clock
+		if i == first {
+			break
+		}
+	}
 }

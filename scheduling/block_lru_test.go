@@ -69,3 +69,61 @@ func TestBlockLRUAgainstSimpleLRU(t *testing.T) {
 		t.Fatalf("keys %v, reference %v", l.keys(), want)
 	}
 }
+
+// TestBlockLRUForgetsUsedBefore checks the stamps that order the blocks by
+// recency, through touches, adds and a run moved to the front, and that
+// dropUsedBefore evicts exactly the blocks used before a given one.
+func TestBlockLRUForgetsUsedBefore(t *testing.T) {
+	cases := []struct {
+		name   string
+		before uint64 // drop the blocks used before this one
+		want   []uint64
+	}{
+		{"the least recent drops nothing", 1, []uint64{5, 4, 3, 2, 1}},
+		{"a middle block drops the older ones", 3, []uint64{5, 4, 3}},
+		{"the most recent keeps only itself", 5, []uint64{5}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var evicted []uint64
+			l := newBlockLRU(10, func(h uint64) { evicted = append(evicted, h) })
+			for _, h := range []uint64{9, 1, 2, 3, 4, 5} {
+				l.add(h)
+			}
+			l.touch(9)
+			// 1..5 as a run to the front, in order 5 (most recent) to 1.
+			n, first, last := 0, int32(0), int32(0)
+			for i := l.entries[0].next; i != 0; i = l.entries[i].next {
+				if l.entries[i].key == 5 {
+					first = i
+				}
+				if l.entries[i].key == 1 {
+					last = i
+				}
+				n++
+			}
+			l.moveRunToFront(first, last)
+			if !slices.Equal(l.keys(), []uint64{5, 4, 3, 2, 1, 9}) {
+				t.Fatalf("keys %v", l.keys())
+			}
+			var prev uint64
+			for i := l.entries[0].prev; i != 0; i = l.entries[i].prev {
+				if l.entries[i].stamp <= prev {
+					t.Fatalf("stamps do not rise toward the head: %d after %d", l.entries[i].stamp, prev)
+				}
+				prev = l.entries[i].stamp
+			}
+			stamp, ok := l.stampOf(c.before)
+			if !ok {
+				t.Fatal("stampOf: held block not found")
+			}
+			if _, ok := l.stampOf(42); ok {
+				t.Fatal("stampOf: 42 found")
+			}
+			dropped := l.dropUsedBefore(stamp)
+			if !slices.Equal(l.keys(), c.want) || dropped != len(evicted) || dropped != n-len(c.want) {
+				t.Fatalf("kept %v (dropped %d, evicted %v), want %v", l.keys(), dropped, evicted, c.want)
+			}
+		})
+	}
+}

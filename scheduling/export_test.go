@@ -4,16 +4,6 @@ import "github.com/poolpicker/poolpicker/datastore"
 
 // Views into the prefix scorers' state, for tests.
 
-func (s *Scheduler) prefixScorers() []*prefixCacheScorer {
-	var out []*prefixCacheScorer
-	for _, p := range s.built.plugins {
-		if ps, ok := p.(*prefixCacheScorer); ok {
-			out = append(out, ps)
-		}
-	}
-	return out
-}
-
 // prefixBlocks counts the distinct blocks indexed for the pool.
 func (s *Scheduler) prefixBlocks(pool *datastore.Pool) int {
 	n := 0

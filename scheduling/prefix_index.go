@@ -246,11 +246,21 @@ func (x *prefixIndex) markRemoved() {
 // touched last, so they are the most recently used: an LRU that evicts the
 // start of a prompt loses the whole prefix, one that evicts its tail loses
 // only the tail.
-func (pe *prefixEndpoint) record(hashes []uint64, capacity int) {
+//
+// It returns the stamp the last of the first predicted blocks had before
+// (0 when predicted is 0 or it was not held): if the server then reports
+// that it did not have them, every block used before it is gone too
+// (dropUsedBefore).
+func (pe *prefixEndpoint) record(hashes []uint64, capacity, predicted int) (watermark uint64) {
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
 	if pe.dead.Load() {
-		return
+		return 0
+	}
+	if predicted > 0 && predicted <= len(hashes) {
+		// Each prompt touches its whole chain, its earlier blocks last, so
+		// the last predicted block is the least recent of them.
+		watermark, _ = pe.lru.stampOf(hashes[predicted-1])
 	}
 	if capacity != pe.capacity {
 		pe.lru.resize(capacity)
@@ -262,7 +272,7 @@ func (pe *prefixEndpoint) record(hashes []uint64, capacity int) {
 	// of the rest, so they move as one run instead of one lookup each.
 	run, first, last := pe.lru.frontRun(hashes)
 	if run == len(hashes) {
-		return // already the most recent, in order
+		return watermark // already the most recent, in order
 	}
 	evictions := pe.lru.evictions
 	pe.touchOrAdd(hashes[run:])
@@ -270,9 +280,23 @@ func (pe *prefixEndpoint) record(hashes []uint64, capacity int) {
 	// be reused) or the rest of the prompt repeats one of its blocks.
 	if run > 0 && pe.lru.evictions == evictions && pe.lru.isRun(hashes[:run], first, last) {
 		pe.lru.moveRunToFront(first, last)
-		return
+		return watermark
 	}
 	pe.touchOrAdd(hashes[:run])
+	return watermark
+}
+
+// forgetUsedBefore drops the blocks used less recently than watermark: the
+// server reported it no longer had a block of that age, and its cache
+// evicts the least recently used first. The blocks touched since (the
+// request's own, which the server has just computed) stay.
+func (pe *prefixEndpoint) forgetUsedBefore(watermark uint64) int {
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	if pe.dead.Load() || watermark == 0 {
+		return 0
+	}
+	return pe.lru.dropUsedBefore(watermark)
 }
 
 // touchOrAdd makes the blocks the most recent, the first the most recent

@@ -51,6 +51,35 @@ type Result struct {
 
 	// pending is the post-pick step ScheduleDeferred left to Commit.
 	pending *pendingCommit
+	// feedback is the prefix index's prediction for the primary endpoint,
+	// set at post-pick.
+	feedback prefixFeedback
+}
+
+// ObserveCachedTokens tells the scheduler how many prompt tokens the
+// primary endpoint reported it served from its prefix cache (the usage's
+// prompt_tokens_details.cached_tokens), after Commit. When it had fewer
+// than the prefix index predicted, the index forgets what it believed that
+// endpoint held longer ago than the blocks it lost. Call it at most once,
+// only with a count the server reported; a nil Result ignores it.
+func (r *Result) ObserveCachedTokens(cachedTokens int) {
+	if r == nil {
+		return
+	}
+	r.feedback.observe(cachedTokens)
+	r.feedback = prefixFeedback{}
+}
+
+// PrefixAgreement is how the prefix index's predictions compared with the
+// cached tokens the servers reported (Result.ObserveCachedTokens), summed
+// over the scheduler's prefix-cache scorers since it started.
+type PrefixAgreement struct {
+	// Observed is the reports received; OverPredicted those with fewer
+	// cached tokens than predicted (beyond a block's rounding).
+	Observed, OverPredicted int64
+	// PredictedTokens is the prompt tokens the index predicted cached;
+	// ConfirmedTokens the part of them the servers reported cached.
+	PredictedTokens, ConfirmedTokens int64
 }
 
 // Error is a scheduling failure that maps to an HTTP status for the client.

@@ -286,6 +286,29 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	return res, nil
 }
 
+// PrefixAgreement sums the prefix-cache scorers' predictions against the
+// servers' reports.
+func (s *Scheduler) PrefixAgreement() PrefixAgreement {
+	var a PrefixAgreement
+	for _, ps := range s.prefixScorers() {
+		a.Observed += ps.agreement.observed.Load()
+		a.OverPredicted += ps.agreement.overPredicted.Load()
+		a.PredictedTokens += ps.agreement.predictedTokens.Load()
+		a.ConfirmedTokens += ps.agreement.confirmedTokens.Load()
+	}
+	return a
+}
+
+func (s *Scheduler) prefixScorers() []*prefixCacheScorer {
+	var out []*prefixCacheScorer
+	for _, p := range s.built.plugins {
+		if ps, ok := p.(*prefixCacheScorer); ok {
+			out = append(out, ps)
+		}
+	}
+	return out
+}
+
 func (s *Scheduler) recycle(cs *CycleState) {
 	cs.release()
 	s.states.Put(cs)

@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/poolpicker/poolpicker/datastore"
 )
@@ -53,6 +54,12 @@ type prefixParams struct {
 	// running the most sequences any candidate was scraped running. Zero:
 	// the plain share of the prompt matched, as the reference EPP scores.
 	QueueCostTokens int `json:"queueCostTokens"`
+	// UsageFeedback lets the servers' reports of cached prompt tokens (the
+	// response usage's prompt_tokens_details.cached_tokens) correct the
+	// index: when an endpoint had fewer than predicted, the blocks it was
+	// believed to hold from before the ones it lost are forgotten. Absent:
+	// true.
+	UsageFeedback *bool `json:"usageFeedback"`
 }
 
 // prefixCacheScorer scores an endpoint by the share of the prompt's leading
@@ -84,6 +91,11 @@ type prefixCacheScorer struct {
 	// indexes maps *datastore.Pool to its *prefixIndex; a removed pool's
 	// entry is deleted (PoolRemoved), and one re-added starts empty.
 	indexes sync.Map
+	// agreement sums the index's predictions against the servers' reports
+	// (Result.ObserveCachedTokens).
+	agreement struct {
+		observed, overPredicted, predictedTokens, confirmedTokens atomic.Int64
+	}
 }
 
 var (
@@ -117,9 +129,11 @@ func newPrefixCacheScorer(name string, raw json.RawMessage) (Plugin, error) {
 			return nil, fmt.Errorf("parameters: %s %d must be between 1 and %d", c.field, *c.v, c.max)
 		}
 	}
-	if p.AutoTune == nil {
-		t := true
-		p.AutoTune = &t
+	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback} {
+		if *b == nil {
+			t := true
+			*b = &t
+		}
 	}
 	return &prefixCacheScorer{name: TypedName{Type: PrefixCacheScorerType, Name: name}, key: StateKey(PrefixCacheScorerType + "/" + name), params: p, seed: maphash.MakeSeed()}, nil
 }
@@ -195,6 +209,42 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 	}
 }
 
+// prefixFeedback is what the first prefix scorer of a profile predicted for
+// a pick: the blocks it believed the endpoint held, and the recency of the
+// least recent of them.
+type prefixFeedback struct {
+	scorer          *prefixCacheScorer
+	endpoint        *prefixEndpoint
+	predictedBlocks int32
+	watermark       uint64
+}
+
+// observe compares the prediction with the cached tokens the server
+// reported. When the server had less than predicted by more than a
+// block's rounding (the server's block, and the index's), the blocks
+// the endpoint's LRU holds that were used before the least recent
+// predicted one are dropped: the server evicts least recently used
+// first, so they are gone too.
+func (f *prefixFeedback) observe(cachedTokens int) {
+	s := f.scorer
+	if s == nil || cachedTokens < 0 {
+		return
+	}
+	blockTokens := s.params.HashBlockSize / s.params.BytesPerToken
+	predicted := int(f.predictedBlocks) * blockTokens
+	s.agreement.observed.Add(1)
+	s.agreement.predictedTokens.Add(int64(predicted))
+	s.agreement.confirmedTokens.Add(int64(min(cachedTokens, predicted)))
+	slack := 2 * max(blockTokens, 16)
+	if cachedTokens+slack >= predicted {
+		return
+	}
+	s.agreement.overPredicted.Add(1)
+	if *s.params.UsageFeedback {
+		f.endpoint.forgetUsedBefore(f.watermark)
+	}
+}
+
 // matchedBlocks is how many leading blocks of the prompt the candidate is
 // believed to hold.
 func (st *prefixCycle) matchedBlocks(c *Candidate, states []*prefixEndpoint) int32 {
@@ -215,7 +265,9 @@ func candidateLoad(c *Candidate) int64 {
 	return n
 }
 
-// PostPick records the prompt's blocks in the primary endpoint's LRU.
+// PostPick records the prompt's blocks in the primary endpoint's LRU, and
+// leaves on the Result what the index predicted there, for the server's
+// report of cached tokens to check (Result.ObserveCachedTokens).
 func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, _ *Request, res *Result) {
 	v, _ := cs.Read(s.key)
 	st, ok := v.(*prefixCycle)
@@ -225,7 +277,14 @@ func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, _ *Reque
 	e := res.Endpoints[0]
 	capacity := s.capacity(e.Metrics())
 	if pe := st.index.endpointFor(cs.Pool, e, capacity); pe != nil {
-		pe.record(st.hashes, capacity)
+		var predicted int32
+		if int(pe.slot) < len(st.matched) {
+			predicted = st.matched[pe.slot]
+		}
+		watermark := pe.record(st.hashes, capacity, int(predicted))
+		if res.feedback.scorer == nil {
+			res.feedback = prefixFeedback{scorer: s, endpoint: pe, predictedBlocks: predicted, watermark: watermark}
+		}
 	}
 	// The state is recycled with the CycleState: do not pin the index of a
 	// pool that may be removed.

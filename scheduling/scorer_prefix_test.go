@@ -505,7 +505,7 @@ func TestRecordKeepsPrefixes(t *testing.T) {
 			copy(p, old[:min(len(old), rnd.IntN(len(p))+1)])
 		}
 		prompts = append(prompts, p)
-		pe.record(p, 100) // 100 blocks: evicts all the time
+		pe.record(p, 100, 0) // 100 blocks: evicts all the time
 		for k, q := range prompts {
 			held := 0
 			for held < len(q) {
@@ -567,7 +567,7 @@ func TestRecordAgainstTouchingEachBlock(t *testing.T) {
 			p = randomBlocks(rnd, capacity+rnd.IntN(capacity))
 		}
 		prompts = append(prompts, p)
-		pe.record(p, capacity)
+		pe.record(p, capacity, 0)
 		for j := len(p) - 1; j >= 0; j-- {
 			if _, ok := ref.Get(p[j]); !ok {
 				ref.Add(p[j], struct{}{})

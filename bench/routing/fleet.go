@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -42,6 +43,7 @@ const (
 // a socket; the client talks to it over gRPC as a gateway does.
 type fleet struct {
 	servers []*modelsim.Server
+	sched   *scheduling.Scheduler
 	conn    *grpc.ClientConn
 	http    *http.Client
 	stop    func()
@@ -104,6 +106,7 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string
 	if err != nil {
 		return nil, err
 	}
+	f.sched = sched
 	reg := datastore.NewRegistry()
 	reg.AddObserver(sched)
 	reg.AddObserver(scraper)
@@ -160,6 +163,49 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string
 		}
 	}
 	return f, nil
+}
+
+// queueStats are a run's server queues (running + waiting) over time.
+type queueStats struct{ spread, total float64 }
+
+// sampleQueues reads every server's queue each interval until ctx ends, and
+// then sends the means over the samples.
+func (f *fleet) sampleQueues(ctx context.Context, interval time.Duration) <-chan queueStats {
+	out := make(chan queueStats, 1)
+	go func() {
+		var spread, total float64
+		var n int
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				if n > 0 {
+					spread, total = spread/float64(n), total/float64(n)
+				}
+				out <- queueStats{spread, total}
+				return
+			case <-t.C:
+			}
+			least, most, sum := math.MaxInt, 0, 0
+			for _, s := range f.servers {
+				st := s.State()
+				q := st.Running + st.Waiting
+				least, most, sum = min(least, q), max(most, q), sum+q
+			}
+			spread += float64(most - least)
+			total += float64(sum)
+			n++
+		}
+	}()
+	return out
+}
+
+// agreement is the prefix index's predicted cached tokens against what the
+// servers reported (scheduling.Scheduler.PrefixAgreement).
+func (f *fleet) agreement() (predicted, confirmed, over, observed int64) {
+	a := f.sched.PrefixAgreement()
+	return a.PredictedTokens, a.ConfirmedTokens, a.OverPredicted, a.Observed
 }
 
 // listenSamePort binds count listeners on 127.0.(20+n).2, .3, ... sharing one

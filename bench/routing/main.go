@@ -226,11 +226,12 @@ func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f',
 func printResults(w io.Writer, rs []result, header bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if header {
-		fmt.Fprintln(tw, "G\tload\treq/s\trouter\tTTFT p50\tp90\tp99\tE2E p90\thit rate\tthroughput\tcritical TTFT p90\tsheddable shed\tfailed\twall\t")
+		fmt.Fprintln(tw, "G\tload\treq/s\trouter\tTTFT p50\tp90\tp99\tE2E p90\thit rate\tthroughput\tcritical TTFT p90\tsheddable shed\tunfinished\tfailed\tqueue spread\tindex confirmed\twall\t")
 	}
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%d\t%.0f%%\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t%s\t%d/%d\t%d\t%v\t\n", r.groups, r.load*100, r.rate, r.router,
-			secs(r.ttft50), secs(r.ttft90), secs(r.ttft99), secs(r.e2e90), r.hitRate, r.throughput, secs(r.critTTFT90), r.shed, r.sheddable, r.failed, r.wall.Round(100*time.Millisecond))
+		fmt.Fprintf(tw, "%d\t%.0f%%\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t%s\t%d/%d\t%d\t%d\t%.1f/%.1f\t%s\t%v\t\n", r.groups, r.load*100, r.rate, r.router,
+			secs(r.ttft50), secs(r.ttft90), secs(r.ttft99), secs(r.e2e90), r.hitRate, r.throughput, secs(r.critTTFT90), r.shed, r.sheddable,
+			r.unfinished, r.failed, r.queueSpread, r.queueTotal, r.confirmedShare(), r.wall.Round(100*time.Millisecond))
 	}
 	tw.Flush()
 	for _, r := range rs {
@@ -240,13 +241,23 @@ func printResults(w io.Writer, rs []result, header bool) {
 	}
 }
 
+// confirmedShare is the share of the cached tokens the prefix index
+// predicted that the servers reported cached, with the share of requests
+// it over-predicted ("-" without a prefix index or a report).
+func (r *result) confirmedShare() string {
+	if r.predicted == 0 || r.observed == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f (%.0f%% over)", float64(r.confirmed)/float64(r.predicted), 100*float64(r.overPredicted)/float64(r.observed))
+}
+
 func markdownTable(rs []result) string {
 	var b strings.Builder
-	b.WriteString("| G | load | req/s | router | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | E2E p90 (s) | hit rate | throughput (req/s) | critical TTFT p90 (s) | sheddable shed |\n")
-	b.WriteString("| --: | --: | --: | --- | --: | --: | --: | --: | --: | --: | --: | --: |\n")
+	b.WriteString("| G | load | req/s | router | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | E2E p90 (s) | hit rate | throughput (req/s) | critical TTFT p90 (s) | sheddable shed | unfinished |\n")
+	b.WriteString("| --: | --: | --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %d | %.0f%% | %.1f | %s | %s | %s | %s | %s | %.3f | %.2f | %s | %d/%d |\n", r.groups, r.load*100, r.rate, r.router,
-			secs(r.ttft50), secs(r.ttft90), secs(r.ttft99), secs(r.e2e90), r.hitRate, r.throughput, secs(r.critTTFT90), r.shed, r.sheddable)
+		fmt.Fprintf(&b, "| %d | %.0f%% | %.1f | %s | %s | %s | %s | %s | %.3f | %.2f | %s | %d/%d | %d |\n", r.groups, r.load*100, r.rate, r.router,
+			secs(r.ttft50), secs(r.ttft90), secs(r.ttft99), secs(r.e2e90), r.hitRate, r.throughput, secs(r.critTTFT90), r.shed, r.sheddable, r.unfinished)
 	}
 	return b.String()
 }
@@ -266,13 +277,19 @@ type exportedResult struct {
 	Shed       int     `json:"shed"`
 	Sheddable  int     `json:"sheddable"`
 	Failed     int     `json:"failed"`
+	Unfinished int     `json:"unfinished"`
+	// The prefix index's predicted cached tokens and the part of them the
+	// servers reported cached.
+	PredictedTokens int64   `json:"index_predicted_tokens"`
+	ConfirmedTokens int64   `json:"index_confirmed_tokens"`
+	QueueSpread     float64 `json:"queue_spread"`
 }
 
 func exported(rs []result) []exportedResult {
 	out := make([]exportedResult, len(rs))
 	for i, r := range rs {
 		out[i] = exportedResult{r.groups, r.load, r.rate, r.router, r.ttft50.Seconds(), r.ttft90.Seconds(), r.ttft99.Seconds(), r.e2e90.Seconds(),
-			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed}
+			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed, r.unfinished, r.predicted, r.confirmed, r.queueSpread}
 	}
 	return out
 }

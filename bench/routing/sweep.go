@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -167,21 +168,31 @@ func words(rnd *rand.Rand, head string, n int) string {
 
 // result is one router at one point, in simulated time.
 type result struct {
-	groups          int
-	load, rate      float64
-	router          string
-	ttft50, ttft90  time.Duration
-	ttft99, e2e90   time.Duration
-	critTTFT90      time.Duration
-	hitRate         float64
-	throughput      float64 // completed requests per simulated second
-	served, shed    int     // of the measured requests
-	sheddable       int     // measured sheddable requests
-	failed          int
-	firstFailure    string
-	wall            time.Duration
-	requestsMeasure int
-	servers         []string // per-server counters, for -v
+	groups         int
+	load, rate     float64
+	router         string
+	ttft50, ttft90 time.Duration
+	ttft99, e2e90  time.Duration
+	critTTFT90     time.Duration
+	hitRate        float64
+	throughput     float64 // completed requests per simulated second
+	served, shed   int     // of the measured requests
+	sheddable      int     // measured sheddable requests
+	failed         int
+	unfinished     int // cut off by the drain limit, counted at their wait
+	firstFailure   string
+	// queueSpread is the mean over time of the longest minus the shortest
+	// server queue (running + waiting), queueTotal the mean of their sum.
+	queueSpread, queueTotal float64
+	// predicted sums, over requests whose server reported cached tokens,
+	// the prompt tokens the prefix index expected cached on the picked
+	// endpoint, confirmed the part of them the server had; overPredicted
+	// counts the requests it expected more for, of observed.
+	predicted, confirmed    int64
+	overPredicted, observed int64
+	wall                    time.Duration
+	requestsMeasure         int
+	servers                 []string // per-server counters, for -v
 }
 
 // runPoint runs every router of c on the point's workload, each on its own
@@ -224,14 +235,18 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, reqs []requ
 	defer f.stop()
 	real := func(d time.Duration) time.Duration { return time.Duration(float64(d) / c.timeScale) }
 	last := reqs[len(reqs)-1].at
-	// Past the last arrival, a backlog of four times the run drains or is
-	// cut off (and counted failed).
-	ctx, cancel := context.WithTimeout(ctx, real(5*last)+10*time.Second)
+	// Every run drains its backlog: a request cut off would leave the
+	// percentiles, and the router that leaves more unfinished would look
+	// better. Only a backlog of twenty times the run is cut off, and its
+	// requests count at the time they had waited (reported as unfinished).
+	cutoff := real(20*last) + time.Minute
+	ctx, cancel := context.WithTimeout(ctx, cutoff)
 	defer cancel()
 
 	outs := make([]outcome, len(reqs))
 	errs := make([]error, len(reqs))
 	start := time.Now()
+	queues := f.sampleQueues(ctx, scaled(c.scrapeInterval, c.timeScale))
 	var wg sync.WaitGroup
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -254,14 +269,17 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, reqs []requ
 		}()
 	}
 	wg.Wait()
+	cancel()
+	q := <-queues
 
 	sim := func(d time.Duration) time.Duration { return time.Duration(float64(d) * c.timeScale) }
-	res := result{router: r.name, wall: time.Since(start)}
+	res := result{router: r.name, wall: time.Since(start), queueSpread: q.spread, queueTotal: q.total}
 	for _, s := range f.servers {
 		st := s.Stats()
 		res.servers = append(res.servers, fmt.Sprintf("%s: %d served, %.2f cached, peak %d running %d waiting", s.Name(), st.Completed,
 			float64(st.CachedPromptTokens)/float64(max(st.PromptTokens, 1)), st.PeakRunning, st.PeakWaiting))
 	}
+	res.predicted, res.confirmed, res.overPredicted, res.observed = f.agreement()
 	first := int(float64(len(reqs)) * c.warmup)
 	res.requestsMeasure = len(reqs) - first
 	windowFrom, windowTo := start.Add(real(reqs[first].at)), start.Add(real(last))
@@ -278,7 +296,20 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, reqs []requ
 		if reqs[i].sheddable {
 			res.sheddable++
 		}
+		arrival := start.Add(real(reqs[i].at))
 		switch {
+		case errs[i] != nil && errors.Is(errs[i], context.DeadlineExceeded) && o.status != 429:
+			// Cut off after waiting until the cutoff: counted at that wait.
+			res.unfinished++
+			waited := sim(start.Add(cutoff).Sub(arrival))
+			t := waited
+			if o.ttft > 0 {
+				t = sim(o.ttft)
+			}
+			ttft, e2e = append(ttft, t), append(e2e, waited)
+			if !reqs[i].sheddable {
+				crit = append(crit, t)
+			}
 		case errs[i] != nil:
 			res.failed++
 			if res.firstFailure == "" {
