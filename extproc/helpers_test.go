@@ -414,13 +414,12 @@ func mustListen(t testing.TB) net.Listener {
 	return l
 }
 
-// eventually polls cond until it holds, failing the test after 10 s: only
-// for states nothing signals (accounting the server finishes on its own
-// goroutine after a client went away; a reloaded certificate, seen only by
-// handshaking).
+// eventually polls cond until it holds, failing the test after 20 s: only
+// for states nothing signals, such as accounting the server finishes on a
+// stream's goroutine after its client went away.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

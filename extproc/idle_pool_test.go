@@ -95,23 +95,14 @@ func TestIdlePoolFirstRequest(t *testing.T) {
 
 	// Idle: wait until both servers' interval has decayed past 160 ms and
 	// their values are older than the staleness threshold.
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ready := true
+	eventually(t, "the idle pool's servers to decay", func() bool {
 		for _, e := range pool.Endpoints().Endpoints {
-			m := e.Metrics()
-			ready = ready && m != nil && m.Interval >= 160*time.Millisecond && time.Since(m.ScrapedAt) > staleness
+			if m := e.Metrics(); m == nil || m.Interval < 160*time.Millisecond || time.Since(m.ScrapedAt) <= staleness {
+				return false
+			}
 		}
-		if ready {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the idle pool's servers did not decay")
-		}
-		<-tick.C
-	}
+		return true
+	})
 	// From now on the servers hold every scrape.
 	close(hold)
 
