@@ -30,6 +30,7 @@ import (
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 	"github.com/poolpicker/poolpicker/modelsim"
 	"github.com/poolpicker/poolpicker/scheduling"
@@ -304,13 +305,7 @@ func do(t *testing.T, c *http.Client, g *Gateway, path, body string, hdr map[str
 // eventually polls cond until it holds; for states nothing signals.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 20*time.Second, what, cond)
 }
 
 // fixedPicker is a minimal ext_proc server answering every request with a
