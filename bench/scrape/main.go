@@ -4,10 +4,12 @@
 // port), each held by -pools-per-server pools, at the refresh interval for a
 // while, in each mode in turn: CPU, goroutines, allocations and requests.
 //
-// Modes: "scheduler" is the shared scrape scheduler; "loop" is the previous
-// design, a goroutine and ticker per endpoint of each pool, as the baseline
-// (scrape.Options.PerEndpointLoop); "expfmt" is the scheduler parsing whole
-// pages with expfmt instead of the fast path.
+// Modes: "scheduler" is the shared scrape scheduler with every pool busy;
+// "idle" the same with no pool getting requests, so that the servers decay
+// to -idle-interval; "loop" is the previous design, a goroutine and ticker
+// per endpoint of each pool, as the baseline (scrape.Options.PerEndpointLoop);
+// "expfmt" is the scheduler parsing whole pages with expfmt instead of the
+// fast path.
 //
 //	go run ./bench/scrape -endpoints 1000 -pools-per-server 2 -interval 50ms -duration 20s -modes loop,scheduler,loop,scheduler
 package main
@@ -44,6 +46,7 @@ func main() {
 	pageBytes := flag.Int("page-bytes", vllmpage.DefaultMinBytes, "smallest metrics page served")
 	modes := flag.String("modes", "loop,scheduler", "modes to measure, in order (the first is the baseline of the ratios): scheduler, loop, expfmt")
 	poolsPerServer := flag.Int("pools-per-server", 1, "pools holding each model server")
+	idleInterval := flag.Duration("idle-interval", scrape.DefaultIdleRefreshInterval, "longest interval of an idle pool's servers (the idle mode)")
 	serve := flag.Bool("serve", false, "run as the model-server child")
 	flag.Parse()
 	if *serve {
@@ -53,13 +56,13 @@ func main() {
 		}
 		return
 	}
-	if err := run(*endpoints, *poolsPerServer, *interval, *duration, *warmup, *pageBytes, strings.Split(*modes, ",")); err != nil {
+	if err := run(*endpoints, *poolsPerServer, *interval, *idleInterval, *duration, *warmup, *pageBytes, strings.Split(*modes, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(endpoints, poolsPerServer int, interval, duration, warmup time.Duration, pageBytes int, modes []string) error {
+func run(endpoints, poolsPerServer int, interval, idleInterval, duration, warmup time.Duration, pageBytes int, modes []string) error {
 	// The servers run in a child process so that this process's CPU is the
 	// scraper's alone.
 	child := exec.Command(os.Args[0], "-serve", "-endpoints", strconv.Itoa(endpoints), "-page-bytes", strconv.Itoa(pageBytes))
@@ -87,7 +90,7 @@ func run(endpoints, poolsPerServer int, interval, duration, warmup time.Duration
 		endpoints, poolsPerServer, endpoints*poolsPerServer, interval, duration, pageBytes, runtime.GOMAXPROCS(0))
 	var base *result
 	for _, mode := range modes {
-		r, err := measure(mode, endpoints, poolsPerServer, port, interval, duration, warmup)
+		r, err := measure(mode, endpoints, poolsPerServer, port, interval, idleInterval, duration, warmup)
 		if err != nil {
 			return err
 		}
@@ -123,10 +126,13 @@ func (r result) print() {
 		r.cpuPerScrape.Round(100*time.Nanosecond), r.goroutines, r.allocsPerSec, r.allocsPerEndpointSecond, r.scrapes, r.scrapesPerSec, r.errors, r.fresh, r.poolEndpoints)
 }
 
-func measure(mode string, endpoints, poolsPerServer, port int, interval, duration, warmup time.Duration) (result, error) {
+func measure(mode string, endpoints, poolsPerServer, port int, interval, idleInterval, duration, warmup time.Duration) (result, error) {
 	opts := scrape.Options{RefreshInterval: interval}
+	busy := true
 	switch mode {
 	case "scheduler":
+	case "idle":
+		opts.IdleRefreshInterval, busy = idleInterval, false
 	case "loop":
 		opts.PerEndpointLoop = true
 	case "expfmt":
@@ -154,6 +160,27 @@ func measure(mode string, endpoints, poolsPerServer, port int, interval, duratio
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Start(ctx) }()
+	// Busy pools get a request every 100 ms, as a gateway's would.
+	noting := make(chan struct{})
+	if busy {
+		go func() {
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					close(noting)
+					return
+				case now := <-t.C:
+					for _, p := range pools {
+						p.NoteRequest(now)
+					}
+				}
+			}
+		}()
+	} else {
+		close(noting)
+	}
 	time.Sleep(warmup) // a harness's fixed measuring window, not a wait for an event
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -170,6 +197,7 @@ func measure(mode string, endpoints, poolsPerServer, port int, interval, duratio
 	runtime.ReadMemStats(&ms)
 	after, t1, s1, a1 := cpu(), time.Now(), m.Stats(), ms.Mallocs
 	cancel()
+	<-noting
 	if err := <-done; err != nil {
 		return result{}, err
 	}
