@@ -1,0 +1,65 @@
+package controllers
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// TestWatchDecoders runs a pool's endpoint changes through both watch
+// decoders (the watch's own goroutine, and client-go's watch.Interface) and
+// counts what a watch costs in goroutines.
+func TestWatchDecoders(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		clientGo bool
+		// maxPerWatch bounds the goroutines a watch adds.
+		maxPerWatch float64
+	}{
+		// The watch's goroutine and its HTTP/2 stream's writer.
+		{"own goroutine", false, 2.5},
+		// Plus client-go's decoding goroutine.
+		{"client-go", true, 3.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := env.Namespace(t, "decoder")
+			sel := map[string]string{"app": "m"}
+			createPod(t, ns, "a", sel, ready("10.14.0.1"))
+			b := createPod(t, ns, "b", sel, podState{ip: "10.14.0.2"})
+			r := start(t, nil, Options{Namespaces: []string{ns}, ClientGoWatchDecoder: tc.clientGo})
+			key := datastore.PoolKey{Namespace: ns, Name: "pool"}
+			createPool(t, ns, "pool", sel, []int32{8000})
+			r.waitEndpoints(t, key, "10.14.0.1:8000")
+			setPodStatus(t, b, "10.14.0.2", true)
+			r.waitEndpoints(t, key, "10.14.0.1:8000", "10.14.0.2:8000")
+			deletePod(t, ns, "a")
+			r.waitEndpoints(t, key, "10.14.0.2:8000")
+			// A burst: ten pods at once end in one set with all of them.
+			want := []string{"10.14.0.2:8000"}
+			for i := range 10 {
+				createPod(t, ns, fmt.Sprintf("burst-%d", i), sel, ready(fmt.Sprintf("10.14.1.%d", i+1)))
+				want = append(want, fmt.Sprintf("10.14.1.%d:8000", i+1))
+			}
+			r.waitEndpoints(t, key, want...)
+
+			// Goroutines per watch: twenty more pools, each synced.
+			const pools = 20
+			before := runtime.NumGoroutine()
+			for i := range pools {
+				l := map[string]string{"app": fmt.Sprintf("w%d", i)}
+				createPod(t, ns, fmt.Sprintf("w%d", i), l, ready(fmt.Sprintf("10.14.2.%d", i+1)))
+				createPool(t, ns, fmt.Sprintf("w%d", i), l, []int32{8000})
+			}
+			for i := range pools {
+				r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: fmt.Sprintf("w%d", i)}, fmt.Sprintf("10.14.2.%d:8000", i+1))
+			}
+			per := float64(runtime.NumGoroutine()-before) / pools
+			t.Logf("%.2f goroutines per pod watch", per)
+			if per > tc.maxPerWatch {
+				t.Errorf("%.2f goroutines per pod watch, want at most %.1f", per, tc.maxPerWatch)
+			}
+		})
+	}
+}
