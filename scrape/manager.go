@@ -191,9 +191,10 @@ func (m *Manager) dispatch(ctx context.Context) {
 		m.mu.Lock()
 		var s *server
 		var interval time.Duration
+		var due time.Time
 		if len(m.queue) > 0 && !m.queue[0].next.After(now) {
 			s = heap.Pop(&m.queue).(*server)
-			interval = s.interval
+			interval, due = s.interval, s.next
 			s.running, s.lastStart = true, now
 			s.ctx, s.cancel = context.WithCancel(ctx)
 			s.done = make(chan struct{})
@@ -204,13 +205,13 @@ func (m *Manager) dispatch(ctx context.Context) {
 			<-m.slots
 			continue
 		}
-		go m.scrape(s, now, interval)
+		go m.scrape(s, due, interval)
 	}
 }
 
-// scrape is one scrape of s and the publication of its result to every
-// endpoint resolving to it; interval was the time since the last.
-func (m *Manager) scrape(s *server, started time.Time, interval time.Duration) {
+// scrape is one scrape of s, due at due, and the publication of its result
+// to every endpoint resolving to it; interval was the time since the last.
+func (m *Manager) scrape(s *server, due time.Time, interval time.Duration) {
 	defer m.inflight.Done()
 	met, err := m.fetch(s.ctx, s)
 	// A cancelled scrape is no failure: its server left, or the manager
@@ -236,7 +237,14 @@ func (m *Manager) scrape(s *server, started time.Time, interval time.Duration) {
 	}
 	s.interval = interval
 	if !m.stopped {
-		m.scheduleLocked(s, started.Add(max(interval, m.opts.RefreshInterval)))
+		// From the due time, as a ticker: a scrape started late (no free
+		// slot, a busy machine) does not push every later one back. One due
+		// while this one ran is dropped, as a ticker drops ticks.
+		next := due.Add(max(interval, m.opts.RefreshInterval))
+		if now := time.Now(); next.Before(now) {
+			next = now
+		}
+		m.scheduleLocked(s, next)
 	}
 	m.mu.Unlock()
 	<-m.slots
