@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sync"
@@ -257,7 +258,11 @@ func (m *Manager) nextInterval(prev time.Duration, busy bool) time.Duration {
 	if busy || idle <= r || m.opts.PerEndpointLoop {
 		return r
 	}
-	return min(max(2*prev, r), idle)
+	next := min(max(2*prev, r), idle)
+	// Up to a tenth shorter at random: servers that appeared together
+	// (a picker's start) drift apart instead of being scraped in one burst
+	// every idle interval.
+	return next - time.Duration(rand.Int64N(int64(next/10)+1))
 }
 
 // publish gives the result to the endpoints still resolving to s, and
