@@ -53,8 +53,10 @@ var errNotProtobuf = errors.New("the API server answered a protobuf watch in ano
 
 var (
 	watchEventSerializer = protobuf.NewRawSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme)
-	watchObjectDecoder   = clientgoscheme.Codecs.UniversalDeserializer()
-	frameBuffers         = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+	// The object inside an event is a protobuf-encoded pod (or a Status for
+	// an error): decoded directly, without trying other encodings first.
+	watchObjectDecoder = protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme)
+	frameBuffers       = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 )
 
 // openStreamEvents starts a watch of the namespace's pods with opts through
