@@ -134,7 +134,7 @@ func TestDashboardMetricsExported(t *testing.T) {
 	}
 
 	ports := freePorts(t, 3)
-	cmd := exec.Command(binary, "--kubeconfig="+kubeconfig, "--pool-name=pool", "--pool-namespace="+ns, "--secure-serving=false",
+	cmd := exec.Command(binary, "--kubeconfig="+kubeconfig, "--pool-name=pool", "--pool-namespace="+ns, "--secure-serving=false", "--metrics-endpoint-auth=false",
 		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
 	// Spans go to an OTLP receiver on loopback (--tracing is on by default).
 	otlp := otlptest.Start(t)

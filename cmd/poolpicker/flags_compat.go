@@ -34,8 +34,8 @@ type compatOptions struct {
 	metricsCertDir                   string
 	allowExperimentalPlugins         bool
 	tracing                          bool // startTracing
-	enablePprof                      bool
-	metricsEndpointAuth              bool
+	enablePprof                      bool // metricsServer
+	metricsEndpointAuth              bool // metricsAuthFilter
 	grpcMaxRecvMsgSize               string
 	grpcMaxSendMsgSize               string
 }
@@ -64,9 +64,9 @@ func bindCompatFlags(fs *pflag.FlagSet, o *compatOptions) {
 	fs.BoolVar(&o.tracing, "tracing", true,
 		"Export an OpenTelemetry span per request, configured by the standard OTEL_* environment: OTEL_TRACES_EXPORTER (otlp, console, none; unset: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, else nothing is exported), OTEL_EXPORTER_OTLP_ENDPOINT (gRPC), OTEL_SERVICE_NAME (default poolpicker), OTEL_TRACES_SAMPLER and _ARG (default parentbased_traceidratio, 0.1).")
 	fs.BoolVar(&o.enablePprof, "enable-pprof", true,
-		"Serve Go pprof handlers on the metrics port. Not supported yet; accepted with a warning when set to true.")
+		"Serve Go's pprof profiles under /debug/pprof/ on the metrics port, behind the same authentication as /metrics (--metrics-endpoint-auth; authorized as get on the profile's path).")
 	fs.BoolVar(&o.metricsEndpointAuth, "metrics-endpoint-auth", true,
-		"Require a bearer token allowed to get /metrics. Not supported yet (metrics are served without authentication); accepted with a warning when set to true.")
+		"Require on the metrics port a bearer token (checked with a TokenReview) whose user may get the path (/metrics: a SubjectAccessReview on that non-resource URL); no token 401, no permission 403. Needs create on tokenreviews and subjectaccessreviews. False: metrics are served to anyone who reaches the port.")
 	fs.StringVar(&o.grpcMaxRecvMsgSize, "grpc-max-recv-msg-size", "",
 		"Largest gRPC message the ext_proc server takes (e.g. 20MiB, 25MB, 1048576). A BUFFERED gateway sends a whole request body in one message. Empty: --max-request-body-bytes plus 64 KiB.")
 	fs.StringVar(&o.grpcMaxSendMsgSize, "grpc-max-send-msg-size", "",
@@ -90,13 +90,11 @@ var noEffectFlags = []noEffectFlag{
 	{"allow-experimental-plugins", isValue("false"), "every poolpicker plugin is available without it"},
 	{"disable-endpoint-subset-filter", isValue("false"), "the gateway's endpoint subset hint is always honoured"},
 	{"enable-grpc-stream-metrics", isValue("false"), "poolpicker's request metrics are always exported"},
-	{"enable-pprof", isValue("false"), "pprof is not served yet"},
 	{"endpoint-selector", isEmpty, "pools are always read from InferencePool objects"},
 	{"endpoint-target-ports", isEmpty, "pools are always read from InferencePool objects"},
 	{"grpc-max-send-msg-size", never, "the ext_proc server sends messages up to gRPC's own limit (2 GiB)"},
 	{"metrics-cert-dir", isEmpty, "metrics are served over plain HTTP"},
 	{"metrics-client-ca-file", isEmpty, "metrics are served over plain HTTP"},
-	{"metrics-endpoint-auth", isValue("false"), "metrics are served without authentication"},
 	{"refresh-prometheus-metrics-interval", never, "pool gauges change when their pool does"},
 }
 

@@ -8,17 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -139,7 +136,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitFailed
 	}
 	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
-	if err := checkPermissions(ctx, cfg, &o.controllers); err != nil {
+	if err := checkPermissions(ctx, cfg, &o.controllers, o.compat.metricsEndpointAuth); err != nil {
 		fmt.Fprintf(stderr, "poolpicker: %v\n", err)
 		return exitFailed
 	}
@@ -268,7 +265,13 @@ func (cs *components) wire(cfg *rest.Config, o *options, log logr.Logger) (*cont
 	// controller-runtime's own metrics (reconciles, work queues, client
 	// requests) live in its global registry; serve both on one endpoint.
 	gatherers := prometheus.Gatherers{metrics, crmetrics.Registry}
-	for _, r := range []interface{ Start(context.Context) error }{scraper, server, &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, log: log}} {
+	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.compat.enablePprof, log: log}
+	if o.compat.metricsEndpointAuth {
+		if ms.filter, err = metricsAuthFilter(cfg); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range []interface{ Start(context.Context) error }{scraper, server, ms} {
 		if err := c.Add(runnable{r}); err != nil {
 			return nil, err
 		}
@@ -281,32 +284,3 @@ type runnable struct {
 }
 
 func (r runnable) Start(ctx context.Context) error { return r.r.Start(ctx) }
-
-// metricsServer serves /metrics until its context is cancelled.
-type metricsServer struct {
-	addr     string
-	gatherer prometheus.Gatherer
-	log      logr.Logger
-}
-
-func (s *metricsServer) Start(ctx context.Context) error {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	lis, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("metrics server: %w", err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("metrics server: %w", err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutdownCtx)
-	<-errc
-	return nil
-}

@@ -178,7 +178,7 @@ func waitMetrics(t *testing.T, port int, want ...string) string {
 }
 
 func pickerArgs(ns string, ports []int) []string {
-	return []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=" + ns, "--secure-serving=false",
+	return []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=" + ns, "--secure-serving=false", "--metrics-endpoint-auth=false",
 		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]), "-v=2"}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -18,10 +19,20 @@ const preflightTimeout = 30 * time.Second
 // permission it needs where it will use it, naming each denied one: without
 // it a missing rule shows only as a watch retrying in the logs. The rules of
 // a feature that is off are not asked for.
-func checkPermissions(ctx context.Context, cfg *rest.Config, o *controllers.Options) error {
+func checkPermissions(ctx context.Context, cfg *rest.Config, o *controllers.Options, metricsAuth bool) error {
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	return permissions.Check(ctx, cfg, neededRules(o), permissions.Namespaces{Pools: permissionNamespaces(o), Own: ownNamespace(o)})
+	if err := permissions.Check(ctx, cfg, neededRules(o), permissions.Namespaces{Pools: permissionNamespaces(o), Own: ownNamespace(o)}); err != nil {
+		return err
+	}
+	if !metricsAuth {
+		return nil
+	}
+	// Cluster-scoped: asked for in all namespaces.
+	if err := permissions.Check(ctx, cfg, permissions.MetricsAuthRules, permissions.Namespaces{}); err != nil {
+		return fmt.Errorf("%w\n(or pass --metrics-endpoint-auth=false to serve metrics without authentication)", err)
+	}
+	return nil
 }
 
 // neededRules are the rules of permissions.Rules the enabled features use.

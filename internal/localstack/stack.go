@@ -277,6 +277,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		fmt.Sprintf("--grpc-port=%d", opts.GRPCPort),
 		fmt.Sprintf("--grpc-health-port=%d", opts.HealthPort),
 		fmt.Sprintf("--metrics-port=%d", opts.MetricsPort),
+		// The local stack's tools and tests scrape without a token.
+		"--metrics-endpoint-auth=false",
 	}, opts.PickerArgs...)
 	gwOpts := opts.Gateway
 	if opts.PickerReplicas > 0 {

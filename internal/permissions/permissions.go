@@ -116,6 +116,17 @@ var Rules = []Rule{
 		Why: "record leader changes as Events on the Lease (client-go's leader election)"},
 }
 
+// MetricsAuthRules are what --metrics-endpoint-auth (on by default, as
+// upstream) needs to check each scrape's bearer token. They are cluster-scoped
+// (a ClusterRole bound by a ClusterRoleBinding grants them) and asked for
+// apart from Rules, only when the flag is on.
+var MetricsAuthRules = []Rule{
+	{Group: "authentication.k8s.io", Resource: "tokenreviews", Verbs: []string{"create"},
+		Why: "authenticate the bearer token of a request to the metrics port (--metrics-endpoint-auth)"},
+	{Group: "authorization.k8s.io", Resource: "subjectaccessreviews", Verbs: []string{"create"},
+		Why: "ask whether that token's user may get /metrics, or the pprof path (--metrics-endpoint-auth)"},
+}
+
 // Denied is one verb of a Rule the API server refused.
 type Denied struct {
 	Rule Rule

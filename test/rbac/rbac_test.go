@@ -248,7 +248,7 @@ func TestEachMissingPermissionIsNamed(t *testing.T) {
 				defer cancel()
 				cmd := exec.CommandContext(runCtx, stack.Picker.Path, "--kubeconfig="+kubeconfig,
 					"--watch-namespaces="+poolNS, "--picker-namespace="+ns, "--ha-enable-leader-election", "--provision-picker-services",
-					fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
+					fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]), "--metrics-endpoint-auth=false")
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
 				err = cmd.Run()
@@ -320,7 +320,7 @@ func TestNamespacedInstallWithoutForbidden(t *testing.T) {
 	p := &localstack.Process{Path: stack.Picker.Path, Log: filepath.Join(t.TempDir(), "picker.log"), HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		Args: []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=team-a,team-b",
 			"--picker-namespace=" + saNamespace, "--ha-enable-leader-election", "--provision-picker-services",
-			fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2])}}
+			fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]), "--metrics-endpoint-auth=false"}}
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
