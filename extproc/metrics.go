@@ -23,6 +23,7 @@ type metrics struct {
 	duration     *prometheus.HistogramVec
 	inputTokens  *prometheus.HistogramVec
 	outputTokens *prometheus.HistogramVec
+	cachedTokens *prometheus.HistogramVec
 	// Upstream's other request metrics, same names and buckets.
 	requestSizes  *prometheus.HistogramVec
 	responseSizes *prometheus.HistogramVec
@@ -59,6 +60,11 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 			Help:    "Completion tokens per request, from the model server's usage report.",
 			Buckets: tokenBuckets,
 		}, labels),
+		cachedTokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "inference_objective_prompt_cached_tokens",
+			Help:    "Prompt tokens per request served from the model server's prefix cache (usage.prompt_tokens_details.cached_tokens), when the model server reports them.",
+			Buckets: []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536, 131072, 262144, 524288, 1048576}, // upstream's
+		}, labels),
 		requestSizes: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inference_objective_request_sizes",
 			Help:    "Request body bytes, by model, target model and pool.",
@@ -85,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 		}, []string{"pool"}),
 		models: &labelCap{max: maxModels, seen: map[string]struct{}{}},
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens,
+	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens, m.cachedTokens,
 		m.requestSizes, m.responseSizes, m.running, m.normTPOT, m.schedulerE2E} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -183,6 +189,9 @@ func (m *metrics) completed(l requestLabels, d time.Duration, responseBytes int,
 	if hasUsage {
 		m.inputTokens.WithLabelValues(l.model, l.target, l.pool).Observe(float64(u.PromptTokens))
 		m.outputTokens.WithLabelValues(l.model, l.target, l.pool).Observe(float64(u.CompletionTokens))
+		if u.HasCachedTokens {
+			m.cachedTokens.WithLabelValues(l.model, l.target, l.pool).Observe(float64(u.CachedTokens))
+		}
 		if u.CompletionTokens > 0 {
 			m.normTPOT.WithLabelValues(l.model, l.target, l.pool).Observe(d.Seconds() / float64(u.CompletionTokens))
 		}

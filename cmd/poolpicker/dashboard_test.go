@@ -159,7 +159,7 @@ func TestDashboardMetricsExported(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	gateway(t, conn, []byte(`{"model":"m","prompt":"hello"}`), []byte(`{"choices":[{"text":"hi"}],"usage":{"prompt_tokens":2,"completion_tokens":4}}`))
+	gateway(t, conn, []byte(`{"model":"m","prompt":"hello"}`), []byte(`{"choices":[{"text":"hi"}],"usage":{"prompt_tokens":2,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":1}}}`))
 	gateway(t, conn, []byte(`{"model":`), nil) // refused 400: an error series
 
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2]))
@@ -176,6 +176,7 @@ func TestDashboardMetricsExported(t *testing.T) {
 	for _, series := range []string{
 		fmt.Sprintf(`inference_objective_request_total{model_name="m",pool="%s/pool",target_model_name="m"} 1`, ns),
 		fmt.Sprintf(`inference_objective_running_requests{model_name="m",pool="%s/pool"} 0`, ns),
+		fmt.Sprintf(`inference_objective_prompt_cached_tokens_sum{model_name="m",pool="%s/pool",target_model_name="m"} 1`, ns),
 		fmt.Sprintf(`inference_objective_normalized_time_per_output_token_seconds_count{model_name="m",pool="%s/pool",target_model_name="m"} 1`, ns),
 		fmt.Sprintf(`inference_objective_request_error_total{error_code="BadRequest",model_name="",pool="%s/pool",target_model_name=""} 1`, ns),
 	} {
