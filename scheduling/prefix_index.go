@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,34 @@ type prefixIndex struct {
 	mu        sync.Mutex
 	freeSlots []int32
 	removed   bool
+
+	// missShare is the pool's recent share of prompt tokens its servers
+	// reported not cached, a moving average (float64 bits; 0 until the
+	// first report, when hasMissShare is set).
+	missShare    atomic.Uint64
+	hasMissShare atomic.Bool
+}
+
+// missShareWeight is the weight of one report in the pool's moving
+// average of uncached prompt tokens: about the last hundred requests.
+const missShareWeight = 0.01
+
+// observeMiss folds one report into the pool's share of uncached tokens.
+// Reports race; a lost update of a moving average does not matter.
+func (x *prefixIndex) observeMiss(share float64) {
+	if !x.hasMissShare.Load() {
+		x.missShare.Store(math.Float64bits(share))
+		x.hasMissShare.Store(true)
+		return
+	}
+	old := math.Float64frombits(x.missShare.Load())
+	x.missShare.Store(math.Float64bits(old + missShareWeight*(share-old)))
+}
+
+// recentMissShare is the pool's recent share of uncached prompt tokens
+// (0 before any report).
+func (x *prefixIndex) recentMissShare() float64 {
+	return math.Float64frombits(x.missShare.Load())
 }
 
 // alignedView maps positions of an EndpointSet to endpoint states (nil

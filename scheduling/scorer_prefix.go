@@ -60,6 +60,15 @@ type prefixParams struct {
 	// believed to hold from before the ones it lost are forgotten. Absent:
 	// true.
 	UsageFeedback *bool `json:"usageFeedback"`
+	// QueueMissCost adds to QueueCostTokens what the requests queued ahead
+	// cost in prefill when the pool misses: the pool's recent share of
+	// prompt tokens its servers reported not cached (usage feedback),
+	// times the prompt's tokens, per batch slot. A request waiting behind
+	// requests that each prefill most of their prompt waits longer than
+	// behind cache hits, so under thrashing a holder's queue counts for
+	// more against its cached prefix. False (the plugin default): the
+	// queue costs QueueCostTokens per request however the pool hits.
+	QueueMissCost bool `json:"queueMissCost"`
 }
 
 // prefixCacheScorer scores an endpoint by the share of the prompt's leading
@@ -199,6 +208,12 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 	// Without this, affinity gives way under overload, each miss adds load,
 	// and the pool falls to round-robin's hit rate.
 	perRequest := float64(s.params.QueueCostTokens) / (1 + float64(least)/float64(running))
+	if s.params.QueueMissCost {
+		// Not divided like the above: when the pool misses anyway, a miss
+		// here evicts little that would have hit, and every request
+		// queued ahead costs its prefill.
+		perRequest += st.index.recentMissShare() * promptTokens / float64(running)
+	}
 	for i := range c {
 		matched := float64(st.matchedBlocks(&c[i], states))
 		if matched == 0 {
@@ -216,6 +231,7 @@ type prefixFeedback struct {
 	scorer          *prefixCacheScorer
 	endpoint        *prefixEndpoint
 	predictedBlocks int32
+	promptTokens    int32 // as far as hashed
 	watermark       uint64
 }
 
@@ -232,6 +248,9 @@ func (f *prefixFeedback) observe(cachedTokens int) {
 	}
 	blockTokens := s.params.HashBlockSize / s.params.BytesPerToken
 	predicted := int(f.predictedBlocks) * blockTokens
+	if f.promptTokens > 0 {
+		f.endpoint.idx.observeMiss(1 - min(float64(cachedTokens)/float64(f.promptTokens), 1))
+	}
 	s.agreement.observed.Add(1)
 	s.agreement.predictedTokens.Add(int64(predicted))
 	s.agreement.confirmedTokens.Add(int64(min(cachedTokens, predicted)))
@@ -268,7 +287,7 @@ func candidateLoad(c *Candidate) int64 {
 // PostPick records the prompt's blocks in the primary endpoint's LRU, and
 // leaves on the Result what the index predicted there, for the server's
 // report of cached tokens to check (Result.ObserveCachedTokens).
-func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, _ *Request, res *Result) {
+func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, req *Request, res *Result) {
 	v, _ := cs.Read(s.key)
 	st, ok := v.(*prefixCycle)
 	if !ok || len(res.Endpoints) == 0 || len(st.hashes) == 0 || st.index == nil {
@@ -283,7 +302,8 @@ func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, _ *Reque
 		}
 		watermark := pe.record(st.hashes, capacity, int(predicted))
 		if res.feedback.scorer == nil {
-			res.feedback = prefixFeedback{scorer: s, endpoint: pe, predictedBlocks: predicted, watermark: watermark}
+			res.feedback = prefixFeedback{scorer: s, endpoint: pe, predictedBlocks: predicted, watermark: watermark,
+				promptTokens: int32(min(len(req.Prompt), s.promptBytes()) / s.params.BytesPerToken)}
 		}
 	}
 	// The state is recycled with the CycleState: do not pin the index of a

@@ -596,3 +596,37 @@ func randomBlocks(rnd *rand.Rand, n int) []uint64 {
 	}
 	return p
 }
+
+// TestPrefixScorerQueueMissCost checks that with queueMissCost a holder's
+// queue costs, besides queueCostTokens per request, the prefill the pool's
+// recent misses add per request queued ahead (its share of uncached tokens,
+// as the servers reported, times the prompt's tokens per batch slot).
+func TestPrefixScorerQueueMissCost(t *testing.T) {
+	p := prompt("shared system prompt", 4096) // 1,024 tokens
+	cases := []struct {
+		name      string
+		params    string
+		missShare float64 // -1: no report yet
+		want      float64 // pod 1's score, one request busier than the others
+	}{
+		{"off: queueCostTokens only", `{"queueCostTokens": 128}`, 0.5, 1 - 128.0/1024},
+		{"on, no report yet", `{"queueCostTokens": 128, "queueMissCost": true}`, -1, 1 - 128.0/1024},
+		{"on, the pool hits", `{"queueCostTokens": 128, "queueMissCost": true}`, 0, 1 - 128.0/1024},
+		{"on, half the prompt tokens missed", `{"queueCostTokens": 128, "queueMissCost": true}`, 0.5, 1 - (128.0+512)/1024},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 3, c.params)
+			f.score(p, 1)
+			if c.missShare >= 0 {
+				f.index().observeMiss(c.missShare)
+			}
+			e := f.tp.ep(t, 1)
+			e.AddInFlight(1)
+			defer e.AddInFlight(-1)
+			if got := f.score(p, 0)[1:]; !approxEqual(got, []float64{c.want, 0, 0}) {
+				t.Fatalf("scores %v, want [%v 0 0]", got, c.want)
+			}
+		})
+	}
+}
