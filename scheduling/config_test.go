@@ -75,7 +75,7 @@ schedulingProfiles:
 					t.Fatalf("profile %+v", p)
 				}
 				ps := p.scorers[2].Scorer.(*prefixCacheScorer)
-				if ps.params.HashBlockSize != 32 || ps.params.MaxPrefixBlocksToMatch != 128 || ps.params.LRUCapacityPerServer != 1000 || !*ps.params.AutoTune {
+				if ps.params.HashBlockSize != 32 || ps.params.MaxPrefixBlocksToMatch != 128 || ps.params.LRUCapacityPerServer != 1000 || !*ps.params.AutoTune || !*ps.params.UsageFeedback || ps.params.QueueMissCost {
 					t.Fatalf("prefix params %+v", ps.params)
 				}
 			},
