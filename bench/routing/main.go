@@ -8,7 +8,7 @@
 // seeded requests: poolpicker's default profile, round-robin, least-queue
 // and the reference EPP's default weights built from poolpicker's plugins.
 //
-//	go run ./bench/routing -time-scale 1 -requests 400 -svg site-src/images/routing-sweep.svg -markdown /tmp/routing.md
+//	go run ./bench/routing -time-scale 2 -requests 300 -svg site-src/images/routing-sweep.svg -markdown /tmp/routing.md -json /tmp/routing.json
 //
 // The servers run -time-scale times faster than the costs they simulate;
 // every figure is reported in simulated time. It prints TTFT p50/p90/p99,
