@@ -19,6 +19,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -26,6 +27,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -82,6 +84,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	svg := fs.String("svg", "", "write the plot (SVG) to this file")
 	markdown := fs.String("markdown", "", "write the table (Markdown) to this file")
 	jsonOut := fs.String("json", "", "write the results (JSON) to this file")
+	fromJSON := fs.String("from-json", "", "run nothing: read results written by -json (several files, comma-separated, e.g. a sweep run in pieces) and write the table and plot of them all")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -120,6 +123,15 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
+	if *fromJSON != "" {
+		all, err := readResults(strings.Split(*fromJSON, ","))
+		if err != nil {
+			fmt.Fprintf(stderr, "-from-json: %v\n", err)
+			return 1
+		}
+		printResults(stdout, all, true)
+		return writeOutputs(stderr, all, c, *markdown, *svg, "")
+	}
 	fmt.Fprintf(stdout, "fleet: %d servers × %d slots, KV %d blocks × %d tokens; prompts %d+%d tokens, %d out; service %v at full hit, capacity %.1f req/s (simulated; time scale %g)\n",
 		c.servers, c.slots, c.kvBlocks, c.blockTokens, c.prefixTokens, c.suffixTokens, c.outputTokens, c.serviceTime().Round(time.Millisecond), c.capacity(), c.timeScale)
 	var all []result
@@ -139,26 +151,66 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 			all = append(all, rs...)
 		}
 	}
-	if *markdown != "" {
-		if err := os.WriteFile(*markdown, []byte(markdownTable(all)), 0o644); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
+	return writeOutputs(stderr, all, c, *markdown, *svg, *jsonOut)
+}
+
+// writeOutputs writes the table, plot and JSON of the results to the files
+// named (empty: not written).
+func writeOutputs(stderr io.Writer, all []result, c sweepConfig, markdown, svg, jsonOut string) int {
+	var groups []int
+	var routers []router
+	for _, r := range all {
+		if !slices.Contains(groups, r.groups) {
+			groups = append(groups, r.groups)
+		}
+		if !slices.ContainsFunc(routers, func(x router) bool { return x.name == r.router }) {
+			routers = append(routers, router{name: r.router})
 		}
 	}
-	if *svg != "" {
-		if err := os.WriteFile(*svg, []byte(plot(all, c.groups, c.routers)), 0o644); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
+	outputs := []struct {
+		file string
+		text func() string
+	}{
+		{markdown, func() string { return markdownTable(all) }},
+		{svg, func() string { return plot(all, groups, routers) }},
+		{jsonOut, func() string { b, _ := json.MarshalIndent(exported(all), "", "  "); return string(b) }},
 	}
-	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(exported(all), "", "  ")
-		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
+	for _, o := range outputs {
+		if o.file == "" {
+			continue
+		}
+		if err := os.WriteFile(o.file, []byte(o.text()), 0o644); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
 	}
 	return 0
+}
+
+// readResults reads the results of -json files, ordered by G and load
+// (routers in the order read).
+func readResults(files []string) ([]result, error) {
+	var all []result
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var rs []exportedResult
+		if err := json.Unmarshal(b, &rs); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		for _, e := range rs {
+			all = append(all, e.result())
+		}
+	}
+	slices.SortStableFunc(all, func(a, b result) int {
+		if a.groups != b.groups {
+			return a.groups - b.groups
+		}
+		return cmp.Compare(a.load, b.load)
+	})
+	return all, nil
 }
 
 func (c *sweepConfig) check() error {
@@ -283,6 +335,13 @@ type exportedResult struct {
 	PredictedTokens int64   `json:"index_predicted_tokens"`
 	ConfirmedTokens int64   `json:"index_confirmed_tokens"`
 	QueueSpread     float64 `json:"queue_spread"`
+}
+
+func (e exportedResult) result() result {
+	d := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	return result{groups: e.Groups, load: e.Load, rate: e.Rate, router: e.Router, ttft50: d(e.TTFT50), ttft90: d(e.TTFT90), ttft99: d(e.TTFT99),
+		e2e90: d(e.E2E90), critTTFT90: d(e.CritTTFT90), hitRate: e.HitRate, throughput: e.Throughput, shed: e.Shed, sheddable: e.Sheddable,
+		failed: e.Failed, unfinished: e.Unfinished, predicted: e.PredictedTokens, confirmed: e.ConfirmedTokens, queueSpread: e.QueueSpread}
 }
 
 func exported(rs []result) []exportedResult {

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -79,16 +82,44 @@ func TestFlagErrors(t *testing.T) {
 func TestPlotAndTable(t *testing.T) {
 	rs := []result{
 		{groups: 6, load: 0.5, router: "poolpicker", ttft50: 90 * time.Millisecond, hitRate: 0.96},
-		{groups: 6, load: 0.8, router: "poolpicker", ttft50: 2 * time.Second, hitRate: 0.9},
 		{groups: 6, load: 0.5, router: "round-robin", ttft50: time.Second, hitRate: 0.7},
+		{groups: 6, load: 0.8, router: "poolpicker", ttft50: 2 * time.Second, hitRate: 0.9},
 		{groups: 6, load: 0.8, router: "round-robin", ttft50: 30 * time.Second, hitRate: 0.7},
 	}
 	svg := plot(rs, []int{6}, allRouters[:2])
-	if !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<polyline") != 4 || !strings.Contains(svg, "round-robin") {
+	// Two routers on each of four rows (TTFT, hit rate, critical TTFT, shed).
+	if !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<polyline") != 8 || !strings.Contains(svg, "round-robin") {
 		t.Fatalf("svg:\n%s", svg)
 	}
 	md := markdownTable(rs)
 	if strings.Count(md, "\n") != 6 || !strings.Contains(md, "| 6 | 80% |") {
 		t.Fatalf("table:\n%s", md)
+	}
+
+	// Results written by -json, in two pieces (by load), come back whole
+	// and in order with -from-json.
+	dir := t.TempDir()
+	var files []string
+	for i, piece := range [][]result{rs[2:], rs[:2]} {
+		b, err := json.Marshal(exported(piece))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, fmt.Sprintf("piece%d.json", i))
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	mdFile := filepath.Join(dir, "table.md")
+	var stdout, stderr bytes.Buffer
+	if code := mainCode([]string{"-from-json", strings.Join(files, ","), "-markdown", mdFile}, &stdout, &stderr); code != 0 {
+		t.Fatalf("-from-json: exit %d: %s", code, stderr.String())
+	}
+	if got, err := os.ReadFile(mdFile); err != nil || string(got) != md {
+		t.Fatalf("table from JSON (%v):\n%s\nwant:\n%s", err, got, md)
+	}
+	if code := mainCode([]string{"-from-json", filepath.Join(dir, "missing.json")}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "-from-json:") {
+		t.Fatalf("missing file: exit %d, stderr %q", code, stderr.String())
 	}
 }

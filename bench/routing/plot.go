@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// plot draws the sweep as an SVG: one column of panels per G, TTFT p50
-// (log scale) on top, hit rate below, offered load across, a line per
-// router.
+// plot draws the sweep as an SVG: one column of panels per G, rows of TTFT
+// p50 (log scale), hit rate, critical requests' TTFT p90 and the share of
+// sheddable requests answered 429, offered load across, a line per router.
 func plot(rs []result, groups []int, routers []router) string {
 	const (
 		panelW, panelH = 220, 170
@@ -17,8 +17,22 @@ func plot(rs []result, groups []int, routers []router) string {
 		legendH        = 30
 	)
 	colors := []string{"#d62728", "#7f7f7f", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"}
+	type metric struct {
+		title string
+		value func(result) float64
+		lo    float64
+		hi    float64
+		log   bool
+		ticks []float64
+	}
+	metrics := []metric{
+		{"TTFT p50 (s, log)", func(r result) float64 { return r.ttft50.Seconds() }, 0.01, 100, true, []float64{0.01, 0.1, 1, 10, 100}},
+		{"prefix-cache hit rate", func(r result) float64 { return r.hitRate }, 0, 1, false, []float64{0, 0.25, 0.5, 0.75, 1}},
+		{"critical TTFT p90 (s, log)", func(r result) float64 { return r.critTTFT90.Seconds() }, 0.01, 100, true, []float64{0.01, 0.1, 1, 10, 100}},
+		{"sheddable answered 429", func(r result) float64 { return float64(r.shed) / float64(max(r.sheddable, 1)) }, 0, 1, false, []float64{0, 0.25, 0.5, 0.75, 1}},
+	}
 	width := left + len(groups)*(panelW+gapX)
-	height := top + 2*(panelH+gapY) + legendH
+	height := top + len(metrics)*(panelH+gapY) + legendH
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
@@ -34,18 +48,6 @@ func plot(rs []result, groups []int, routers []router) string {
 			return panelW / 2
 		}
 		return 15 + float64(i)*(panelW-30)/float64(len(loads)-1)
-	}
-	type metric struct {
-		title string
-		value func(result) float64
-		lo    float64
-		hi    float64
-		log   bool
-		ticks []float64
-	}
-	metrics := []metric{
-		{"TTFT p50 (s, log)", func(r result) float64 { return r.ttft50.Seconds() }, 0.01, 100, true, []float64{0.01, 0.1, 1, 10, 100}},
-		{"prefix-cache hit rate", func(r result) float64 { return r.hitRate }, 0, 1, false, []float64{0, 0.25, 0.5, 0.75, 1}},
 	}
 	for row, m := range metrics {
 		yOf := func(v float64) float64 {
