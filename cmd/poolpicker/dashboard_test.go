@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -134,23 +133,12 @@ func TestDashboardMetricsExported(t *testing.T) {
 	}
 
 	ports := freePorts(t, 3)
-	cmd := exec.Command(binary, "--kubeconfig="+kubeconfig, "--pool-name=pool", "--pool-namespace="+ns, "--secure-serving=false", "--metrics-endpoint-auth=false",
-		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
 	// Spans go to an OTLP receiver on loopback (--tracing is on by default).
 	otlp := otlptest.Start(t)
-	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+otlp.Endpoint, "OTEL_TRACES_SAMPLER=always_on", "OTEL_BSP_SCHEDULE_DELAY=50")
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}()
-	waitHealthServing(t, ports[1], exited, &stderr, "readiness")
+	exited, stderr := startBinary(t, []string{"--kubeconfig=" + kubeconfig, "--pool-name=pool", "--pool-namespace=" + ns, "--secure-serving=false", "--metrics-endpoint-auth=false",
+		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2])},
+		append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+otlp.Endpoint, "OTEL_TRACES_SAMPLER=always_on", "OTEL_BSP_SCHEDULE_DELAY=50"))
+	waitHealthServing(t, ports[1], exited, stderr, "readiness")
 	// Pool gauges need a scrape of the model server.
 	waitMetrics(t, ports[2], fmt.Sprintf(`inference_pool_average_queue_size{name="pool",namespace="%s"} 1`, ns))
 

@@ -177,6 +177,26 @@ func waitMetrics(t *testing.T, port int, want ...string) string {
 	return ""
 }
 
+// startBinary runs the built binary with args and env (nil: this process's)
+// until the test ends; exited is closed when it exits.
+func startBinary(t *testing.T, args, env []string) (exited <-chan struct{}, stderr *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = env
+	stderr = &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	return done, stderr
+}
+
 func pickerArgs(ns string, ports []int) []string {
 	return []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=" + ns, "--secure-serving=false", "--metrics-endpoint-auth=false",
 		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]), "-v=2"}

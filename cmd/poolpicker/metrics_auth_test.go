@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -60,21 +59,10 @@ func TestMetricsEndpointAuth(t *testing.T) {
 	}
 
 	ports := freePorts(t, 3)
-	cmd := exec.Command(binary, "--kubeconfig="+kubeconfig, "--watch-namespaces="+ns, "--secure-serving=false", "--tracing=false",
-		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}()
+	exited, stderr := startBinary(t, []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=" + ns, "--secure-serving=false", "--tracing=false",
+		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2])}, nil)
 	// Readiness follows the pool controller, started with the metrics server.
-	waitHealthServing(t, ports[1], exited, &stderr, "readiness")
+	waitHealthServing(t, ports[1], exited, stderr, "readiness")
 
 	get := func(path, token string) (int, string) {
 		req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", ports[2], path), nil)

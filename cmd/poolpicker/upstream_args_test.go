@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -122,23 +121,12 @@ func TestUpstreamArgumentsStart(t *testing.T) {
 			// last occurrence of a flag wins.
 			args = append(args, "--kubeconfig="+kubeconfig, fmt.Sprintf("--grpc-port=%d", ports[0]),
 				fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
-			cmd := exec.Command(binary, args...)
+			var env []string
 			for _, e := range d.env {
-				cmd.Env = append(cmd.Env, strings.ReplaceAll(e, "=NS", "="+ns))
+				env = append(env, strings.ReplaceAll(e, "=NS", "="+ns))
 			}
-			cmd.Env = append(cmd.Env, "PATH="+os.Getenv("PATH"))
-			var stderr syncBuffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(exited) }()
-			defer func() {
-				_ = cmd.Process.Kill()
-				<-exited
-			}()
-			waitHealthServing(t, ports[1], exited, &stderr, "inference-extension", "readiness", "liveness", "", "envoy.service.ext_proc.v3.ExternalProcessor")
+			exited, stderr := startBinary(t, args, append(env, "PATH="+os.Getenv("PATH")))
+			waitHealthServing(t, ports[1], exited, stderr, "inference-extension", "readiness", "liveness", "", "envoy.service.ext_proc.v3.ExternalProcessor")
 			for _, w := range d.warns {
 				if !strings.Contains(stderr.String(), w) {
 					t.Errorf("no warning %q; stderr:\n%s", w, stderr.String())
