@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,8 +122,12 @@ func runPicks(b *testing.B, s *Scheduler, pool *datastore.Pool, next func(i int)
 	b.ReportMetric(float64(cpu[len(cpu)*99/100]), "p99-cpu-ns")
 }
 
-func benchSchedule(b *testing.B, config string, novel bool) {
-	s := mustScheduler(b, config, Options{MetricsStaleness: time.Hour})
+func benchSchedule(b *testing.B, config string, novel bool, opts ...func(*Options)) {
+	o := Options{MetricsStaleness: time.Hour}
+	for _, f := range opts {
+		f(&o)
+	}
+	s := mustScheduler(b, config, o)
 	tp := benchPool(b, s)
 	prompts := benchPrompts()
 	reqs := make([]Request, len(prompts))
@@ -157,6 +162,17 @@ func benchSchedule(b *testing.B, config string, novel bool) {
 // BenchmarkScheduleDefaultProfile: the full default profile, prompts whose
 // blocks are all cached (steady state of recurring conversations).
 func BenchmarkScheduleDefaultProfile(b *testing.B) { benchSchedule(b, "", false) }
+
+// BenchmarkScheduleDefaultProfileTimed: the same with every plugin call
+// timed (Options.PluginDuration), as cmd/poolpicker runs it.
+func BenchmarkScheduleDefaultProfileTimed(b *testing.B) {
+	var total atomic.Int64
+	benchSchedule(b, "", false, func(o *Options) {
+		o.PluginDuration = func(string, TypedName) func(time.Duration) {
+			return func(d time.Duration) { total.Add(int64(d)) }
+		}
+	})
+}
 
 // BenchmarkScheduleNovelSuffix: the default profile with 2000-block LRUs;
 // every prompt ends in 1 KB never seen, so each pick records 16 new blocks

@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"time"
 )
 
 // profile is a built scheduling profile: what runs, in order.
@@ -14,6 +15,40 @@ type profile struct {
 	// maxNumOfEndpoints); 0: Options.MaxEndpoints.
 	pickerMax   int
 	postPickers []PostPicker
+	timers      pluginTimers
+}
+
+// pluginTimers record each plugin call's duration (Options.PluginDuration),
+// by position in the profile's filters and scorers; nil: not timed.
+type pluginTimers struct {
+	filters, scorers, picker []func(time.Duration)
+}
+
+func (t *pluginTimers) start() time.Time {
+	if t.picker == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+func (t *pluginTimers) observe(fs []func(time.Duration), i int, start time.Time) {
+	if fs != nil {
+		fs[i](time.Since(start))
+	}
+}
+
+// timePlugins resolves every plugin's duration recorder once.
+func (p *profile) timePlugins(newTimer func(extensionPoint string, plugin TypedName) func(time.Duration)) {
+	if newTimer == nil {
+		return
+	}
+	for _, f := range p.filters {
+		p.timers.filters = append(p.timers.filters, newTimer(FilterExtensionPoint, f.TypedName()))
+	}
+	for _, s := range p.scorers {
+		p.timers.scorers = append(p.timers.scorers, newTimer(ScorerExtensionPoint, s.TypedName()))
+	}
+	p.timers.picker = []func(time.Duration){newTimer(PickerExtensionPoint, p.picker.TypedName())}
 }
 
 type weightedScorer struct {
@@ -120,6 +155,7 @@ func buildProfiles(cfg *Config, opts Options) (*builtConfig, error) {
 			prof.picker = p.(Picker)
 			b.plugins = append(b.plugins, p)
 		}
+		prof.timePlugins(opts.PluginDuration)
 		b.profiles[ps.Name] = prof
 	}
 	return b, nil

@@ -55,7 +55,20 @@ type Options struct {
 	Rand func() uint64
 	// Logger receives the scheduler's logs (keys pool, request). Zero: discard.
 	Logger logr.Logger
+	// PluginDuration, when set, is asked once per plugin of every profile,
+	// when the scheduler is built, for the function that records how long
+	// each call of that plugin took; extensionPoint is upstream's name for
+	// the call (Filter, Scorer, Picker). Resolving it up front keeps a label
+	// lookup off the pick path. Nil: plugins are not timed.
+	PluginDuration func(extensionPoint string, plugin TypedName) func(time.Duration)
 }
+
+// Extension points as upstream's plugin duration metric names them.
+const (
+	FilterExtensionPoint = "Filter"
+	ScorerExtensionPoint = "Scorer"
+	PickerExtensionPoint = "Picker"
+)
 
 func (o *Options) setDefaults() {
 	if o.MaxEndpoints <= 0 {
@@ -224,8 +237,10 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 
 	prof := s.profileFor(pool)
 	cands := cs.candidates
-	for _, f := range prof.filters {
+	for i, f := range prof.filters {
+		start := prof.timers.start()
 		cands = f.Filter(ctx, cs, req, cands)
+		prof.timers.observe(prof.timers.filters, i, start)
 		if len(cands) == 0 {
 			return nil, ErrNoEndpoints("pool %s: filter %q left no endpoint (of %d) for the request", pool.Key, f.TypedName().Name, len(eps.Endpoints))
 		}
@@ -235,9 +250,11 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	totals := grow(&cs.totals, len(cands))
 	scores := grow(&cs.scores, len(cands))
 	clear(totals)
-	for _, ws := range prof.scorers {
+	for i, ws := range prof.scorers {
 		clear(scores)
+		start := prof.timers.start()
 		ws.Score(ctx, cs, req, cands, scores)
+		prof.timers.observe(prof.timers.scorers, i, start)
 		for i, v := range scores {
 			totals[i] += ws.weight * clamp01(v)
 		}
@@ -249,6 +266,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	}
 	n = min(n, len(cands))
 	picked := cs.picked[:0]
+	start := prof.timers.start()
 	if known > 0 {
 		picked = prof.picker.Pick(ctx, cs, req, cands[:known], totals[:known], min(n, known), picked)
 	}
@@ -261,6 +279,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 			picked[i] += known
 		}
 	}
+	prof.timers.observe(prof.timers.picker, 0, start)
 	cs.picked = picked
 	if len(picked) == 0 {
 		return nil, ErrNoEndpoints("pool %s: picker %q chose no endpoint", pool.Key, prof.picker.TypedName().Name)

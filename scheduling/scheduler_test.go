@@ -693,3 +693,39 @@ func TestScheduleDeferredLearnsAtCommit(t *testing.T) {
 	var none *Result
 	none.Commit() // nil-safe, as after an error
 }
+
+func TestPluginDurationTimesEveryCall(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[string]int{}
+	asked := map[string]int{}
+	s := mustScheduler(t, "", Options{PluginDuration: func(point string, p TypedName) func(time.Duration) {
+		key := point + "/" + p.Name
+		asked[key]++
+		return func(d time.Duration) {
+			if d < 0 {
+				t.Errorf("%s: negative duration %v", key, d)
+			}
+			mu.Lock()
+			calls[key]++
+			mu.Unlock()
+		}
+	}})
+	tp := newTestPool(t, 3, s)
+	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	for range 2 {
+		if _, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: prompt("hello", 64)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{
+		FilterExtensionPoint + "/subset-filter",
+		ScorerExtensionPoint + "/prefix-cache-scorer",
+		ScorerExtensionPoint + "/queue-scorer",
+		PickerExtensionPoint + "/max-score-picker",
+	} {
+		// Bound once when the scheduler is built, then called per request.
+		if asked[key] != 1 || calls[key] != 2 {
+			t.Errorf("%s: asked %d times, called %d times; want 1 and 2 (asked %v, called %v)", key, asked[key], calls[key], asked, calls)
+		}
+	}
+}

@@ -167,6 +167,10 @@ func TestDashboardMetricsExported(t *testing.T) {
 		fmt.Sprintf(`inference_objective_prompt_cached_tokens_sum{model_name="m",pool="%s/pool",target_model_name="m"} 1`, ns),
 		fmt.Sprintf(`inference_objective_normalized_time_per_output_token_seconds_count{model_name="m",pool="%s/pool",target_model_name="m"} 1`, ns),
 		fmt.Sprintf(`inference_objective_request_error_total{error_code="BadRequest",model_name="",pool="%s/pool",target_model_name=""} 1`, ns),
+		// The one routed request went through each plugin of the default profile once.
+		`inference_extension_plugin_duration_seconds_count{extension_point="Filter",plugin_name="subset-filter",plugin_type="subset-filter"} 1`,
+		`inference_extension_plugin_duration_seconds_count{extension_point="Scorer",plugin_name="prefix-cache-scorer",plugin_type="prefix-cache-scorer"} 1`,
+		`inference_extension_plugin_duration_seconds_count{extension_point="Picker",plugin_name="max-score-picker",plugin_type="max-score-picker"} 1`,
 	} {
 		if !strings.Contains(string(body), series) {
 			t.Errorf("/metrics lacks %s", series)

@@ -205,8 +205,12 @@ func build(o *options, log logr.Logger) (*components, error) {
 	// registry, served beside this one.
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(newBuildInfoGauge(), newExtensionInfoGauge())
+	var err error
 
 	o.scheduling.Logger = log.WithName("scheduling")
+	if o.scheduling.PluginDuration, err = newPluginDurations(metrics); err != nil {
+		return nil, err
+	}
 	cfg, err := o.scheduling.LoadConfig()
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
