@@ -191,7 +191,7 @@ func buildPolicy(objectives []v1alpha2.InferenceObjective, rewrites []v1alpha2.I
 				if t.Weight != nil {
 					w = *t.Weight
 				}
-				targets = append(targets, datastore.RewriteTarget{Model: t.ModelRewrite, Weight: w})
+				targets = append(targets, datastore.RewriteTarget{Model: t.ModelRewrite, Weight: w, Rewrite: rw.Name})
 			}
 			for _, match := range rule.Matches {
 				if match.Model.Type != nil && *match.Model.Type != v1alpha2.MatchExact {

@@ -92,9 +92,9 @@ func TestPolicyPublishedAndAccepted(t *testing.T) {
 	r.waitPolicy(t, key, &datastore.Policy{
 		Objectives: map[string]int{"critical": 10, "batch": -1, "plain": 0},
 		Rewrites: map[string][]datastore.RewriteTarget{
-			"llama":      {{Model: "llama-v2", Weight: 90}, {Model: "llama-v3", Weight: 10}},
-			"mistral":    {{Model: "mistral-lora"}},
-			"mistral-7b": {{Model: "mistral-lora"}},
+			"llama":      {{Model: "llama-v2", Weight: 90, Rewrite: "a-canary"}, {Model: "llama-v3", Weight: 10, Rewrite: "a-canary"}},
+			"mistral":    {{Model: "mistral-lora", Rewrite: "b-later"}},
+			"mistral-7b": {{Model: "mistral-lora", Rewrite: "b-later"}},
 		},
 	})
 	for _, o := range []client.Object{critical, batch, plain, canary, later} {
@@ -119,9 +119,9 @@ func TestPolicyPublishedAndAccepted(t *testing.T) {
 	r.waitPolicy(t, key, &datastore.Policy{
 		Objectives: map[string]int{"batch": -5},
 		Rewrites: map[string][]datastore.RewriteTarget{
-			"llama":      {{Model: "ignored"}},
-			"mistral":    {{Model: "mistral-lora"}},
-			"mistral-7b": {{Model: "mistral-lora"}},
+			"llama":      {{Model: "ignored", Rewrite: "b-later"}},
+			"mistral":    {{Model: "mistral-lora", Rewrite: "b-later"}},
+			"mistral-7b": {{Model: "mistral-lora", Rewrite: "b-later"}},
 		},
 	})
 	r.waitAccepted(t, plain, metav1.ConditionFalse, v1alpha2.ReasonPoolNotFound)
@@ -139,7 +139,7 @@ func TestPolicyForMissingPool(t *testing.T) {
 	// The pool appears: the same objects become accepted and its policy is published.
 	key := datastore.PoolKey{Namespace: ns, Name: "later"}
 	createPool(t, ns, "later", map[string]string{"app": "m"}, []int32{8000})
-	r.waitPolicy(t, key, &datastore.Policy{Objectives: map[string]int{"o": 3}, Rewrites: map[string][]datastore.RewriteTarget{"a": {{Model: "b"}}}})
+	r.waitPolicy(t, key, &datastore.Policy{Objectives: map[string]int{"o": 3}, Rewrites: map[string][]datastore.RewriteTarget{"a": {{Model: "b", Rewrite: "rw"}}}})
 	r.waitAccepted(t, obj, metav1.ConditionTrue, v1alpha2.ReasonAccepted)
 	r.waitAccepted(t, rw, metav1.ConditionTrue, v1alpha2.ReasonAccepted)
 
@@ -180,8 +180,8 @@ func TestBuildPolicy(t *testing.T) {
 		{name: "oldest object wins, then first rule; non-exact matches ignored",
 			rewrites: []v1alpha2.InferenceModelRewrite{*newer, *nonExact, *older},
 			want: &datastore.Policy{Objectives: map[string]int{}, Rewrites: map[string][]datastore.RewriteTarget{
-				"m": {{Model: "from-older", Weight: 5}},
-				"n": {{Model: "second-rule"}},
+				"m": {{Model: "from-older", Weight: 5, Rewrite: "z-older"}},
+				"n": {{Model: "second-rule", Rewrite: "z-older"}},
 			}}},
 	}
 	for _, tc := range cases {

@@ -83,8 +83,8 @@ func TestPolicyBothGroups(t *testing.T) {
 	r.waitPolicy(t, key, &datastore.Policy{
 		Objectives: map[string]int{"shared": 7, "batch": -3, "explicit": 2},
 		Rewrites: map[string][]datastore.RewriteTarget{
-			"llama":   {{Model: "llama-lora"}},
-			"mistral": {{Model: "mistral-lora"}},
+			"llama":   {{Model: "llama-lora", Rewrite: "rw"}},
+			"mistral": {{Model: "mistral-lora", Rewrite: "xrw"}},
 		},
 	})
 	if string(cur.Spec.PoolRef.Group) != llmdv1alpha2.GroupVersion.Group {
@@ -149,7 +149,7 @@ func TestPolicyOneGroup(t *testing.T) {
 				}
 			}
 			r.waitPolicy(t, datastore.PoolKey{Namespace: ns, Name: "pool"}, &datastore.Policy{
-				Objectives: map[string]int{"o": 4}, Rewrites: map[string][]datastore.RewriteTarget{"a": {{Model: "b"}}}})
+				Objectives: map[string]int{"o": 4}, Rewrites: map[string][]datastore.RewriteTarget{"a": {{Model: "b", Rewrite: "rw"}}}})
 			for _, o := range objs[2:] {
 				r.waitFor(t, o.GetName()+" accepted", func() bool {
 					s, _ := acceptedIn(t, e.Client, o)

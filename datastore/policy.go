@@ -14,6 +14,8 @@ type Policy struct {
 type RewriteTarget struct {
 	Model  string
 	Weight int32
+	// Rewrite names the InferenceModelRewrite the target comes from.
+	Rewrite string
 }
 
 // Priority returns the priority of the named objective, 0 when unknown or unnamed.

@@ -30,6 +30,7 @@ type metrics struct {
 	running       *prometheus.GaugeVec
 	normTPOT      *prometheus.HistogramVec
 	schedulerE2E  *prometheus.HistogramVec
+	rewrites      *prometheus.CounterVec
 	models        *labelCap
 }
 
@@ -89,10 +90,14 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 			Help:    "Time the scheduler took to pick for one request, by pool.",
 			Buckets: []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1},
 		}, []string{"pool"}),
+		rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inference_extension_model_rewrite_decisions_total",
+			Help: "Requests whose model an InferenceModelRewrite rewrote, by rewrite, requested model, target model and pool.",
+		}, []string{"model_rewrite_name", "model_name", "target_model", "pool"}),
 		models: &labelCap{max: maxModels, seen: map[string]struct{}{}},
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens, m.cachedTokens,
-		m.requestSizes, m.responseSizes, m.running, m.normTPOT, m.schedulerE2E} {
+		m.requestSizes, m.responseSizes, m.running, m.normTPOT, m.schedulerE2E, m.rewrites} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -151,6 +156,12 @@ func (m *metrics) routed(l requestLabels, bodyBytes int) {
 // ended undoes routed's running count, once per routed request.
 func (m *metrics) ended(l requestLabels) {
 	m.running.WithLabelValues(l.model, l.pool).Dec()
+}
+
+// rewritten counts a model rewrite; rewrite names are bounded by the
+// InferenceModelRewrite objects, models by the label cap.
+func (m *metrics) rewritten(rewrite string, l requestLabels) {
+	m.rewrites.WithLabelValues(rewrite, l.model, l.target, l.pool).Inc()
 }
 
 func (m *metrics) scheduled(pool string, d time.Duration) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -39,7 +40,7 @@ func TestRealScheduler(t *testing.T) {
 		f.add(i, poolNS(i), poolName(i), poolSvc(i), 9002, 4)
 	}
 	f.pools[3].SetPolicy(&datastore.Policy{
-		Rewrites:   map[string][]datastore.RewriteTarget{"alias": {{Model: "base-v2", Weight: 100}}},
+		Rewrites:   map[string][]datastore.RewriteTarget{"alias": {{Model: "base-v2", Weight: 100, Rewrite: "alias-to-v2"}}},
 		Objectives: map[string]int{"batch": -1},
 	})
 	ts := startServer(t, reg, sched, Options{Insecure: true, EnableConformanceTestBehaviors: true})
@@ -185,6 +186,8 @@ func TestRealScheduler(t *testing.T) {
 	})
 
 	t.Run("rewrite and shed", func(t *testing.T) {
+		decisions := ts.srv.metrics.rewrites.WithLabelValues("alias-to-v2", "alias", "base-v2", poolNS(3)+"/"+poolName(3))
+		before := testutil.ToFloat64(decisions)
 		g := ts.open(t, authorityOf(3), nil)
 		body := []byte(`{"model":"alias","prompt":"x"}`)
 		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions", hdr{"content-length", strconv.Itoa(len(body)), true}), false), duplex, duplex))
@@ -196,6 +199,9 @@ func TestRealScheduler(t *testing.T) {
 			t.Fatalf("body %s", b)
 		}
 		g.expectEOF()
+		if got := testutil.ToFloat64(decisions) - before; got != 1 {
+			t.Errorf("inference_extension_model_rewrite_decisions_total rose by %v for the rewritten request, want 1", got)
+		}
 
 		// Saturate the pool: every endpoint's queue is deep and its KV cache full.
 		for _, e := range f.pools[3].Endpoints().Endpoints {

@@ -567,6 +567,9 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		target = sreq.Model
 	}
 	st.setLabels(requested, target)
+	if res.ModelRewrite != "" {
+		st.s.metrics.rewritten(res.ModelRewrite, st.labels)
+	}
 
 	var sb strings.Builder
 	n := len(res.Endpoints) - 1

@@ -110,6 +110,8 @@ type CycleState struct {
 	Pool *datastore.Pool
 	// TargetModel is the request's model after the pool's rewrite rules.
 	TargetModel string
+	// modelRewrite names the rewrite that chose TargetModel, if any.
+	modelRewrite string
 	// Priority is the request's priority from its InferenceObjective.
 	Priority int
 	// Endpoints is the pool's endpoint snapshot the cycle schedules from.
@@ -190,7 +192,7 @@ func (cs *CycleState) reset(pool *datastore.Pool, opts *Options) {
 	cs.queueThreshold = opts.QueueDepthThreshold
 	cs.kvThreshold = opts.KVCacheUtilThreshold
 	cs.Pool = pool
-	cs.TargetModel = ""
+	cs.TargetModel, cs.modelRewrite = "", ""
 	cs.Priority = 0
 	cs.rand = opts.Rand
 	cs.candidates = cs.candidates[:0]
@@ -201,6 +203,6 @@ func (cs *CycleState) reset(pool *datastore.Pool, opts *Options) {
 func (cs *CycleState) release() {
 	cs.Pool = nil
 	cs.Endpoints = nil
-	cs.TargetModel = ""
+	cs.TargetModel, cs.modelRewrite = "", ""
 	clear(cs.candidates[:cap(cs.candidates)])
 }

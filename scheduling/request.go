@@ -43,6 +43,9 @@ type Result struct {
 	// TargetModel is the model to write into the body: Model after the pool's
 	// rewrite rules, equal to Model when none applied.
 	TargetModel string
+	// ModelRewrite names the InferenceModelRewrite that chose TargetModel;
+	// empty when none applied.
+	ModelRewrite string
 	// Profile names the scheduling profile that ran.
 	Profile string
 	// Priority is the request's priority from its InferenceObjective (0 when

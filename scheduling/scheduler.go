@@ -211,7 +211,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	}()
 
 	policy := pool.Policy()
-	cs.TargetModel = rewriteModel(policy, req.Model, cs.rand)
+	cs.TargetModel, cs.modelRewrite = rewriteModel(policy, req.Model, cs.rand)
 	cs.Priority, _ = policy.Priority(req.Objective)
 
 	now := time.Now()
@@ -290,7 +290,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	for _, i := range picked {
 		res.Endpoints = append(res.Endpoints, cands[i].Endpoint)
 	}
-	res.TargetModel = cs.TargetModel
+	res.TargetModel, res.ModelRewrite = cs.TargetModel, cs.modelRewrite
 	res.Profile = prof.name
 	res.Priority = cs.Priority
 	if len(prof.postPickers) > 0 {
@@ -466,14 +466,16 @@ func clamp01(v float64) float64 {
 }
 
 // rewriteModel applies the pool's rewrite rule for model (exact match),
-// choosing a target by weight; targets all weighted 0 share equally.
-func rewriteModel(policy *datastore.Policy, model string, rnd func() uint64) string {
+// choosing a target by weight; targets all weighted 0 share equally. It
+// returns the target model and the name of the rewrite that chose it (empty
+// when none applied).
+func rewriteModel(policy *datastore.Policy, model string, rnd func() uint64) (target, rewrite string) {
 	if policy == nil || model == "" {
-		return model
+		return model, ""
 	}
 	targets := policy.Rewrites[model]
 	if len(targets) == 0 {
-		return model
+		return model, ""
 	}
 	var total uint64
 	for _, t := range targets {
@@ -481,24 +483,25 @@ func rewriteModel(policy *datastore.Policy, model string, rnd func() uint64) str
 			total += uint64(t.Weight)
 		}
 	}
-	var chosen string
+	var chosen *datastore.RewriteTarget
 	if total == 0 {
-		chosen = targets[rnd()%uint64(len(targets))].Model
+		chosen = &targets[rnd()%uint64(len(targets))]
 	} else {
 		x := rnd() % total
-		for _, t := range targets {
+		for i := range targets {
+			t := &targets[i]
 			if t.Weight <= 0 {
 				continue
 			}
 			if x < uint64(t.Weight) {
-				chosen = t.Model
+				chosen = t
 				break
 			}
 			x -= uint64(t.Weight)
 		}
 	}
-	if chosen == "" {
-		return model
+	if chosen == nil || chosen.Model == "" {
+		return model, ""
 	}
-	return chosen
+	return chosen.Model, chosen.Rewrite
 }

@@ -288,7 +288,7 @@ func TestScheduleRewriteWeights(t *testing.T) {
 	tp := newTestPool(t, 2, s)
 	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
 	tp.pool.SetPolicy(&datastore.Policy{Rewrites: map[string][]datastore.RewriteTarget{
-		"llama": {{Model: "llama-v1", Weight: 70}, {Model: "llama-v2", Weight: 30}},
+		"llama": {{Model: "llama-v1", Weight: 70, Rewrite: "canary"}, {Model: "llama-v2", Weight: 30, Rewrite: "canary"}},
 	}})
 	const n = 10000
 	counts := map[string]int{}
@@ -298,6 +298,9 @@ func TestScheduleRewriteWeights(t *testing.T) {
 			t.Fatal(err)
 		}
 		counts[res.TargetModel]++
+		if res.ModelRewrite != "canary" {
+			t.Fatalf("rewritten to %q by %q, want the rewrite's name canary", res.TargetModel, res.ModelRewrite)
+		}
 	}
 	if len(counts) != 2 {
 		t.Fatalf("targets %v, want llama-v1 and llama-v2 only", counts)
@@ -314,8 +317,8 @@ func TestScheduleRewriteWeights(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.TargetModel != m {
-			t.Fatalf("model %q rewritten to %q", m, res.TargetModel)
+		if res.TargetModel != m || res.ModelRewrite != "" {
+			t.Fatalf("model %q rewritten to %q by %q", m, res.TargetModel, res.ModelRewrite)
 		}
 	}
 }
