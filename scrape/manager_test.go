@@ -3,6 +3,7 @@ package scrape
 import (
 	"context"
 	"crypto/tls"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -293,6 +294,11 @@ func TestPoolAggregates(t *testing.T) {
 			t.Errorf("%s = %v, want %v", family, got, v)
 		}
 	}
+	// Per model server, named POD-rank-I as upstream names them.
+	perPod := map[string]float64{"pod-" + servers[0].ip + "-rank-0": 2, "pod-" + servers[1].ip + "-rank-0": 4}
+	if got := h.series(t, "inference_pool_per_pod_queue_size", "pool"); !maps.Equal(got, perPod) {
+		t.Errorf("inference_pool_per_pod_queue_size = %v, want %v", got, perPod)
+	}
 	// A failing endpoint drops out once stale.
 	servers[1].serve(http.StatusServiceUnavailable, nil)
 	last := endpointOf(t, p, servers[1].addr).Metrics()
@@ -301,6 +307,10 @@ func TestPoolAggregates(t *testing.T) {
 	}
 	if got := h.series(t, "inference_pool_average_queue_size", "pool")[""]; got != 2 {
 		t.Errorf("queue aggregate with one stale endpoint %v, want 2", got)
+	}
+	delete(perPod, "pod-"+servers[1].ip+"-rank-0")
+	if got := h.series(t, "inference_pool_per_pod_queue_size", "pool"); !maps.Equal(got, perPod) {
+		t.Errorf("inference_pool_per_pod_queue_size with one stale endpoint = %v, want %v", got, perPod)
 	}
 }
 

@@ -1,6 +1,8 @@
 package scrape
 
 import (
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,12 +15,13 @@ import (
 // snapshots, so they cost nothing between collections and vanish with
 // their pool.
 type statsCollector struct {
-	m       *Manager
-	errors  *prometheus.CounterVec
-	scrapes *prometheus.CounterVec
-	kv      *prometheus.Desc
-	queue   *prometheus.Desc
-	running *prometheus.Desc
+	m        *Manager
+	errors   *prometheus.CounterVec
+	scrapes  *prometheus.CounterVec
+	kv       *prometheus.Desc
+	queue    *prometheus.Desc
+	running  *prometheus.Desc
+	podQueue *prometheus.Desc
 }
 
 func newStatsCollector(m *Manager) *statsCollector {
@@ -39,6 +42,9 @@ func newStatsCollector(m *Manager) *statsCollector {
 			"Average number of queued requests of the pool's endpoints with fresh metrics; absent when none has.", pool, nil),
 		running: prometheus.NewDesc("inference_pool_average_running_requests",
 			"Average number of running requests of the pool's endpoints with fresh metrics; absent when none has.", pool, nil),
+		podQueue: prometheus.NewDesc("inference_pool_per_pod_queue_size",
+			"Queued requests of each of the pool's model servers with fresh metrics, named as upstream names them (POD-rank-I, I the target port's index).",
+			append(pool, "model_server_pod"), nil),
 	}
 }
 
@@ -48,6 +54,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.kv
 	ch <- c.queue
 	ch <- c.running
+	ch <- c.podQueue
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -63,7 +70,20 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.kv, prometheus.GaugeValue, a.kv, ns, name)
 		ch <- prometheus.MustNewConstMetric(c.queue, prometheus.GaugeValue, a.queue, ns, name)
 		ch <- prometheus.MustNewConstMetric(c.running, prometheus.GaugeValue, a.running, ns, name)
+		ports := p.Spec().TargetPorts
+		for _, e := range p.Endpoints().Endpoints {
+			if m := e.Metrics(); m.Fresh(now, c.m.opts.StalenessThreshold) {
+				ch <- prometheus.MustNewConstMetric(c.podQueue, prometheus.GaugeValue, float64(m.WaitingRequests), ns, name, modelServerPod(e, ports))
+			}
+		}
 	}
+}
+
+// modelServerPod names an endpoint as upstream's per-pod metrics do: the
+// pod's name and the index of its target port in the pool's spec.
+func modelServerPod(e *datastore.Endpoint, targetPorts []int32) string {
+	rank := slices.Index(targetPorts, e.Port)
+	return e.Pod.Name + "-rank-" + strconv.Itoa(max(rank, 0))
 }
 
 func (c *statsCollector) forgetPool(key datastore.PoolKey) {
