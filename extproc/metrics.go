@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/poolpicker/poolpicker/datastore"
 )
 
 // Metric names follow the upstream Inference Extension's request metrics,
-// with a pool label added because one process serves many pools.
+// with namespace and pool labels added because one process serves many
+// pools.
 const otherLabel = "other"
 
 // sizeBuckets are upstream's request and response size buckets, in bytes:
@@ -35,7 +38,7 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
-	labels := []string{"model_name", "target_model_name", "pool"}
+	labels := []string{"model_name", "target_model_name", "namespace", "pool"}
 	tokenBuckets := prometheus.ExponentialBuckets(1, 4, 12) // 1 .. ~4M tokens
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -79,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inference_objective_running_requests",
 			Help: "Requests routed and not yet finished, by model and pool.",
-		}, []string{"model_name", "pool"}),
+		}, []string{"model_name", "namespace", "pool"}),
 		normTPOT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inference_objective_normalized_time_per_output_token_seconds",
 			Help:    "Request duration divided by its output tokens, from the model server's usage report.",
@@ -89,11 +92,11 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 			Name:    "inference_extension_scheduler_e2e_duration_seconds",
 			Help:    "Time the scheduler took to pick for one request, by pool.",
 			Buckets: []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1},
-		}, []string{"pool"}),
+		}, []string{"namespace", "pool"}),
 		rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_extension_model_rewrite_decisions_total",
 			Help: "Requests whose model an InferenceModelRewrite rewrote, by rewrite, requested model, target model and pool.",
-		}, []string{"model_rewrite_name", "model_name", "target_model", "pool"}),
+		}, []string{"model_rewrite_name", "model_name", "target_model", "namespace", "pool"}),
 		models: &labelCap{max: maxModels, seen: map[string]struct{}{}},
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens, m.cachedTokens,
@@ -140,36 +143,38 @@ func (c *labelCap) value(v string) string {
 	return v
 }
 
-// requestLabels are one request's metric labels, computed once.
-type requestLabels struct{ model, target, pool string }
+// requestLabels are one request's metric labels, computed once: the
+// models, and the pool's namespace and name (empty before the stream's pool
+// is known).
+type requestLabels struct{ model, target, namespace, pool string }
 
-func (m *metrics) labels(model, target, pool string) requestLabels {
-	return requestLabels{model: m.models.value(model), target: m.models.value(target), pool: pool}
+func (m *metrics) labels(model, target string, pool datastore.PoolKey) requestLabels {
+	return requestLabels{model: m.models.value(model), target: m.models.value(target), namespace: pool.Namespace, pool: pool.Name}
 }
 
 func (m *metrics) routed(l requestLabels, bodyBytes int) {
-	m.requests.WithLabelValues(l.model, l.target, l.pool).Inc()
-	m.requestSizes.WithLabelValues(l.model, l.target, l.pool).Observe(float64(bodyBytes))
-	m.running.WithLabelValues(l.model, l.pool).Inc()
+	m.requests.WithLabelValues(l.model, l.target, l.namespace, l.pool).Inc()
+	m.requestSizes.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(float64(bodyBytes))
+	m.running.WithLabelValues(l.model, l.namespace, l.pool).Inc()
 }
 
 // ended undoes routed's running count, once per routed request.
 func (m *metrics) ended(l requestLabels) {
-	m.running.WithLabelValues(l.model, l.pool).Dec()
+	m.running.WithLabelValues(l.model, l.namespace, l.pool).Dec()
 }
 
 // rewritten counts a model rewrite; rewrite names are bounded by the
 // InferenceModelRewrite objects, models by the label cap.
 func (m *metrics) rewritten(rewrite string, l requestLabels) {
-	m.rewrites.WithLabelValues(rewrite, l.model, l.target, l.pool).Inc()
+	m.rewrites.WithLabelValues(rewrite, l.model, l.target, l.namespace, l.pool).Inc()
 }
 
-func (m *metrics) scheduled(pool string, d time.Duration) {
-	m.schedulerE2E.WithLabelValues(pool).Observe(d.Seconds())
+func (m *metrics) scheduled(pool datastore.PoolKey, d time.Duration) {
+	m.schedulerE2E.WithLabelValues(pool.Namespace, pool.Name).Observe(d.Seconds())
 }
 
 func (m *metrics) failed(l requestLabels, code int) {
-	m.errors.WithLabelValues(l.model, l.target, l.pool, errorCode(code)).Inc()
+	m.errors.WithLabelValues(l.model, l.target, l.namespace, l.pool, errorCode(code)).Inc()
 }
 
 // errorCode spells an answered HTTP status as the upstream EPP's error_code
@@ -195,16 +200,16 @@ func errorCode(status int) string {
 }
 
 func (m *metrics) completed(l requestLabels, d time.Duration, responseBytes int, u Usage, hasUsage bool) {
-	m.duration.WithLabelValues(l.model, l.target, l.pool).Observe(d.Seconds())
-	m.responseSizes.WithLabelValues(l.model, l.target, l.pool).Observe(float64(responseBytes))
+	m.duration.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(d.Seconds())
+	m.responseSizes.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(float64(responseBytes))
 	if hasUsage {
-		m.inputTokens.WithLabelValues(l.model, l.target, l.pool).Observe(float64(u.PromptTokens))
-		m.outputTokens.WithLabelValues(l.model, l.target, l.pool).Observe(float64(u.CompletionTokens))
+		m.inputTokens.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(float64(u.PromptTokens))
+		m.outputTokens.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(float64(u.CompletionTokens))
 		if u.HasCachedTokens {
-			m.cachedTokens.WithLabelValues(l.model, l.target, l.pool).Observe(float64(u.CachedTokens))
+			m.cachedTokens.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(float64(u.CachedTokens))
 		}
 		if u.CompletionTokens > 0 {
-			m.normTPOT.WithLabelValues(l.model, l.target, l.pool).Observe(d.Seconds() / float64(u.CompletionTokens))
+			m.normTPOT.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(d.Seconds() / float64(u.CompletionTokens))
 		}
 	}
 }

@@ -186,7 +186,7 @@ func TestRealScheduler(t *testing.T) {
 	})
 
 	t.Run("rewrite and shed", func(t *testing.T) {
-		decisions := ts.srv.metrics.rewrites.WithLabelValues("alias-to-v2", "alias", "base-v2", poolNS(3)+"/"+poolName(3))
+		decisions := ts.srv.metrics.rewrites.WithLabelValues("alias-to-v2", "alias", "base-v2", poolNS(3), poolName(3))
 		before := testutil.ToFloat64(decisions)
 		g := ts.open(t, authorityOf(3), nil)
 		body := []byte(`{"model":"alias","prompt":"x"}`)

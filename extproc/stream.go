@@ -542,7 +542,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	scheduleStart := time.Now()
 	res, err := st.s.schedule(st.ctx, st.pool, sreq)
 	scheduleTime := time.Since(scheduleStart)
-	st.s.metrics.scheduled(st.poolName, scheduleTime)
+	st.s.metrics.scheduled(st.pool.Key, scheduleTime)
 	if st.trace.span != nil {
 		st.trace.scheduled(sreq.Model, scheduleTime)
 	}
@@ -680,7 +680,11 @@ func (st *stream) sendDecision(body, newBody []byte, mutation *extprocv3.HeaderM
 }
 
 func (st *stream) setLabels(model, target string) {
-	st.labels = st.s.metrics.labels(model, target, st.poolName)
+	var key datastore.PoolKey
+	if st.pool != nil {
+		key = st.pool.Key
+	}
+	st.labels = st.s.metrics.labels(model, target, key)
 	st.labelsSet = true
 }
 

@@ -29,7 +29,7 @@ import (
 
 // dashboardMetrics returns the metric families the shipped Grafana dashboard
 // queries (histogram series named by their family).
-func dashboardMetrics(t *testing.T) []string {
+func dashboardMetrics(t *testing.T) (metrics, exprs []string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "config", "grafana", "poolpicker.json"))
 	if err != nil {
@@ -53,7 +53,6 @@ func dashboardMetrics(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	vars := map[string]bool{}
-	exprs := []string{}
 	for _, v := range dash.Templating.List {
 		vars[v.Name] = true
 		exprs = append(exprs, v.Definition)
@@ -79,11 +78,26 @@ func dashboardMetrics(t *testing.T) []string {
 			set[m] = true
 		}
 	}
-	out := make([]string, 0, len(set))
 	for m := range set {
-		out = append(out, m)
+		metrics = append(metrics, m)
 	}
-	sort.Strings(out)
+	sort.Strings(metrics)
+	return metrics, exprs
+}
+
+// selectorLabels maps each metric a dashboard expression selects with label
+// matchers (metric{label="..."}) to the label names it matches on.
+func selectorLabels(exprs []string) map[string][]string {
+	sel := regexp.MustCompile(`\b((?:inference|poolpicker)_[a-z0-9_]+)\{([^}]*)\}`)
+	label := regexp.MustCompile(`([a-z_]+)\s*=~?`)
+	out := map[string][]string{}
+	for _, e := range exprs {
+		for _, m := range sel.FindAllStringSubmatch(e, -1) {
+			for _, l := range label.FindAllStringSubmatch(m[2], -1) {
+				out[m[1]] = append(out[m[1]], l[1])
+			}
+		}
+	}
 	return out
 }
 
@@ -92,7 +106,7 @@ func dashboardMetrics(t *testing.T) []string {
 // refused one, then scrapes /metrics: every metric the dashboard queries
 // must be there.
 func TestDashboardMetricsExported(t *testing.T) {
-	want := dashboardMetrics(t)
+	want, exprs := dashboardMetrics(t)
 	if len(want) < 10 {
 		t.Fatalf("dashboard queries only %v", want)
 	}
@@ -162,11 +176,11 @@ func TestDashboardMetricsExported(t *testing.T) {
 		}
 	}
 	for _, series := range []string{
-		fmt.Sprintf(`inference_objective_request_total{model_name="m",pool="%s/pool",target_model_name="m"} 1`, ns),
-		fmt.Sprintf(`inference_objective_running_requests{model_name="m",pool="%s/pool"} 0`, ns),
-		fmt.Sprintf(`inference_objective_prompt_cached_tokens_sum{model_name="m",pool="%s/pool",target_model_name="m"} 1`, ns),
-		fmt.Sprintf(`inference_objective_normalized_time_per_output_token_seconds_count{model_name="m",pool="%s/pool",target_model_name="m"} 1`, ns),
-		fmt.Sprintf(`inference_objective_request_error_total{error_code="BadRequest",model_name="",pool="%s/pool",target_model_name=""} 1`, ns),
+		fmt.Sprintf(`inference_objective_request_total{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
+		fmt.Sprintf(`inference_objective_running_requests{model_name="m",namespace="%s",pool="pool"} 0`, ns),
+		fmt.Sprintf(`inference_objective_prompt_cached_tokens_sum{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
+		fmt.Sprintf(`inference_objective_normalized_time_per_output_token_seconds_count{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
+		fmt.Sprintf(`inference_objective_request_error_total{error_code="BadRequest",model_name="",namespace="%s",pool="pool",target_model_name=""} 1`, ns),
 		// The one routed request went through each plugin of the default profile once.
 		`inference_extension_plugin_duration_seconds_count{extension_point="Filter",plugin_name="subset-filter",plugin_type="subset-filter"} 1`,
 		`inference_extension_plugin_duration_seconds_count{extension_point="Scorer",plugin_name="prefix-cache-scorer",plugin_type="prefix-cache-scorer"} 1`,
@@ -174,6 +188,14 @@ func TestDashboardMetricsExported(t *testing.T) {
 	} {
 		if !strings.Contains(string(body), series) {
 			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+	// Every label a dashboard query matches on is one its metric carries.
+	for metric, labels := range selectorLabels(exprs) {
+		for _, l := range labels {
+			if !regexp.MustCompile(`(?m)^` + metric + `\{[^}]*\b` + l + `="`).Match(body) {
+				t.Errorf("the dashboard selects %s by label %s, which its series do not carry", metric, l)
+			}
 		}
 	}
 	if t.Failed() {
