@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -113,4 +114,42 @@ func TestBrokenPoolLeavesOthersServing(t *testing.T) {
 		p, _ := r.reg.Get(badKey)
 		return p.SyncError() == "" && testutil.ToFloat64(r.m.metrics.syncFailing.WithLabelValues(bad, "pool")) == 0
 	})
+}
+
+// A label key the CRD lets through (as upstream's does) but no label
+// selector can hold is reported on the pool (an InvalidSelector Event) and
+// never turned into a watch of some other selector; the other pool of the
+// namespace is served. Fixing the key serves the pool.
+func TestInvalidSelectorKeyReported(t *testing.T) {
+	ns := env.Namespace(t, "badkey")
+	createPod(t, ns, "p1", map[string]string{"app": "m"}, podState{ip: "10.14.2.1", ready: true})
+	createPool(t, ns, "good", map[string]string{"app": "m"}, []int32{8000})
+	// As a selector string "app,tier=x" would mean "has app, and tier=x".
+	bad := createPool(t, ns, "bad", map[string]string{"app,tier": "x"}, []int32{8000})
+	r := start(t, nil, Options{Namespaces: []string{ns}})
+	r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: "good"}, "10.14.2.1:8000")
+	r.waitFor(t, "an InvalidSelector Event on the pool", func() bool {
+		var evs eventsv1.EventList
+		if err := env.Client.List(ctx(t), &evs, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "InvalidSelector" && e.Regarding.Name == "bad" && strings.Contains(e.Note, "spec.selector.matchLabels") {
+				return true
+			}
+		}
+		return false
+	})
+	badKey := datastore.PoolKey{Namespace: ns, Name: "bad"}
+	if _, served := r.reg.Get(badKey); served {
+		t.Fatal("a pool whose selector is invalid is served")
+	}
+
+	fixed := bad.DeepCopy()
+	fixed.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "m"}
+	// A JSON merge patch replaces the whole map, whatever the picker wrote since.
+	if err := env.Client.Patch(ctx(t), fixed, client.MergeFrom(bad)); err != nil {
+		t.Fatal(err)
+	}
+	r.waitEndpoints(t, badKey, "10.14.2.1:8000")
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,6 +42,17 @@ func (m *Manager) reconcilePool(ctx context.Context, req reconcile.Request) (rec
 	ok, reason := m.serves(&pool)
 	if !ok {
 		m.logIgnored(key, reason)
+		m.unserve(ctx, key, reason)
+		return reconcile.Result{}, nil
+	}
+	// The CRD, like upstream's, does not check label keys; a key that is no
+	// label key would turn the selector string into another selector (a ','
+	// starts a second requirement), so such a pool is reported, not watched.
+	if _, err := labels.ValidatedSelectorFromSet(matchLabels(&pool)); err != nil {
+		reason := fmt.Sprintf("spec.selector.matchLabels is not a valid label selector: %v", err)
+		if m.logIgnored(key, reason) {
+			m.poolEvent(key, corev1.EventTypeWarning, "InvalidSelector", reason+"; the pool is not served until it is fixed")
+		}
 		m.unserve(ctx, key, reason)
 		return reconcile.Result{}, nil
 	}
@@ -98,9 +110,6 @@ func (m *Manager) servesSpec(pool *v1.InferencePool) (bool, string) {
 	if len(pool.Spec.Selector.MatchLabels) == 0 {
 		// An empty selector would watch every pod of the namespace.
 		return false, "spec.selector.matchLabels is empty"
-	}
-	if _, err := labels.ValidatedSelectorFromSet(matchLabels(pool)); err != nil {
-		return false, fmt.Sprintf("spec.selector.matchLabels is invalid: %v", err)
 	}
 	if len(pool.Spec.TargetPorts) == 0 {
 		return false, "spec.targetPorts is empty"
@@ -205,14 +214,18 @@ func (m *Manager) poolChanged(ctx context.Context, key datastore.PoolKey) {
 	}
 }
 
-func (m *Manager) logIgnored(key datastore.PoolKey, reason string) {
+// logIgnored logs why the pool is not served, once per reason; it reports
+// whether the reason is new.
+func (m *Manager) logIgnored(key datastore.PoolKey, reason string) bool {
 	m.mu.Lock()
 	last, seen := m.ignored[key]
 	m.ignored[key] = reason
 	m.mu.Unlock()
-	if !seen || last != reason {
-		m.log.Info("ignoring pool", "pool", key.String(), "reason", reason)
+	if seen && last == reason {
+		return false
 	}
+	m.log.Info("ignoring pool", "pool", key.String(), "reason", reason)
+	return true
 }
 
 func (m *Manager) forgetIgnored(key datastore.PoolKey) {

@@ -48,10 +48,12 @@ type LabelValue string
 // LabelSelector selects pods by label equality, like a Service selector.
 type LabelSelector struct {
 	// MatchLabels are the {key,value} pairs a pod must all carry to be selected.
+	// Keys are not checked by the CRD, as upstream's are not: a pool whose
+	// key the API server refuses in a label selector is reported by the
+	// picker (Event PodsNotListed, 503 for its requests).
 	//
 	// +required
 	// +kubebuilder:validation:MinProperties=1
 	// +kubebuilder:validation:MaxProperties=64
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$'))",message="label keys must be qualified names: an optional DNS subdomain prefix and '/', then at most 63 alphanumerics, '-', '_' or '.', beginning and ending with an alphanumeric"
 	MatchLabels map[LabelKey]LabelValue `json:"matchLabels,omitempty"`
 }
