@@ -43,8 +43,8 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_objective_request_total",
-			Help: "Requests the endpoint picker routed, by model, target model and pool.",
-		}, labels),
+			Help: "Requests the endpoint picker routed, by model, target model, priority (of the request's InferenceObjective) and pool.",
+		}, []string{"model_name", "target_model_name", "priority", "namespace", "pool"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_objective_request_error_total",
 			Help: "Requests answered with an error by the endpoint picker, by error code as upstream spells it (BadRequest, NotFound, ResourceExhausted, ServiceUnavailable, ...).",
@@ -152,8 +152,8 @@ func (m *metrics) labels(model, target string, pool datastore.PoolKey) requestLa
 	return requestLabels{model: m.models.value(model), target: m.models.value(target), namespace: pool.Namespace, pool: pool.Name}
 }
 
-func (m *metrics) routed(l requestLabels, bodyBytes int) {
-	m.requests.WithLabelValues(l.model, l.target, l.namespace, l.pool).Inc()
+func (m *metrics) routed(l requestLabels, priority, bodyBytes int) {
+	m.requests.WithLabelValues(l.model, l.target, strconv.Itoa(priority), l.namespace, l.pool).Inc()
 	m.requestSizes.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(float64(bodyBytes))
 	m.running.WithLabelValues(l.model, l.namespace, l.pool).Inc()
 }

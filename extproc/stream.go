@@ -601,7 +601,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	// The count goes up as the decision leaves; close takes it down once.
 	st.counted, st.picked = res.Endpoints[0], res
 	st.counted.AddInFlight(1)
-	st.s.metrics.routed(st.labels, st.bodyBytes)
+	st.s.metrics.routed(st.labels, res.Priority, st.bodyBytes)
 	if log := st.s.log.V(4); log.Enabled() { // the arguments cost allocations
 		log.Info("picked", "pool", st.poolName, "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", sreq.Model, "targetModel", target)
 	}

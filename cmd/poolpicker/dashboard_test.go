@@ -176,7 +176,7 @@ func TestDashboardMetricsExported(t *testing.T) {
 		}
 	}
 	for _, series := range []string{
-		fmt.Sprintf(`inference_objective_request_total{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
+		fmt.Sprintf(`inference_objective_request_total{model_name="m",namespace="%s",pool="pool",priority="0",target_model_name="m"} 1`, ns),
 		fmt.Sprintf(`inference_objective_running_requests{model_name="m",namespace="%s",pool="pool"} 0`, ns),
 		fmt.Sprintf(`inference_objective_prompt_cached_tokens_sum{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
 		fmt.Sprintf(`inference_objective_normalized_time_per_output_token_seconds_count{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
