@@ -6,8 +6,10 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,4 +264,26 @@ func TestTLS(t *testing.T) {
 			t.Fatal("started without a certificate")
 		}
 	})
+}
+
+// TestUnknownPoolBeforeSyncIsUnavailable: before the pool controller's
+// first sync a stream for a pool the picker does not know yet ends with
+// gRPC Unavailable (gateways retry another replica), not a 503 for the
+// client; once synced, the same stream is answered 503 PoolNotResolved.
+func TestUnknownPoolBeforeSyncIsUnavailable(t *testing.T) {
+	var controllerSynced atomic.Bool
+	ts := startServer(t, newPools(t, 0, 0).reg, leastInFlight{}, Options{Insecure: true, PoolsSynced: controllerSynced.Load})
+
+	g := ts.open(t, authorityOf(0), nil)
+	g.send(withProtocol(reqHeaders(envoyHeaders("GET", "/v1/models"), true), duplex, duplex))
+	if m, err := g.stream.Recv(); status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "not synced yet") {
+		t.Fatalf("before sync: got %v, %v; want Unavailable naming the sync", m, err)
+	}
+
+	controllerSynced.Store(true)
+	g = ts.open(t, authorityOf(0), nil)
+	g.send(withProtocol(reqHeaders(envoyHeaders("GET", "/v1/models"), true), duplex, duplex))
+	if code, msg := immediateCode(t, g.recv()); code != http.StatusServiceUnavailable || !strings.Contains(msg, "PoolNotResolved") {
+		t.Fatalf("after sync: %d %s, want 503 PoolNotResolved", code, msg)
+	}
 }

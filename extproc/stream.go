@@ -271,6 +271,13 @@ func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 
 	pool, source, herr := resolvePool(st.s.reg, &st.resolveIn)
 	if herr != nil {
+		if synced := st.s.opts.PoolsSynced; synced != nil && !synced() {
+			// Before the pool controller's first sync (a replica just
+			// started) an unknown pool says nothing about the request:
+			// another replica may serve it. Unavailable is what gateways
+			// retry elsewhere; a 503 would reach the client.
+			return true, status.Errorf(codes.Unavailable, "endpoint picker not ready: its InferencePools are not synced yet (%s)", herr.msg)
+		}
 		return true, st.fail(herr)
 	}
 	st.pool, st.poolName, st.poolSource = pool, pool.Key.String(), source
