@@ -19,6 +19,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
 	"github.com/poolpicker/poolpicker/devgateway"
@@ -222,19 +223,9 @@ func TestEachMissingPermissionIsNamed(t *testing.T) {
 				for scope, where := range map[permissions.Scope]string{permissions.PoolNamespaces: poolNS, permissions.OwnNamespace: ns} {
 					role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", ns, name, scope)},
 						Rules: deploytest.PolicyRulesWithout(permissions.Rules, scope, i, verb)}
-					binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: where, Name: role.Name},
+					grant(ctx, t, role, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: where, Name: role.Name},
 						RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-						Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}}
-					if err := env.Client.Create(ctx, role); err != nil {
-						t.Fatal(err)
-					}
-					if err := env.Client.Create(ctx, binding); err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() {
-						_ = env.Client.Delete(context.Background(), binding)
-						_ = env.Client.Delete(context.Background(), role)
-					})
+						Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}})
 				}
 				kubeconfig, err := serviceAccountKubeconfig(ctx, env, ns, name, filepath.Join(t.TempDir(), "kubeconfig"))
 				if err != nil {
@@ -270,6 +261,87 @@ func TestEachMissingPermissionIsNamed(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// grant creates a ClusterRole and the binding that gives it, removed when
+// the test ends.
+func grant(ctx context.Context, t *testing.T, role *rbacv1.ClusterRole, binding client.Object) {
+	t.Helper()
+	env := stack.Env
+	for _, o := range []client.Object{role, binding} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), binding)
+		_ = env.Client.Delete(context.Background(), role)
+	})
+}
+
+// TestMissingMetricsAuthPermissionIsNamed runs the binary with
+// --metrics-endpoint-auth on (its default, as upstream's) as a
+// ServiceAccount that holds every rule it needs but one of the token and
+// access reviews: it must exit 1 at start-up naming that one and the flag
+// that does without it.
+func TestMissingMetricsAuthPermissionIsNamed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	env := stack.Env
+	ns := env.Namespace(t, "rbac-metrics-auth")
+	const poolNS = "team-a"
+	for i, missing := range permissions.MetricsAuthRules {
+		name := "without-" + missing.Resource
+		t.Run(name, func(t *testing.T) {
+			subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}
+			for scope, where := range map[permissions.Scope]string{permissions.PoolNamespaces: poolNS, permissions.OwnNamespace: ns} {
+				role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-%d", ns, name, scope)},
+					Rules: deploytest.PolicyRulesWithout(permissions.Rules, scope, -1, "")}
+				grant(ctx, t, role, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: where, Name: role.Name},
+					RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}, Subjects: subjects})
+			}
+			reviews := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%s-reviews", ns, name)}}
+			for j, r := range permissions.MetricsAuthRules {
+				if j != i {
+					reviews.Rules = append(reviews.Rules, rbacv1.PolicyRule{APIGroups: []string{r.Group}, Resources: []string{r.Resource}, Verbs: r.Verbs})
+				}
+			}
+			grant(ctx, t, reviews, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: reviews.Name},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reviews.Name}, Subjects: subjects})
+
+			kubeconfig, err := serviceAccountKubeconfig(ctx, env, ns, name, filepath.Join(t.TempDir(), "kubeconfig"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ports, err := localstack.FreePorts(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(runCtx, stack.Picker.Path, "--kubeconfig="+kubeconfig,
+				"--watch-namespaces="+poolNS, "--picker-namespace="+ns, "--ha-enable-leader-election", "--provision-picker-services",
+				fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err = cmd.Run()
+			if runCtx.Err() != nil {
+				t.Fatalf("still running after 60s without create %s (a silent stall); stderr:\n%s", missing.Resource, stderr.String())
+			}
+			if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 1 {
+				t.Fatalf("exit %v, want status 1; stderr:\n%s", err, stderr.String())
+			}
+			msg := stderr.String()
+			for _, want := range []string{"missing RBAC permissions", "create " + missing.Resource, missing.Why, "--metrics-endpoint-auth=false"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, msg)
+				}
+			}
+			if n := strings.Count(msg, "\n  - "); n != 1 {
+				t.Errorf("%d permissions named, want exactly the one removed:\n%s", n, msg)
+			}
+		})
 	}
 }
 
