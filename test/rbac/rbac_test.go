@@ -227,38 +227,7 @@ func TestEachMissingPermissionIsNamed(t *testing.T) {
 						RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 						Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}})
 				}
-				kubeconfig, err := serviceAccountKubeconfig(ctx, env, ns, name, filepath.Join(t.TempDir(), "kubeconfig"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				ports, err := localstack.FreePorts(3)
-				if err != nil {
-					t.Fatal(err)
-				}
-				runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-				defer cancel()
-				cmd := exec.CommandContext(runCtx, stack.Picker.Path, "--kubeconfig="+kubeconfig,
-					"--watch-namespaces="+poolNS, "--picker-namespace="+ns, "--ha-enable-leader-election", "--provision-picker-services",
-					fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]), "--metrics-endpoint-auth=false")
-				var stderr bytes.Buffer
-				cmd.Stderr = &stderr
-				err = cmd.Run()
-				if runCtx.Err() != nil {
-					t.Fatalf("still running after 60s without %s %s (a silent stall); stderr:\n%s", verb, r.Resource, stderr.String())
-				}
-				exit, ok := err.(*exec.ExitError)
-				if !ok || exit.ExitCode() != 1 {
-					t.Fatalf("exit %v, want status 1; stderr:\n%s", err, stderr.String())
-				}
-				msg := stderr.String()
-				for _, want := range []string{"missing RBAC permissions", verb + " " + r.Resource, r.Why, "system:serviceaccount:" + ns + ":" + name} {
-					if !strings.Contains(msg, want) {
-						t.Errorf("stderr lacks %q:\n%s", want, msg)
-					}
-				}
-				if n := strings.Count(msg, "\n  - "); n != 1 {
-					t.Errorf("%d permissions named, want exactly the one removed:\n%s", n, msg)
-				}
+				startupDenied(ctx, t, ns, name, poolNS, verb+" "+r.Resource, []string{r.Why, "system:serviceaccount:" + ns + ":" + name}, "--metrics-endpoint-auth=false")
 			})
 		}
 	}
@@ -278,6 +247,45 @@ func grant(ctx context.Context, t *testing.T, role *rbacv1.ClusterRole, binding 
 		_ = env.Client.Delete(context.Background(), binding)
 		_ = env.Client.Delete(context.Background(), role)
 	})
+}
+
+// startupDenied runs the binary as ServiceAccount ns/name on poolNS, with
+// leader election and provisioning on (and args), and expects it to exit 1
+// at start-up naming exactly one missing permission, denied ("VERB
+// RESOURCE"), and each of wants.
+func startupDenied(ctx context.Context, t *testing.T, ns, name, poolNS, denied string, wants []string, args ...string) {
+	t.Helper()
+	kubeconfig, err := serviceAccountKubeconfig(ctx, stack.Env, ns, name, filepath.Join(t.TempDir(), "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := localstack.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, stack.Picker.Path, append([]string{"--kubeconfig=" + kubeconfig,
+		"--watch-namespaces=" + poolNS, "--picker-namespace=" + ns, "--ha-enable-leader-election", "--provision-picker-services",
+		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2])}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if runCtx.Err() != nil {
+		t.Fatalf("still running after 60s without %s (a silent stall); stderr:\n%s", denied, stderr.String())
+	}
+	if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 1 {
+		t.Fatalf("exit %v, want status 1; stderr:\n%s", err, stderr.String())
+	}
+	msg := stderr.String()
+	for _, want := range append([]string{"missing RBAC permissions", denied}, wants...) {
+		if !strings.Contains(msg, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, msg)
+		}
+	}
+	if n := strings.Count(msg, "\n  - "); n != 1 {
+		t.Errorf("%d permissions named, want exactly the one removed:\n%s", n, msg)
+	}
 }
 
 // TestMissingMetricsAuthPermissionIsNamed runs the binary with
@@ -310,37 +318,7 @@ func TestMissingMetricsAuthPermissionIsNamed(t *testing.T) {
 			grant(ctx, t, reviews, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: reviews.Name},
 				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: reviews.Name}, Subjects: subjects})
 
-			kubeconfig, err := serviceAccountKubeconfig(ctx, env, ns, name, filepath.Join(t.TempDir(), "kubeconfig"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ports, err := localstack.FreePorts(3)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			defer cancel()
-			cmd := exec.CommandContext(runCtx, stack.Picker.Path, "--kubeconfig="+kubeconfig,
-				"--watch-namespaces="+poolNS, "--picker-namespace="+ns, "--ha-enable-leader-election", "--provision-picker-services",
-				fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			err = cmd.Run()
-			if runCtx.Err() != nil {
-				t.Fatalf("still running after 60s without create %s (a silent stall); stderr:\n%s", missing.Resource, stderr.String())
-			}
-			if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 1 {
-				t.Fatalf("exit %v, want status 1; stderr:\n%s", err, stderr.String())
-			}
-			msg := stderr.String()
-			for _, want := range []string{"missing RBAC permissions", "create " + missing.Resource, missing.Why, "--metrics-endpoint-auth=false"} {
-				if !strings.Contains(msg, want) {
-					t.Errorf("stderr lacks %q:\n%s", want, msg)
-				}
-			}
-			if n := strings.Count(msg, "\n  - "); n != 1 {
-				t.Errorf("%d permissions named, want exactly the one removed:\n%s", n, msg)
-			}
+			startupDenied(ctx, t, ns, name, poolNS, "create "+missing.Resource, []string{missing.Why, "--metrics-endpoint-auth=false"})
 		})
 	}
 }
