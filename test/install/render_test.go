@@ -30,6 +30,7 @@ var kustomizations = []struct {
 	{"config/deploy/base", nil},
 	{"config/deploy/overlays/servicemonitor", []string{"ServiceMonitor"}},
 	{"config/deploy/overlays/networkpolicy", []string{"NetworkPolicy"}},
+	{"config/deploy/overlays/metrics-auth", []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ServiceMonitor"}},
 }
 
 var baseKinds = []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}
@@ -76,6 +77,11 @@ podDisruptionBudget: {enabled: false}
 leaderElection: {enabled: false}
 provisionPickerServices: {enabled: false}
 `, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"}},
+	{name: "metrics endpoint auth", values: `
+metrics:
+  serviceMonitor: {enabled: true}
+  endpointAuth: {enabled: true, readers: [{name: prometheus-k8s, namespace: monitoring}]}
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
 	{name: "leader election only", values: `
 provisionPickerServices: {enabled: false}
 `, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
@@ -117,6 +123,7 @@ func TestKustomizationsRender(t *testing.T) {
 			deploy := deploytest.Find(objs, "Deployment", "poolpicker")
 			checkDeployment(t, deploy)
 			checkRBAC(t, objs, deploy)
+			checkMetricsAuth(t, objs, deploy)
 		})
 	}
 }
@@ -143,6 +150,7 @@ func TestChartLintsAndRenders(t *testing.T) {
 			}
 			checkDeployment(t, deploy)
 			checkRBAC(t, objs, deploy)
+			checkMetricsAuth(t, objs, deploy)
 		})
 	}
 }
@@ -202,12 +210,26 @@ func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, deploy *unstruct
 			want[kind][r.Group+"|"+r.Resource+"|"+v] = true
 		}
 	}
+	authWant := map[string]bool{}
+	for _, r := range permissions.MetricsAuthRules {
+		for _, v := range r.Verbs {
+			authWant[r.Group+"|"+r.Resource+"|"+v] = true
+		}
+	}
 	seen := map[string]bool{}
 	for _, o := range objs {
 		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
 			continue
 		}
-		seen[o.GetKind()] = true
+		wanted := want[o.GetKind()]
+		switch name := o.GetName(); {
+		case strings.HasSuffix(name, "-metrics-reader"):
+			continue // a scraper's role, checked by checkMetricsAuth
+		case strings.HasSuffix(name, "-metrics-auth"):
+			wanted = authWant
+		default:
+			seen[o.GetKind()] = true
+		}
 		got := map[string]bool{}
 		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
 		for _, r := range rules {
@@ -226,19 +248,74 @@ func checkRBAC(t *testing.T, objs []*unstructured.Unstructured, deploy *unstruct
 				}
 			}
 		}
-		for k := range want[o.GetKind()] {
+		for k := range wanted {
 			if !got[k] {
 				t.Errorf("%s %s lacks %s, which poolpicker needs with args %v", o.GetKind(), o.GetName(), k, args)
 			}
 		}
 		for k := range got {
-			if !want[o.GetKind()][k] {
+			if !wanted[k] {
 				t.Errorf("%s %s grants %s, which poolpicker does not need with args %v (internal/permissions.Rules lists each rule with its scope and feature)", o.GetKind(), o.GetName(), k, args)
 			}
 		}
 	}
 	if len(want["Role"]) > 0 && !seen["Role"] {
 		t.Errorf("no Role rendered, but args %v need %v in the deployment's namespace", args, want["Role"])
+	}
+}
+
+// metricsAuthOn tells whether args leave --metrics-endpoint-auth on (its
+// default); the last occurrence wins, as in flag parsing.
+func metricsAuthOn(args []string) bool {
+	on := true
+	for _, a := range args {
+		switch a {
+		case "--metrics-endpoint-auth", "--metrics-endpoint-auth=true":
+			on = true
+		case "--metrics-endpoint-auth=false":
+			on = false
+		}
+	}
+	return on
+}
+
+// checkMetricsAuth: with --metrics-endpoint-auth on, the token reviews'
+// ClusterRole is bound to the Deployment's service account, a
+// metrics-reader ClusterRole grants get on /metrics, and every
+// ServiceMonitor sends a bearer token; with it off, none of these.
+func checkMetricsAuth(t *testing.T, objs []*unstructured.Unstructured, deploy *unstructured.Unstructured) {
+	t.Helper()
+	on := metricsAuthOn(containerArgs(deploy))
+	sa, _, _ := unstructured.NestedString(deploy.Object, "spec", "template", "spec", "serviceAccountName")
+	var authRole, reader, bound bool
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "ClusterRole" && strings.HasSuffix(o.GetName(), "-metrics-auth"):
+			authRole = true
+		case o.GetKind() == "ClusterRole" && strings.HasSuffix(o.GetName(), "-metrics-reader"):
+			reader = true
+			if got := fmt.Sprint(o.Object["rules"]); got != "[map[nonResourceURLs:[/metrics] verbs:[get]]]" {
+				t.Errorf("ClusterRole %s rules %s, want get on /metrics only", o.GetName(), got)
+			}
+		case o.GetKind() == "ClusterRoleBinding" && strings.HasSuffix(o.GetName(), "-metrics-auth"):
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			for _, s := range subjects {
+				if s.(map[string]any)["name"] == sa && s.(map[string]any)["namespace"] == deploy.GetNamespace() {
+					bound = true
+				}
+			}
+		case o.GetKind() == "ServiceMonitor":
+			endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", "endpoints")
+			for _, e := range endpoints {
+				if _, token := e.(map[string]any)["bearerTokenFile"]; token != on {
+					t.Errorf("ServiceMonitor %s: bearer token %v with --metrics-endpoint-auth %v", o.GetName(), token, on)
+				}
+			}
+		}
+	}
+	if authRole != on || reader != on || bound != on {
+		t.Errorf("--metrics-endpoint-auth %v, but token review ClusterRole %v, bound to %s/%s %v, metrics-reader ClusterRole %v",
+			on, authRole, deploy.GetNamespace(), sa, bound, reader)
 	}
 }
 
