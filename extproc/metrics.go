@@ -20,6 +20,9 @@ const otherLabel = "other"
 // powers of 2 from 64 B to 1 GiB, then 2 and 4 GiB.
 var sizeBuckets = append(prometheus.ExponentialBuckets(64, 2, 25), 2<<30, 4<<30)
 
+// latencyBuckets are upstream's request latency buckets, 5 ms to 1 hour.
+var latencyBuckets = []float64{0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600}
+
 type metrics struct {
 	requests     *prometheus.CounterVec
 	errors       *prometheus.CounterVec
@@ -32,7 +35,10 @@ type metrics struct {
 	responseSizes *prometheus.HistogramVec
 	running       *prometheus.GaugeVec
 	normTPOT      *prometheus.HistogramVec
+	ttft          *prometheus.HistogramVec
+	tpot          *prometheus.HistogramVec
 	schedulerE2E  *prometheus.HistogramVec
+	attempts      *prometheus.CounterVec
 	rewrites      *prometheus.CounterVec
 	models        *labelCap
 }
@@ -52,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inference_objective_request_duration_seconds",
 			Help:    "Time from request headers to the end of the response, as seen by the endpoint picker.",
-			Buckets: []float64{0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600},
+			Buckets: latencyBuckets,
 		}, labels),
 		inputTokens: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inference_objective_input_tokens",
@@ -88,11 +94,25 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 			Help:    "Request duration divided by its output tokens, from the model server's usage report.",
 			Buckets: []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0},
 		}, labels),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "inference_objective_request_ttft_seconds",
+			Help:    "Time from request headers to the first body byte of a streamed (text/event-stream) response, as seen by the endpoint picker.",
+			Buckets: latencyBuckets,
+		}, labels),
+		tpot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "inference_objective_request_tpot_seconds",
+			Help:    "Time per output token after the first of a streamed response: (duration - TTFT) / (completion tokens - 1), from the model server's usage report.",
+			Buckets: []float64{0.0005, 0.00205, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.125, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1, 1.5, 2, 3, 4.5, 6, 12, 18, 24, 30, 36, 48, 60, 90, 120, 180, 270, 360},
+		}, labels),
 		schedulerE2E: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inference_extension_scheduler_e2e_duration_seconds",
 			Help:    "Time the scheduler took to pick for one request, by pool.",
 			Buckets: []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1},
 		}, []string{"namespace", "pool"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inference_extension_scheduler_attempts_total",
+			Help: "Scheduling attempts by status (success, failure), target model and the picked endpoint's pod, namespace and port (empty on failure), and pool.",
+		}, []string{"status", "target_model_name", "pod_name", "namespace", "port", "pool"}),
 		rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_extension_model_rewrite_decisions_total",
 			Help: "Requests whose model an InferenceModelRewrite rewrote, by rewrite, requested model, target model and pool.",
@@ -100,7 +120,7 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 		models: &labelCap{max: maxModels, seen: map[string]struct{}{}},
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens, m.cachedTokens,
-		m.requestSizes, m.responseSizes, m.running, m.normTPOT, m.schedulerE2E, m.rewrites} {
+		m.requestSizes, m.responseSizes, m.running, m.normTPOT, m.ttft, m.tpot, m.schedulerE2E, m.attempts, m.rewrites} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -173,6 +193,17 @@ func (m *metrics) scheduled(pool datastore.PoolKey, d time.Duration) {
 	m.schedulerE2E.WithLabelValues(pool.Namespace, pool.Name).Observe(d.Seconds())
 }
 
+// attempted counts one scheduling attempt for target: a success names the
+// endpoint picked first, a failure (picked nil) leaves the endpoint empty.
+// Pods are bounded by the served pools, models by the label cap.
+func (m *metrics) attempted(l requestLabels, picked *datastore.Endpoint) {
+	if picked == nil {
+		m.attempts.WithLabelValues("failure", l.target, "", "", "", l.pool).Inc()
+		return
+	}
+	m.attempts.WithLabelValues("success", l.target, picked.Pod.Name, picked.Pod.Namespace, strconv.Itoa(int(picked.Port)), l.pool).Inc()
+}
+
 func (m *metrics) failed(l requestLabels, code int) {
 	m.errors.WithLabelValues(l.model, l.target, l.namespace, l.pool, errorCode(code)).Inc()
 }
@@ -199,8 +230,16 @@ func errorCode(status int) string {
 	return strconv.Itoa(status)
 }
 
-func (m *metrics) completed(l requestLabels, d time.Duration, responseBytes int, u Usage, hasUsage bool) {
+// completed records a finished response; ttft is the time to its first
+// body byte when the response was streamed, else zero.
+func (m *metrics) completed(l requestLabels, d, ttft time.Duration, responseBytes int, u Usage, hasUsage bool) {
 	m.duration.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(d.Seconds())
+	if ttft > 0 {
+		m.ttft.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(ttft.Seconds())
+		if hasUsage && u.CompletionTokens > 1 {
+			m.tpot.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe((d - ttft).Seconds() / float64(u.CompletionTokens-1))
+		}
+	}
 	m.responseSizes.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(float64(responseBytes))
 	if hasUsage {
 		m.inputTokens.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(float64(u.PromptTokens))

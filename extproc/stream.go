@@ -103,6 +103,9 @@ type stream struct {
 	firstChunks  [4][]byte // chunks' backing array for bodies of up to four
 	bodyBytes    int
 	respBytes    int
+	// firstByte is when a streamed (text/event-stream) response's first
+	// body byte came, its TTFT; zero until then, and for other responses.
+	firstByte time.Time
 	// A body of several chunks is read as it arrives: scan reads joined,
 	// the chunks so far copied into a reused buffer (joinBuffers).
 	scan      requestbody.Reader
@@ -556,6 +559,9 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	// Learning from the pick waits until the answer is sent (and before a
 	// pooled body that sreq.Prompt may alias is reused).
 	defer res.Commit()
+	if err != nil || res == nil || len(res.Endpoints) == 0 {
+		st.s.metrics.attempted(st.labels, nil)
+	}
 	if err != nil {
 		var se *scheduling.Error
 		if errors.As(err, &se) {
@@ -574,6 +580,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		target = sreq.Model
 	}
 	st.setLabels(requested, target)
+	st.s.metrics.attempted(st.labels, res.Endpoints[0])
 	if res.ModelRewrite != "" {
 		st.s.metrics.rewritten(res.ModelRewrite, st.labels)
 	}
@@ -768,6 +775,9 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 		return st.unexpected("response body")
 	}
 	st.usage.write(b.GetBody())
+	if st.usage.sse && st.respBytes == 0 && len(b.GetBody()) > 0 {
+		st.firstByte = time.Now()
+	}
 	st.respBytes += len(b.GetBody())
 	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
 	resp, _ := bodyAnswer(true, st.respReply == replyStreamed, b.GetBody(), eos)
@@ -808,7 +818,11 @@ func (st *stream) finish(outcome string, completed bool) {
 	}
 	if completed {
 		u, ok := st.usage.finish()
-		st.s.metrics.completed(st.labels, time.Since(st.start), st.respBytes, u, ok)
+		var ttft time.Duration
+		if !st.firstByte.IsZero() {
+			ttft = st.firstByte.Sub(st.start)
+		}
+		st.s.metrics.completed(st.labels, time.Since(st.start), ttft, st.respBytes, u, ok)
 		if ok && u.HasCachedTokens {
 			// The prefix index checks its prediction against the server.
 			st.picked.ObserveCachedTokens(u.CachedTokens)

@@ -2,8 +2,12 @@ package extproc
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func feed(u *usageReader, s string, chunk int) (Usage, bool) {
@@ -122,4 +126,73 @@ func FuzzUsageReader(f *testing.F) {
 			t.Fatalf("no usage but %+v", whole)
 		}
 	})
+}
+
+// TestLatencyMetrics: a streamed response records its time to first byte
+// (TTFT) and its time per output token after the first (TPOT), between the
+// bounds the gateway's own clock puts on them; a response not streamed (not
+// text/event-stream) records neither. Every scheduling attempt is counted, a success with the
+// pod picked and a failure with none.
+func TestLatencyMetrics(t *testing.T) {
+	f := newPools(t, 1, 2)
+	f.add(1, poolNS(1), poolName(1), poolSvc(1), 9002, 0) // no pods: the attempt fails
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true})
+	const firstGap, restGap = 30 * time.Millisecond, 40 * time.Millisecond
+	exchange := func(stream bool) (total time.Duration) {
+		start := time.Now()
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/chat/completions"), false), duplex, duplex))
+		g.send(reqBody([]byte(fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":%v}`, stream)), true))
+		g.recv()
+		g.recv()
+		contentType := "application/json"
+		if stream {
+			contentType = "text/event-stream"
+		}
+		g.send(respHeaders([]hdr{{":status", "200", true}, {"content-type", contentType, true}}, false, ""))
+		g.recv()
+		// The model server's time to first token, then to the rest: what
+		// is measured is time passing, so the test lets it pass.
+		time.Sleep(firstGap)
+		g.send(respBody([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"), false))
+		g.recv()
+		time.Sleep(restGap)
+		g.send(respBody([]byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5}}\n\ndata: [DONE]\n\n"), true))
+		g.recv()
+		g.expectEOF()
+		return time.Since(start)
+	}
+	total := exchange(true)
+	if n := metricCount(ts.srv.metrics.ttft); n != 1 {
+		t.Fatalf("%d TTFT observations, want 1", n)
+	}
+	if got := metricSum(ts.srv.metrics.ttft); got < firstGap.Seconds() || got > total.Seconds() {
+		t.Errorf("TTFT %.3fs, want between the %s before the first byte and the %s of the whole exchange", got, firstGap, total)
+	}
+	// 5 completion tokens: the 4 after the first came in at least restGap.
+	if got := metricSum(ts.srv.metrics.tpot); got < restGap.Seconds()/4 || got > (total-firstGap).Seconds()/4 {
+		t.Errorf("TPOT %.4fs, want between %.4fs and %.4fs", got, restGap.Seconds()/4, (total-firstGap).Seconds()/4)
+	}
+	exchange(false)
+	if n, m := metricCount(ts.srv.metrics.ttft), metricCount(ts.srv.metrics.tpot); n != 1 || m != 1 {
+		t.Errorf("a response not streamed was recorded: TTFT observations %d, TPOT %d, want 1 and 1", n, m)
+	}
+
+	g := ts.open(t, authorityOf(1), nil)
+	g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+	g.send(reqBody([]byte(`{"model":"m","prompt":"hi"}`), true))
+	if code, _ := immediateCode(t, g.recv()); code != http.StatusServiceUnavailable {
+		t.Fatalf("a pool without endpoints answered %d, want 503", code)
+	}
+	for _, c := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"success", "m", poolName(0) + "-pod-0", poolNS(0), "8000", poolName(0)}, 2},
+		{[]string{"failure", "m", "", "", "", poolName(1)}, 1},
+	} {
+		if got := testutil.ToFloat64(ts.srv.metrics.attempts.WithLabelValues(c.labels...)); got != c.want {
+			t.Errorf("scheduler attempts %v = %v, want %v", c.labels, got, c.want)
+		}
+	}
 }
