@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -162,6 +163,7 @@ func TestDashboardMetricsExported(t *testing.T) {
 	}
 	defer conn.Close()
 	gateway(t, conn, []byte(`{"model":"m","prompt":"hello"}`), []byte(`{"choices":[{"text":"hi"}],"usage":{"prompt_tokens":2,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":1}}}`))
+	gateway(t, conn, []byte(`{"model":"m","prompt":"hello","stream":true}`), []byte("data: {\"choices\":[{\"text\":\"hi\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":4}}\n\ndata: [DONE]\n\n"))
 	gateway(t, conn, []byte(`{"model":`), nil) // refused 400: an error series
 
 	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2]))
@@ -176,15 +178,17 @@ func TestDashboardMetricsExported(t *testing.T) {
 		}
 	}
 	for _, series := range []string{
-		fmt.Sprintf(`inference_objective_request_total{model_name="m",namespace="%s",pool="pool",priority="0",target_model_name="m"} 1`, ns),
+		fmt.Sprintf(`inference_objective_request_total{model_name="m",namespace="%s",pool="pool",priority="0",target_model_name="m"} 2`, ns),
 		fmt.Sprintf(`inference_objective_running_requests{model_name="m",namespace="%s",pool="pool"} 0`, ns),
 		fmt.Sprintf(`inference_objective_prompt_cached_tokens_sum{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
-		fmt.Sprintf(`inference_objective_normalized_time_per_output_token_seconds_count{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
+		fmt.Sprintf(`inference_objective_normalized_time_per_output_token_seconds_count{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 2`, ns),
+		fmt.Sprintf(`inference_objective_request_ttft_seconds_count{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
+		fmt.Sprintf(`inference_objective_request_tpot_seconds_count{model_name="m",namespace="%s",pool="pool",target_model_name="m"} 1`, ns),
 		fmt.Sprintf(`inference_objective_request_error_total{error_code="BadRequest",model_name="",namespace="%s",pool="pool",target_model_name=""} 1`, ns),
-		// The one routed request went through each plugin of the default profile once.
-		`inference_extension_plugin_duration_seconds_count{extension_point="Filter",plugin_name="subset-filter",plugin_type="subset-filter"} 1`,
-		`inference_extension_plugin_duration_seconds_count{extension_point="Scorer",plugin_name="prefix-cache-scorer",plugin_type="prefix-cache-scorer"} 1`,
-		`inference_extension_plugin_duration_seconds_count{extension_point="Picker",plugin_name="max-score-picker",plugin_type="max-score-picker"} 1`,
+		// Each of the two routed requests went through each plugin of the default profile once.
+		`inference_extension_plugin_duration_seconds_count{extension_point="Filter",plugin_name="subset-filter",plugin_type="subset-filter"} 2`,
+		`inference_extension_plugin_duration_seconds_count{extension_point="Scorer",plugin_name="prefix-cache-scorer",plugin_type="prefix-cache-scorer"} 2`,
+		`inference_extension_plugin_duration_seconds_count{extension_point="Picker",plugin_name="max-score-picker",plugin_type="max-score-picker"} 2`,
 	} {
 		if !strings.Contains(string(body), series) {
 			t.Errorf("/metrics lacks %s", series)
@@ -246,8 +250,12 @@ func gateway(t *testing.T, conn *grpc.ClientConn, reqBody, respBody []byte) {
 	if _, err := s.Recv(); err != nil { // the body answer
 		t.Fatal(err)
 	}
+	contentType := "application/json"
+	if bytes.HasPrefix(respBody, []byte("data:")) {
+		contentType = "text/event-stream" // a streamed response
+	}
 	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}, {Key: "content-type", RawValue: []byte("application/json")}}}}}})
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}, {Key: "content-type", RawValue: []byte(contentType)}}}}}})
 	if _, err := s.Recv(); err != nil {
 		t.Fatal(err)
 	}
