@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,13 +35,25 @@ import (
 // endpoints allowed by the subset hint and candidate IPs, the one with the
 // fewest requests in flight (ties by address), then up to two fallbacks in
 // the same order. It applies the pool's first rewrite target and sheds
-// requests whose objective has a negative priority.
-type leastInFlight struct{}
+// requests whose objective has a negative priority. It asks for the whole
+// prompt, so the server validates every body in full. Like the real
+// scheduler it leaves work for Result.Commit: with commits set, it counts
+// the results committed.
+type leastInFlight struct {
+	commits *commitCounter
+}
 
-func (leastInFlight) Schedule(_ context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
+// commitCounter counts Result.Commit calls of a test scheduler's results.
+type commitCounter struct{ n atomic.Int64 }
+
+func (c *commitCounter) Commit(*scheduling.Result) { c.n.Add(1) }
+
+func (leastInFlight) PromptBytes() int { return math.MaxInt }
+
+func (l leastInFlight) ScheduleDeferred(_ context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
 	pol := pool.Policy()
 	if prio, ok := pol.Priority(req.Objective); ok && prio < 0 {
-		return nil, scheduling.ErrShed("objective %s is sheddable and the pool is saturated", req.Objective)
+		return nil, scheduling.NewShedError("objective %s is sheddable and the pool is saturated", req.Objective)
 	}
 	var cands []*datastore.Endpoint
 	for _, e := range pool.Endpoints().Endpoints {
@@ -52,7 +66,7 @@ func (leastInFlight) Schedule(_ context.Context, pool *datastore.Pool, req *sche
 		cands = append(cands, e)
 	}
 	if len(cands) == 0 {
-		return nil, scheduling.ErrNoEndpoints("pool %s has no eligible endpoint", pool.Key)
+		return nil, scheduling.NewNoEndpointsError("pool %s has no eligible endpoint", pool.Key)
 	}
 	slices.SortStableFunc(cands, func(a, b *datastore.Endpoint) int {
 		if d := a.InFlight() - b.InFlight(); d != 0 {
@@ -67,7 +81,11 @@ func (leastInFlight) Schedule(_ context.Context, pool *datastore.Pool, req *sche
 	if ts := pol.Rewrites[req.Model]; len(ts) > 0 {
 		target = ts[0].Model
 	}
-	return &scheduling.Result{Endpoints: cands[:min(3, len(cands))], TargetModel: target, Profile: "test"}, nil
+	res := &scheduling.Result{Endpoints: cands[:min(3, len(cands))], TargetModel: target, Profile: "test"}
+	if l.commits != nil {
+		res.Defer(l.commits)
+	}
+	return res, nil
 }
 
 // poolFixture is a registry of pools; pool i lives in namespace ns-(i%5),

@@ -231,20 +231,20 @@ type promptRecorder struct {
 
 func (r *promptRecorder) PromptBytes() int { return r.limit }
 
-func (r *promptRecorder) Schedule(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
+func (r *promptRecorder) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
 	r.mu.Lock()
 	r.prompts = append(r.prompts, string(req.Prompt))
 	r.mu.Unlock()
-	return r.leastInFlight.Schedule(ctx, pool, req)
+	return r.leastInFlight.ScheduleDeferred(ctx, pool, req)
 }
 
 // TestPromptBytesLimit: the server hands the scheduler only the prompt
-// bytes it reads, and forwards the whole body unchanged.
+// bytes it reads, forwards the whole body unchanged, and commits the pick.
 func TestPromptBytesLimit(t *testing.T) {
 	for _, limit := range []int{0, 10, 1 << 20} {
 		t.Run(strconv.Itoa(limit), func(t *testing.T) {
 			f := newPools(t, 1, 2)
-			rec := &promptRecorder{limit: limit}
+			rec := &promptRecorder{leastInFlight: leastInFlight{commits: &commitCounter{}}, limit: limit}
 			ts := startServer(t, f.reg, rec, Options{Insecure: true})
 			content := strings.Repeat("long \\\"prompt\\\" ", 2000)
 			body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`)
@@ -279,6 +279,8 @@ func TestPromptBytesLimit(t *testing.T) {
 			if want := full[:min(limit, len(full))]; len(rec.prompts) != 1 || rec.prompts[0] != want {
 				t.Fatalf("scheduler got prompts of %d bytes, want one of %d", len(rec.prompts[0]), len(want))
 			}
+			// The server runs the deferred part of the pick once it has answered.
+			eventually(t, "the pick committed once", func() bool { return rec.commits.n.Load() == 1 })
 		})
 	}
 }

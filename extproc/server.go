@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -25,9 +24,19 @@ import (
 )
 
 // Scheduler picks endpoints for a request in a pool; *scheduling.Scheduler
-// satisfies it. A *scheduling.Error return is answered with its HTTP code.
+// satisfies it, and the server uses nothing else of it.
 type Scheduler interface {
-	Schedule(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
+	// PromptBytes is how many leading bytes of Request.Prompt the scheduler
+	// reads at most; zero when it reads none. The server hands it no more
+	// and only skims the rest of the body. Asked once, by New.
+	PromptBytes() int
+	// ScheduleDeferred picks the endpoints for req in pool. A
+	// *scheduling.Error is answered with its HTTP code. What the scheduler
+	// learns from the pick waits for Result.Commit, which the server calls
+	// once it has answered, before req (and the body its Prompt aliases)
+	// goes; then Result.ObserveCachedTokens if the model server reports
+	// them.
+	ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
 }
 
 // Health service names served on the health port. Liveness is SERVING while
@@ -59,24 +68,10 @@ type Server struct {
 	// draining is set when Start's context ends: readiness is NOT_SERVING
 	// from then on, whatever the pools say.
 	draining atomic.Bool
-	// schedule is sched's ScheduleDeferred when it has one, else Schedule.
-	schedule func(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
-	// promptLimit is the most prompt bytes sched reads (PromptBytes, when it
-	// tells); the body parser validates no more (it skims the rest).
+	sched    Scheduler
+	// promptLimit is the most prompt bytes sched reads (PromptBytes); the
+	// body parser validates no more (it skims the rest).
 	promptLimit int
-}
-
-// deferredScheduler is implemented by schedulers whose learning from a pick
-// can wait until the decision is sent (scheduling.Scheduler): the stream
-// calls ScheduleDeferred, answers, then Result.Commit.
-type deferredScheduler interface {
-	ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
-}
-
-// promptByteser is implemented by schedulers that read only the first
-// PromptBytes bytes of Request.Prompt (scheduling.Scheduler does).
-type promptByteser interface {
-	PromptBytes() int
 }
 
 // New returns a server answering for the pools in reg with sched's picks.
@@ -89,16 +84,8 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("extproc: registering metrics: %w", err)
 	}
-	limit := math.MaxInt
-	if pb, ok := sched.(promptByteser); ok {
-		limit = max(pb.PromptBytes(), 0)
-	}
-	schedule := sched.Schedule
-	if d, ok := sched.(deferredScheduler); ok {
-		schedule = d.ScheduleDeferred
-	}
-	return &Server{opts: opts, reg: reg, schedule: schedule, metrics: m, log: opts.Logger,
-		health: health.NewServer(), promptLimit: limit}, nil
+	return &Server{opts: opts, reg: reg, sched: sched, metrics: m, log: opts.Logger,
+		health: health.NewServer(), promptLimit: max(sched.PromptBytes(), 0)}, nil
 }
 
 // Ready reports readiness as served on the health port. With

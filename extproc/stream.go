@@ -550,7 +550,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	}
 	st.setLabels(requested, sreq.Model)
 	scheduleStart := time.Now()
-	res, err := st.s.schedule(st.ctx, st.pool, sreq)
+	res, err := st.s.sched.ScheduleDeferred(st.ctx, st.pool, sreq)
 	scheduleTime := time.Since(scheduleStart)
 	st.s.metrics.scheduled(st.pool.Key, scheduleTime)
 	if st.trace.span != nil {

@@ -2,17 +2,14 @@ package scheduling
 
 import (
 	"fmt"
-	"hash/maphash"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
 
 // Benchmarks of a pick on a 100-endpoint pool with 4 KB prompts.
@@ -64,9 +61,9 @@ schedulingProfiles:
 `
 
 // benchPool is a 100-endpoint pool with varied, fresh metrics and adapters.
-func benchPool(b *testing.B, s *Scheduler) *testPool {
+func benchPool(b *testing.B, s *Scheduler) *schedtest.Pool {
 	tp := newTestPool(b, benchEndpoints, s)
-	for i, e := range tp.pool.Endpoints().Endpoints {
+	for i, e := range tp.Pool.Endpoints().Endpoints {
 		e.SetMetrics(&datastore.Metrics{
 			WaitingRequests: i % 7,
 			RunningRequests: 10 + i%13,
@@ -85,8 +82,8 @@ func benchPool(b *testing.B, s *Scheduler) *testPool {
 func benchPrompts() [][]byte {
 	out := make([][]byte, benchConversations)
 	for i := range out {
-		p := append(prompt(fmt.Sprintf("system prompt %d", i%8), benchPromptBytes/2),
-			prompt(fmt.Sprintf("conversation %d", i), benchPromptBytes/2)...)
+		p := append(schedtest.Prompt(fmt.Sprintf("system prompt %d", i%8), benchPromptBytes/2),
+			schedtest.Prompt(fmt.Sprintf("conversation %d", i), benchPromptBytes/2)...)
 		out[i] = p
 	}
 	return out
@@ -136,18 +133,18 @@ func benchSchedule(b *testing.B, config string, novel bool, opts ...func(*Option
 	}
 	// Warm up: every conversation has been served once, as in steady traffic.
 	for i := range reqs {
-		if _, err := s.Schedule(ctx, tp.pool, &reqs[i]); err != nil {
+		if _, err := s.Schedule(ctx, tp.Pool, &reqs[i]); err != nil {
 			b.Fatal(err)
 		}
 	}
 	if !novel {
-		runPicks(b, s, tp.pool, func(i int) *Request { return &reqs[i%len(reqs)] })
+		runPicks(b, s, tp.Pool, func(i int) *Request { return &reqs[i%len(reqs)] })
 		return
 	}
 	// Every request ends in 1 KB never seen before: 16 new blocks to record.
 	buf := make([]byte, benchPromptBytes)
 	req := Request{Model: "lora-1", Prompt: buf}
-	runPicks(b, s, tp.pool, func(i int) *Request {
+	runPicks(b, s, tp.Pool, func(i int) *Request {
 		copy(buf, prompts[i%len(prompts)][:3072])
 		for j := 3072; j < len(buf); j += 8 {
 			v := uint64(i)*0x9e3779b97f4a7c15 + uint64(j)
@@ -189,7 +186,7 @@ func BenchmarkScheduleParallel(b *testing.B) {
 	tp := benchPool(b, s)
 	prompts := benchPrompts()
 	for _, p := range prompts {
-		if _, err := s.Schedule(ctx, tp.pool, &Request{Model: "lora-1", Prompt: p}); err != nil {
+		if _, err := s.Schedule(ctx, tp.Pool, &Request{Model: "lora-1", Prompt: p}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -199,153 +196,11 @@ func BenchmarkScheduleParallel(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			req := Request{Model: "lora-1", Prompt: prompts[i%len(prompts)]}
-			if _, err := s.Schedule(ctx, tp.pool, &req); err != nil {
+			if _, err := s.Schedule(ctx, tp.Pool, &req); err != nil {
 				b.Error(err)
 				return
 			}
 			i++
-		}
-	})
-}
-
-// BenchmarkPrefixIndexBytesPerBlock measures the heap held by the prefix
-// index per cached (block, endpoint) entry, with runtime.MemStats: blocks
-// held by one endpoint each (distinct prompts), and blocks held by 4
-// endpoints each (a shared system prompt), where one index entry serves 4
-// LRU entries.
-func BenchmarkPrefixIndexBytesPerBlock(b *testing.B) {
-	for _, holders := range []int{1, 4} {
-		b.Run(fmt.Sprintf("holders=%d", holders), func(b *testing.B) {
-			const perEndpoint = 20000
-			var perEntry float64
-			for n := 0; n < b.N; n++ {
-				s := build(b, PrefixCacheScorerType, `{"lruCapacityPerServer": 1000000, "autoTune": false}`).(*prefixCacheScorer)
-				tp := newTestPool(b, benchEndpoints, nil)
-				eps := tp.pool.Endpoints().Endpoints
-				hashes := make([]uint64, perEndpoint)
-				runtime.GC()
-				var before, after runtime.MemStats
-				runtime.ReadMemStats(&before)
-				x := s.index(tp.pool)
-				for i, e := range eps {
-					group := i / holders
-					for j := range hashes {
-						hashes[j] = uint64(group)<<32 | uint64(j)
-					}
-					pe := x.endpointFor(tp.pool, e, 1000000)
-					pe.record(hashes, 1000000, 0)
-				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				entries := len(eps) * perEndpoint
-				if got := x.blocks(); got != entries/holders {
-					b.Fatalf("index holds %d blocks, want %d", got, entries/holders)
-				}
-				perEntry = float64(after.HeapAlloc-before.HeapAlloc) / float64(entries)
-				runtime.KeepAlive(x)
-			}
-			b.ReportMetric(perEntry, "bytes/entry")
-			b.ReportMetric(0, "ns/op")
-		})
-	}
-}
-
-// BenchmarkPrefixDropEndpoint measures forgetting one endpoint whose LRU is
-// full at the default capacity (31250 blocks), as happens synchronously in
-// the registry's observer call when a pod leaves.
-func BenchmarkPrefixDropEndpoint(b *testing.B) {
-	hashes := make([]uint64, DefaultLRUCapacityPerServer)
-	for i := range hashes {
-		hashes[i] = uint64(i) * 0x9e3779b97f4a7c15
-	}
-	for n := 0; n < b.N; n++ {
-		b.StopTimer()
-		s := build(b, PrefixCacheScorerType, "").(*prefixCacheScorer)
-		tp := newTestPool(b, 2, nil)
-		x := s.index(tp.pool)
-		e := tp.pool.Endpoints().Endpoints[0]
-		x.endpointFor(tp.pool, e, DefaultLRUCapacityPerServer).record(hashes, DefaultLRUCapacityPerServer, 0)
-		b.StartTimer()
-		x.drop([]*datastore.Endpoint{e})
-		b.StopTimer()
-		if x.blocks() != 0 {
-			b.Fatal("blocks left after drop")
-		}
-	}
-}
-
-// BenchmarkRecord measures recording a 256-block prompt (16 KiB, the
-// default cap) on an endpoint holding 20,000 blocks, against touching each
-// block in turn (each-block, the way record worked before it moved a
-// leading run at once), in the same run:
-//   - repeat: the prompt the endpoint served last, again (a retry, or the
-//     same request from many clients);
-//   - next-turn: the last prompt's first 240 blocks, then 16 new ones (a
-//     conversation's next turn, cut at the cap);
-//   - shared-prefix: a 192-block system prompt the endpoint served last,
-//     then 64 blocks of its own.
-func BenchmarkRecord(b *testing.B) {
-	const capacity, blocks = 1 << 20, 256
-	tp := newTestPool(b, 1, nil)
-	rnd := rand.New(rand.NewPCG(1, 2))
-	for _, c := range []struct {
-		name   string
-		shared int // leading blocks of the last prompt each prompt repeats
-	}{{"repeat", blocks}, {"next-turn", blocks - 16}, {"shared-prefix", 192}} {
-		for _, eachBlock := range []bool{true, false} {
-			name := c.name + "/run"
-			if eachBlock {
-				name = c.name + "/each-block"
-			}
-			b.Run(name, func(b *testing.B) {
-				x := newPrefixIndex()
-				pe := x.endpointFor(tp.pool, tp.pool.Endpoints().Endpoints[0], capacity)
-				pe.record(randomBlocks(rnd, 20000), capacity, 0)
-				prompts := make([][]uint64, 64)
-				last := randomBlocks(rnd, blocks)
-				for i := range prompts {
-					prompts[i] = append(slices.Clone(last[:c.shared]), randomBlocks(rnd, blocks-c.shared)...)
-				}
-				pe.record(last, capacity, 0)
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					p := prompts[i%len(prompts)]
-					if eachBlock {
-						pe.mu.Lock()
-						pe.touchOrAdd(p)
-						pe.mu.Unlock()
-					} else {
-						pe.record(p, capacity, 0)
-					}
-					b.StopTimer()
-					pe.record(last, capacity, 0) // the endpoint's last prompt again
-					b.StartTimer()
-				}
-			})
-		}
-	}
-}
-
-// BenchmarkHashPrompt hashes a 16 KiB prompt into 256 chained block hashes
-// with the runtime's hash, against xxhash (what hashPrompt used before) in
-// the same run.
-func BenchmarkHashPrompt(b *testing.B) {
-	p := prompt("abc", 16<<10)
-	dst := make([]uint64, 0, 256)
-	seed := maphash.MakeSeed()
-	b.Run("maphash", func(b *testing.B) {
-		for b.Loop() {
-			dst = hashPrompt(seed, dst[:0], "m", p, 64, 256)
-		}
-	})
-	b.Run("xxhash", func(b *testing.B) {
-		for b.Loop() {
-			dst = dst[:0]
-			prev := xxhash.Sum64String("m")
-			for i := 0; i < 256; i++ {
-				prev = chainHash(prev, xxhash.Sum64(p[i*64:(i+1)*64]))
-				dst = append(dst, prev)
-			}
 		}
 	})
 }

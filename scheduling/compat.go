@@ -134,14 +134,6 @@ func (p *PluginSpec) translateParams() error {
 	return nil
 }
 
-func init() {
-	for t := range inertPluginTypes {
-		builtins[t] = func(name string, _ json.RawMessage) (Plugin, error) {
-			return &inertPlugin{name: TypedName{Type: t, Name: name}}, nil
-		}
-	}
-}
-
 // inertPlugin stands for an upstream plugin whose job poolpicker does itself.
 type inertPlugin struct{ name TypedName }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
 // The config's fixed header, as in the reference EPP's EndpointPickerConfig.
@@ -112,13 +114,15 @@ func DefaultConfig() *Config {
 	return cfg
 }
 
-// LoadConfigFile reads and checks the config at path.
-func LoadConfigFile(path string) (*Config, error) {
+// LoadConfigFile reads and checks the config at path, with DefaultRegistry.
+func LoadConfigFile(path string) (*Config, error) { return loadConfigFile(path, DefaultRegistry) }
+
+func loadConfigFile(path string, reg *framework.Registry) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("scheduling config: %w", err)
 	}
-	cfg, err := LoadConfig(data)
+	cfg, err := loadConfig(data, reg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -129,8 +133,11 @@ func LoadConfigFile(path string) (*Config, error) {
 // completely: header, unknown fields, plugin types and their parameters,
 // profile references and weights. Every error names the culprit. A config
 // without schedulingProfiles gets one profile named "default" that refers to
-// every plugin, in order, each scorer with weight 1.
-func LoadConfig(data []byte) (*Config, error) {
+// every plugin, in order, each scorer with weight 1. Plugin types resolve
+// with DefaultRegistry.
+func LoadConfig(data []byte) (*Config, error) { return loadConfig(data, DefaultRegistry) }
+
+func loadConfig(data []byte, reg *framework.Registry) (*Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fmt.Errorf("scheduling config: empty")
 	}
@@ -143,19 +150,19 @@ func LoadConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("scheduling config: %w", err)
 	}
 	cfg.Warnings = warns
-	if err := cfg.complete(); err != nil {
+	if err := cfg.complete(reg); err != nil {
 		return nil, fmt.Errorf("scheduling config: %w", err)
 	}
 	// Building the plugins once is the only complete check of parameters.
 	// The conformance option is New's to check: it is not known here.
-	if _, err := buildProfiles(cfg, Options{EnableConformanceTestFilter: true}); err != nil {
+	if _, err := buildProfiles(cfg, Options{EnableConformanceTestFilter: true, Registry: reg}); err != nil {
 		return nil, fmt.Errorf("scheduling config: %w", err)
 	}
 	return cfg, nil
 }
 
 // complete checks the structure and fills defaults (names, default profile).
-func (c *Config) complete() error {
+func (c *Config) complete(reg *framework.Registry) error {
 	if !slices.Contains(configAPIVersions, c.APIVersion) {
 		return fmt.Errorf("apiVersion %q: must be \"%s\"", c.APIVersion, strings.Join(configAPIVersions, `" or "`))
 	}
@@ -174,8 +181,8 @@ func (c *Config) complete() error {
 		if p.Type == "" {
 			return fmt.Errorf("plugins[%d]: type is required", i)
 		}
-		if _, ok := builtins[p.Type]; !ok {
-			return fmt.Errorf("plugins[%d]: unknown type %q (known: %s)", i, p.Type, strings.Join(PluginTypes(), ", "))
+		if _, ok := reg.Factory(p.Type); !ok {
+			return fmt.Errorf("plugins[%d]: unknown type %q (known: %s)", i, p.Type, strings.Join(pluginTypes(reg), ", "))
 		}
 		if p.Name == "" {
 			p.Name = p.Type

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
 const header = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -74,9 +76,9 @@ schedulingProfiles:
 				if len(p.scorers) != 3 || p.scorers[1].weight != 1.5 || p.pickerMax != 2 {
 					t.Fatalf("profile %+v", p)
 				}
-				ps := p.scorers[2].Scorer.(*prefixCacheScorer)
-				if ps.params.HashBlockSize != 32 || ps.params.MaxPrefixBlocksToMatch != 128 || ps.params.LRUCapacityPerServer != 1000 || !*ps.params.AutoTune || !*ps.params.UsageFeedback || ps.params.QueueMissCost {
-					t.Fatalf("prefix params %+v", ps.params)
+				params := p.scorers[2].Scorer.(*prefix.Scorer).Params()
+				if params.HashBlockSize != 32 || params.MaxPrefixBlocksToMatch != 128 || params.LRUCapacityPerServer != 1000 || !*params.AutoTune || !*params.UsageFeedback || params.QueueMissCost {
+					t.Fatalf("prefix params %+v", params)
 				}
 			},
 		},

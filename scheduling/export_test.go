@@ -1,16 +1,27 @@
 package scheduling
 
-import "github.com/poolpicker/poolpicker/datastore"
+import (
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
+)
 
 // Views into the prefix scorers' state, for tests.
+
+func (s *Scheduler) prefixScorers() []*prefix.Scorer {
+	var out []*prefix.Scorer
+	for _, p := range s.built.plugins {
+		if ps, ok := p.(*prefix.Scorer); ok {
+			out = append(out, ps)
+		}
+	}
+	return out
+}
 
 // prefixBlocks counts the distinct blocks indexed for the pool.
 func (s *Scheduler) prefixBlocks(pool *datastore.Pool) int {
 	n := 0
 	for _, ps := range s.prefixScorers() {
-		if v, ok := ps.indexes.Load(pool); ok {
-			n += v.(*prefixIndex).blocks()
-		}
+		n += ps.IndexedBlocks(pool)
 	}
 	return n
 }
@@ -18,30 +29,8 @@ func (s *Scheduler) prefixBlocks(pool *datastore.Pool) int {
 // prefixHolds reports whether any index entry or LRU of the pool names e.
 func (s *Scheduler) prefixHolds(pool *datastore.Pool, e *datastore.Endpoint) bool {
 	for _, ps := range s.prefixScorers() {
-		v, ok := ps.indexes.Load(pool)
-		if !ok {
-			continue
-		}
-		x := v.(*prefixIndex)
-		if x.lookup(e.Key()) != nil {
+		if ps.Holds(pool, e) {
 			return true
-		}
-		for i := range x.shards {
-			sh := &x.shards[i]
-			sh.mu.RLock()
-			for _, hs := range sh.m {
-				if hs.first != nil && hs.first.key == e.Key() {
-					sh.mu.RUnlock()
-					return true
-				}
-				for _, pe := range hs.rest() {
-					if pe.key == e.Key() {
-						sh.mu.RUnlock()
-						return true
-					}
-				}
-			}
-			sh.mu.RUnlock()
 		}
 	}
 	return false
@@ -51,7 +40,7 @@ func (s *Scheduler) prefixHolds(pool *datastore.Pool, e *datastore.Endpoint) boo
 func (s *Scheduler) prefixPools() int {
 	n := 0
 	for _, ps := range s.prefixScorers() {
-		ps.indexes.Range(func(_, _ any) bool { n++; return true })
+		n += ps.IndexedPools()
 	}
 	return n
 }

@@ -3,18 +3,22 @@ package scheduling
 import (
 	"fmt"
 	"time"
+
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/filter"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/picker"
 )
 
 // profile is a built scheduling profile: what runs, in order.
 type profile struct {
 	name    string
-	filters []Filter
+	filters []framework.Filter
 	scorers []weightedScorer
-	picker  Picker
+	picker  framework.Picker
 	// pickerMax caps the endpoints of a result (the picker's
 	// maxNumOfEndpoints); 0: Options.MaxEndpoints.
 	pickerMax   int
-	postPickers []PostPicker
+	postPickers []framework.PostPicker
 	timers      pluginTimers
 }
 
@@ -52,7 +56,7 @@ func (p *profile) timePlugins(newTimer func(extensionPoint string, plugin TypedN
 }
 
 type weightedScorer struct {
-	Scorer
+	framework.Scorer
 	weight float64
 }
 
@@ -61,7 +65,7 @@ type builtConfig struct {
 	profiles       map[string]*profile
 	defaultProfile string
 	// plugins are every instance, declared and added, in a stable order.
-	plugins []Plugin
+	plugins []framework.Plugin
 }
 
 // buildProfiles instantiates the config's plugins and assembles its profiles.
@@ -71,9 +75,9 @@ type builtConfig struct {
 // a profile without a picker gets a max-score picker.
 func buildProfiles(cfg *Config, opts Options) (*builtConfig, error) {
 	b := &builtConfig{profiles: make(map[string]*profile, len(cfg.SchedulingProfiles)), defaultProfile: cfg.defaultProfile()}
-	instances := make(map[string]Plugin, len(cfg.Plugins))
+	instances := make(map[string]framework.Plugin, len(cfg.Plugins))
 	for _, spec := range cfg.Plugins {
-		factory, ok := builtins[spec.Type]
+		factory, ok := opts.registry().Factory(spec.Type)
 		if !ok {
 			return nil, fmt.Errorf("plugin %q: unknown type %q", spec.Name, spec.Type)
 		}
@@ -81,10 +85,13 @@ func buildProfiles(cfg *Config, opts Options) (*builtConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plugin %q (type %s): %w", spec.Name, spec.Type, err)
 		}
+		if p == nil {
+			return nil, fmt.Errorf("plugin %q (type %s): the factory returned no plugin", spec.Name, spec.Type)
+		}
 		instances[spec.Name] = p
 		b.plugins = append(b.plugins, p)
 	}
-	var implicitSubset, implicitConformance Plugin
+	var implicitSubset, implicitConformance framework.Plugin
 	for _, ps := range cfg.SchedulingProfiles {
 		prof := &profile{name: ps.Name}
 		hasSubset, hasConformance := false, false
@@ -94,7 +101,7 @@ func buildProfiles(cfg *Config, opts Options) (*builtConfig, error) {
 				return nil, fmt.Errorf("profile %q: pluginRef %q names no declared plugin", ps.Name, ref.PluginRef)
 			}
 			used := false
-			if f, ok := p.(Filter); ok {
+			if f, ok := p.(framework.Filter); ok {
 				prof.filters = append(prof.filters, f)
 				used = true
 				switch p.TypedName().Type {
@@ -107,7 +114,7 @@ func buildProfiles(cfg *Config, opts Options) (*builtConfig, error) {
 					}
 				}
 			}
-			if s, ok := p.(Scorer); ok {
+			if s, ok := p.(framework.Scorer); ok {
 				w := 1.0
 				if ref.Weight != nil {
 					w = *ref.Weight
@@ -117,42 +124,42 @@ func buildProfiles(cfg *Config, opts Options) (*builtConfig, error) {
 			} else if ref.Weight != nil {
 				return nil, fmt.Errorf("profile %q: plugin %q (type %s) is not a scorer, so it takes no weight", ps.Name, ref.PluginRef, p.TypedName().Type)
 			}
-			if pk, ok := p.(Picker); ok {
+			if pk, ok := p.(framework.Picker); ok {
 				if prof.picker != nil {
 					return nil, fmt.Errorf("profile %q: two pickers, %q and %q; a profile has one", ps.Name, prof.picker.TypedName().Name, ref.PluginRef)
 				}
 				prof.picker = pk
-				if m, ok := p.(maxEndpointser); ok {
+				if m, ok := p.(framework.EndpointLimiter); ok {
 					prof.pickerMax = m.MaxEndpoints()
 				}
 				used = true
 			}
-			if pp, ok := p.(PostPicker); ok {
+			if pp, ok := p.(framework.PostPicker); ok {
 				prof.postPickers = append(prof.postPickers, pp)
 			}
 			if !used {
 				return nil, fmt.Errorf("profile %q: plugin %q (type %s) is not a filter, scorer or picker", ps.Name, ref.PluginRef, p.TypedName().Type)
 			}
 		}
-		var front []Filter
+		var front []framework.Filter
 		if !hasSubset {
 			if implicitSubset == nil {
-				implicitSubset, _ = newSubsetFilter(SubsetFilterType, nil)
+				implicitSubset, _ = filter.NewSubset(SubsetFilterType, nil)
 				b.plugins = append(b.plugins, implicitSubset)
 			}
-			front = append(front, implicitSubset.(Filter))
+			front = append(front, implicitSubset.(framework.Filter))
 		}
 		if opts.EnableConformanceTestFilter && !hasConformance {
 			if implicitConformance == nil {
-				implicitConformance, _ = newConformanceTestFilter(ConformanceTestFilterType, nil)
+				implicitConformance, _ = filter.NewConformanceTest(ConformanceTestFilterType, nil)
 				b.plugins = append(b.plugins, implicitConformance)
 			}
-			front = append(front, implicitConformance.(Filter))
+			front = append(front, implicitConformance.(framework.Filter))
 		}
 		prof.filters = append(front, prof.filters...)
 		if prof.picker == nil {
-			p, _ := newMaxScorePicker(MaxScorePickerType, nil)
-			prof.picker = p.(Picker)
+			p, _ := picker.NewMaxScore(MaxScorePickerType, nil)
+			prof.picker = p.(framework.Picker)
 			b.plugins = append(b.plugins, p)
 		}
 		prof.timePlugins(opts.PluginDuration)

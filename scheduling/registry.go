@@ -1,59 +1,120 @@
 package scheduling
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
-	"slices"
 	"sort"
+
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/filter"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/load"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/lora"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/picker"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
-// Plugin type names. Where the reference EPP has a plugin of the same
-// purpose, the name is the reference's, so its configs read the same here.
+// The types a scheduler's caller sees; plugins find them, and the
+// extension points, in package framework.
+type (
+	Request   = framework.Request
+	Result    = framework.Result
+	Error     = framework.Error
+	TypedName = framework.TypedName
+)
+
+// Sentinels of the scheduler's errors, for errors.Is.
+var (
+	ErrNoEndpoints = framework.ErrNoEndpoints
+	ErrShed        = framework.ErrShed
+)
+
+// NewNoEndpointsError returns the 503 error for a pool with no eligible
+// endpoint (errors.Is ErrNoEndpoints).
+func NewNoEndpointsError(format string, args ...any) *Error {
+	return framework.NewNoEndpointsError(format, args...)
+}
+
+// NewShedError returns the 429 error for a sheddable request refused under
+// saturation (errors.Is ErrShed).
+func NewShedError(format string, args ...any) *Error {
+	return framework.NewShedError(format, args...)
+}
+
+// Built-in plugin type names. Where the reference EPP has a plugin of the
+// same purpose, the name is the reference's, so its configs read the same
+// here. site-src/scheduling.md lists them (a test keeps the list equal to
+// DefaultRegistry's types).
 const (
-	SubsetFilterType             = "subset-filter"
-	ConformanceTestFilterType    = "header-based-testing-filter"
-	QueueScorerType              = "queue-scorer"
-	KVCacheUtilizationScorerType = "kv-cache-utilization-scorer"
-	RunningRequestsScorerType    = "running-requests-size-scorer"
-	InFlightScorerType           = "in-flight-scorer"
-	LoRAAffinityScorerType       = "lora-affinity-scorer"
-	PrefixCacheScorerType        = "prefix-cache-scorer"
-	MaxScorePickerType           = "max-score-picker"
-	RandomPickerType             = "random-picker"
-	WeightedRandomPickerType     = "weighted-random-picker"
-	RoundRobinPickerType         = "round-robin-picker"
+	SubsetFilterType             = filter.SubsetType
+	ConformanceTestFilterType    = filter.ConformanceTestType
+	QueueScorerType              = load.QueueType
+	KVCacheUtilizationScorerType = load.KVCacheUtilizationType
+	RunningRequestsScorerType    = load.RunningRequestsType
+	InFlightScorerType           = load.InFlightType
+	LoRAAffinityScorerType       = lora.AffinityType
+	PrefixCacheScorerType        = prefix.Type
+	MaxScorePickerType           = picker.MaxScoreType
+	RandomPickerType             = picker.RandomType
+	WeightedRandomPickerType     = picker.WeightedRandomType
+	RoundRobinPickerType         = picker.RoundRobinType
 	SingleProfileHandlerType     = "single-profile-handler"
 )
 
-// factory builds a plugin instance named name from its YAML parameters
-// (converted to JSON; nil when the config gives none). It returns an error
-// naming the bad parameter; the caller adds the plugin's name and type.
-type factory func(name string, params json.RawMessage) (Plugin, error)
+// DefaultRegistry resolves the plugin types of configs (LoadConfig, and
+// New unless Options.Registry says otherwise): the built-in plugins, the
+// upstream types poolpicker accepts without using, and every plugin
+// registered with Register.
+var DefaultRegistry = NewRegistry()
 
-// builtins maps plugin types to their factories. Read-only after init.
-var builtins = map[string]factory{
-	SubsetFilterType:             newSubsetFilter,
-	ConformanceTestFilterType:    newConformanceTestFilter,
-	QueueScorerType:              newQueueScorer,
-	KVCacheUtilizationScorerType: newKVCacheScorer,
-	RunningRequestsScorerType:    newRunningRequestsScorer,
-	InFlightScorerType:           newInFlightScorer,
-	LoRAAffinityScorerType:       newLoRAAffinityScorer,
-	PrefixCacheScorerType:        newPrefixCacheScorer,
-	MaxScorePickerType:           newMaxScorePicker,
-	RandomPickerType:             newRandomPicker,
-	WeightedRandomPickerType:     newWeightedRandomPicker,
-	RoundRobinPickerType:         newRoundRobinPicker,
-	SingleProfileHandlerType:     newSingleProfileHandler,
+// NewRegistry returns a registry of the built-in plugins (and the upstream
+// types accepted as inert), for a caller that adds its own without
+// touching DefaultRegistry.
+func NewRegistry() *framework.Registry {
+	r := framework.NewRegistry()
+	for t, f := range map[string]framework.Factory{
+		SubsetFilterType:             filter.NewSubset,
+		ConformanceTestFilterType:    filter.NewConformanceTest,
+		QueueScorerType:              load.NewQueue,
+		KVCacheUtilizationScorerType: load.NewKVCacheUtilization,
+		RunningRequestsScorerType:    load.NewRunningRequests,
+		InFlightScorerType:           load.NewInFlight,
+		LoRAAffinityScorerType:       lora.NewAffinity,
+		PrefixCacheScorerType:        prefix.New,
+		MaxScorePickerType:           picker.NewMaxScore,
+		RandomPickerType:             picker.NewRandom,
+		WeightedRandomPickerType:     picker.NewWeightedRandom,
+		RoundRobinPickerType:         picker.NewRoundRobin,
+		SingleProfileHandlerType:     newSingleProfileHandler,
+	} {
+		mustRegister(r, t, f)
+	}
+	for t := range inertPluginTypes {
+		mustRegister(r, t, func(name string, _ json.RawMessage) (framework.Plugin, error) {
+			return &inertPlugin{name: TypedName{Type: t, Name: name}}, nil
+		})
+	}
+	return r
 }
 
-// PluginTypes lists the plugin types a config may name, sorted.
-func PluginTypes() []string {
-	types := make([]string, 0, len(builtins)+len(pluginTypeAliases))
-	for t := range builtins {
-		types = append(types, t)
+func mustRegister(r *framework.Registry, typeName string, f framework.Factory) {
+	if err := r.Register(typeName, f); err != nil {
+		panic("scheduling: " + err.Error())
 	}
+}
+
+// Register adds a plugin type to DefaultRegistry, so that configs may name
+// it: call it from the plugin package's init function, and import that
+// package into the binary (site-src/plugins.md). A type already registered
+// (a built-in one included) is an error.
+func Register(typeName string, f framework.Factory) error {
+	return DefaultRegistry.Register(typeName, f)
+}
+
+// PluginTypes lists the plugin types a config may name with
+// DefaultRegistry, upstream aliases included, sorted.
+func PluginTypes() []string { return pluginTypes(DefaultRegistry) }
+
+func pluginTypes(r *framework.Registry) []string {
+	types := r.Types()
 	for t := range pluginTypeAliases {
 		types = append(types, t)
 	}
@@ -61,47 +122,13 @@ func PluginTypes() []string {
 	return types
 }
 
-// decodeParams decodes params strictly into v: an unknown or mistyped
-// parameter is an error that names it.
-func decodeParams(params json.RawMessage, v any) error {
-	if len(bytes.TrimSpace(params)) == 0 || bytes.Equal(bytes.TrimSpace(params), []byte("null")) {
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(params))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("parameters: %w", err)
-	}
-	if dec.More() {
-		return fmt.Errorf("parameters: trailing data")
-	}
-	return nil
-}
-
-// noParams is the factory check for plugins that take no parameters.
-func noParams(params json.RawMessage) error {
-	var m map[string]json.RawMessage
-	if err := decodeParams(params, &m); err != nil {
-		return err
-	}
-	if len(m) > 0 {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		return fmt.Errorf("parameters: takes none, got %q", keys)
-	}
-	return nil
-}
-
 // singleProfileHandler is accepted so configs written for the reference EPP
 // load unchanged; poolpicker chooses the profile per pool (by annotation),
 // so the handler has nothing to do.
 type singleProfileHandler struct{ name TypedName }
 
-func newSingleProfileHandler(name string, params json.RawMessage) (Plugin, error) {
-	if err := noParams(params); err != nil {
+func newSingleProfileHandler(name string, params json.RawMessage) (framework.Plugin, error) {
+	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}
 	return &singleProfileHandler{name: TypedName{Type: SingleProfileHandlerType, Name: name}}, nil

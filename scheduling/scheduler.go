@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
 // Defaults of Options.
@@ -61,6 +64,9 @@ type Options struct {
 	// the call (Filter, Scorer, Picker). Resolving it up front keeps a label
 	// lookup off the pick path. Nil: plugins are not timed.
 	PluginDuration func(extensionPoint string, plugin TypedName) func(time.Duration)
+	// Registry resolves the config's plugin types. Nil: DefaultRegistry,
+	// the built-in plugins and whatever registered itself with Register.
+	Registry *framework.Registry
 }
 
 // Extension points as upstream's plugin duration metric names them.
@@ -86,6 +92,17 @@ func (o *Options) setDefaults() {
 	if o.Rand == nil {
 		o.Rand = rand.Uint64
 	}
+	if o.Registry == nil {
+		o.Registry = DefaultRegistry
+	}
+}
+
+// registry is Registry or its default (LoadConfig runs before defaults).
+func (o *Options) registry() *framework.Registry {
+	if o.Registry != nil {
+		return o.Registry
+	}
+	return DefaultRegistry
 }
 
 // LoadConfig returns the config the options name: ConfigFile, ConfigText,
@@ -95,9 +112,9 @@ func (o *Options) LoadConfig() (*Config, error) {
 	case o.ConfigFile != "" && o.ConfigText != "":
 		return nil, fmt.Errorf("scheduling config: give a config file or a config text, not both")
 	case o.ConfigFile != "":
-		return LoadConfigFile(o.ConfigFile)
+		return loadConfigFile(o.ConfigFile, o.registry())
 	case o.ConfigText != "":
-		return LoadConfig([]byte(o.ConfigText))
+		return loadConfig([]byte(o.ConfigText), o.registry())
 	}
 	return DefaultConfig(), nil
 }
@@ -111,7 +128,7 @@ type Scheduler struct {
 	opts      Options
 	built     *builtConfig
 	observers []datastore.Observer
-	states    sync.Pool // *CycleState
+	states    sync.Pool // *cycle
 	// pools holds per-pool scheduler state (*poolState) keyed by *Pool, so a
 	// pool removed and added again starts afresh.
 	pools sync.Map
@@ -145,26 +162,31 @@ func New(cfg *Config, opts Options) (*Scheduler, error) {
 			s.observers = append(s.observers, o)
 		}
 	}
-	s.states.New = func() any { return &CycleState{} }
+	s.states.New = func() any { return &cycle{} }
 	opts.Logger.V(1).Info("scheduler configured", "profiles", cfg.ProfileNames(), "defaultProfile", built.defaultProfile,
 		"maxEndpoints", opts.MaxEndpoints, "metricsStaleness", opts.MetricsStaleness)
 	return s, nil
 }
 
 // PromptBytes is how many leading bytes of Request.Prompt the configured
-// plugins read at most; zero when none reads it. The prefix-cache scorer
-// hashes at most maxPrefixBlocksToMatch blocks of hashBlockSize bytes, so a
-// caller may cut a longer prompt to this length (and only skim the rest of
-// the body, as requestbody does) without changing any decision.
+// plugins read at most (the largest framework.PromptReader.PromptBytes);
+// zero when none reads it. The prefix-cache scorer hashes at most
+// maxPrefixBlocksToMatch blocks of hashBlockSize bytes, so a caller may cut
+// a longer prompt to this length (and only skim the rest of the body, as
+// requestbody does) without changing any decision.
 func (s *Scheduler) PromptBytes() int {
 	n := 0
 	for _, p := range s.built.plugins {
-		if r, ok := p.(promptReader); ok {
-			n = max(n, r.promptBytes())
+		if r, ok := p.(framework.PromptReader); ok {
+			n = max(n, r.PromptBytes())
 		}
 	}
 	return n
 }
+
+// Plugins are the plugin instances the scheduler built from its config,
+// declared and implicit, in a stable order.
+func (s *Scheduler) Plugins() []framework.Plugin { return slices.Clone(s.built.plugins) }
 
 // DefaultProfile names the profile of pools that name none.
 func (s *Scheduler) DefaultProfile() string { return s.built.defaultProfile }
@@ -191,27 +213,29 @@ func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Req
 // committed only loses what the plugins would have learned.
 func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *Request) (*Result, error) {
 	if pool == nil {
-		return nil, ErrNoEndpoints("no pool given")
+		return nil, NewNoEndpointsError("no pool given")
 	}
 	if req == nil {
 		req = &Request{}
 	}
 	eps := pool.Endpoints()
 	if eps.Len() == 0 {
-		return nil, ErrNoEndpoints("pool %s has no ready endpoints", pool.Key)
+		return nil, NewNoEndpointsError("pool %s has no ready endpoints", pool.Key)
 	}
 
-	cs := s.states.Get().(*CycleState)
-	cs.reset(pool, &s.opts)
+	cy := s.states.Get().(*cycle)
+	cs := &cy.CycleState
+	cs.Begin(pool, framework.Saturation{QueueDepth: s.opts.QueueDepthThreshold, KVCacheUtil: s.opts.KVCacheUtilThreshold}, s.opts.Rand)
+	cy.candidates, cy.picked = cy.candidates[:0], cy.picked[:0]
 	committing := false
 	defer func() {
 		if !committing {
-			s.recycle(cs)
+			s.recycle(cy)
 		}
 	}()
 
 	policy := pool.Policy()
-	cs.TargetModel, cs.modelRewrite = rewriteModel(policy, req.Model, cs.rand)
+	cs.TargetModel, cy.modelRewrite = rewriteModel(policy, req.Model, s.opts.Rand)
 	cs.Priority, _ = policy.Priority(req.Objective)
 
 	now := time.Now()
@@ -225,30 +249,30 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
 		}
-		cs.candidates = append(cs.candidates, Candidate{Endpoint: e, Metrics: m, pos: i})
-		if c := &cs.candidates[len(cs.candidates)-1]; !c.Known() || cs.Saturated(c) {
+		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: e, Metrics: m, Index: i})
+		if c := &cy.candidates[len(cy.candidates)-1]; !c.Known() || cs.Saturated(c) {
 			saturated++
 		}
 	}
 	if cs.Priority < 0 && saturated == len(eps.Endpoints) {
-		return nil, ErrShed("pool %s is saturated (every endpoint has at least %d waiting requests, KV cache at least %.0f%% used, or no fresh metrics); request of objective %q (priority %d) is sheddable",
+		return nil, NewShedError("pool %s is saturated (every endpoint has at least %d waiting requests, KV cache at least %.0f%% used, or no fresh metrics); request of objective %q (priority %d) is sheddable",
 			pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, req.Objective, cs.Priority)
 	}
 
 	prof := s.profileFor(pool)
-	cands := cs.candidates
+	cands := cy.candidates
 	for i, f := range prof.filters {
 		start := prof.timers.start()
 		cands = f.Filter(ctx, cs, req, cands)
 		prof.timers.observe(prof.timers.filters, i, start)
 		if len(cands) == 0 {
-			return nil, ErrNoEndpoints("pool %s: filter %q left no endpoint (of %d) for the request", pool.Key, f.TypedName().Name, len(eps.Endpoints))
+			return nil, NewNoEndpointsError("pool %s: filter %q left no endpoint (of %d) for the request", pool.Key, f.TypedName().Name, len(eps.Endpoints))
 		}
 	}
 	known := partitionKnown(cands)
 
-	totals := grow(&cs.totals, len(cands))
-	scores := grow(&cs.scores, len(cands))
+	totals := grow(&cy.totals, len(cands))
+	scores := grow(&cy.scores, len(cands))
 	clear(totals)
 	for i, ws := range prof.scorers {
 		clear(scores)
@@ -265,7 +289,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		n = prof.pickerMax
 	}
 	n = min(n, len(cands))
-	picked := cs.picked[:0]
+	picked := cy.picked[:0]
 	start := prof.timers.start()
 	if known > 0 {
 		picked = prof.picker.Pick(ctx, cs, req, cands[:known], totals[:known], min(n, known), picked)
@@ -280,9 +304,9 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		}
 	}
 	prof.timers.observe(prof.timers.picker, 0, start)
-	cs.picked = picked
+	cy.picked = picked
 	if len(picked) == 0 {
-		return nil, ErrNoEndpoints("pool %s: picker %q chose no endpoint", pool.Key, prof.picker.TypedName().Name)
+		return nil, NewNoEndpointsError("pool %s: picker %q chose no endpoint", pool.Key, prof.picker.TypedName().Name)
 	}
 
 	box := newResult(len(picked))
@@ -290,12 +314,12 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	for _, i := range picked {
 		res.Endpoints = append(res.Endpoints, cands[i].Endpoint)
 	}
-	res.TargetModel, res.ModelRewrite = cs.TargetModel, cs.modelRewrite
+	res.TargetModel, res.ModelRewrite = cs.TargetModel, cy.modelRewrite
 	res.Profile = prof.name
 	res.Priority = cs.Priority
 	if len(prof.postPickers) > 0 {
-		box.commit = pendingCommit{s: s, ctx: ctx, cs: cs, req: req, postPickers: prof.postPickers}
-		res.pending = &box.commit
+		box.commit = pendingCommit{s: s, ctx: ctx, cy: cy, req: req, postPickers: prof.postPickers}
+		res.Defer(&box.commit)
 		committing = true
 	}
 	if l := s.opts.Logger.V(4); l.Enabled() {
@@ -305,32 +329,45 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	return res, nil
 }
 
+// PrefixAgreement is how the prefix index's predictions compared with the
+// cached tokens the servers reported (Result.ObserveCachedTokens), summed
+// over the scheduler's prefix-cache scorers since it started.
+type PrefixAgreement = prefix.Agreement
+
 // PrefixAgreement sums the prefix-cache scorers' predictions against the
 // servers' reports.
 func (s *Scheduler) PrefixAgreement() PrefixAgreement {
 	var a PrefixAgreement
-	for _, ps := range s.prefixScorers() {
-		a.Observed += ps.agreement.observed.Load()
-		a.OverPredicted += ps.agreement.overPredicted.Load()
-		a.PredictedTokens += ps.agreement.predictedTokens.Load()
-		a.ConfirmedTokens += ps.agreement.confirmedTokens.Load()
+	for _, p := range s.built.plugins {
+		if ps, ok := p.(*prefix.Scorer); ok {
+			b := ps.Agreement()
+			a.Observed += b.Observed
+			a.OverPredicted += b.OverPredicted
+			a.PredictedTokens += b.PredictedTokens
+			a.ConfirmedTokens += b.ConfirmedTokens
+		}
 	}
 	return a
 }
 
-func (s *Scheduler) prefixScorers() []*prefixCacheScorer {
-	var out []*prefixCacheScorer
-	for _, p := range s.built.plugins {
-		if ps, ok := p.(*prefixCacheScorer); ok {
-			out = append(out, ps)
-		}
-	}
-	return out
+// cycle is a scheduling cycle's state, recycled between Schedule calls:
+// the plugins' CycleState and the scheduler's own buffers.
+type cycle struct {
+	framework.CycleState
+	// modelRewrite names the rewrite that chose TargetModel, if any.
+	modelRewrite string
+
+	candidates []framework.Candidate
+	scores     []float64
+	totals     []float64
+	picked     []int
 }
 
-func (s *Scheduler) recycle(cs *CycleState) {
-	cs.release()
-	s.states.Put(cs)
+func (s *Scheduler) recycle(cy *cycle) {
+	cy.End()
+	cy.modelRewrite = ""
+	clear(cy.candidates[:cap(cy.candidates)])
+	s.states.Put(cy)
 }
 
 // pendingCommit is the post-pick step of a ScheduleDeferred, run by
@@ -338,25 +375,21 @@ func (s *Scheduler) recycle(cs *CycleState) {
 type pendingCommit struct {
 	s           *Scheduler
 	ctx         context.Context
-	cs          *CycleState
+	cy          *cycle
 	req         *Request
-	postPickers []PostPicker
+	postPickers []framework.PostPicker
 }
 
-// Commit runs the post-pick plugins of a ScheduleDeferred result and
-// recycles its scheduling state. Only the first call does anything; a nil
-// Result or one whose plugins already ran (Schedule's) is a no-op. Not safe
-// for concurrent use.
-func (r *Result) Commit() {
-	if r == nil || r.pending == nil {
-		return
-	}
-	p := r.pending
-	r.pending = nil
+// Commit implements framework.Committer: the post-pick plugins run, then
+// the cycle's state is recycled.
+func (p *pendingCommit) Commit(r *Result) {
 	for _, pp := range p.postPickers {
-		pp.PostPick(p.ctx, p.cs, p.req, r)
+		pp.PostPick(p.ctx, &p.cy.CycleState, p.req, r)
 	}
-	p.s.recycle(p.cs)
+	p.s.recycle(p.cy)
+	// The Result outlives the commit (it hears the server's cached tokens
+	// later): it must not pin the request.
+	*p = pendingCommit{}
 }
 
 // resultBox allocates a Result, room for its endpoints and its pending
@@ -430,7 +463,7 @@ func (s *Scheduler) PoolRemoved(pool *datastore.Pool) {
 
 // partitionKnown moves candidates with known load before the others,
 // keeping each group's order, and returns how many are known.
-func partitionKnown(c []Candidate) int {
+func partitionKnown(c []framework.Candidate) int {
 	k := 0
 	for i := range c {
 		if c[i].Metrics != nil {

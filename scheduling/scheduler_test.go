@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
 var ctx = context.Background()
@@ -51,14 +54,14 @@ func TestScheduleQueueAware(t *testing.T) {
 	s := mustScheduler(t, "", Options{})
 	tp := newTestPool(t, 4, s)
 	for i, q := range []int{6, 0, 3, 9} {
-		tp.ep(t, i+1).SetMetrics(load(q, 0.2))
+		tp.Ep(t, i+1).SetMetrics(schedtest.Load(q, 0.2))
 	}
-	res, err := s.Schedule(ctx, tp.pool, &Request{ID: "r1", Model: "m"})
+	res, err := s.Schedule(ctx, tp.Pool, &Request{ID: "r1", Model: "m"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Shortest queue first, then the next shortest: the fallbacks are ordered.
-	wantAddresses(t, res, tp.ep(t, 2), tp.ep(t, 3), tp.ep(t, 1))
+	wantAddresses(t, res, tp.Ep(t, 2), tp.Ep(t, 3), tp.Ep(t, 1))
 	if res.Profile != DefaultProfileName || res.TargetModel != "m" {
 		t.Fatalf("profile %q target %q", res.Profile, res.TargetModel)
 	}
@@ -67,12 +70,12 @@ func TestScheduleQueueAware(t *testing.T) {
 func TestScheduleSpreadsByInFlight(t *testing.T) {
 	s := mustScheduler(t, "", Options{})
 	tp := newTestPool(t, 4, s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
 	// Between two scrapes the metrics do not move; only the in-flight count,
 	// which extproc keeps, tells the picks apart.
 	counts := map[string]int{}
 	for i := 0; i < 40; i++ {
-		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m"})
+		res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,14 +103,14 @@ plugins:
 `, Options{})
 	tp := newTestPool(t, 3, s)
 	for i, kv := range []float64{0.95, 0.1, 0.5} {
-		tp.ep(t, i+1).SetMetrics(load(1, kv))
+		tp.Ep(t, i+1).SetMetrics(schedtest.Load(1, kv))
 	}
 	for i := 0; i < 20; i++ {
-		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m"})
+		res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantAddresses(t, res, tp.ep(t, 2), tp.ep(t, 3), tp.ep(t, 1))
+		wantAddresses(t, res, tp.Ep(t, 2), tp.Ep(t, 3), tp.Ep(t, 1))
 	}
 }
 
@@ -115,35 +118,35 @@ func TestScheduleLoRAAffinity(t *testing.T) {
 	s := mustScheduler(t, "", Options{})
 	tp := newTestPool(t, 4, s)
 	lora := func(running, waiting []string) *datastore.Metrics {
-		m := load(1, 0.3)
+		m := schedtest.Load(1, 0.3)
 		m.RunningAdapters, m.WaitingAdapters, m.MaxAdapters = running, waiting, 2
 		return m
 	}
-	tp.ep(t, 1).SetMetrics(lora([]string{"a", "b"}, nil))             // full, without the adapter
-	tp.ep(t, 2).SetMetrics(lora([]string{"a"}, []string{"sql-lora"})) // loading it, slot free
-	tp.ep(t, 3).SetMetrics(lora([]string{"sql-lora"}, nil))           // running it
-	tp.ep(t, 4).SetMetrics(lora(nil, nil))                            // free slots
+	tp.Ep(t, 1).SetMetrics(lora([]string{"a", "b"}, nil))             // full, without the adapter
+	tp.Ep(t, 2).SetMetrics(lora([]string{"a"}, []string{"sql-lora"})) // loading it, slot free
+	tp.Ep(t, 3).SetMetrics(lora([]string{"sql-lora"}, nil))           // running it
+	tp.Ep(t, 4).SetMetrics(lora(nil, nil))                            // free slots
 	// The client asks for "sql"; the pool's rewrite sends it to the adapter.
-	tp.pool.SetPolicy(&datastore.Policy{Rewrites: map[string][]datastore.RewriteTarget{"sql": {{Model: "sql-lora", Weight: 1}}}})
-	res, err := s.Schedule(ctx, tp.pool, &Request{Model: "sql"})
+	tp.Pool.SetPolicy(&datastore.Policy{Rewrites: map[string][]datastore.RewriteTarget{"sql": {{Model: "sql-lora", Weight: 1}}}})
+	res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "sql"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.TargetModel != "sql-lora" {
 		t.Fatalf("target model %q, want sql-lora", res.TargetModel)
 	}
-	wantAddresses(t, res, tp.ep(t, 3), tp.ep(t, 2), tp.ep(t, 4))
+	wantAddresses(t, res, tp.Ep(t, 3), tp.Ep(t, 2), tp.Ep(t, 4))
 }
 
 func TestSchedulePrefixStickinessThenSpill(t *testing.T) {
 	s := mustScheduler(t, "", Options{})
 	tp := newTestPool(t, 4, s)
-	tp.setAll(func() *datastore.Metrics { return load(1, 0.3) })
-	conversation := prompt("system prompt and history", 4096)
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(1, 0.3) })
+	conversation := schedtest.Prompt("system prompt and history", 4096)
 
 	serve := func(p []byte) *datastore.Endpoint {
 		t.Helper()
-		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+		res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Prompt: p})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,24 +163,24 @@ func TestSchedulePrefixStickinessThenSpill(t *testing.T) {
 		}
 	}
 	// The next turn of the conversation shares its first 4 KB.
-	next := append(append([]byte{}, conversation...), prompt("next turn", 1024)...)
+	next := append(append([]byte{}, conversation...), schedtest.Prompt("next turn", 1024)...)
 	if got := serve(next); got != sticky {
 		t.Fatalf("longer prompt went to %s, want %s", got.Address, sticky.Address)
 	}
 	// Moderate extra load does not break affinity...
-	sticky.SetMetrics(load(3, 0.6))
+	sticky.SetMetrics(schedtest.Load(3, 0.6))
 	if got := serve(conversation); got != sticky {
 		t.Fatalf("with a short queue the prompt went to %s, want %s", got.Address, sticky.Address)
 	}
 	// ...nor does a nearly full KV cache with a queue at the saturation
 	// threshold: four more requests wait less than 1,024 tokens prefill...
-	sticky.SetMetrics(load(DefaultQueueDepthThreshold, 0.95))
+	sticky.SetMetrics(schedtest.Load(DefaultQueueDepthThreshold, 0.95))
 	if got := serve(conversation); got != sticky {
 		t.Fatalf("with a full KV cache the prompt went to %s, want %s", got.Address, sticky.Address)
 	}
 	// ...a queue that costs more than the prefill does: the prompt spills,
 	// and the new endpoint learns it.
-	sticky.SetMetrics(load(12, 0.92))
+	sticky.SetMetrics(schedtest.Load(12, 0.92))
 	spill := serve(conversation)
 	if spill == sticky {
 		t.Fatalf("prompt stayed on saturated %s", sticky.Address)
@@ -188,8 +191,8 @@ func TestSchedulePrefixStickinessThenSpill(t *testing.T) {
 		}
 	}
 	// An unrelated prompt is not drawn to either.
-	other := prompt("unrelated", 4096)
-	res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: other})
+	other := schedtest.Prompt("unrelated", 4096)
+	res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Prompt: other})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,32 +204,32 @@ func TestSchedulePrefixStickinessThenSpill(t *testing.T) {
 func TestScheduleAvoidsUnknownEndpoints(t *testing.T) {
 	s := mustScheduler(t, "", Options{})
 	tp := newTestPool(t, 4, s)
-	stale := load(0, 0) // the best load, but 10s old
+	stale := schedtest.Load(0, 0) // the best load, but 10s old
 	stale.ScrapedAt = time.Now().Add(-10 * time.Second)
-	tp.ep(t, 1).SetMetrics(stale)
+	tp.Ep(t, 1).SetMetrics(stale)
 	// pod 2 was never scraped.
-	tp.ep(t, 3).SetMetrics(load(3, 0.7))
-	tp.ep(t, 4).SetMetrics(load(4, 0.75))
+	tp.Ep(t, 3).SetMetrics(schedtest.Load(3, 0.7))
+	tp.Ep(t, 4).SetMetrics(schedtest.Load(4, 0.75))
 	for i := 0; i < 50; i++ {
-		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m"})
+		res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := addresses(res)
-		if got[0] != tp.ep(t, 3).Address || got[1] != tp.ep(t, 4).Address {
+		if got[0] != tp.Ep(t, 3).Address || got[1] != tp.Ep(t, 4).Address {
 			t.Fatalf("pick %d: %v, want the known endpoints first", i, got)
 		}
-		if got[2] != tp.ep(t, 1).Address && got[2] != tp.ep(t, 2).Address {
+		if got[2] != tp.Ep(t, 1).Address && got[2] != tp.Ep(t, 2).Address {
 			t.Fatalf("pick %d: %v, want an unknown endpoint last", i, got)
 		}
 	}
 
 	// When nothing is known the pool still serves, from all of them.
-	tp.ep(t, 3).SetMetrics(stale)
-	tp.ep(t, 4).SetMetrics(stale)
+	tp.Ep(t, 3).SetMetrics(stale)
+	tp.Ep(t, 4).SetMetrics(stale)
 	seen := map[string]bool{}
 	for i := 0; i < 200; i++ {
-		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m"})
+		res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m"})
 		if err != nil {
 			t.Fatalf("all-unknown pool: %v", err)
 		}
@@ -240,12 +243,12 @@ func TestScheduleAvoidsUnknownEndpoints(t *testing.T) {
 func TestScheduleShedsSheddableWhenSaturated(t *testing.T) {
 	s := mustScheduler(t, "", Options{QueueDepthThreshold: 5, KVCacheUtilThreshold: 0.8})
 	tp := newTestPool(t, 3, s)
-	tp.pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{"batch": -1, "chat": 2}})
-	tp.ep(t, 1).SetMetrics(load(5, 0.1))  // queue at threshold
-	tp.ep(t, 2).SetMetrics(load(0, 0.85)) // KV over threshold
-	stale := load(0, 0)
+	tp.Pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{"batch": -1, "chat": 2}})
+	tp.Ep(t, 1).SetMetrics(schedtest.Load(5, 0.1))  // queue at threshold
+	tp.Ep(t, 2).SetMetrics(schedtest.Load(0, 0.85)) // KV over threshold
+	stale := schedtest.Load(0, 0)
 	stale.ScrapedAt = time.Now().Add(-time.Minute)
-	tp.ep(t, 3).SetMetrics(stale) // unknown counts as saturated
+	tp.Ep(t, 3).SetMetrics(stale) // unknown counts as saturated
 
 	cases := []struct {
 		objective string
@@ -258,7 +261,7 @@ func TestScheduleShedsSheddableWhenSaturated(t *testing.T) {
 		{"not-an-objective", 0, 0},
 	}
 	for _, c := range cases {
-		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Objective: c.objective})
+		res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Objective: c.objective})
 		if c.wantCode == 0 {
 			if err != nil {
 				t.Fatalf("objective %q: %v", c.objective, err)
@@ -273,27 +276,27 @@ func TestScheduleShedsSheddableWhenSaturated(t *testing.T) {
 		}
 	}
 	// One endpoint with room is enough to admit sheddable requests.
-	tp.ep(t, 1).SetMetrics(load(4, 0.79))
-	res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Objective: "batch"})
+	tp.Ep(t, 1).SetMetrics(schedtest.Load(4, 0.79))
+	res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Objective: "batch"})
 	if err != nil {
 		t.Fatalf("pool with room shed a sheddable request: %v", err)
 	}
-	if res.Endpoints[0] == tp.ep(t, 3) {
+	if res.Endpoints[0] == tp.Ep(t, 3) {
 		t.Fatalf("picked the unknown endpoint %s first", res.Endpoints[0].Address)
 	}
 }
 
 func TestScheduleRewriteWeights(t *testing.T) {
-	s := mustScheduler(t, "", Options{Rand: seededRand(42)})
+	s := mustScheduler(t, "", Options{Rand: schedtest.SeededRand(42)})
 	tp := newTestPool(t, 2, s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
-	tp.pool.SetPolicy(&datastore.Policy{Rewrites: map[string][]datastore.RewriteTarget{
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+	tp.Pool.SetPolicy(&datastore.Policy{Rewrites: map[string][]datastore.RewriteTarget{
 		"llama": {{Model: "llama-v1", Weight: 70, Rewrite: "canary"}, {Model: "llama-v2", Weight: 30, Rewrite: "canary"}},
 	}})
 	const n = 10000
 	counts := map[string]int{}
 	for i := 0; i < n; i++ {
-		res, err := s.Schedule(ctx, tp.pool, &Request{Model: "llama"})
+		res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "llama"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +316,7 @@ func TestScheduleRewriteWeights(t *testing.T) {
 	}
 	// A model without a rule is left alone; matching is exact.
 	for _, m := range []string{"llama-3", "LLAMA", ""} {
-		res, err := s.Schedule(ctx, tp.pool, &Request{Model: m})
+		res, err := s.Schedule(ctx, tp.Pool, &Request{Model: m})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,7 +347,7 @@ schedulingProfiles:
 func TestScheduleProfileFromAnnotation(t *testing.T) {
 	s := mustScheduler(t, twoProfiles, Options{})
 	tp := newTestPool(t, 3, s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
 	cases := []struct {
 		annotation  string
 		wantProfile string
@@ -357,8 +360,8 @@ func TestScheduleProfileFromAnnotation(t *testing.T) {
 	}
 	for _, c := range cases {
 		// Changing the pool's annotation takes effect on the next request.
-		tp.setAnnotation(c.annotation)
-		res, err := s.Schedule(ctx, tp.pool, &Request{})
+		tp.SetAnnotation(ProfileAnnotation, c.annotation)
+		res, err := s.Schedule(ctx, tp.Pool, &Request{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,17 +374,17 @@ func TestScheduleProfileFromAnnotation(t *testing.T) {
 func TestScheduleSubsetHint(t *testing.T) {
 	s := mustScheduler(t, "", Options{})
 	tp := newTestPool(t, 12, s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
 	many := []string{"10.9.9.9:8000"}
 	for i := 3; i <= 12; i++ {
-		many = append(many, tp.ep(t, i).Address)
+		many = append(many, tp.Ep(t, i).Address)
 	}
 	cases := []struct {
 		name    string
 		subset  []string
 		allowed []string
 	}{
-		{"small", []string{tp.ep(t, 2).Address, tp.ep(t, 5).Address, "10.9.9.9:8000"}, []string{tp.ep(t, 2).Address, tp.ep(t, 5).Address}},
+		{"small", []string{tp.Ep(t, 2).Address, tp.Ep(t, 5).Address, "10.9.9.9:8000"}, []string{tp.Ep(t, 2).Address, tp.Ep(t, 5).Address}},
 		{"large", many, many[1:]},
 		{"empty", []string{}, nil},
 		{"foreign", []string{"10.9.9.9:8000"}, nil},
@@ -389,7 +392,7 @@ func TestScheduleSubsetHint(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for i := 0; i < 20; i++ {
-				res, err := s.Schedule(ctx, tp.pool, &Request{Subset: c.subset})
+				res, err := s.Schedule(ctx, tp.Pool, &Request{Subset: c.subset})
 				if c.allowed == nil {
 					if se := schedErr(t, err); se.Code != http.StatusServiceUnavailable {
 						t.Fatalf("code %d, want 503", se.Code)
@@ -400,7 +403,7 @@ func TestScheduleSubsetHint(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, a := range addresses(res) {
-					if !containsString(c.allowed, a) {
+					if !slices.Contains(c.allowed, a) {
 						t.Fatalf("picked %s outside the subset %v", a, c.allowed)
 					}
 				}
@@ -412,10 +415,10 @@ func TestScheduleSubsetHint(t *testing.T) {
 func TestScheduleConformanceTestFilter(t *testing.T) {
 	s := mustScheduler(t, "", Options{EnableConformanceTestFilter: true})
 	tp := newTestPool(t, 3, s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
-	want := tp.ep(t, 2)
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+	want := tp.Ep(t, 2)
 	for i := 0; i < 10; i++ {
-		res, err := s.Schedule(ctx, tp.pool, &Request{CandidateIPs: []string{want.IP}})
+		res, err := s.Schedule(ctx, tp.Pool, &Request{CandidateIPs: []string{want.IP}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +428,7 @@ func TestScheduleConformanceTestFilter(t *testing.T) {
 	off := mustScheduler(t, "", Options{})
 	seen := map[string]bool{}
 	for i := 0; i < 50; i++ {
-		res, err := off.Schedule(ctx, tp.pool, &Request{CandidateIPs: []string{want.IP}})
+		res, err := off.Schedule(ctx, tp.Pool, &Request{CandidateIPs: []string{want.IP}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +442,7 @@ func TestScheduleConformanceTestFilter(t *testing.T) {
 func TestScheduleNoEndpoints(t *testing.T) {
 	s := mustScheduler(t, "", Options{})
 	tp := newTestPool(t, 0, s)
-	_, err := s.Schedule(ctx, tp.pool, &Request{})
+	_, err := s.Schedule(ctx, tp.Pool, &Request{})
 	if se := schedErr(t, err); se.Code != http.StatusServiceUnavailable {
 		t.Fatalf("code %d, want 503", se.Code)
 	}
@@ -467,8 +470,8 @@ func TestScheduleMaxEndpoints(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s := mustScheduler(t, c.config, c.opts)
 			tp := newTestPool(t, c.pods, s)
-			tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
-			res, err := s.Schedule(ctx, tp.pool, &Request{})
+			tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+			res, err := s.Schedule(ctx, tp.Pool, &Request{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -491,11 +494,11 @@ func TestScheduleMaxEndpoints(t *testing.T) {
 func TestSchedulePodLeavingMidTraffic(t *testing.T) {
 	s := mustScheduler(t, "", Options{Rand: nil})
 	tp := newTestPool(t, 6, s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
-	leaving := tp.ep(t, 1)
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+	leaving := tp.Ep(t, 1)
 	// Make the leaving pod the favourite: lightest load and the prefix.
-	leaving.SetMetrics(load(0, 0))
-	p := prompt("shared", 2048)
+	leaving.SetMetrics(schedtest.Load(0, 0))
+	p := schedtest.Prompt("shared", 2048)
 
 	var removed atomic.Bool
 	var after atomic.Int64
@@ -516,7 +519,7 @@ func TestSchedulePodLeavingMidTraffic(t *testing.T) {
 				default:
 				}
 				gone := removed.Load()
-				res, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+				res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Prompt: p})
 				if err != nil {
 					errs <- err
 					return
@@ -553,7 +556,7 @@ func TestSchedulePodLeavingMidTraffic(t *testing.T) {
 		t.Fatal("no request was scheduled")
 	}
 	// Remove the pod while traffic flows.
-	tp.pool.SetPods(tp.pods[1:])
+	tp.Pool.SetPods(tp.Pods[1:])
 	removed.Store(true)
 	select {
 	case <-enough:
@@ -566,7 +569,7 @@ func TestSchedulePodLeavingMidTraffic(t *testing.T) {
 		t.Fatal("no request was scheduled after the removal")
 	}
 	// The prefix state of the departed endpoint is gone too.
-	if s.prefixHolds(tp.pool, leaving) {
+	if s.prefixHolds(tp.Pool, leaving) {
 		t.Fatal("prefix index still holds blocks of the removed endpoint")
 	}
 }
@@ -574,19 +577,19 @@ func TestSchedulePodLeavingMidTraffic(t *testing.T) {
 func TestSchedulePrefixStateDroppedWithPool(t *testing.T) {
 	s := mustScheduler(t, "", Options{})
 	tp := newTestPool(t, 3, s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
-	if _, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: prompt("x", 1024)}); err != nil {
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+	if _, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Prompt: schedtest.Prompt("x", 1024)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.prefixBlocks(tp.pool); got != 16 {
+	if got := s.prefixBlocks(tp.Pool); got != 16 {
 		t.Fatalf("index holds %d blocks, want 16 (1 KB / 64 B)", got)
 	}
-	tp.reg.Remove(tp.pool.Key)
+	tp.Reg.Remove(tp.Pool.Key)
 	if got := s.prefixPools(); got != 0 {
 		t.Fatalf("%d pool indexes left after the pool was removed", got)
 	}
 	// A late request for the removed pool leaves nothing behind.
-	if _, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: prompt("x", 1024)}); err != nil {
+	if _, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Prompt: schedtest.Prompt("x", 1024)}); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.prefixPools(); got != 0 {
@@ -604,18 +607,18 @@ func TestSchedulePoolsAreIndependent(t *testing.T) {
 		p := reg.Upsert(datastore.PoolKey{Namespace: "ns", Name: name}, &datastore.PoolSpec{TargetPorts: []int32{8000}})
 		var pods []datastore.EndpointSource
 		for i := 1; i <= 4; i++ {
-			src := podSource(i)
+			src := schedtest.PodSource(i)
 			src.UID += types.UID(name)
 			pods = append(pods, src)
 		}
 		p.SetPods(pods)
 		for _, e := range p.Endpoints().Endpoints {
-			e.SetMetrics(load(0, 0.1))
+			e.SetMetrics(schedtest.Load(0, 0.1))
 		}
 		return p
 	}
 	a, b := mk("a"), mk("b")
-	p := prompt("same prompt in both pools", 1024)
+	p := schedtest.Prompt("same prompt in both pools", 1024)
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	for _, pool := range []*datastore.Pool{a, b, a, b} {
@@ -657,37 +660,37 @@ func TestSchedulePoolsAreIndependent(t *testing.T) {
 func TestScheduleDeferredLearnsAtCommit(t *testing.T) {
 	s := mustScheduler(t, "", Options{})
 	tp := newTestPool(t, 3, s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
-	p := prompt("deferred", 1024)
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+	p := schedtest.Prompt("deferred", 1024)
 
-	dropped, err := s.ScheduleDeferred(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+	dropped, err := s.ScheduleDeferred(ctx, tp.Pool, &Request{Model: "m", Prompt: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(dropped.Endpoints) == 0 {
 		t.Fatal("no endpoint picked")
 	}
-	if got := s.prefixBlocks(tp.pool); got != 0 {
+	if got := s.prefixBlocks(tp.Pool); got != 0 {
 		t.Fatalf("index holds %d blocks before any commit, want 0", got)
 	}
 
-	res, err := s.ScheduleDeferred(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+	res, err := s.ScheduleDeferred(ctx, tp.Pool, &Request{Model: "m", Prompt: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Commit()
-	if got := s.prefixBlocks(tp.pool); got != 16 {
+	if got := s.prefixBlocks(tp.Pool); got != 16 {
 		t.Fatalf("index holds %d blocks after commit, want 16 (1 KB / 64 B)", got)
 	}
-	if !s.prefixHolds(tp.pool, res.Endpoints[0]) {
+	if !s.prefixHolds(tp.Pool, res.Endpoints[0]) {
 		t.Fatalf("the primary %s did not learn the prompt", res.Endpoints[0].Address)
 	}
 	res.Commit() // a second commit is a no-op
-	if got := s.prefixBlocks(tp.pool); got != 16 {
+	if got := s.prefixBlocks(tp.Pool); got != 16 {
 		t.Fatalf("index holds %d blocks after a second commit, want 16", got)
 	}
 	// The learned prefix draws the next pick, as after Schedule.
-	again, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: p})
+	again, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Prompt: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -714,9 +717,9 @@ func TestPluginDurationTimesEveryCall(t *testing.T) {
 		}
 	}})
 	tp := newTestPool(t, 3, s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
 	for range 2 {
-		if _, err := s.Schedule(ctx, tp.pool, &Request{Model: "m", Prompt: prompt("hello", 64)}); err != nil {
+		if _, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Prompt: schedtest.Prompt("hello", 64)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -730,5 +733,30 @@ func TestPluginDurationTimesEveryCall(t *testing.T) {
 		if asked[key] != 1 || calls[key] != 2 {
 			t.Errorf("%s: asked %d times, called %d times; want 1 and 2 (asked %v, called %v)", key, asked[key], calls[key], asked, calls)
 		}
+	}
+}
+func TestPromptBytes(t *testing.T) {
+	cases := []struct {
+		name   string
+		config string // empty: the default config
+		want   int
+	}{
+		{"default: 256 blocks of 64 bytes", "", prefix.DefaultHashBlockSize * prefix.DefaultMaxPrefixBlocksToMatch},
+		{"parameters", header + "plugins:\n- type: prefix-cache-scorer\n  parameters: {hashBlockSize: 16, maxPrefixBlocksToMatch: 4}\n", 64},
+		{"largest of two scorers", header + "plugins:\n- {type: prefix-cache-scorer, name: small, parameters: {maxPrefixBlocksToMatch: 2}}\n" +
+			"- {type: prefix-cache-scorer, name: big, parameters: {hashBlockSize: 128, maxPrefixBlocksToMatch: 1000}}\n" +
+			"schedulingProfiles:\n- name: a\n  plugins: [{pluginRef: small}]\n- name: b\n  plugins: [{pluginRef: big}]\n", 128 * 1000},
+		{"no prefix scorer reads no prompt", randomOnlyConfig, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := New(nil, Options{ConfigText: c.config})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.PromptBytes(); got != c.want {
+				t.Fatalf("PromptBytes %d, want %d", got, c.want)
+			}
+		})
 	}
 }

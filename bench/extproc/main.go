@@ -368,10 +368,10 @@ type firstLeastLoaded struct{}
 // only skims it, as it does past the default scheduler's 16 KiB.
 func (firstLeastLoaded) PromptBytes() int { return 0 }
 
-func (firstLeastLoaded) Schedule(_ context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
+func (firstLeastLoaded) ScheduleDeferred(_ context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
 	eps := pool.Endpoints().Endpoints
 	if len(eps) == 0 {
-		return nil, scheduling.ErrNoEndpoints("empty pool")
+		return nil, scheduling.NewNoEndpointsError("empty pool")
 	}
 	best := eps[0]
 	for _, e := range eps[1:] {

@@ -1,4 +1,4 @@
-package scheduling
+package prefix
 
 // blockLRU is a least-recently-used set of block hashes holding at most
 // capacity of them. It is the per-endpoint part of the prefix index, touched

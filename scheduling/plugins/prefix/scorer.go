@@ -1,4 +1,6 @@
-package scheduling
+// Package prefix holds the built-in prefix-cache scorer and its index of
+// the prompt blocks each endpoint is believed to hold in its KV cache.
+package prefix
 
 import (
 	"context"
@@ -10,7 +12,11 @@ import (
 	"sync/atomic"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
+
+// Type is the prefix-cache scorer's type name.
+const Type = "prefix-cache-scorer"
 
 // Defaults of the prefix-cache scorer's parameters (the reference EPP's).
 const (
@@ -29,8 +35,8 @@ const (
 	maxQueueCostTokens      = 1 << 20
 )
 
-// prefixParams are the prefix-cache scorer's parameters.
-type prefixParams struct {
+// Params are the prefix-cache scorer's parameters, as a config gives them.
+type Params struct {
 	// HashBlockSize is the bytes of prompt per hashed block. Zero: 64.
 	HashBlockSize int `json:"hashBlockSize"`
 	// MaxPrefixBlocksToMatch bounds the blocks hashed per prompt. Zero: 256.
@@ -71,7 +77,7 @@ type prefixParams struct {
 	QueueMissCost bool `json:"queueMissCost"`
 }
 
-// prefixCacheScorer scores an endpoint by the share of the prompt's leading
+// Scorer scores an endpoint by the share of the prompt's leading
 // blocks it is believed to hold in its KV cache: longest cached prefix /
 // prompt blocks, less its extra load when QueueCostTokens is set. The
 // prompt (Request.Prompt) is cut into HashBlockSize-byte blocks, each
@@ -89,10 +95,10 @@ type prefixParams struct {
 // the wait there would cost more than the prefill, and the endpoint it
 // spills to learns it, so a hot prefix spreads over as many holders as its
 // load needs.
-type prefixCacheScorer struct {
-	name   TypedName
-	key    StateKey
-	params prefixParams
+type Scorer struct {
+	name   framework.TypedName
+	key    framework.StateKey
+	params Params
 	// seed keys the block hashes. The index lives in this process only, so
 	// any seed will do; a random one means a client cannot craft prompts
 	// whose blocks collide.
@@ -108,15 +114,18 @@ type prefixCacheScorer struct {
 }
 
 var (
-	_ Scorer             = (*prefixCacheScorer)(nil)
-	_ PostPicker         = (*prefixCacheScorer)(nil)
-	_ datastore.Observer = (*prefixCacheScorer)(nil)
-	_ promptReader       = (*prefixCacheScorer)(nil)
+	_ framework.Scorer                  = (*Scorer)(nil)
+	_ framework.PostPicker              = (*Scorer)(nil)
+	_ framework.PromptReader            = (*Scorer)(nil)
+	_ framework.CachePredictionObserver = (*Scorer)(nil)
+	_ datastore.Observer                = (*Scorer)(nil)
 )
 
-func newPrefixCacheScorer(name string, raw json.RawMessage) (Plugin, error) {
-	var p prefixParams
-	if err := decodeParams(raw, &p); err != nil {
+// New is the factory of prefix-cache-scorer; its parameters are
+// Params' fields, each with its documented default.
+func New(name string, raw json.RawMessage) (framework.Plugin, error) {
+	var p Params
+	if err := framework.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
 	checks := []struct {
@@ -144,13 +153,14 @@ func newPrefixCacheScorer(name string, raw json.RawMessage) (Plugin, error) {
 			*b = &t
 		}
 	}
-	return &prefixCacheScorer{name: TypedName{Type: PrefixCacheScorerType, Name: name}, key: StateKey(PrefixCacheScorerType + "/" + name), params: p, seed: maphash.MakeSeed()}, nil
+	return &Scorer{name: framework.TypedName{Type: Type, Name: name}, key: framework.StateKey(Type + "/" + name), params: p, seed: maphash.MakeSeed()}, nil
 }
 
-func (s *prefixCacheScorer) TypedName() TypedName { return s.name }
+func (s *Scorer) TypedName() framework.TypedName { return s.name }
 
-// promptBytes: hashPrompt reads whole blocks, at most MaxPrefixBlocksToMatch.
-func (s *prefixCacheScorer) promptBytes() int {
+// PromptBytes implements framework.PromptReader: hashPrompt reads whole
+// blocks, at most MaxPrefixBlocksToMatch.
+func (s *Scorer) PromptBytes() int {
 	return s.params.HashBlockSize * s.params.MaxPrefixBlocksToMatch
 }
 
@@ -162,7 +172,7 @@ type prefixCycle struct {
 	index   *prefixIndex
 }
 
-func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Request, c []Candidate, scores []float64) {
+func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
 	st, _ := cs.Reuse(s.key).(*prefixCycle)
 	if st == nil {
 		st = &prefixCycle{}
@@ -192,7 +202,7 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 	}
 	// In tokens: the prompt as far as it was hashed (a caller may pass only
 	// PromptBytes of it), and what each endpoint's cached prefix saves.
-	promptTokens := float64(min(len(req.Prompt), s.promptBytes())) / float64(s.params.BytesPerToken)
+	promptTokens := float64(min(len(req.Prompt), s.PromptBytes())) / float64(s.params.BytesPerToken)
 	blockTokens := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
 	least, running := int64(math.MaxInt64), 1
 	for i := range c {
@@ -224,32 +234,22 @@ func (s *prefixCacheScorer) Score(_ context.Context, cs *CycleState, req *Reques
 	}
 }
 
-// prefixFeedback is what the first prefix scorer of a profile predicted for
-// a pick: the blocks it believed the endpoint held, and the recency of the
-// least recent of them.
-type prefixFeedback struct {
-	scorer          *prefixCacheScorer
-	endpoint        *prefixEndpoint
-	predictedBlocks int32
-	promptTokens    int32 // as far as hashed
-	watermark       uint64
-}
-
-// observe compares the prediction with the cached tokens the server
-// reported. When the server had less than predicted by more than a
-// block's rounding (the server's block, and the index's), the blocks
-// the endpoint's LRU holds that were used before the least recent
-// predicted one are dropped: the server evicts least recently used
-// first, so they are gone too.
-func (f *prefixFeedback) observe(cachedTokens int) {
-	s := f.scorer
-	if s == nil || cachedTokens < 0 {
+// ObserveCachedTokens implements framework.CachePredictionObserver: it
+// compares what PostPick predicted for the primary endpoint with the cached
+// tokens the server reported. When the server had less than predicted by
+// more than a block's rounding (the server's block, and the index's), the
+// blocks the endpoint's LRU holds that were used before the least recent
+// predicted one are dropped: the server evicts least recently used first,
+// so they are gone too.
+func (s *Scorer) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens int) {
+	pe, _ := p.Ref.(*prefixEndpoint)
+	if pe == nil || cachedTokens < 0 {
 		return
 	}
 	blockTokens := s.params.HashBlockSize / s.params.BytesPerToken
-	predicted := int(f.predictedBlocks) * blockTokens
-	if f.promptTokens > 0 {
-		f.endpoint.idx.observeMiss(1 - min(float64(cachedTokens)/float64(f.promptTokens), 1))
+	predicted := p.PredictedTokens
+	if p.PromptTokens > 0 {
+		pe.idx.observeMiss(1 - min(float64(cachedTokens)/float64(p.PromptTokens), 1))
 	}
 	s.agreement.observed.Add(1)
 	s.agreement.predictedTokens.Add(int64(predicted))
@@ -260,14 +260,35 @@ func (f *prefixFeedback) observe(cachedTokens int) {
 	}
 	s.agreement.overPredicted.Add(1)
 	if *s.params.UsageFeedback {
-		f.endpoint.forgetUsedBefore(f.watermark)
+		pe.forgetUsedBefore(p.Mark)
+	}
+}
+
+// Agreement is how the scorer's predictions compared with the cached tokens
+// the servers reported (Result.ObserveCachedTokens) since it was built.
+type Agreement struct {
+	// Observed is the reports received; OverPredicted those with fewer
+	// cached tokens than predicted (beyond a block's rounding).
+	Observed, OverPredicted int64
+	// PredictedTokens is the prompt tokens the index predicted cached;
+	// ConfirmedTokens the part of them the servers reported cached.
+	PredictedTokens, ConfirmedTokens int64
+}
+
+// Agreement returns the scorer's predictions against the servers' reports.
+func (s *Scorer) Agreement() Agreement {
+	return Agreement{
+		Observed:        s.agreement.observed.Load(),
+		OverPredicted:   s.agreement.overPredicted.Load(),
+		PredictedTokens: s.agreement.predictedTokens.Load(),
+		ConfirmedTokens: s.agreement.confirmedTokens.Load(),
 	}
 }
 
 // matchedBlocks is how many leading blocks of the prompt the candidate is
 // believed to hold.
-func (st *prefixCycle) matchedBlocks(c *Candidate, states []*prefixEndpoint) int32 {
-	if pe := states[c.pos]; pe != nil && int(pe.slot) < len(st.matched) && !pe.dead.Load() {
+func (st *prefixCycle) matchedBlocks(c *framework.Candidate, states []*prefixEndpoint) int32 {
+	if pe := states[c.Index]; pe != nil && int(pe.slot) < len(st.matched) && !pe.dead.Load() {
 		return st.matched[pe.slot]
 	}
 	return 0
@@ -276,7 +297,7 @@ func (st *prefixCycle) matchedBlocks(c *Candidate, states []*prefixEndpoint) int
 // candidateLoad is the requests in flight on the candidate: poolpicker's own
 // count, exact and current, or the scraped running and waiting requests when
 // they say more (requests another picker replica sent).
-func candidateLoad(c *Candidate) int64 {
+func candidateLoad(c *framework.Candidate) int64 {
 	n := max(c.Endpoint.InFlight(), 0)
 	if m := c.Metrics; m != nil {
 		n = max(n, int64(m.RunningRequests+m.WaitingRequests))
@@ -287,7 +308,7 @@ func candidateLoad(c *Candidate) int64 {
 // PostPick records the prompt's blocks in the primary endpoint's LRU, and
 // leaves on the Result what the index predicted there, for the server's
 // report of cached tokens to check (Result.ObserveCachedTokens).
-func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, req *Request, res *Result) {
+func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *framework.Request, res *framework.Result) {
 	v, _ := cs.Read(s.key)
 	st, ok := v.(*prefixCycle)
 	if !ok || len(res.Endpoints) == 0 || len(st.hashes) == 0 || st.index == nil {
@@ -301,10 +322,9 @@ func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, req *Req
 			predicted = st.matched[pe.slot]
 		}
 		watermark := pe.record(st.hashes, capacity, int(predicted))
-		if res.feedback.scorer == nil {
-			res.feedback = prefixFeedback{scorer: s, endpoint: pe, predictedBlocks: predicted, watermark: watermark,
-				promptTokens: int32(min(len(req.Prompt), s.promptBytes()) / s.params.BytesPerToken)}
-		}
+		res.Predict(framework.CachePrediction{Observer: s, Ref: pe, Mark: watermark,
+			PredictedTokens: int(predicted) * (s.params.HashBlockSize / s.params.BytesPerToken),
+			PromptTokens:    min(len(req.Prompt), s.PromptBytes()) / s.params.BytesPerToken})
 	}
 	// The state is recycled with the CycleState: do not pin the index of a
 	// pool that may be removed.
@@ -314,7 +334,7 @@ func (s *prefixCacheScorer) PostPick(_ context.Context, cs *CycleState, req *Req
 // capacity is the number of blocks an endpoint's LRU holds: the server's
 // KV cache in prompt bytes over the block size, when the server says how
 // big its cache is; LRUCapacityPerServer otherwise.
-func (s *prefixCacheScorer) capacity(m *datastore.Metrics) int {
+func (s *Scorer) capacity(m *datastore.Metrics) int {
 	if *s.params.AutoTune && m != nil && m.NumBlocks > 0 && m.BlockSize > 0 {
 		c := int64(m.NumBlocks) * int64(m.BlockSize) * int64(s.params.BytesPerToken) / int64(s.params.HashBlockSize)
 		return int(min(max(c, 1), maxLRUCapacityPerServer))
@@ -323,7 +343,7 @@ func (s *prefixCacheScorer) capacity(m *datastore.Metrics) int {
 }
 
 // index returns the pool's index, creating it unless the pool is removed.
-func (s *prefixCacheScorer) index(pool *datastore.Pool) *prefixIndex {
+func (s *Scorer) index(pool *datastore.Pool) *prefixIndex {
 	if v, ok := s.indexes.Load(pool); ok {
 		return v.(*prefixIndex)
 	}
@@ -341,7 +361,7 @@ func (s *prefixCacheScorer) index(pool *datastore.Pool) *prefixIndex {
 }
 
 // EndpointsChanged drops the LRUs and index entries of endpoints that left.
-func (s *prefixCacheScorer) EndpointsChanged(pool *datastore.Pool, _, removed []*datastore.Endpoint) {
+func (s *Scorer) EndpointsChanged(pool *datastore.Pool, _, removed []*datastore.Endpoint) {
 	if len(removed) == 0 {
 		return
 	}
@@ -351,7 +371,7 @@ func (s *prefixCacheScorer) EndpointsChanged(pool *datastore.Pool, _, removed []
 }
 
 // PoolRemoved drops the pool's whole index.
-func (s *prefixCacheScorer) PoolRemoved(pool *datastore.Pool) {
+func (s *Scorer) PoolRemoved(pool *datastore.Pool) {
 	if v, ok := s.indexes.LoadAndDelete(pool); ok {
 		v.(*prefixIndex).markRemoved()
 	}

@@ -1,22 +1,54 @@
-package scheduling
+package prefix
 
 import (
-	"time"
-
+	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
+
+var ctx = context.Background()
+
+// build is the scorer from its factory, with params as the config gives
+// them (empty: none).
+func build(t testing.TB, params string) *Scorer {
+	t.Helper()
+	var raw []byte
+	if params != "" {
+		raw = []byte(params)
+	}
+	p, err := New(Type, raw)
+	if err != nil {
+		t.Fatalf("%s: %v", Type, err)
+	}
+	return p.(*Scorer)
+}
+
+func approxEqual(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > 1e-9 {
+			return false
+		}
+	}
+	return true
+}
 
 func TestHashPrompt(t *testing.T) {
 	seed := maphash.MakeSeed()
-	p := prompt("abc", 1000)
+	p := schedtest.Prompt("abc", 1000)
 	cases := []struct {
 		name      string
 		prompt    []byte
@@ -41,7 +73,7 @@ func TestHashPrompt(t *testing.T) {
 
 	a := hashPrompt(seed, nil, "m", p, 64, 256)
 	// Chained: a prompt sharing the first 5 blocks shares exactly 5 hashes.
-	q := append(append([]byte{}, p[:320]...), prompt("xyz", 680)...)
+	q := append(append([]byte{}, p[:320]...), schedtest.Prompt("xyz", 680)...)
 	b := hashPrompt(seed, nil, "m", q, 64, 256)
 	for i := range b {
 		if same := a[i] == b[i]; same != (i < 5) {
@@ -49,7 +81,7 @@ func TestHashPrompt(t *testing.T) {
 		}
 	}
 	// The same block text after a different prefix hashes differently.
-	r := append(append([]byte{}, prompt("zzz", 64)...), p[64:]...)
+	r := append(append([]byte{}, schedtest.Prompt("zzz", 64)...), p[64:]...)
 	if c := hashPrompt(seed, nil, "m", r, 64, 256); c[1] == a[1] {
 		t.Fatal("block 1 hash ignores the block before it")
 	}
@@ -69,15 +101,15 @@ func TestHashPrompt(t *testing.T) {
 // prefixFixture is a prefix scorer over a real pool.
 type prefixFixture struct {
 	t  *testing.T
-	tp *testPool
-	s  *prefixCacheScorer
+	tp *schedtest.Pool
+	s  *Scorer
 }
 
 func newPrefixFixture(t *testing.T, pods int, params string) *prefixFixture {
-	s := build(t, PrefixCacheScorerType, params).(*prefixCacheScorer)
-	tp := newTestPool(t, pods, nil)
-	tp.reg.AddObserver(s)
-	tp.setAll(func() *datastore.Metrics { return load(0, 0.1) })
+	s := build(t, params)
+	tp := schedtest.NewPool(t, pods)
+	tp.Reg.AddObserver(s)
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
 	return &prefixFixture{t: t, tp: tp, s: s}
 }
 
@@ -85,26 +117,26 @@ func newPrefixFixture(t *testing.T, pods int, params string) *prefixFixture {
 // (index 0 unused); with record > 0 it then records the prompt on that pod.
 func (f *prefixFixture) score(p []byte, record int) []float64 {
 	f.t.Helper()
-	cs := newCycle(f.tp.pool, "m", 1)
-	cands := candidates(f.tp.pool)
+	cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
+	cands := schedtest.Candidates(f.tp.Pool)
 	scores := make([]float64, len(cands))
-	f.s.Score(ctx, cs, &Request{Prompt: p}, cands, scores)
-	out := make([]float64, len(f.tp.pods)+1)
+	f.s.Score(ctx, cs, &framework.Request{Prompt: p}, cands, scores)
+	out := make([]float64, len(f.tp.Pods)+1)
 	for i := 1; i < len(out); i++ {
 		for j, c := range cands {
-			if c.Endpoint.Address == podSource(i).IP+":8000" {
+			if c.Endpoint.Address == schedtest.PodSource(i).IP+":8000" {
 				out[i] = scores[j]
 			}
 		}
 	}
 	if record > 0 {
-		f.s.PostPick(ctx, cs, &Request{Prompt: p}, &Result{Endpoints: []*datastore.Endpoint{f.tp.ep(f.t, record)}})
+		f.s.PostPick(ctx, cs, &framework.Request{Prompt: p}, &framework.Result{Endpoints: []*datastore.Endpoint{f.tp.Ep(f.t, record)}})
 	}
 	return out
 }
 
 func (f *prefixFixture) index() *prefixIndex {
-	v, ok := f.s.indexes.Load(f.tp.pool)
+	v, ok := f.s.indexes.Load(f.tp.Pool)
 	if !ok {
 		return nil
 	}
@@ -112,8 +144,8 @@ func (f *prefixFixture) index() *prefixIndex {
 }
 
 func TestPrefixScorer(t *testing.T) {
-	base := prompt("sys", 640) // 10 blocks
-	half := append(append([]byte{}, base[:320]...), prompt("other", 320)...)
+	base := schedtest.Prompt("sys", 640) // 10 blocks
+	half := append(append([]byte{}, base[:320]...), schedtest.Prompt("other", 320)...)
 	cases := []struct {
 		name string
 		// records are (prompt, pod) recorded in order before scoring.
@@ -160,10 +192,10 @@ func TestPrefixScorerKeepsAffinityWhenSaturated(t *testing.T) {
 	// Saturation is an admission signal, not a reason to give up a cache:
 	// a full KV cache or a queue at the threshold keeps the plain score.
 	f := newPrefixFixture(t, 2, "")
-	p := prompt("x", 640)
+	p := schedtest.Prompt("x", 640)
 	f.score(p, 1)
-	for _, m := range []*datastore.Metrics{load(DefaultQueueDepthThreshold, 0.1), load(0, 0.95), load(40, 1), nil} {
-		f.tp.ep(t, 1).SetMetrics(m)
+	for _, m := range []*datastore.Metrics{schedtest.Load(schedtest.Saturation.QueueDepth, 0.1), schedtest.Load(0, 0.95), schedtest.Load(40, 1), nil} {
+		f.tp.Ep(t, 1).SetMetrics(m)
 		if got := f.score(p, 0); got[1] != 1 {
 			t.Fatalf("metrics %+v: score %v, want 1", m, got[1])
 		}
@@ -175,7 +207,7 @@ func TestPrefixScorerWeighsLoadAgainstMiss(t *testing.T) {
 	// all of it, pod 2 its first half, pod 3 nothing. Each request an
 	// endpoint has in flight beyond the least loaded costs 128 tokens over
 	// 1 + the least load in batches (the most sequences seen running).
-	p := prompt("shared system prompt", 4096)
+	p := schedtest.Prompt("shared system prompt", 4096)
 	cases := []struct {
 		name     string
 		inFlight [4]int64 // by pod
@@ -200,7 +232,7 @@ func TestPrefixScorerWeighsLoadAgainstMiss(t *testing.T) {
 			f.score(p, 1)
 			f.score(p[:2048], 2)
 			for pod := 1; pod <= 3; pod++ {
-				e := f.tp.ep(t, pod)
+				e := f.tp.Ep(t, pod)
 				e.AddInFlight(c.inFlight[pod])
 				defer e.AddInFlight(-c.inFlight[pod])
 				if m := c.metrics[pod]; m != nil {
@@ -209,7 +241,7 @@ func TestPrefixScorerWeighsLoadAgainstMiss(t *testing.T) {
 			}
 			got := f.score(p, 0)[1:]
 			for i := range got {
-				got[i] = clamp01(got[i]) // as the profile does
+				got[i] = min(max(got[i], 0), 1) // as the profile clamps
 			}
 			if !approxEqual(got, c.want) {
 				t.Fatalf("scores %v, want %v", got, c.want)
@@ -223,7 +255,7 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 	// 20 blocks fit; a second prompt of 15 blocks evicts 15 of the first's
 	// blocks, its least recently used: the tail, since the head was touched
 	// last.
-	a, b := prompt("a", 64*20), prompt("b", 64*15)
+	a, b := schedtest.Prompt("a", 64*20), schedtest.Prompt("b", 64*15)
 	f.score(a, 1)
 	if got := f.score(a, 0)[1]; got != 1 {
 		t.Fatalf("a scores %v after recording", got)
@@ -235,7 +267,7 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 	if got := f.score(b, 0)[1]; got != 1 {
 		t.Fatalf("b scores %v, want 1", got)
 	}
-	pe := f.index().lookup(f.tp.ep(t, 1).Key())
+	pe := f.index().lookup(f.tp.Ep(t, 1).Key())
 	if n := pe.len(); n != 20 {
 		t.Fatalf("LRU holds %d blocks, want its capacity 20", n)
 	}
@@ -245,9 +277,9 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 
 	// The server's cache size, once scraped, resizes the LRU:
 	// 10 blocks × 16 tokens × 4 bytes / 64 bytes = 10 blocks.
-	m := load(0, 0.1)
+	m := schedtest.Load(0, 0.1)
 	m.NumBlocks, m.BlockSize = 10, 16
-	f.tp.ep(t, 1).SetMetrics(m)
+	f.tp.Ep(t, 1).SetMetrics(m)
 	if c := f.s.capacity(m); c != 10 {
 		t.Fatalf("capacity %d, want 10", c)
 	}
@@ -277,7 +309,7 @@ func TestPrefixCapacity(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := build(t, PrefixCacheScorerType, c.params).(*prefixCacheScorer)
+			s := build(t, c.params)
 			if got := s.capacity(c.m); got != c.want {
 				t.Fatalf("capacity %d, want %d", got, c.want)
 			}
@@ -287,18 +319,18 @@ func TestPrefixCapacity(t *testing.T) {
 
 func TestPrefixDropsDepartedEndpoints(t *testing.T) {
 	f := newPrefixFixture(t, 3, "")
-	shared := prompt("shared", 640)
+	shared := schedtest.Prompt("shared", 640)
 	for pod := 1; pod <= 3; pod++ {
 		f.score(shared, pod)
 	}
-	f.score(prompt("only-on-1", 640), 1)
+	f.score(schedtest.Prompt("only-on-1", 640), 1)
 	if n := f.index().blocks(); n != 20 {
 		t.Fatalf("index holds %d blocks, want 20", n)
 	}
-	gone := f.tp.ep(t, 1)
+	gone := f.tp.Ep(t, 1)
 	slot := f.index().lookup(gone.Key()).slot
 
-	f.tp.pool.SetPods(f.tp.pods[1:])
+	f.tp.Pool.SetPods(f.tp.Pods[1:])
 	if f.index().lookup(gone.Key()) != nil {
 		t.Fatal("departed endpoint still has an LRU")
 	}
@@ -309,25 +341,25 @@ func TestPrefixDropsDepartedEndpoints(t *testing.T) {
 		t.Fatalf("remaining endpoints score %v", got)
 	}
 	// A pick of the departed endpoint recorded late creates nothing.
-	cs := newCycle(f.tp.pool, "m", 1)
-	f.s.Score(ctx, cs, &Request{Prompt: shared}, candidates(f.tp.pool), make([]float64, 2))
-	f.s.PostPick(ctx, cs, &Request{Prompt: shared}, &Result{Endpoints: []*datastore.Endpoint{gone}})
+	cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
+	f.s.Score(ctx, cs, &framework.Request{Prompt: shared}, schedtest.Candidates(f.tp.Pool), make([]float64, 2))
+	f.s.PostPick(ctx, cs, &framework.Request{Prompt: shared}, &framework.Result{Endpoints: []*datastore.Endpoint{gone}})
 	if f.index().lookup(gone.Key()) != nil {
 		t.Fatal("late record of a departed endpoint created state")
 	}
 	// The endpoint comes back: it starts cold, in the reused slot.
-	f.tp.pool.SetPods(f.tp.pods)
-	back := f.tp.ep(t, 1)
-	f.tp.ep(t, 1).SetMetrics(load(0, 0.1))
+	f.tp.Pool.SetPods(f.tp.Pods)
+	back := f.tp.Ep(t, 1)
+	f.tp.Ep(t, 1).SetMetrics(schedtest.Load(0, 0.1))
 	if got := f.score(shared, 0); got[1] != 0 {
 		t.Fatalf("returning endpoint scores %v, want 0", got[1])
 	}
-	f.score(prompt("new", 640), 1)
+	f.score(schedtest.Prompt("new", 640), 1)
 	if pe := f.index().lookup(back.Key()); pe == nil || pe.slot != slot {
 		t.Fatalf("returning endpoint state %+v, want slot %d reused", pe, slot)
 	}
 
-	f.tp.reg.Remove(f.tp.pool.Key)
+	f.tp.Reg.Remove(f.tp.Pool.Key)
 	if f.index() != nil {
 		t.Fatal("index kept after its pool was removed")
 	}
@@ -336,15 +368,15 @@ func TestPrefixDropsDepartedEndpoints(t *testing.T) {
 func TestPrefixCycleStateReuse(t *testing.T) {
 	// A recycled CycleState must not leak one request's hashes into the next.
 	f := newPrefixFixture(t, 2, "")
-	cs := newCycle(f.tp.pool, "m", 1)
-	cands := candidates(f.tp.pool)
-	f.s.Score(ctx, cs, &Request{Prompt: prompt("a", 640)}, cands, make([]float64, 2))
-	cs.reset(f.tp.pool, &Options{QueueDepthThreshold: 5, KVCacheUtilThreshold: 0.8, Rand: seededRand(1)})
+	cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
+	cands := schedtest.Candidates(f.tp.Pool)
+	f.s.Score(ctx, cs, &framework.Request{Prompt: schedtest.Prompt("a", 640)}, cands, make([]float64, 2))
+	cs.Begin(f.tp.Pool, schedtest.Saturation, schedtest.SeededRand(1))
 	if _, ok := cs.Read(f.s.key); ok {
 		t.Fatal("state of the previous cycle readable after reset")
 	}
 	// No Score this cycle (e.g. the profile has no prompt): PostPick records nothing.
-	f.s.PostPick(ctx, cs, &Request{}, &Result{Endpoints: []*datastore.Endpoint{f.tp.ep(t, 1)}})
+	f.s.PostPick(ctx, cs, &framework.Request{}, &framework.Result{Endpoints: []*datastore.Endpoint{f.tp.Ep(t, 1)}})
 	if n := f.index().blocks(); n != 0 {
 		t.Fatalf("index holds %d blocks from a stale cycle", n)
 	}
@@ -394,40 +426,14 @@ func TestIndexHolders(t *testing.T) {
 	}
 }
 
-func TestPromptBytes(t *testing.T) {
-	cases := []struct {
-		name   string
-		config string // empty: the default config
-		want   int
-	}{
-		{"default: 256 blocks of 64 bytes", "", DefaultHashBlockSize * DefaultMaxPrefixBlocksToMatch},
-		{"parameters", header + "plugins:\n- type: prefix-cache-scorer\n  parameters: {hashBlockSize: 16, maxPrefixBlocksToMatch: 4}\n", 64},
-		{"largest of two scorers", header + "plugins:\n- {type: prefix-cache-scorer, name: small, parameters: {maxPrefixBlocksToMatch: 2}}\n" +
-			"- {type: prefix-cache-scorer, name: big, parameters: {hashBlockSize: 128, maxPrefixBlocksToMatch: 1000}}\n" +
-			"schedulingProfiles:\n- name: a\n  plugins: [{pluginRef: small}]\n- name: b\n  plugins: [{pluginRef: big}]\n", 128 * 1000},
-		{"no prefix scorer reads no prompt", randomOnlyConfig, 0},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			s, err := New(nil, Options{ConfigText: c.config})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := s.PromptBytes(); got != c.want {
-				t.Fatalf("PromptBytes %d, want %d", got, c.want)
-			}
-		})
-	}
-}
-
 // TestPromptBytesCutChangesNothing holds the promise of PromptBytes: a
 // prompt cut to it scores and records exactly as the whole prompt.
 func TestPromptBytesCutChangesNothing(t *testing.T) {
 	const params = `{"hashBlockSize": 16, "maxPrefixBlocksToMatch": 4}`
-	limit := build(t, PrefixCacheScorerType, params).(*prefixCacheScorer).promptBytes()
-	long := prompt("shared", 1000)
+	limit := build(t, params).PromptBytes()
+	long := schedtest.Prompt("shared", 1000)
 	// Differs from long only past the limit.
-	tail := append(append([]byte{}, long[:limit]...), prompt("other", 500)...)
+	tail := append(append([]byte{}, long[:limit]...), schedtest.Prompt("other", 500)...)
 	for _, p := range [][]byte{long, tail, long[:limit], long[:limit+15]} {
 		whole, cut := newPrefixFixture(t, 3, params), newPrefixFixture(t, 3, params)
 		whole.score(long, 2)
@@ -488,10 +494,9 @@ func TestIndexMatch(t *testing.T) {
 // TestRecordKeepsPrefixes: what record and LRU eviction leave an endpoint
 // holding of any prompt is a prefix of it, which is what match relies on.
 func TestRecordKeepsPrefixes(t *testing.T) {
-	s := mustScheduler(t, "", Options{})
-	tp := newTestPool(t, 1, s)
+	tp := schedtest.NewPool(t, 1)
 	x := newPrefixIndex()
-	pe := x.endpointFor(tp.pool, tp.pool.Endpoints().Endpoints[0], 100)
+	pe := x.endpointFor(tp.Pool, tp.Pool.Endpoints().Endpoints[0], 100)
 	rnd := rand.New(rand.NewPCG(3, 4))
 	var prompts [][]uint64
 	for i := 0; i < 40; i++ {
@@ -531,10 +536,9 @@ func TestRecordKeepsPrefixes(t *testing.T) {
 // prefixes, repeat a block within themselves, and overflow the capacity.
 func TestRecordAgainstTouchingEachBlock(t *testing.T) {
 	const capacity = 64
-	s := mustScheduler(t, "", Options{})
-	tp := newTestPool(t, 1, s)
+	tp := schedtest.NewPool(t, 1)
 	x := newPrefixIndex()
-	pe := x.endpointFor(tp.pool, tp.pool.Endpoints().Endpoints[0], capacity)
+	pe := x.endpointFor(tp.Pool, tp.Pool.Endpoints().Endpoints[0], capacity)
 	ref, _ := simplelru.NewLRU[uint64, struct{}](capacity, nil)
 	rnd := rand.New(rand.NewPCG(7, 8))
 	var prompts [][]uint64
@@ -602,7 +606,7 @@ func randomBlocks(rnd *rand.Rand, n int) []uint64 {
 // recent misses add per request queued ahead (its share of uncached tokens,
 // as the servers reported, times the prompt's tokens per batch slot).
 func TestPrefixScorerQueueMissCost(t *testing.T) {
-	p := prompt("shared system prompt", 4096) // 1,024 tokens
+	p := schedtest.Prompt("shared system prompt", 4096) // 1,024 tokens
 	cases := []struct {
 		name      string
 		params    string
@@ -621,7 +625,7 @@ func TestPrefixScorerQueueMissCost(t *testing.T) {
 			if c.missShare >= 0 {
 				f.index().observeMiss(c.missShare)
 			}
-			e := f.tp.ep(t, 1)
+			e := f.tp.Ep(t, 1)
 			e.AddInFlight(1)
 			defer e.AddInFlight(-1)
 			if got := f.score(p, 0)[1:]; !approxEqual(got, []float64{c.want, 0, 0}) {

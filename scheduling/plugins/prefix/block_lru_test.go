@@ -1,4 +1,4 @@
-package scheduling
+package prefix
 
 import (
 	"math/rand/v2"

@@ -1,22 +1,34 @@
-package scheduling
+// Package picker holds the built-in pickers: max-score, random, weighted
+// random and round-robin.
+package picker
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+)
+
+// Type names of the pickers.
+const (
+	MaxScoreType       = "max-score-picker"
+	RandomType         = "random-picker"
+	WeightedRandomType = "weighted-random-picker"
+	RoundRobinType     = "round-robin-picker"
 )
 
 // pickerParams are the parameters every picker takes.
 type pickerParams struct {
 	// MaxNumOfEndpoints caps the endpoints of a result below
-	// Options.MaxEndpoints; 0 or absent: no cap of the picker's own.
+	// scheduler's Options.MaxEndpoints; 0 or absent: no cap of the picker's own.
 	MaxNumOfEndpoints int `json:"maxNumOfEndpoints"`
 }
 
 func decodePickerParams(params json.RawMessage) (pickerParams, error) {
 	var p pickerParams
-	if err := decodeParams(params, &p); err != nil {
+	if err := framework.DecodeParams(params, &p); err != nil {
 		return p, err
 	}
 	if p.MaxNumOfEndpoints < 0 {
@@ -32,22 +44,24 @@ const scoreTieEpsilon = 1e-9
 // maxScorePicker picks the highest totals, best first; among equal totals
 // it chooses uniformly at random, so equal endpoints share the load.
 type maxScorePicker struct {
-	name TypedName
+	name framework.TypedName
 	max  int
 }
 
-func newMaxScorePicker(name string, params json.RawMessage) (Plugin, error) {
+// NewMaxScore is the factory of max-score-picker (parameter
+// maxNumOfEndpoints, as every picker).
+func NewMaxScore(name string, params json.RawMessage) (framework.Plugin, error) {
 	p, err := decodePickerParams(params)
 	if err != nil {
 		return nil, err
 	}
-	return &maxScorePicker{name: TypedName{Type: MaxScorePickerType, Name: name}, max: p.MaxNumOfEndpoints}, nil
+	return &maxScorePicker{name: framework.TypedName{Type: MaxScoreType, Name: name}, max: p.MaxNumOfEndpoints}, nil
 }
 
-func (p *maxScorePicker) TypedName() TypedName { return p.name }
-func (p *maxScorePicker) MaxEndpoints() int    { return p.max }
+func (p *maxScorePicker) TypedName() framework.TypedName { return p.name }
+func (p *maxScorePicker) MaxEndpoints() int              { return p.max }
 
-func (p *maxScorePicker) Pick(_ context.Context, cs *CycleState, _ *Request, c []Candidate, scores []float64, n int, picked []int) []int {
+func (p *maxScorePicker) Pick(_ context.Context, cs *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64, n int, picked []int) []int {
 	base := len(picked)
 	for k := 0; k < n; k++ {
 		best, ties := -1, 0
@@ -62,7 +76,7 @@ func (p *maxScorePicker) Pick(_ context.Context, cs *CycleState, _ *Request, c [
 				// Reservoir sampling: each of the tied is kept with
 				// probability 1/ties, so the choice is uniform.
 				ties++
-				if cs.randN(ties) == 0 {
+				if cs.RandN(ties) == 0 {
 					best = i
 				}
 			}
@@ -77,25 +91,26 @@ func (p *maxScorePicker) Pick(_ context.Context, cs *CycleState, _ *Request, c [
 
 // randomPicker picks uniformly at random, ignoring scores: a baseline.
 type randomPicker struct {
-	name TypedName
+	name framework.TypedName
 	max  int
 }
 
-func newRandomPicker(name string, params json.RawMessage) (Plugin, error) {
+// NewRandom is the factory of random-picker.
+func NewRandom(name string, params json.RawMessage) (framework.Plugin, error) {
 	p, err := decodePickerParams(params)
 	if err != nil {
 		return nil, err
 	}
-	return &randomPicker{name: TypedName{Type: RandomPickerType, Name: name}, max: p.MaxNumOfEndpoints}, nil
+	return &randomPicker{name: framework.TypedName{Type: RandomType, Name: name}, max: p.MaxNumOfEndpoints}, nil
 }
 
-func (p *randomPicker) TypedName() TypedName { return p.name }
-func (p *randomPicker) MaxEndpoints() int    { return p.max }
+func (p *randomPicker) TypedName() framework.TypedName { return p.name }
+func (p *randomPicker) MaxEndpoints() int              { return p.max }
 
-func (p *randomPicker) Pick(_ context.Context, cs *CycleState, _ *Request, c []Candidate, _ []float64, n int, picked []int) []int {
+func (p *randomPicker) Pick(_ context.Context, cs *framework.CycleState, _ *framework.Request, c []framework.Candidate, _ []float64, n int, picked []int) []int {
 	base := len(picked)
 	for k := 0; k < n && k < len(c); k++ {
-		r := cs.randN(len(c) - k)
+		r := cs.RandN(len(c) - k)
 		for i := range c {
 			if containsInt(picked[base:], i) {
 				continue
@@ -115,22 +130,23 @@ func (p *randomPicker) Pick(_ context.Context, cs *CycleState, _ *Request, c []C
 // send a burst to one endpoint, yet still favours the better ones. When the
 // remaining totals are all 0 it picks uniformly.
 type weightedRandomPicker struct {
-	name TypedName
+	name framework.TypedName
 	max  int
 }
 
-func newWeightedRandomPicker(name string, params json.RawMessage) (Plugin, error) {
+// NewWeightedRandom is the factory of weighted-random-picker.
+func NewWeightedRandom(name string, params json.RawMessage) (framework.Plugin, error) {
 	p, err := decodePickerParams(params)
 	if err != nil {
 		return nil, err
 	}
-	return &weightedRandomPicker{name: TypedName{Type: WeightedRandomPickerType, Name: name}, max: p.MaxNumOfEndpoints}, nil
+	return &weightedRandomPicker{name: framework.TypedName{Type: WeightedRandomType, Name: name}, max: p.MaxNumOfEndpoints}, nil
 }
 
-func (p *weightedRandomPicker) TypedName() TypedName { return p.name }
-func (p *weightedRandomPicker) MaxEndpoints() int    { return p.max }
+func (p *weightedRandomPicker) TypedName() framework.TypedName { return p.name }
+func (p *weightedRandomPicker) MaxEndpoints() int              { return p.max }
 
-func (p *weightedRandomPicker) Pick(_ context.Context, cs *CycleState, _ *Request, c []Candidate, scores []float64, n int, picked []int) []int {
+func (p *weightedRandomPicker) Pick(_ context.Context, cs *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64, n int, picked []int) []int {
 	base := len(picked)
 	for k := 0; k < n && k < len(c); k++ {
 		total := 0.0
@@ -141,7 +157,7 @@ func (p *weightedRandomPicker) Pick(_ context.Context, cs *CycleState, _ *Reques
 		}
 		chosen := -1
 		if total > 0 {
-			x := cs.randFloat() * total
+			x := cs.RandFloat() * total
 			for i := range c {
 				if containsInt(picked[base:], i) || scores[i] <= 0 {
 					continue
@@ -153,7 +169,7 @@ func (p *weightedRandomPicker) Pick(_ context.Context, cs *CycleState, _ *Reques
 				x -= scores[i]
 			}
 		} else {
-			r := cs.randN(len(c) - k)
+			r := cs.RandN(len(c) - k)
 			for i := range c {
 				if containsInt(picked[base:], i) {
 					continue
@@ -177,23 +193,24 @@ func (p *weightedRandomPicker) Pick(_ context.Context, cs *CycleState, _ *Reques
 // baseline that spreads load evenly and caches nothing on purpose. Its turn
 // is shared by every pool and profile that names the instance.
 type roundRobinPicker struct {
-	name TypedName
+	name framework.TypedName
 	max  int
 	next atomic.Uint64
 }
 
-func newRoundRobinPicker(name string, params json.RawMessage) (Plugin, error) {
+// NewRoundRobin is the factory of round-robin-picker.
+func NewRoundRobin(name string, params json.RawMessage) (framework.Plugin, error) {
 	p, err := decodePickerParams(params)
 	if err != nil {
 		return nil, err
 	}
-	return &roundRobinPicker{name: TypedName{Type: RoundRobinPickerType, Name: name}, max: p.MaxNumOfEndpoints}, nil
+	return &roundRobinPicker{name: framework.TypedName{Type: RoundRobinType, Name: name}, max: p.MaxNumOfEndpoints}, nil
 }
 
-func (p *roundRobinPicker) TypedName() TypedName { return p.name }
-func (p *roundRobinPicker) MaxEndpoints() int    { return p.max }
+func (p *roundRobinPicker) TypedName() framework.TypedName { return p.name }
+func (p *roundRobinPicker) MaxEndpoints() int              { return p.max }
 
-func (p *roundRobinPicker) Pick(_ context.Context, _ *CycleState, _ *Request, c []Candidate, _ []float64, n int, picked []int) []int {
+func (p *roundRobinPicker) Pick(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, _ []float64, n int, picked []int) []int {
 	if len(c) == 0 {
 		return picked
 	}

@@ -1,4 +1,4 @@
-package scheduling
+package framework
 
 import (
 	"context"
@@ -21,9 +21,12 @@ func (t TypedName) String() string {
 }
 
 // Plugin is anything a profile can list. A plugin serves each extension
-// point (Filter, Scorer, Picker, PostPicker) whose interface it implements.
-// One instance is shared by every profile and every pool, so plugins keep
-// per-pool state keyed by pool and per-request state in the CycleState.
+// point (Filter, Scorer, Picker, PostPicker) whose interface it implements;
+// keep to one job per plugin. One instance is shared by every profile and
+// every pool, so plugins keep per-pool state keyed by pool and per-request
+// state in the CycleState. A plugin that also implements
+// datastore.Observer hears of endpoints and pools that leave, to drop what
+// it keeps for them.
 type Plugin interface {
 	TypedName() TypedName
 }
@@ -32,12 +35,14 @@ type Plugin interface {
 type Candidate struct {
 	Endpoint *datastore.Endpoint
 	// Metrics is the endpoint's latest scrape when it is fresh; nil when the
-	// endpoint's load is unknown (never scraped, or staler than
-	// Options.MetricsStaleness). Scorers treat nil as unknown, never as zero.
+	// endpoint's load is unknown (never scraped, or staler than the
+	// scheduler's metrics staleness). Scorers treat nil as unknown, never
+	// as zero.
 	Metrics *datastore.Metrics
-
-	// pos is the candidate's position in the cycle's EndpointSet.
-	pos int
+	// Index is the endpoint's position in CycleState.Endpoints, stable
+	// while filters reorder and drop candidates: a plugin may keep
+	// per-endpoint state in a slice aligned with that snapshot.
+	Index int
 }
 
 // Known reports whether the candidate's load is known.
@@ -69,25 +74,29 @@ type Picker interface {
 	Pick(ctx context.Context, cs *CycleState, req *Request, candidates []Candidate, scores []float64, n int, picked []int) []int
 }
 
+// EndpointLimiter is implemented by pickers whose config caps how many
+// endpoints a result holds (upstream's maxNumOfEndpoints); zero or less
+// means no cap of the picker's own.
+type EndpointLimiter interface {
+	MaxEndpoints() int
+}
+
 // PostPicker hears of the decision after a successful pick, before Schedule
-// returns (or at Result.Commit after ScheduleDeferred): the place for a
-// plugin to learn from what it chose.
+// returns (or at Result.Commit after a deferred schedule): the place for a
+// plugin to learn from what it chose, off the request's latency path.
 type PostPicker interface {
 	Plugin
 	PostPick(ctx context.Context, cs *CycleState, req *Request, result *Result)
 }
 
-// promptReader is implemented by every plugin that reads Request.Prompt:
-// promptBytes is how many of its leading bytes the plugin reads at most
-// (Scheduler.PromptBytes, which lets callers only skim the rest).
-type promptReader interface {
-	promptBytes() int
-}
-
-// maxEndpointser is implemented by pickers whose config caps how many
-// endpoints they return (maxNumOfEndpoints).
-type maxEndpointser interface {
-	MaxEndpoints() int
+// PromptReader is implemented by every plugin that reads Request.Prompt.
+// PromptBytes is how many of its leading bytes the plugin reads at most;
+// the scheduler reports the largest over its plugins to its caller, which
+// may then hand over only that much of the prompt (the ext_proc server
+// validates just that much and skims the rest of the body). A plugin that
+// reads the prompt without implementing it gets none.
+type PromptReader interface {
+	PromptBytes() int
 }
 
 // StateKey names a value a plugin keeps in a CycleState; use the plugin's
@@ -100,35 +109,64 @@ type stateEntry struct {
 	cycle uint64
 }
 
+// Saturation is when an endpoint's known load counts as saturated
+// (CycleState.Saturated): at or over either threshold.
+type Saturation struct {
+	// QueueDepth is the waiting requests at which an endpoint is saturated.
+	QueueDepth int
+	// KVCacheUtil is the KV-cache use (0..1) at which it is saturated.
+	KVCacheUtil float64
+}
+
 // CycleState carries what one scheduling cycle knows and what plugins hand
 // to each other within it (a scorer's prompt hashes, read again after the
-// pick). It is owned by one Schedule call at a time and recycled afterwards,
-// so plugins must not keep it; nothing about a request survives in package
-// variables.
+// pick). It is owned by one scheduling cycle at a time and may be recycled
+// afterwards, so plugins must not keep it; nothing about a request survives
+// in package variables.
 type CycleState struct {
 	// Pool is the pool being scheduled.
 	Pool *datastore.Pool
 	// TargetModel is the request's model after the pool's rewrite rules.
 	TargetModel string
-	// modelRewrite names the rewrite that chose TargetModel, if any.
-	modelRewrite string
 	// Priority is the request's priority from its InferenceObjective.
 	Priority int
 	// Endpoints is the pool's endpoint snapshot the cycle schedules from.
 	Endpoints *datastore.EndpointSet
 
-	cycle   uint64
-	entries []stateEntry
-	rand    func() uint64
-	// Saturation thresholds (Options.QueueDepthThreshold, KVCacheUtilThreshold).
-	queueThreshold int
-	kvThreshold    float64
+	cycle      uint64
+	entries    []stateEntry
+	rand       func() uint64
+	saturation Saturation
+}
 
-	// Buffers of the framework, kept across cycles to avoid allocation.
-	candidates []Candidate
-	scores     []float64
-	totals     []float64
-	picked     []int
+// NewCycleState returns a state ready for one cycle over pool's current
+// endpoints, as a scheduler prepares it; rand must be safe for concurrent
+// use. Schedulers recycle states with Begin; plugin tests use this.
+func NewCycleState(pool *datastore.Pool, sat Saturation, rand func() uint64) *CycleState {
+	cs := &CycleState{}
+	cs.Begin(pool, sat, rand)
+	cs.Endpoints = pool.Endpoints()
+	return cs
+}
+
+// Begin readies a recycled state for a new cycle over pool: what earlier
+// cycles wrote is no longer Read, only Reuse'd. The caller sets Endpoints,
+// TargetModel and Priority.
+func (cs *CycleState) Begin(pool *datastore.Pool, sat Saturation, rand func() uint64) {
+	cs.cycle++
+	cs.Pool = pool
+	cs.TargetModel = ""
+	cs.Priority = 0
+	cs.saturation = sat
+	cs.rand = rand
+}
+
+// End drops the cycle's references to request data, so a recycled state
+// pins nothing.
+func (cs *CycleState) End() {
+	cs.Pool = nil
+	cs.Endpoints = nil
+	cs.TargetModel = ""
 }
 
 // Write stores v under key for the rest of this cycle.
@@ -170,39 +208,19 @@ func (cs *CycleState) Reuse(key StateKey) any {
 // false when its load is unknown.
 func (cs *CycleState) Saturated(c *Candidate) bool {
 	m := c.Metrics
-	return m != nil && (m.WaitingRequests >= cs.queueThreshold || m.KVCacheUsage >= cs.kvThreshold)
+	return m != nil && (m.WaitingRequests >= cs.saturation.QueueDepth || m.KVCacheUsage >= cs.saturation.KVCacheUtil)
 }
 
-// Rand returns a uniformly random uint64 from the scheduler's source
-// (Options.Rand), for tie-breaks and weighted choices.
+// Rand returns a uniformly random uint64 from the scheduler's source, for
+// tie-breaks and weighted choices.
 func (cs *CycleState) Rand() uint64 { return cs.rand() }
 
-// randFloat returns a uniform float64 in [0,1).
-func (cs *CycleState) randFloat() float64 {
+// RandFloat returns a uniform float64 in [0,1) from the scheduler's source.
+func (cs *CycleState) RandFloat() float64 {
 	return float64(cs.rand()>>11) / (1 << 53)
 }
 
-// randN returns a uniform int in [0,n), n > 0.
-func (cs *CycleState) randN(n int) int {
+// RandN returns a uniform int in [0,n), n > 0, from the scheduler's source.
+func (cs *CycleState) RandN(n int) int {
 	return int(cs.rand() % uint64(n))
-}
-
-func (cs *CycleState) reset(pool *datastore.Pool, opts *Options) {
-	cs.cycle++
-	cs.queueThreshold = opts.QueueDepthThreshold
-	cs.kvThreshold = opts.KVCacheUtilThreshold
-	cs.Pool = pool
-	cs.TargetModel, cs.modelRewrite = "", ""
-	cs.Priority = 0
-	cs.rand = opts.Rand
-	cs.candidates = cs.candidates[:0]
-	cs.picked = cs.picked[:0]
-}
-
-// release drops references to request data so a pooled state pins nothing.
-func (cs *CycleState) release() {
-	cs.Pool = nil
-	cs.Endpoints = nil
-	cs.TargetModel, cs.modelRewrite = "", ""
-	clear(cs.candidates[:cap(cs.candidates)])
 }

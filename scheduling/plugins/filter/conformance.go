@@ -1,32 +1,36 @@
-package scheduling
+package filter
 
 import (
 	"context"
 	"encoding/json"
 	"net"
 	"strings"
+
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
 // conformanceTestFilter keeps the endpoints whose pod IP the conformance
 // suite named (Request.CandidateIPs, from header test-epp-endpoint-selection);
 // with none named it keeps all. Only in profiles when
-// Options.EnableConformanceTestFilter is set.
-type conformanceTestFilter struct{ name TypedName }
+// the scheduler's Options.EnableConformanceTestFilter is set.
+type conformanceTestFilter struct{ name framework.TypedName }
 
-func newConformanceTestFilter(name string, params json.RawMessage) (Plugin, error) {
-	if err := noParams(params); err != nil {
+// NewConformanceTest is the factory of header-based-testing-filter, which
+// takes no parameters.
+func NewConformanceTest(name string, params json.RawMessage) (framework.Plugin, error) {
+	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}
-	return &conformanceTestFilter{name: TypedName{Type: ConformanceTestFilterType, Name: name}}, nil
+	return &conformanceTestFilter{name: framework.TypedName{Type: ConformanceTestType, Name: name}}, nil
 }
 
-func (f *conformanceTestFilter) TypedName() TypedName { return f.name }
+func (f *conformanceTestFilter) TypedName() framework.TypedName { return f.name }
 
-func (f *conformanceTestFilter) Filter(_ context.Context, _ *CycleState, req *Request, c []Candidate) []Candidate {
+func (f *conformanceTestFilter) Filter(_ context.Context, _ *framework.CycleState, req *framework.Request, c []framework.Candidate) []framework.Candidate {
 	if req.CandidateIPs == nil {
 		return c
 	}
-	return filterInPlace(c, func(x *Candidate) bool {
+	return filterInPlace(c, func(x *framework.Candidate) bool {
 		return conformanceSelects(req.CandidateIPs, x.Endpoint.IP, x.Endpoint.Address)
 	})
 }

@@ -1,11 +1,17 @@
-package scheduling
+// Package lora holds the built-in LoRA affinity scorer.
+package lora
 
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
+
+// AffinityType is the type name of the LoRA affinity scorer.
+const AffinityType = "lora-affinity-scorer"
 
 // Scores of the LoRA affinity scorer, best first.
 const (
@@ -29,18 +35,20 @@ const (
 // a free slot elsewhere > waiting behind full slots > full. For a model that
 // is no adapter anywhere (a base model), every server scores alike unless
 // its adapter slots differ, which then merely leaves room for adapters.
-type loraAffinityScorer struct{ name TypedName }
+type loraAffinityScorer struct{ name framework.TypedName }
 
-func newLoRAAffinityScorer(name string, params json.RawMessage) (Plugin, error) {
-	if err := noParams(params); err != nil {
+// NewAffinity is the factory of lora-affinity-scorer, which takes no
+// parameters.
+func NewAffinity(name string, params json.RawMessage) (framework.Plugin, error) {
+	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}
-	return &loraAffinityScorer{name: TypedName{Type: LoRAAffinityScorerType, Name: name}}, nil
+	return &loraAffinityScorer{name: framework.TypedName{Type: AffinityType, Name: name}}, nil
 }
 
-func (s *loraAffinityScorer) TypedName() TypedName { return s.name }
+func (s *loraAffinityScorer) TypedName() framework.TypedName { return s.name }
 
-func (s *loraAffinityScorer) Score(_ context.Context, cs *CycleState, _ *Request, c []Candidate, scores []float64) {
+func (s *loraAffinityScorer) Score(_ context.Context, cs *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
 	model := cs.TargetModel
 	for i := range c {
 		if model == "" {
@@ -61,7 +69,7 @@ func loraScore(m *datastore.Metrics, model string) float64 {
 	// The adapters a server holds: running ones plus those being loaded.
 	held := len(m.RunningAdapters)
 	for _, a := range m.WaitingAdapters {
-		if !containsString(m.RunningAdapters, a) {
+		if !slices.Contains(m.RunningAdapters, a) {
 			held++
 		}
 	}

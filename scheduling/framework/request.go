@@ -1,0 +1,166 @@
+package framework
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// Request is what the scheduler needs of one inference request; extproc
+// fills it from the stream's headers and body.
+type Request struct {
+	// ID is the request's x-request-id, for logs.
+	ID string
+	// Model is the "model" field of the body as the client sent it; empty for
+	// requests without a body (GET /v1/models), which any endpoint can serve.
+	Model string
+	// Objective is the x-gateway-inference-objective header, naming an
+	// InferenceObjective of the pool; empty means priority 0.
+	Objective string
+	// Prompt is the bytes whose prefix the model servers may have cached:
+	// extproc passes the raw JSON of the chat messages array or of the
+	// completion prompt value. Only prefix equality across requests matters,
+	// not the encoding. Nil when none. Only its first PromptBytes bytes (the
+	// most any PromptReader plugin asks for) are read, so a caller may pass
+	// just those. It may alias the request body; valid only during the
+	// scheduling cycle (until Result.Commit when deferred): plugins hash it
+	// and must not keep it (or a slice of it) after that.
+	Prompt []byte
+	// Subset, when not nil, restricts candidates to these "ip:port" addresses
+	// (the gateway's subset hint); an empty non-nil subset leaves none.
+	Subset []string
+	// CandidateIPs, when not nil, restricts candidates to these pod IPs
+	// (conformance-test header test-epp-endpoint-selection).
+	CandidateIPs []string
+}
+
+// Result is the scheduler's decision.
+type Result struct {
+	// Endpoints are the primary endpoint then fallbacks, in order; never empty
+	// when the error is nil.
+	Endpoints []*datastore.Endpoint
+	// TargetModel is the model to write into the body: Model after the pool's
+	// rewrite rules, equal to Model when none applied.
+	TargetModel string
+	// ModelRewrite names the InferenceModelRewrite that chose TargetModel;
+	// empty when none applied.
+	ModelRewrite string
+	// Profile names the scheduling profile that ran.
+	Profile string
+	// Priority is the request's priority from its InferenceObjective (0 when
+	// none); below zero means sheddable.
+	Priority int
+
+	// pending is the post-pick step left to Commit.
+	pending Committer
+	// prediction is what a post-picker predicted of the primary endpoint's
+	// cached prompt tokens.
+	prediction CachePrediction
+}
+
+// Committer is the rest of a scheduling cycle that a scheduler leaves for
+// its caller to run with Result.Commit.
+type Committer interface {
+	Commit(r *Result)
+}
+
+// Defer makes the first Result.Commit call c: a scheduler leaves there the
+// post-pick step (what plugins learn from the pick) for its caller to run
+// once the decision is on its way.
+func (r *Result) Defer(c Committer) { r.pending = c }
+
+// Commit runs what the scheduler deferred (the post-pick plugins) and lets
+// it recycle the cycle's state. The caller of a scheduler calls it once it
+// has answered; only the first call does anything, a nil Result or one
+// with nothing deferred is a no-op. Not safe for concurrent use.
+func (r *Result) Commit() {
+	if r == nil || r.pending == nil {
+		return
+	}
+	p := r.pending
+	r.pending = nil
+	p.Commit(r)
+}
+
+// CachePredictionObserver hears how many prompt tokens the primary
+// endpoint reported serving from its prefix cache, against what it
+// predicted (Result.Predict).
+type CachePredictionObserver interface {
+	ObserveCachedTokens(p *CachePrediction, cachedTokens int)
+}
+
+// CachePrediction is a post-picker's belief about the primary endpoint's
+// prefix cache for this request, checked when the server reports its
+// cached tokens. The fields other than Observer are the observer's own;
+// Ref should hold a pointer (storing one costs no allocation).
+type CachePrediction struct {
+	Observer        CachePredictionObserver
+	Ref             any
+	PredictedTokens int
+	PromptTokens    int
+	Mark            uint64
+}
+
+// Predict leaves p on the result for the server's report of cached tokens
+// (ObserveCachedTokens); the first post-picker to predict wins, and it
+// reports whether p was kept.
+func (r *Result) Predict(p CachePrediction) bool {
+	if r.prediction.Observer != nil || p.Observer == nil {
+		return false
+	}
+	r.prediction = p
+	return true
+}
+
+// ObserveCachedTokens tells the post-picker that predicted the primary
+// endpoint's cache (Predict) how many prompt tokens the endpoint reported
+// serving from its prefix cache (the usage's
+// prompt_tokens_details.cached_tokens), after Commit. Call it at most once,
+// only with a count the server reported; a nil Result ignores it.
+func (r *Result) ObserveCachedTokens(cachedTokens int) {
+	if r == nil || r.prediction.Observer == nil {
+		return
+	}
+	p := r.prediction
+	r.prediction = CachePrediction{}
+	p.Observer.ObserveCachedTokens(&p, cachedTokens)
+}
+
+// Error is a scheduling failure that maps to an HTTP status for the client.
+// errors.Is matches it against ErrShed and ErrNoEndpoints by Reason.
+type Error struct {
+	// Code is the HTTP status to answer: 429 when shed, 503 when no endpoint.
+	Code int
+	// Reason is a short machine-readable cause, e.g. "NoEligibleEndpoints".
+	Reason string
+	// Message says what happened in words an operator can act on.
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Reason, e.Message) }
+
+// Is reports whether target is an *Error of the same Reason.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Reason == e.Reason
+}
+
+// Sentinels for errors.Is: every error NewNoEndpointsError and NewShedError
+// return matches theirs.
+var (
+	ErrNoEndpoints = &Error{Code: http.StatusServiceUnavailable, Reason: "NoEligibleEndpoints", Message: "no eligible endpoint"}
+	ErrShed        = &Error{Code: http.StatusTooManyRequests, Reason: "Shed", Message: "sheddable request refused under saturation"}
+)
+
+// NewNoEndpointsError returns the 503 error for a pool with no eligible
+// endpoint.
+func NewNoEndpointsError(format string, args ...any) *Error {
+	return &Error{Code: ErrNoEndpoints.Code, Reason: ErrNoEndpoints.Reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// NewShedError returns the 429 error for a sheddable request refused under
+// saturation.
+func NewShedError(format string, args ...any) *Error {
+	return &Error{Code: ErrShed.Code, Reason: ErrShed.Reason, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,65 @@
+package filter
+
+import (
+	"context"
+	"testing"
+
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
+)
+
+var ctx = context.Background()
+
+func build(t testing.TB, f framework.Factory) framework.Plugin {
+	t.Helper()
+	p, err := f("test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestFilters(t *testing.T) {
+	tp := schedtest.NewPool(t, 4)
+	addr := func(i int) string { return tp.Ep(t, i).Address }
+	ip := func(i int) string { return tp.Ep(t, i).IP }
+	var many []string
+	for i := 0; i < 20; i++ {
+		many = append(many, "10.0.0.1:"+string(rune('a'+i)))
+	}
+	many = append(many, addr(4), addr(2))
+	cases := []struct {
+		name    string
+		factory framework.Factory
+		req     framework.Request
+		want    []int // pods kept, in pool order
+	}{
+		{"subset absent keeps all", NewSubset, framework.Request{}, []int{1, 2, 3, 4}},
+		{"subset small", NewSubset, framework.Request{Subset: []string{addr(3), addr(1), "1.2.3.4:80"}}, []int{1, 3}},
+		{"subset large", NewSubset, framework.Request{Subset: many}, []int{2, 4}},
+		{"subset empty keeps none", NewSubset, framework.Request{Subset: []string{}}, nil},
+		{"subset matches address, not IP", NewSubset, framework.Request{Subset: []string{ip(1)}}, nil},
+		{"conformance absent keeps all", NewConformanceTest, framework.Request{}, []int{1, 2, 3, 4}},
+		{"conformance by IP", NewConformanceTest, framework.Request{CandidateIPs: []string{ip(2), ip(4)}}, []int{2, 4}},
+		{"conformance unknown IP", NewConformanceTest, framework.Request{CandidateIPs: []string{"10.1.1.1"}}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cs := schedtest.NewCycle(tp.Pool, "", 1)
+			got := build(t, c.factory).(framework.Filter).Filter(ctx, cs, &c.req, schedtest.Candidates(tp.Pool))
+			// Pool order is by address; compare as sets of addresses.
+			if len(got) != len(c.want) {
+				t.Fatalf("kept %d, want %d", len(got), len(c.want))
+			}
+			for _, i := range c.want {
+				found := false
+				for _, g := range got {
+					found = found || g.Endpoint.Address == addr(i)
+				}
+				if !found {
+					t.Fatalf("pod %d filtered out", i)
+				}
+			}
+		})
+	}
+}

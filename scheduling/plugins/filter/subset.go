@@ -1,0 +1,79 @@
+// Package filter holds the built-in filters: the gateway's subset hint and
+// the conformance suite's endpoint selection.
+package filter
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+)
+
+// Type names of the filters.
+const (
+	SubsetType          = "subset-filter"
+	ConformanceTestType = "header-based-testing-filter"
+)
+
+// subsetFilter keeps the endpoints listed in the gateway's subset hint
+// (Request.Subset); with no hint it keeps all. site-src/protocols.md
+// ("Gateway to picker: metadata"): when the hint is present, pick only
+// from it.
+type subsetFilter struct {
+	name framework.TypedName
+	key  framework.StateKey
+}
+
+// NewSubset is the factory of subset-filter, which takes no parameters.
+func NewSubset(name string, params json.RawMessage) (framework.Plugin, error) {
+	if err := framework.NoParams(params); err != nil {
+		return nil, err
+	}
+	return &subsetFilter{name: framework.TypedName{Type: SubsetType, Name: name}, key: framework.StateKey(SubsetType + "/" + name)}, nil
+}
+
+func (f *subsetFilter) TypedName() framework.TypedName { return f.name }
+
+// smallSubset is the hint length up to which a linear scan beats a set.
+const smallSubset = 8
+
+func (f *subsetFilter) Filter(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate) []framework.Candidate {
+	if req.Subset == nil {
+		return c
+	}
+	if len(req.Subset) <= smallSubset {
+		return filterInPlace(c, func(x *framework.Candidate) bool { return containsString(req.Subset, x.Endpoint.Address) })
+	}
+	set, _ := cs.Reuse(f.key).(map[string]struct{})
+	if set == nil {
+		set = make(map[string]struct{}, len(req.Subset))
+	}
+	clear(set)
+	cs.Write(f.key, set)
+	for _, a := range req.Subset {
+		set[a] = struct{}{}
+	}
+	out := filterInPlace(c, func(x *framework.Candidate) bool { _, ok := set[x.Endpoint.Address]; return ok })
+	clear(set) // the request's strings must not outlive it
+	return out
+}
+
+func filterInPlace(c []framework.Candidate, keep func(*framework.Candidate) bool) []framework.Candidate {
+	k := 0
+	for i := range c {
+		if keep(&c[i]) {
+			c[k] = c[i]
+			k++
+		}
+	}
+	return c[:k]
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

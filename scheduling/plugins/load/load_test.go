@@ -1,0 +1,76 @@
+package load
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
+)
+
+var ctx = context.Background()
+
+func build(t testing.TB, f framework.Factory) framework.Plugin {
+	t.Helper()
+	p, err := f("test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func approxEqual(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > 1e-9 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestLoadScorers(t *testing.T) {
+	type ep struct {
+		m        *datastore.Metrics // nil: never scraped
+		inFlight int64
+	}
+	fresh := func(waiting, running int, kv float64) *datastore.Metrics {
+		return &datastore.Metrics{WaitingRequests: waiting, RunningRequests: running, KVCacheUsage: kv, ScrapedAt: time.Now()}
+	}
+	cases := []struct {
+		name    string
+		factory framework.Factory
+		eps     []ep
+		want    []float64
+	}{
+		{"queue spread", NewQueue, []ep{{m: fresh(0, 0, 0)}, {m: fresh(5, 0, 0)}, {m: fresh(10, 0, 0)}}, []float64{1, 0.5, 0}},
+		{"queue equal", NewQueue, []ep{{m: fresh(3, 0, 0)}, {m: fresh(3, 0, 0)}}, []float64{1, 1}},
+		{"queue unknown scores 0 and is left out of the range", NewQueue, []ep{{m: nil}, {m: fresh(2, 0, 0)}, {m: fresh(4, 0, 0)}}, []float64{0, 1, 0}},
+		{"queue all unknown", NewQueue, []ep{{}, {}}, []float64{0, 0}},
+		{"running spread", NewRunningRequests, []ep{{m: fresh(0, 8, 0)}, {m: fresh(0, 2, 0)}, {m: fresh(9, 4, 0)}}, []float64{0, 1, 4.0 / 6}},
+		{"kv absolute", NewKVCacheUtilization, []ep{{m: fresh(0, 0, 0.25)}, {m: fresh(0, 0, 1)}, {m: nil}}, []float64{0.75, 0, 0}},
+		{"in-flight spread, known without metrics", NewInFlight, []ep{{m: nil, inFlight: 4}, {m: fresh(0, 0, 0), inFlight: 0}, {m: nil, inFlight: 2}}, []float64{0, 1, 0.5}},
+		{"in-flight equal", NewInFlight, []ep{{inFlight: 1}, {inFlight: 1}}, []float64{1, 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tp := schedtest.NewPool(t, len(c.eps))
+			cands := make([]framework.Candidate, len(c.eps))
+			for i, e := range c.eps {
+				endpoint := tp.Ep(t, i+1)
+				endpoint.AddInFlight(e.inFlight)
+				cands[i] = framework.Candidate{Endpoint: endpoint, Metrics: e.m}
+			}
+			scores := make([]float64, len(cands))
+			build(t, c.factory).(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, "m", 1), &framework.Request{}, cands, scores)
+			if !approxEqual(scores, c.want) {
+				t.Fatalf("scores %v, want %v", scores, c.want)
+			}
+		})
+	}
+}

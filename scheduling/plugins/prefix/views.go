@@ -1,0 +1,54 @@
+package prefix
+
+import "github.com/poolpicker/poolpicker/datastore"
+
+// What the scorer's index holds, for tests of what it keeps and drops
+// (the scheduler's pool and endpoint removal) and for diagnostics.
+
+// IndexedBlocks counts the distinct blocks indexed for the pool.
+func (s *Scorer) IndexedBlocks(pool *datastore.Pool) int {
+	if v, ok := s.indexes.Load(pool); ok {
+		return v.(*prefixIndex).blocks()
+	}
+	return 0
+}
+
+// IndexedPools counts the pools with an index.
+func (s *Scorer) IndexedPools() int {
+	n := 0
+	s.indexes.Range(func(_, _ any) bool { n++; return true })
+	return n
+}
+
+// Holds reports whether any index entry or LRU of the pool names e.
+func (s *Scorer) Holds(pool *datastore.Pool, e *datastore.Endpoint) bool {
+	v, ok := s.indexes.Load(pool)
+	if !ok {
+		return false
+	}
+	x := v.(*prefixIndex)
+	if x.lookup(e.Key()) != nil {
+		return true
+	}
+	for i := range x.shards {
+		sh := &x.shards[i]
+		sh.mu.RLock()
+		for _, hs := range sh.m {
+			if hs.first != nil && hs.first.key == e.Key() {
+				sh.mu.RUnlock()
+				return true
+			}
+			for _, pe := range hs.rest() {
+				if pe.key == e.Key() {
+					sh.mu.RUnlock()
+					return true
+				}
+			}
+		}
+		sh.mu.RUnlock()
+	}
+	return false
+}
+
+// Params returns the scorer's parameters, defaults filled in.
+func (s *Scorer) Params() Params { return s.params }
