@@ -4,6 +4,7 @@ package schedtest
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -131,4 +132,32 @@ func Prompt(s string, n int) []byte {
 		b = fmt.Appendf(b, "%s-%d ", s, i)
 	}
 	return b[:n]
+}
+
+// Build is the plugin a factory makes from params as a config gives them
+// (empty: none), named after its type.
+func Build(t testing.TB, typ string, f framework.Factory, params string) framework.Plugin {
+	t.Helper()
+	var raw []byte
+	if params != "" {
+		raw = []byte(params)
+	}
+	p, err := f(typ, raw)
+	if err != nil {
+		t.Fatalf("%s: %v", typ, err)
+	}
+	return p
+}
+
+// ApproxEqual reports whether two score vectors agree within rounding.
+func ApproxEqual(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > 1e-9 {
+			return false
+		}
+	}
+	return true
 }

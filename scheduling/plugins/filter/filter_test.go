@@ -10,15 +10,6 @@ import (
 
 var ctx = context.Background()
 
-func build(t testing.TB, f framework.Factory) framework.Plugin {
-	t.Helper()
-	p, err := f("test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestFilters(t *testing.T) {
 	tp := schedtest.NewPool(t, 4)
 	addr := func(i int) string { return tp.Ep(t, i).Address }
@@ -46,7 +37,7 @@ func TestFilters(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cs := schedtest.NewCycle(tp.Pool, "", 1)
-			got := build(t, c.factory).(framework.Filter).Filter(ctx, cs, &c.req, schedtest.Candidates(tp.Pool))
+			got := schedtest.Build(t, "test", c.factory, "").(framework.Filter).Filter(ctx, cs, &c.req, schedtest.Candidates(tp.Pool))
 			// Pool order is by address; compare as sets of addresses.
 			if len(got) != len(c.want) {
 				t.Fatalf("kept %d, want %d", len(got), len(c.want))

@@ -2,7 +2,6 @@ package load
 
 import (
 	"context"
-	"math"
 	"testing"
 	"time"
 
@@ -12,27 +11,6 @@ import (
 )
 
 var ctx = context.Background()
-
-func build(t testing.TB, f framework.Factory) framework.Plugin {
-	t.Helper()
-	p, err := f("test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func approxEqual(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Abs(a[i]-b[i]) > 1e-9 {
-			return false
-		}
-	}
-	return true
-}
 
 func TestLoadScorers(t *testing.T) {
 	type ep struct {
@@ -67,8 +45,8 @@ func TestLoadScorers(t *testing.T) {
 				cands[i] = framework.Candidate{Endpoint: endpoint, Metrics: e.m}
 			}
 			scores := make([]float64, len(cands))
-			build(t, c.factory).(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, "m", 1), &framework.Request{}, cands, scores)
-			if !approxEqual(scores, c.want) {
+			schedtest.Build(t, "test", c.factory, "").(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, "m", 1), &framework.Request{}, cands, scores)
+			if !schedtest.ApproxEqual(scores, c.want) {
 				t.Fatalf("scores %v, want %v", scores, c.want)
 			}
 		})

@@ -12,15 +12,6 @@ import (
 
 var ctx = context.Background()
 
-func build(t testing.TB, f framework.Factory) framework.Plugin {
-	t.Helper()
-	p, err := f("test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestLoRAAffinityScorer(t *testing.T) {
 	m := func(running, waiting []string, max int) *datastore.Metrics {
 		return &datastore.Metrics{RunningAdapters: running, WaitingAdapters: waiting, MaxAdapters: max, ScrapedAt: time.Now()}
@@ -48,7 +39,7 @@ func TestLoRAAffinityScorer(t *testing.T) {
 			tp := schedtest.NewPool(t, 1)
 			cands := []framework.Candidate{{Endpoint: tp.Ep(t, 1), Metrics: c.m}}
 			scores := make([]float64, 1)
-			build(t, NewAffinity).(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, c.model, 1), &framework.Request{}, cands, scores)
+			schedtest.Build(t, "test", NewAffinity, "").(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, c.model, 1), &framework.Request{}, cands, scores)
 			if scores[0] != c.want {
 				t.Fatalf("score %v, want %v", scores[0], c.want)
 			}

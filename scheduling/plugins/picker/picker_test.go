@@ -11,15 +11,6 @@ import (
 
 var ctx = context.Background()
 
-func build(t testing.TB, f framework.Factory) framework.Plugin {
-	t.Helper()
-	p, err := f("test", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func TestPickers(t *testing.T) {
 	tp := schedtest.NewPool(t, 5)
 	cands := schedtest.Candidates(tp.Pool)
@@ -82,7 +73,7 @@ func TestPickers(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p := build(t, c.factory).(framework.Picker)
+			p := schedtest.Build(t, "test", c.factory, "").(framework.Picker)
 			cs := schedtest.NewCycle(tp.Pool, "", 7)
 			first := make([]int, len(cands))
 			var one []int

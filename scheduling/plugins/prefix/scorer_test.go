@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -23,27 +22,7 @@ var ctx = context.Background()
 // them (empty: none).
 func build(t testing.TB, params string) *Scorer {
 	t.Helper()
-	var raw []byte
-	if params != "" {
-		raw = []byte(params)
-	}
-	p, err := New(Type, raw)
-	if err != nil {
-		t.Fatalf("%s: %v", Type, err)
-	}
-	return p.(*Scorer)
-}
-
-func approxEqual(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Abs(a[i]-b[i]) > 1e-9 {
-			return false
-		}
-	}
-	return true
+	return schedtest.Build(t, Type, New, params).(*Scorer)
 }
 
 func TestHashPrompt(t *testing.T) {
@@ -181,7 +160,7 @@ func TestPrefixScorer(t *testing.T) {
 				f.score(r.p, r.pod)
 			}
 			got := f.score(c.score, 0)[1:]
-			if !approxEqual(got, c.want) {
+			if !schedtest.ApproxEqual(got, c.want) {
 				t.Fatalf("scores %v, want %v", got, c.want)
 			}
 		})
@@ -243,7 +222,7 @@ func TestPrefixScorerWeighsLoadAgainstMiss(t *testing.T) {
 			for i := range got {
 				got[i] = min(max(got[i], 0), 1) // as the profile clamps
 			}
-			if !approxEqual(got, c.want) {
+			if !schedtest.ApproxEqual(got, c.want) {
 				t.Fatalf("scores %v, want %v", got, c.want)
 			}
 		})
@@ -261,7 +240,7 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 		t.Fatalf("a scores %v after recording", got)
 	}
 	f.score(b, 1)
-	if got := f.score(a, 0)[1]; !approxEqual([]float64{got}, []float64{5.0 / 20}) {
+	if got := f.score(a, 0)[1]; !schedtest.ApproxEqual([]float64{got}, []float64{5.0 / 20}) {
 		t.Fatalf("a scores %v after eviction, want 5/20 (its head survives)", got)
 	}
 	if got := f.score(b, 0)[1]; got != 1 {
@@ -439,7 +418,7 @@ func TestPromptBytesCutChangesNothing(t *testing.T) {
 		whole.score(long, 2)
 		cut.score(long[:limit], 2)
 		a, b := whole.score(p, 0), cut.score(p[:min(len(p), limit)], 0)
-		if !approxEqual(a, b) || a[2] != 1 {
+		if !schedtest.ApproxEqual(a, b) || a[2] != 1 {
 			t.Fatalf("prompt of %d bytes: whole %v, cut %v; want equal, pod 2 at 1", len(p), a, b)
 		}
 		if x, y := whole.index().blocks(), cut.index().blocks(); x != y || x != 4 {
@@ -628,7 +607,7 @@ func TestPrefixScorerQueueMissCost(t *testing.T) {
 			e := f.tp.Ep(t, 1)
 			e.AddInFlight(1)
 			defer e.AddInFlight(-1)
-			if got := f.score(p, 0)[1:]; !approxEqual(got, []float64{c.want, 0, 0}) {
+			if got := f.score(p, 0)[1:]; !schedtest.ApproxEqual(got, []float64{c.want, 0, 0}) {
 				t.Fatalf("scores %v, want [%v 0 0]", got, c.want)
 			}
 		})
