@@ -50,8 +50,13 @@ type Manager struct {
 	watchCtx context.Context
 	watches  sync.WaitGroup
 
-	mu      sync.Mutex
-	served  map[datastore.PoolKey]*servedPool
+	mu     sync.Mutex
+	served map[datastore.PoolKey]*servedPool
+	// plans are the watch plans of the namespaces with served pools, and
+	// nsWatches their namespace watches (namespace plan, or a switch under
+	// way).
+	plans     map[string]*namespacePlan
+	nsWatches map[string]*namespaceWatch
 	ignored map[datastore.PoolKey]string // reason last logged, so each is logged once
 
 	leaderState
@@ -164,6 +169,8 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		log:        opts.Logger,
 		poolEvents: make(chan event.GenericEvent, 1024),
 		served:     map[datastore.PoolKey]*servedPool{},
+		plans:      map[string]*namespacePlan{},
+		nsWatches:  map[string]*namespaceWatch{},
 		ignored:    map[datastore.PoolKey]string{},
 		changed:    make(chan struct{}, 1),
 		events:     mgr.GetEventRecorder("poolpicker"),

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -27,109 +28,166 @@ import (
 )
 
 // servedPool is the controllers' side of one served pool: the datastore pool
-// and its pod watches. At most two watches exist: the active one, whose pods
-// are published, and a pending one started for a new selector, which becomes
-// active (replacing the endpoint set in one swap) when its first list is in.
+// and the source of its pods. At most two sources exist: the active one,
+// whose pods are published, and a pending one started for a new selector or
+// watch plan, which becomes active (replacing the endpoint set in one swap)
+// when its first list is in. A source is the pool's own selector-scoped
+// watch (per-pool plan) or its subscription to its namespace's watch
+// (namespace plan).
 type servedPool struct {
 	key datastore.PoolKey
 	m   *Manager
 	// replicas marks the watch of this deployment's own pods, which is no
-	// served pool: it has no pool metrics and no Events.
+	// served pool: it has no pool metrics and no Events, and it is always
+	// watched on its own.
 	replicas bool
+	// plan is the watch plan of the pool's namespace, shared by its pools;
+	// nil for the replicas.
+	plan *namespacePlan
 
-	mu      sync.Mutex // guards everything below and serialises publishing
-	pool    *datastore.Pool
-	active  *podWatch
-	pending *podWatch
-	stopped bool
-}
-
-// podWatch is one list+watch of the pods matching one selector in one
-// namespace, with its objects stripped to what an endpoint needs. It is one
-// goroutine, which also decodes the stream (plus the HTTP/2 stream's
-// writer): the pods are a map owned by that goroutine, published to the
-// pool after each burst of events.
-type podWatch struct {
-	owner    *servedPool
+	mu sync.Mutex // guards everything below and serialises publishing
+	pool *datastore.Pool
+	// selector is the label selector wanted (kubectl syntax), match the
+	// same as labels for the namespace plan's own filtering (nil for the
+	// replicas, whose selector may be set-based).
 	selector string
-	pods     corev1client.PodInterface
-	rest     rest.Interface
-	cancel   context.CancelFunc
-	started  time.Time
+	match    labels.Set
+	active   podSource
+	pending  podSource
+	stopped  bool
 }
 
-// ensureWatch makes a watch with selector active or pending. It never waits
-// on the API server.
-func (sp *servedPool) ensureWatch(selector string) {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	if sp.stopped {
-		return
-	}
-	if sp.active != nil && sp.active.selector == selector {
-		// A change and a change back before the new watch synced: keep
-		// the active watch and drop the pending one.
-		if sp.pending != nil {
-			sp.pending.cancel()
-			sp.pending = nil
-		}
-		return
-	}
-	if sp.pending != nil {
-		if sp.pending.selector == selector {
-			return
-		}
-		sp.pending.cancel()
-	}
-	sp.pending = sp.m.startWatch(sp, selector)
+// podSource is what feeds a pool its pods.
+type podSource interface {
+	// serves reports whether the source is the one wanted for selector
+	// under the namespace plan (namespace) or the per-pool plan.
+	serves(selector string, namespace bool) bool
+	// describe names the source in errors and logs.
+	describe() string
+	// startedAt is when the source was started, for the sync metric.
+	startedAt() time.Time
+	// stop ends the source. Never called with a servedPool's or a
+	// namespaceWatch's lock held: a subscription leaves its namespace's
+	// watch under that watch's lock.
+	stop()
 }
 
-// stop cancels the pool's watches; their goroutines end on their own and
-// Manager.Start waits for them.
-func (sp *servedPool) stop() {
+// ensureWatch makes selector the pool's wanted selector (the replicas'
+// path: any selector, always per-pool) and ensures a source for it.
+func (sp *servedPool) ensureWatch(selector string) { sp.setSelector(selector, nil) }
+
+// setSelector makes selector (with match, its labels, for the namespace
+// plan) the pool's wanted selector and ensures a source for it.
+func (sp *servedPool) setSelector(selector string, match labels.Set) {
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	sp.stopped = true
-	for _, w := range []*podWatch{sp.active, sp.pending} {
-		if w != nil {
-			w.cancel()
-		}
-	}
-	sp.active, sp.pending = nil, nil
+	sp.selector, sp.match = selector, match
+	sp.mu.Unlock()
+	sp.ensure()
 }
 
-// synced is called once by w after its first complete list.
-func (sp *servedPool) synced(w *podWatch, pods []datastore.EndpointSource) {
+// ensure makes a source of the wanted selector under the namespace's
+// current plan active or pending. It never waits on the API server. It is
+// called on every selector change and plan switch; since it reads the plan
+// under sp.mu, the last call leaves the pool on the last plan.
+func (sp *servedPool) ensure() {
+	var (
+		stops []podSource
+		sub   *nsSub
+	)
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	if w != sp.pending {
-		return // superseded or stopped while listing
-	}
-	old := sp.active
-	sp.active, sp.pending = w, nil
-	sp.publishLocked(pods)
-	sp.pool.SetSynced(true)
-	sp.clearFailureLocked()
-	// Only now, with the new set published, may the old watch go.
-	if old != nil {
-		old.cancel()
-	}
-	sp.m.signal()
-	sp.m.metrics.syncSeconds.Observe(time.Since(w.started).Seconds())
-	sp.m.log.V(2).Info("pod watch synced", "pool", sp.key.String(), "selector", w.selector,
-		"endpoints", sp.pool.Endpoints().Len(), "duration", time.Since(w.started))
-}
-
-// failed records that w could not list or watch: the reason goes on the
-// pool (its requests are refused with it until it syncs), in a metric, a
-// log line and an Event on the pool. Other pools are not affected.
-func (sp *servedPool) failed(w *podWatch, what string, err error) {
-	sp.mu.Lock()
-	if (w != sp.pending && w != sp.active) || sp.pool == nil {
+	if sp.stopped || sp.selector == "" {
 		sp.mu.Unlock()
 		return
 	}
-	reason := fmt.Sprintf("pod %s with selector %q failed: %v", what, w.selector, err)
+	namespace := sp.plan != nil && sp.plan.namespaceWatch.Load() && sp.match != nil
+	switch {
+	case sp.active != nil && sp.active.serves(sp.selector, namespace):
+		// A change and a change back before the new source synced: keep
+		// the active source and drop the pending one.
+		if sp.pending != nil {
+			stops = append(stops, sp.pending)
+			sp.pending = nil
+		}
+	case sp.pending != nil && sp.pending.serves(sp.selector, namespace):
+	default:
+		if sp.pending != nil {
+			stops = append(stops, sp.pending)
+		}
+		if namespace {
+			sub = &nsSub{owner: sp, selector: sp.selector, match: sp.match, started: time.Now()}
+			sp.pending = sub
+		} else {
+			sp.pending = sp.m.startPoolWatch(sp, sp.selector)
+		}
+		if !sp.replicas {
+			sp.m.metrics.watchStarts.WithLabelValues(sp.key.Namespace, sp.key.Name).Inc()
+		}
+	}
+	sp.mu.Unlock()
+	stopSources(stops)
+	if sub != nil {
+		sp.m.subscribe(sub)
+	}
+}
+
+// stop ends the pool's sources; watch goroutines end on their own and
+// Manager.Start waits for them.
+func (sp *servedPool) stop() {
+	sp.mu.Lock()
+	sp.stopped = true
+	stops := []podSource{sp.active, sp.pending}
+	sp.active, sp.pending = nil, nil
+	sp.mu.Unlock()
+	stopSources(stops)
+}
+
+func stopSources(srcs []podSource) {
+	for _, s := range srcs {
+		if s != nil {
+			s.stop()
+		}
+	}
+}
+
+// update publishes pods from src: a pending source's first list replaces
+// the endpoint set in one swap and makes it active, returning the source
+// it replaced, which the caller stops once it holds no lock (only then,
+// with the new set published, may the old source go); the active source's
+// pods are published as they come. Anything else is superseded or stopped.
+func (sp *servedPool) update(src podSource, pods []datastore.EndpointSource) (replaced podSource) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	switch src {
+	case sp.active:
+		sp.publishLocked(pods)
+		return nil
+	case sp.pending:
+	default:
+		return nil
+	}
+	old := sp.active
+	sp.active, sp.pending = src, nil
+	sp.publishLocked(pods)
+	sp.pool.SetSynced(true)
+	sp.clearFailureLocked()
+	sp.m.signal()
+	took := time.Since(src.startedAt())
+	sp.m.metrics.syncSeconds.Observe(took.Seconds())
+	sp.m.log.V(2).Info("pod source synced", "pool", sp.key.String(), "source", src.describe(),
+		"endpoints", sp.pool.Endpoints().Len(), "duration", took)
+	return old
+}
+
+// failed records that src could not list or watch: the reason goes on the
+// pool (its requests are refused with it until it syncs), in a metric, a
+// log line and an Event on the pool. Other pools are not affected.
+func (sp *servedPool) failed(src podSource, what string, err error) {
+	sp.mu.Lock()
+	if (src != sp.pending && src != sp.active) || sp.pool == nil {
+		sp.mu.Unlock()
+		return
+	}
+	reason := fmt.Sprintf("pod %s %s failed: %v", what, src.describe(), err)
 	first := sp.pool.SyncError() == ""
 	sp.pool.SetSyncError(reason)
 	synced := sp.pool.Synced()
@@ -145,16 +203,16 @@ func (sp *servedPool) failed(w *podWatch, what string, err error) {
 		if synced {
 			msg = "it keeps serving the endpoints last listed"
 		}
-		sp.m.log.Error(err, "cannot list or watch a pool's pods; "+msg, "pool", sp.key.String(), "selector", w.selector)
+		sp.m.log.Error(err, "cannot list or watch a pool's pods; "+msg, "pool", sp.key.String(), "source", src.describe())
 		sp.m.poolEvent(sp.key, corev1.EventTypeWarning, "PodsNotListed", reason+"; "+msg)
 	}
 }
 
-// recovered clears a failure once w watches again.
-func (sp *servedPool) recovered(w *podWatch) {
+// recovered clears a failure once src watches again.
+func (sp *servedPool) recovered(src podSource) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if w == sp.active && sp.pool != nil && sp.pool.SyncError() != "" {
+	if src == sp.active && sp.pool != nil && sp.pool.SyncError() != "" {
 		sp.clearFailureLocked()
 	}
 }
@@ -169,20 +227,78 @@ func (sp *servedPool) clearFailureLocked() {
 	}
 }
 
-// publish replaces the pool's pods if w is still the active watch.
-func (sp *servedPool) publish(w *podWatch, pods []datastore.EndpointSource) {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	if w == sp.active {
-		sp.publishLocked(pods)
-	}
-}
-
 func (sp *servedPool) publishLocked(pods []datastore.EndpointSource) {
 	sp.pool.SetPods(pods)
 	if !sp.replicas {
 		sp.m.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods)))
 	}
+}
+
+// poolWatch is a pool's own watch (the per-pool plan): a pod watch of its
+// selector whose pods are all the pool's.
+type poolWatch struct {
+	*podWatch
+	owner *servedPool
+}
+
+func (p *poolWatch) serves(selector string, namespace bool) bool {
+	return !namespace && p.selector == selector
+}
+func (p *poolWatch) describe() string     { return fmt.Sprintf("with selector %q", p.selector) }
+func (p *poolWatch) startedAt() time.Time { return p.started }
+func (p *poolWatch) stop()                { p.cancel() }
+
+func (p *poolWatch) listed(_ *podWatch, pods map[string]*endpointPod, _ bool) {
+	p.publish(pods)
+}
+
+func (p *poolWatch) changed(_ *podWatch, pods map[string]*endpointPod, _ map[string]*endpointPod) {
+	p.publish(pods)
+}
+
+func (p *poolWatch) publish(pods map[string]*endpointPod) {
+	if old := p.owner.update(p, endpointSources(pods)); old != nil {
+		old.stop()
+	}
+}
+
+func (p *poolWatch) failed(_ *podWatch, what string, err error) { p.owner.failed(p, what, err) }
+func (p *poolWatch) recovered(*podWatch)                       { p.owner.recovered(p) }
+
+// watchSink receives what a pod watch sees. Its calls come from the
+// watch's goroutine, one at a time; pods is the watch's map, which only
+// that goroutine writes.
+type watchSink interface {
+	// listed: pods are complete, from a first list (first) or a re-list.
+	listed(w *podWatch, pods map[string]*endpointPod, first bool)
+	// changed: a burst of events changed the pods named in before, whose
+	// values are what the pods were before (nil: they are new).
+	changed(w *podWatch, pods map[string]*endpointPod, before map[string]*endpointPod)
+	failed(w *podWatch, what string, err error)
+	recovered(w *podWatch)
+}
+
+// podWatch is one list+watch of the pods of one namespace (those matching
+// selector; all of them when selector is empty), with its objects stripped
+// to what an endpoint needs. It is one goroutine, which also decodes the
+// stream (plus the HTTP/2 stream's writer): the pods are a map owned by that
+// goroutine, handed to the sink after each burst of events.
+type podWatch struct {
+	m         *Manager
+	namespace string
+	selector  string
+	sink      watchSink
+	log       logr.Logger
+	pods      corev1client.PodInterface
+	rest      rest.Interface
+	cancel    context.CancelFunc
+	started   time.Time
+
+	// mu guards view, the last complete pods, for readers on other
+	// goroutines (a pool subscribing to a namespace's watch): the watch
+	// changes view's pods under mu, and replaces view at each re-list.
+	mu   sync.Mutex
+	view map[string]*endpointPod
 }
 
 // endpointPod is what a pod watch keeps of a pod: name, namespace, UID,
@@ -259,20 +375,31 @@ func endpointSources(pods map[string]*endpointPod) []datastore.EndpointSource {
 	return out
 }
 
-// startWatch creates and starts a watch of the pool's namespace's pods
-// matching selector. Called with sp.mu held.
-func (m *Manager) startWatch(sp *servedPool, selector string) *podWatch {
-	w := &podWatch{owner: sp, selector: selector, pods: m.pods.Pods(sp.key.Namespace), rest: m.pods.RESTClient(), started: time.Now()}
+// startPoolWatch starts a pool's own watch of the pods of its namespace
+// matching selector.
+func (m *Manager) startPoolWatch(sp *servedPool, selector string) *poolWatch {
+	pw := &poolWatch{owner: sp}
+	pw.podWatch = m.newWatch(sp.key.Namespace, selector, pw, m.log.WithValues("pool", sp.key.String(), "selector", selector))
+	m.runWatch(pw.podWatch)
+	return pw
+}
+
+// newWatch makes a watch of the namespace's pods matching selector (all of
+// them when empty), reporting to sink; runWatch starts it.
+func (m *Manager) newWatch(namespace, selector string, sink watchSink, log logr.Logger) *podWatch {
+	return &podWatch{m: m, namespace: namespace, selector: selector, sink: sink, log: log,
+		pods: m.pods.Pods(namespace), rest: m.pods.RESTClient(), started: time.Now()}
+}
+
+func (m *Manager) runWatch(w *podWatch) {
 	ctx, cancel := context.WithCancel(m.watchCtx)
 	w.cancel = cancel
-	m.metrics.watchStarts.WithLabelValues(sp.key.Namespace, sp.key.Name).Inc()
-	m.log.V(2).Info("starting pod watch", "pool", sp.key.String(), "selector", selector)
+	w.log.V(2).Info("starting pod watch")
 	m.metrics.liveWatches.Inc()
 	m.watches.Go(func() {
 		defer m.metrics.liveWatches.Dec()
 		w.run(ctx)
 	})
-	return w
 }
 
 // Retry pacing of a pod watch whose list or watch fails.
@@ -293,8 +420,7 @@ const (
 // thousand pools cost a rate-limited client at start. A server without
 // streaming lists gets a plain list.
 func (w *podWatch) run(ctx context.Context) {
-	m := w.owner.m
-	log := m.log.WithValues("pool", w.owner.key.String(), "selector", w.selector)
+	m, log := w.m, w.log
 	var (
 		pods    map[string]*endpointPod
 		rv      string
@@ -304,7 +430,7 @@ func (w *podWatch) run(ctx context.Context) {
 	retry := func(what string, err error) bool {
 		log.V(2).Info("pod "+what+" failed; retrying", "after", backoff, "err", err.Error())
 		if err != errWatchEnded {
-			w.owner.failed(w, what, err)
+			w.sink.failed(w, what, err)
 		}
 		t := time.NewTimer(wait.Jitter(backoff, 0.2))
 		defer t.Stop()
@@ -317,12 +443,11 @@ func (w *podWatch) run(ctx context.Context) {
 		}
 	}
 	listed := func() {
-		if !synced {
-			synced = true
-			w.owner.synced(w, endpointSources(pods))
-		} else {
-			w.owner.publish(w, endpointSources(pods))
-		}
+		w.mu.Lock()
+		w.view = pods
+		w.mu.Unlock()
+		w.sink.listed(w, pods, !synced)
+		synced = true
 	}
 	for ctx.Err() == nil {
 		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds())
@@ -370,7 +495,7 @@ func (w *podWatch) run(ctx context.Context) {
 		switch {
 		case healthy:
 			backoff = watchRetryInitial
-			w.owner.recovered(w)
+			w.sink.recovered(w)
 		case ctx.Err() == nil:
 			// Ended at once, or with an error: do not hammer the server.
 			if !retry("watch", errWatchEnded) {
@@ -383,8 +508,8 @@ func (w *podWatch) run(ctx context.Context) {
 // open starts a watch with opts: decoded on this goroutine unless the API
 // server does not answer in protobuf.
 func (w *podWatch) open(ctx context.Context, opts metav1.ListOptions) (eventSource, error) {
-	if !w.owner.m.noProtobufWatch.Load() {
-		return openStreamEvents(ctx, w.rest, w.owner.key.Namespace, opts)
+	if !w.m.noProtobufWatch.Load() {
+		return openStreamEvents(ctx, w.rest, w.namespace, opts)
 	}
 	wi, err := w.pods.Watch(ctx, opts)
 	if err != nil {
@@ -430,7 +555,14 @@ func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[stri
 		}
 		return rv
 	}
-	dirty, got := false, false
+	// changed holds what each pod changed since the last hand-over was
+	// before it (nil: new), for the sink's fan-out.
+	changed, got := map[string]*endpointPod{}, false
+	note := func(name string, before *endpointPod) {
+		if _, seen := changed[name]; !seen {
+			changed[name] = before
+		}
+	}
 	for {
 		ev, more, ok := events.next(ctx)
 		if !ok || ctx.Err() != nil {
@@ -447,12 +579,21 @@ func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[stri
 			p, _ := stripPod(pod)
 			ep := p.(*endpointPod)
 			old, had := pods[ep.Name]
+			// Once complete, pods is the view others read.
+			if complete {
+				w.mu.Lock()
+			}
 			if ev.Type == watch.Deleted {
 				delete(pods, ep.Name)
-				dirty = dirty || (had && old.isEndpoint())
 			} else {
 				pods[ep.Name] = ep
-				dirty = dirty || !had || endpointRelevantChange(old, ep)
+			}
+			if complete {
+				w.mu.Unlock()
+			}
+			if ev.Type == watch.Deleted && had && old.isEndpoint() ||
+				ev.Type != watch.Deleted && (!had || endpointRelevantChange(old, ep)) {
+				note(ep.Name, old)
 			}
 		case watch.Bookmark:
 			o, err := meta.Accessor(ev.Object)
@@ -461,7 +602,8 @@ func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[stri
 			}
 			rv = o.GetResourceVersion()
 			if !complete && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-				complete, dirty = true, false
+				complete = true
+				clear(changed)
 				listed()
 			}
 		case watch.Error:
@@ -474,9 +616,9 @@ func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[stri
 		}
 		// Publish once the burst is drained: a restart of many pods costs
 		// one endpoint-set rebuild, not one per event.
-		if complete && dirty && !more {
-			w.owner.publish(w, endpointSources(pods))
-			dirty = false
+		if complete && len(changed) > 0 && !more {
+			w.sink.changed(w, pods, changed)
+			changed = map[string]*endpointPod{}
 		}
 	}
 }

@@ -58,7 +58,7 @@ func (m *Manager) reconcilePool(ctx context.Context, req reconcile.Request) (rec
 	}
 	m.forgetIgnored(key)
 	spec, selector := poolSpec(&pool)
-	m.serve(ctx, key, spec, selector)
+	m.serve(ctx, key, spec, selector, matchLabels(&pool))
 	return reconcile.Result{}, nil
 }
 
@@ -146,11 +146,13 @@ func poolSpec(pool *v1.InferencePool) (*datastore.PoolSpec, string) {
 	return spec, labels.SelectorFromSet(sel).String()
 }
 
-func (m *Manager) serve(ctx context.Context, key datastore.PoolKey, spec *datastore.PoolSpec, selector string) {
+func (m *Manager) serve(ctx context.Context, key datastore.PoolKey, spec *datastore.PoolSpec, selector string, match labels.Set) {
 	m.mu.Lock()
 	sp, existed := m.served[key]
+	switched := false
 	if !existed {
 		sp = &servedPool{key: key, m: m}
+		sp.plan, switched = m.joinPlanLocked(ctx, key.Namespace)
 		m.served[key] = sp
 	}
 	// Set under mu: concurrent reconciles would otherwise publish counts
@@ -164,7 +166,10 @@ func (m *Manager) serve(ctx context.Context, key datastore.PoolKey, spec *datast
 	sp.mu.Lock()
 	sp.pool = pool
 	sp.mu.Unlock()
-	sp.ensureWatch(selector)
+	sp.setSelector(selector, match)
+	if switched {
+		m.replan(key.Namespace)
+	}
 	if !existed {
 		m.log.Info("serving pool", "pool", key.String(), "selector", selector, "targetPorts", spec.TargetPorts)
 		m.poolChanged(ctx, key)
@@ -175,12 +180,16 @@ func (m *Manager) unserve(ctx context.Context, key datastore.PoolKey, reason str
 	m.mu.Lock()
 	sp, ok := m.served[key]
 	delete(m.served, key)
+	switched := ok && m.leavePlanLocked(key.Namespace)
 	m.metrics.servedPools.Set(float64(len(m.served)))
 	m.mu.Unlock()
 	if !ok {
 		return
 	}
 	sp.stop()
+	if switched {
+		m.replan(key.Namespace)
+	}
 	m.registry.Remove(key)
 	m.metrics.forget(key.Namespace, key.Name)
 	m.log.Info("stopped serving pool", "pool", key.String(), "reason", reason)
