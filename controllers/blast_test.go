@@ -67,52 +67,54 @@ func grantPods(t *testing.T, user, ns string) {
 // metric, an Event naming the reason) while the picker turns ready and the
 // other pool is served; granting the permission heals it.
 func TestBrokenPoolLeavesOthersServing(t *testing.T) {
-	good, bad := env.Namespace(t, "blast-good"), env.Namespace(t, "blast-bad")
-	user := fmt.Sprintf("picker-%s", bad)
-	cfg := limitedUser(t, user)
-	grantPods(t, user, good)
-	lbls := map[string]string{"app": "m"}
-	createPod(t, good, "p1", lbls, podState{ip: "10.14.0.1", ready: true})
-	createPod(t, bad, "p1", lbls, podState{ip: "10.14.1.1", ready: true})
-	createPool(t, good, "pool", lbls, []int32{8000})
-	createPool(t, bad, "pool", lbls, []int32{8000})
-	goodKey, badKey := datastore.PoolKey{Namespace: good, Name: "pool"}, datastore.PoolKey{Namespace: bad, Name: "pool"}
+	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+		good, bad := env.Namespace(t, "blast-good"), env.Namespace(t, "blast-bad")
+		user := fmt.Sprintf("picker-%s", bad)
+		cfg := limitedUser(t, user)
+		grantPods(t, user, good)
+		lbls := map[string]string{"app": "m"}
+		createPod(t, good, "p1", lbls, podState{ip: "10.14.0.1", ready: true})
+		createPod(t, bad, "p1", lbls, podState{ip: "10.14.1.1", ready: true})
+		createPool(t, good, "pool", lbls, []int32{8000})
+		createPool(t, bad, "pool", lbls, []int32{8000})
+		goodKey, badKey := datastore.PoolKey{Namespace: good, Name: "pool"}, datastore.PoolKey{Namespace: bad, Name: "pool"}
 
-	r := start(t, cfg, Options{Namespaces: []string{good, bad}})
-	r.waitEndpoints(t, goodKey, "10.14.0.1:8000")
-	r.waitFor(t, "the broken pool reported", func() bool {
-		p, ok := r.reg.Get(badKey)
-		return ok && strings.Contains(p.SyncError(), "forbidden")
-	})
-	r.waitFor(t, "the picker synced despite the broken pool", r.m.HasSynced)
-	p, _ := r.reg.Get(badKey)
-	if p.Synced() || p.Endpoints().Len() != 0 {
-		t.Fatalf("broken pool synced %v with %d endpoints", p.Synced(), p.Endpoints().Len())
-	}
-	if got := testutil.ToFloat64(r.m.metrics.syncFailing.WithLabelValues(bad, "pool")); got != 1 {
-		t.Fatalf("poolpicker_pool_sync_failing for the broken pool = %v, want 1", got)
-	}
-	if g, _ := r.reg.Get(goodKey); g.SyncError() != "" {
-		t.Fatalf("the good pool reports %q", g.SyncError())
-	}
-	r.waitFor(t, "a PodsNotListed Event on the broken pool", func() bool {
-		var evs eventsv1.EventList
-		if err := env.Client.List(ctx(t), &evs, client.InNamespace(bad)); err != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "PodsNotListed" && e.Regarding.Name == "pool" && strings.Contains(e.Note, "forbidden") {
-				return true
-			}
-		}
-		return false
-	})
-
-	grantPods(t, user, bad)
-	r.waitEndpoints(t, badKey, "10.14.1.1:8000")
-	r.waitFor(t, "the failure cleared", func() bool {
+		r := start(t, cfg, Options{PodWatchPlan: plan, Namespaces: []string{good, bad}})
+		r.waitEndpoints(t, goodKey, "10.14.0.1:8000")
+		r.waitFor(t, "the broken pool reported", func() bool {
+			p, ok := r.reg.Get(badKey)
+			return ok && strings.Contains(p.SyncError(), "forbidden")
+		})
+		r.waitFor(t, "the picker synced despite the broken pool", r.m.HasSynced)
 		p, _ := r.reg.Get(badKey)
-		return p.SyncError() == "" && testutil.ToFloat64(r.m.metrics.syncFailing.WithLabelValues(bad, "pool")) == 0
+		if p.Synced() || p.Endpoints().Len() != 0 {
+			t.Fatalf("broken pool synced %v with %d endpoints", p.Synced(), p.Endpoints().Len())
+		}
+		if got := testutil.ToFloat64(r.m.metrics.syncFailing.WithLabelValues(bad, "pool")); got != 1 {
+			t.Fatalf("poolpicker_pool_sync_failing for the broken pool = %v, want 1", got)
+		}
+		if g, _ := r.reg.Get(goodKey); g.SyncError() != "" {
+			t.Fatalf("the good pool reports %q", g.SyncError())
+		}
+		r.waitFor(t, "a PodsNotListed Event on the broken pool", func() bool {
+			var evs eventsv1.EventList
+			if err := env.Client.List(ctx(t), &evs, client.InNamespace(bad)); err != nil {
+				return false
+			}
+			for _, e := range evs.Items {
+				if e.Reason == "PodsNotListed" && e.Regarding.Name == "pool" && strings.Contains(e.Note, "forbidden") {
+					return true
+				}
+			}
+			return false
+		})
+
+		grantPods(t, user, bad)
+		r.waitEndpoints(t, badKey, "10.14.1.1:8000")
+		r.waitFor(t, "the failure cleared", func() bool {
+			p, _ := r.reg.Get(badKey)
+			return p.SyncError() == "" && testutil.ToFloat64(r.m.metrics.syncFailing.WithLabelValues(bad, "pool")) == 0
+		})
 	})
 }
 
@@ -121,35 +123,37 @@ func TestBrokenPoolLeavesOthersServing(t *testing.T) {
 // never turned into a watch of some other selector; the other pool of the
 // namespace is served. Fixing the key serves the pool.
 func TestInvalidSelectorKeyReported(t *testing.T) {
-	ns := env.Namespace(t, "badkey")
-	createPod(t, ns, "p1", map[string]string{"app": "m"}, podState{ip: "10.14.2.1", ready: true})
-	createPool(t, ns, "good", map[string]string{"app": "m"}, []int32{8000})
-	// As a selector string "app,tier=x" would mean "has app, and tier=x".
-	bad := createPool(t, ns, "bad", map[string]string{"app,tier": "x"}, []int32{8000})
-	r := start(t, nil, Options{Namespaces: []string{ns}})
-	r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: "good"}, "10.14.2.1:8000")
-	r.waitFor(t, "an InvalidSelector Event on the pool", func() bool {
-		var evs eventsv1.EventList
-		if err := env.Client.List(ctx(t), &evs, client.InNamespace(ns)); err != nil {
-			return false
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "InvalidSelector" && e.Regarding.Name == "bad" && strings.Contains(e.Note, "spec.selector.matchLabels") {
-				return true
+	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+		ns := env.Namespace(t, "badkey")
+		createPod(t, ns, "p1", map[string]string{"app": "m"}, podState{ip: "10.14.2.1", ready: true})
+		createPool(t, ns, "good", map[string]string{"app": "m"}, []int32{8000})
+		// As a selector string "app,tier=x" would mean "has app, and tier=x".
+		bad := createPool(t, ns, "bad", map[string]string{"app,tier": "x"}, []int32{8000})
+		r := start(t, nil, Options{PodWatchPlan: plan, Namespaces: []string{ns}})
+		r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: "good"}, "10.14.2.1:8000")
+		r.waitFor(t, "an InvalidSelector Event on the pool", func() bool {
+			var evs eventsv1.EventList
+			if err := env.Client.List(ctx(t), &evs, client.InNamespace(ns)); err != nil {
+				return false
 			}
+			for _, e := range evs.Items {
+				if e.Reason == "InvalidSelector" && e.Regarding.Name == "bad" && strings.Contains(e.Note, "spec.selector.matchLabels") {
+					return true
+				}
+			}
+			return false
+		})
+		badKey := datastore.PoolKey{Namespace: ns, Name: "bad"}
+		if _, served := r.reg.Get(badKey); served {
+			t.Fatal("a pool whose selector is invalid is served")
 		}
-		return false
-	})
-	badKey := datastore.PoolKey{Namespace: ns, Name: "bad"}
-	if _, served := r.reg.Get(badKey); served {
-		t.Fatal("a pool whose selector is invalid is served")
-	}
 
-	fixed := bad.DeepCopy()
-	fixed.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "m"}
-	// A JSON merge patch replaces the whole map, whatever the picker wrote since.
-	if err := env.Client.Patch(ctx(t), fixed, client.MergeFrom(bad)); err != nil {
-		t.Fatal(err)
-	}
-	r.waitEndpoints(t, badKey, "10.14.2.1:8000")
+		fixed := bad.DeepCopy()
+		fixed.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "m"}
+		// A JSON merge patch replaces the whole map, whatever the picker wrote since.
+		if err := env.Client.Patch(ctx(t), fixed, client.MergeFrom(bad)); err != nil {
+			t.Fatal(err)
+		}
+		r.waitEndpoints(t, badKey, "10.14.2.1:8000")
+	})
 }

@@ -326,3 +326,21 @@ func runManager(t *testing.T, r *running) {
 	go func() { r.done <- r.m.Start(c) }()
 	t.Cleanup(func() { r.stop(t) })
 }
+
+// eachPlan runs test under each pod watch plan, as subtests named by it:
+// every guarantee of the pod watches holds in both.
+func eachPlan(t *testing.T, test func(t *testing.T, plan PodWatchPlan)) {
+	t.Helper()
+	for _, plan := range []PodWatchPlan{PodWatchPlanPerPool, PodWatchPlanNamespace} {
+		t.Run(string(plan), func(t *testing.T) { test(t, plan) })
+	}
+}
+
+// watchedSelector is the label selector the API server gets for a pool of
+// selector under plan: none in the namespace plan.
+func watchedSelector(plan PodWatchPlan, selector string) string {
+	if plan == PodWatchPlanNamespace {
+		return ""
+	}
+	return selector
+}

@@ -57,7 +57,7 @@ type Manager struct {
 	// way).
 	plans     map[string]*namespacePlan
 	nsWatches map[string]*namespaceWatch
-	ignored map[datastore.PoolKey]string // reason last logged, so each is logged once
+	ignored   map[datastore.PoolKey]string // reason last logged, so each is logged once
 
 	leaderState
 	// replicas is the watch of this deployment's own pods (provisioning).

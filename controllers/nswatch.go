@@ -27,7 +27,7 @@ type namespaceWatch struct {
 	// hasListed is set at the watch's first complete list: from then on a
 	// new subscription is filled from the watch's view at once.
 	hasListed bool
-	closed bool
+	closed    bool
 	// failure is the watch's last failure, until it watches again: a pool
 	// subscribing meanwhile is told.
 	failure *watchFailure
@@ -62,7 +62,9 @@ type nsSub struct {
 	members map[string]*endpointPod
 }
 
-func (s *nsSub) serves(selector string, namespace bool) bool { return namespace && s.selector == selector }
+func (s *nsSub) serves(selector string, namespace bool) bool {
+	return namespace && s.selector == selector
+}
 func (s *nsSub) describe() string {
 	return fmt.Sprintf("of namespace %s (one watch for the namespace's pools) matching %q", s.owner.key.Namespace, s.selector)
 }

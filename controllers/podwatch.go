@@ -45,7 +45,7 @@ type servedPool struct {
 	// nil for the replicas.
 	plan *namespacePlan
 
-	mu sync.Mutex // guards everything below and serialises publishing
+	mu   sync.Mutex // guards everything below and serialises publishing
 	pool *datastore.Pool
 	// selector is the label selector wanted (kubectl syntax), match the
 	// same as labels for the namespace plan's own filtering (nil for the
@@ -263,7 +263,7 @@ func (p *poolWatch) publish(pods map[string]*endpointPod) {
 }
 
 func (p *poolWatch) failed(_ *podWatch, what string, err error) { p.owner.failed(p, what, err) }
-func (p *poolWatch) recovered(*podWatch)                       { p.owner.recovered(p) }
+func (p *poolWatch) recovered(*podWatch)                        { p.owner.recovered(p) }
 
 // watchSink receives what a pod watch sees. Its calls come from the
 // watch's goroutine, one at a time; pods is the watch's map, which only

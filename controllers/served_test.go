@@ -30,6 +30,8 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "namespace without name", opts: Options{PoolNamespace: "serving"}, wantErr: "pool namespace is set without a pool name"},
 		{name: "bad pool name", opts: Options{PoolName: "Llama!"}, wantErr: `pool name "Llama!" is not a valid object name`},
 		{name: "pool outside namespaces", opts: Options{PoolName: "p", PoolNamespace: "x", Namespaces: []string{"y"}}, wantErr: "pool x/p is outside the watched namespaces [y]"},
+		{name: "bad pod watch plan", opts: Options{PodWatchPlan: "per-namespace"}, wantErr: `pod watch plan "per-namespace": must be one of [auto per-pool namespace]`},
+		{name: "pod watch plans", opts: Options{PodWatchPlan: PodWatchPlanNamespace, NamespaceWatchThreshold: 3}},
 		{name: "bad service name", opts: Options{PickerServices: []string{"epp.svc"}}, wantErr: `endpoint picker Service name "epp.svc" is not a valid Service name`},
 	}
 	for _, tc := range cases {
@@ -157,90 +159,104 @@ func TestIgnoredPoolLoggedOnce(t *testing.T) {
 
 // TestPodRequestsAreScoped records every request the picker sends to the
 // API server while it serves pools in two namespaces, changes a selector and
-// drops a pool: each pod request must be namespaced and carry the selector
-// of a pool of that namespace.
+// drops a pool: each pod request must be namespaced and, in the per-pool
+// plan, carry the selector of a pool of that namespace. In the namespace
+// plan a namespace is listed once, and a selector change is a re-filter on
+// this side that sends nothing.
 func TestPodRequestsAreScoped(t *testing.T) {
-	ns1, ns2 := env.Namespace(t, "scope1"), env.Namespace(t, "scope2")
-	for _, ns := range []string{ns1, ns2} {
-		createPod(t, ns, "a", map[string]string{"app": "a"}, ready("10.11.0.1"))
-		createPod(t, ns, "b", map[string]string{"app": "b"}, ready("10.11.0.2"))
-		createPod(t, ns, "unrelated", map[string]string{"app": "z"}, ready("10.11.0.3"))
-	}
-	var log testenv.RequestLog
-	r := start(t, log.Wrap(env.Config), Options{Namespaces: []string{ns1, ns2}})
-	k1, k2 := datastore.PoolKey{Namespace: ns1, Name: "pool"}, datastore.PoolKey{Namespace: ns2, Name: "pool"}
-	createPool(t, ns1, "pool", map[string]string{"app": "a"}, []int32{8000})
-	createPool(t, ns2, "pool", map[string]string{"app": "b"}, []int32{8000})
-	r.waitEndpoints(t, k1, "10.11.0.1:8000")
-	r.waitEndpoints(t, k2, "10.11.0.2:8000")
-	updatePool(t, k1, func(p *v1.InferencePool) {
-		p.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "b"}
-	})
-	r.waitEndpoints(t, k1, "10.11.0.2:8000")
-	deletePool(t, k2)
-	r.waitGone(t, k2)
-	r.stop(t)
+	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+		ns1, ns2 := env.Namespace(t, "scope1"), env.Namespace(t, "scope2")
+		for _, ns := range []string{ns1, ns2} {
+			createPod(t, ns, "a", map[string]string{"app": "a"}, ready("10.11.0.1"))
+			createPod(t, ns, "b", map[string]string{"app": "b"}, ready("10.11.0.2"))
+			createPod(t, ns, "unrelated", map[string]string{"app": "z"}, ready("10.11.0.3"))
+		}
+		var log testenv.RequestLog
+		r := start(t, log.Wrap(env.Config), Options{PodWatchPlan: plan, Namespaces: []string{ns1, ns2}})
+		k1, k2 := datastore.PoolKey{Namespace: ns1, Name: "pool"}, datastore.PoolKey{Namespace: ns2, Name: "pool"}
+		createPool(t, ns1, "pool", map[string]string{"app": "a"}, []int32{8000})
+		createPool(t, ns2, "pool", map[string]string{"app": "b"}, []int32{8000})
+		r.waitEndpoints(t, k1, "10.11.0.1:8000")
+		r.waitEndpoints(t, k2, "10.11.0.2:8000")
+		updatePool(t, k1, func(p *v1.InferencePool) {
+			p.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "b"}
+		})
+		r.waitEndpoints(t, k1, "10.11.0.2:8000")
+		deletePool(t, k2)
+		r.waitGone(t, k2)
+		r.stop(t)
 
-	allowed := map[string][]string{ns1: {"app=a", "app=b"}, ns2: {"app=b"}}
-	podPath := regexp.MustCompile(`^/api/v1/namespaces/([^/]+)/pods$`)
-	podRequests := 0
-	for _, req := range log.Requests() {
-		if !strings.Contains(req.URL.Path, "/pods") {
-			continue
+		allowed := map[string][]string{ns1: {"app=a", "app=b"}, ns2: {"app=b"}}
+		// One initial list (or streaming-list watch) per watch started: two
+		// pools and a selector change.
+		wantLists := 3
+		if plan == PodWatchPlanNamespace {
+			allowed = map[string][]string{ns1: {""}, ns2: {""}}
+			wantLists = 2
 		}
-		podRequests++
-		m := podPath.FindStringSubmatch(req.URL.Path)
-		if m == nil || req.Method != "GET" {
-			t.Errorf("pod request not a namespaced list/watch: %s %s", req.Method, req.URL)
-			continue
+		podPath := regexp.MustCompile(`^/api/v1/namespaces/([^/]+)/pods$`)
+		lists := 0
+		for _, req := range log.Requests() {
+			if !strings.Contains(req.URL.Path, "/pods") {
+				continue
+			}
+			if !req.IsWatch() || req.URL.Query().Get("sendInitialEvents") == "true" {
+				lists++
+			}
+			m := podPath.FindStringSubmatch(req.URL.Path)
+			if m == nil || req.Method != "GET" {
+				t.Errorf("pod request not a namespaced list/watch: %s %s", req.Method, req.URL)
+				continue
+			}
+			sel := req.URL.Query().Get("labelSelector")
+			if !slices.Contains(allowed[m[1]], sel) {
+				t.Errorf("pod request in %s with selector %q, want one of %v: %s", m[1], sel, allowed[m[1]], req.URL)
+			}
 		}
-		sel := req.URL.Query().Get("labelSelector")
-		if !slices.Contains(allowed[m[1]], sel) {
-			t.Errorf("pod request in %s with selector %q, want one of %v: %s", m[1], sel, allowed[m[1]], req.URL)
+		if lists != wantLists {
+			t.Fatalf("saw %d pod lists, want %d (one per watch)", lists, wantLists)
 		}
-	}
-	// One initial list (or streaming-list watch) per watch started: three.
-	if podRequests < 3 {
-		t.Fatalf("saw %d pod requests, want at least 3 (one per watch)", podRequests)
-	}
+	})
 }
 
 // TestPlainListWithoutStreamingLists runs the pod watches as a server
 // without streaming lists would have them: a paged list, then a watch from
 // its version.
 func TestPlainListWithoutStreamingLists(t *testing.T) {
-	ns := env.Namespace(t, "plainlist")
-	sel := map[string]string{"app": "m"}
-	createPod(t, ns, "a", sel, ready("10.13.0.1"))
-	var log testenv.RequestLog
-	r := start(t, log.Wrap(env.Config), Options{Namespaces: []string{ns}, DisableStreamingLists: true})
-	key := datastore.PoolKey{Namespace: ns, Name: "pool"}
-	createPool(t, ns, "pool", sel, []int32{8000})
-	r.waitEndpoints(t, key, "10.13.0.1:8000")
-	createPod(t, ns, "b", sel, ready("10.13.0.2"))
-	r.waitEndpoints(t, key, "10.13.0.1:8000", "10.13.0.2:8000")
-	deletePod(t, ns, "a")
-	r.waitEndpoints(t, key, "10.13.0.2:8000")
+	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+		ns := env.Namespace(t, "plainlist")
+		sel := map[string]string{"app": "m"}
+		createPod(t, ns, "a", sel, ready("10.13.0.1"))
+		var log testenv.RequestLog
+		r := start(t, log.Wrap(env.Config), Options{PodWatchPlan: plan, Namespaces: []string{ns}, DisableStreamingLists: true})
+		key := datastore.PoolKey{Namespace: ns, Name: "pool"}
+		createPool(t, ns, "pool", sel, []int32{8000})
+		r.waitEndpoints(t, key, "10.13.0.1:8000")
+		createPod(t, ns, "b", sel, ready("10.13.0.2"))
+		r.waitEndpoints(t, key, "10.13.0.1:8000", "10.13.0.2:8000")
+		deletePod(t, ns, "a")
+		r.waitEndpoints(t, key, "10.13.0.2:8000")
 
-	var lists, watches int
-	for _, req := range log.Requests() {
-		if !strings.HasSuffix(req.URL.Path, "/namespaces/"+ns+"/pods") {
-			continue
-		}
-		q := req.URL.Query()
-		if q.Get("labelSelector") != "app=m" {
-			t.Errorf("pod request without the pool's selector: %s", req.URL)
-		}
-		if req.IsWatch() {
-			watches++
-			if q.Get("sendInitialEvents") != "" || q.Get("resourceVersion") == "" {
-				t.Errorf("watch after a plain list is not from the list's version: %s", req.URL)
+		var lists, watches int
+		for _, req := range log.Requests() {
+			if !strings.HasSuffix(req.URL.Path, "/namespaces/"+ns+"/pods") {
+				continue
 			}
-		} else {
-			lists++
+			q := req.URL.Query()
+			if want := watchedSelector(plan, "app=m"); q.Get("labelSelector") != want {
+				t.Errorf("pod request with selector %q, want %q: %s", q.Get("labelSelector"), want, req.URL)
+			}
+			if req.IsWatch() {
+				watches++
+				if q.Get("sendInitialEvents") != "" || q.Get("resourceVersion") == "" {
+					t.Errorf("watch after a plain list is not from the list's version: %s", req.URL)
+				}
+			} else {
+				lists++
+			}
 		}
-	}
-	if lists != 1 || watches < 1 {
-		t.Fatalf("%d lists and %d watches, want 1 list then watches", lists, watches)
-	}
+		if lists != 1 || watches < 1 {
+			t.Fatalf("%d lists and %d watches, want 1 list then watches", lists, watches)
+		}
+	})
 }

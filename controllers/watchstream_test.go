@@ -9,26 +9,30 @@ import (
 )
 
 // TestWatchDecoders runs a pool's endpoint changes through both watch
-// decoders (the watch's own goroutine, and client-go's watch.Interface) and
-// counts what a watch costs in goroutines.
+// decoders (the watch's own goroutine, and client-go's watch.Interface),
+// under each plan, and counts what a pool costs in goroutines.
 func TestWatchDecoders(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		clientGo bool
-		// maxPerWatch bounds the goroutines a watch adds.
-		maxPerWatch float64
+		plan     PodWatchPlan
+		// maxPerPool bounds the goroutines a pool adds.
+		maxPerPool float64
 	}{
 		// The watch's goroutine and its HTTP/2 stream's writer.
-		{"own goroutine", false, 2.5},
+		{"own goroutine", false, PodWatchPlanPerPool, 2.5},
 		// Plus client-go's decoding goroutine.
-		{"client-go", true, 3.5},
+		{"client-go", true, PodWatchPlanPerPool, 3.5},
+		// The namespace's one watch serves the new pools too.
+		{"own goroutine, namespace plan", false, PodWatchPlanNamespace, 0.25},
+		{"client-go, namespace plan", true, PodWatchPlanNamespace, 0.25},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := env.Namespace(t, "decoder")
 			sel := map[string]string{"app": "m"}
 			createPod(t, ns, "a", sel, ready("10.14.0.1"))
 			b := createPod(t, ns, "b", sel, podState{ip: "10.14.0.2"})
-			r := start(t, nil, Options{Namespaces: []string{ns}, ClientGoWatchDecoder: tc.clientGo})
+			r := start(t, nil, Options{Namespaces: []string{ns}, ClientGoWatchDecoder: tc.clientGo, PodWatchPlan: tc.plan})
 			key := datastore.PoolKey{Namespace: ns, Name: "pool"}
 			createPool(t, ns, "pool", sel, []int32{8000})
 			r.waitEndpoints(t, key, "10.14.0.1:8000")
@@ -44,7 +48,7 @@ func TestWatchDecoders(t *testing.T) {
 			}
 			r.waitEndpoints(t, key, want...)
 
-			// Goroutines per watch: twenty more pools, each synced.
+			// Goroutines per pool: twenty more pools, each synced.
 			const pools = 20
 			before := runtime.NumGoroutine()
 			for i := range pools {
@@ -56,9 +60,9 @@ func TestWatchDecoders(t *testing.T) {
 				r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: fmt.Sprintf("w%d", i)}, fmt.Sprintf("10.14.2.%d:8000", i+1))
 			}
 			per := float64(runtime.NumGoroutine()-before) / pools
-			t.Logf("%.2f goroutines per pod watch", per)
-			if per > tc.maxPerWatch {
-				t.Errorf("%.2f goroutines per pod watch, want at most %.1f", per, tc.maxPerWatch)
+			t.Logf("%.2f goroutines per pool", per)
+			if per > tc.maxPerPool {
+				t.Errorf("%.2f goroutines per pool, want at most %.2f", per, tc.maxPerPool)
 			}
 		})
 	}
