@@ -75,6 +75,7 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "Burst of requests to the API server above --kube-api-qps.")
 	fs.IntVar(&o.metricsPort, "metrics-port", defaultMetricsPort, "Port of the Prometheus /metrics endpoint.")
 	bindControllersFlags(fs, &o.controllers)
+	bindPodWatchFlags(fs, &o.controllers)
 	bindExtprocFlags(fs, &o.extproc)
 	bindScrapeFlags(fs, &o.scrape)
 	bindSchedulingFlags(fs, &o.scheduling)
@@ -148,7 +149,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	log.Info("starting", "metricsPort", o.metricsPort, "grpcPort", o.extproc.GRPCPort, "grpcHealthPort", o.extproc.HealthPort,
 		"watchNamespaces", o.controllers.Namespaces, "poolSelector", o.controllers.PoolSelector,
 		"poolName", o.controllers.PoolName, "eppServiceNames", o.controllers.PickerServices,
-		"pickerName", o.controllers.PickerName, "leaderElection", o.controllers.LeaderElection, "provisionPickerServices", o.controllers.ProvisionPickerServices)
+		"pickerName", o.controllers.PickerName, "podWatchPlan", o.controllers.PodWatchPlan, "leaderElection", o.controllers.LeaderElection, "provisionPickerServices", o.controllers.ProvisionPickerServices)
 	if err := c.Start(ctx); err != nil {
 		log.Error(err, "stopped on error")
 		return exitFailed

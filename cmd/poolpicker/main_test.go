@@ -77,6 +77,8 @@ func TestBadFlagsExitNonZero(t *testing.T) {
 		{[]string{"--ha-leader-election-lease-duration=5s", "--ha-leader-election-renew-deadline=6s"}, 2, "renew deadline 6s must be shorter than the lease duration 5s"},
 		{[]string{"--picker-pod-selector=app in (x"}, 2, `picker pod selector "app in (x"`},
 		{[]string{"--picker-name=Bad_Name"}, 2, `picker name "Bad_Name"`},
+		{[]string{"--pod-watch-plan=per-namespace"}, 2, `invalid argument "per-namespace" for "--pod-watch-plan" flag: must be one of auto, per-pool, namespace`},
+		{[]string{"--pod-watch-namespace-threshold=-1"}, 2, "namespace watch threshold -1: must not be negative"},
 		{[]string{"--kubeconfig=/nonexistent/kubeconfig"}, 1, `loading the API server configuration (--kubeconfig "/nonexistent/kubeconfig")`},
 	}
 	for _, tc := range cases {

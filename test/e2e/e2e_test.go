@@ -1,10 +1,12 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -86,7 +88,9 @@ func TestEachPoolServedByItsOwnPods(t *testing.T) {
 
 // A pool scaled up then down under steady traffic: no request fails, new
 // pods take traffic, removed pods get none once the picker has seen them go.
-func TestScaleUpAndDownUnderTraffic(t *testing.T) {
+func TestScaleUpAndDownUnderTraffic(t *testing.T) { scaleUpAndDownUnderTraffic(t) }
+
+func scaleUpAndDownUnderTraffic(t *testing.T) {
 	p := newPool(t, "scale", 2, "--port=8000", "--time-per-output-token=5ms")
 	l := startLoad(4, func(w, i int) (string, string) {
 		return p.host, completion(modelsim.DefaultModel, fmt.Sprintf("w%d-%d", w, i), 8, i%2 == 0)
@@ -131,7 +135,9 @@ func TestScaleUpAndDownUnderTraffic(t *testing.T) {
 
 // The pool's selector moves to another Deployment under traffic: no request
 // fails, and traffic ends up on the new pods only.
-func TestSelectorChangeUnderTraffic(t *testing.T) {
+func TestSelectorChangeUnderTraffic(t *testing.T) { selectorChangeUnderTraffic(t) }
+
+func selectorChangeUnderTraffic(t *testing.T) {
 	p := newPool(t, "selector", 2, "--port=8000", "--time-per-output-token=5ms")
 	addDeployment(t, p.ns, "selector-v2", 2, "--port=8000", "--time-per-output-token=5ms", "--name=v2")
 	v2 := map[string]bool{}
@@ -211,7 +217,9 @@ func TestPickerRestartUnderTraffic(t *testing.T) {
 
 // A model server killed without its pod going away: once its metrics are
 // stale the picker stops choosing it, while its Pod stays Ready.
-func TestKilledServerNotPickedAfterStaleness(t *testing.T) {
+func TestKilledServerNotPickedAfterStaleness(t *testing.T) { killedServerNotPickedAfterStaleness(t) }
+
+func killedServerNotPickedAfterStaleness(t *testing.T) {
 	p := newPool(t, "kill", 3, "--port=8000", "--time-per-output-token=2ms")
 	dead := p.pods()[0].Server
 	deadAddr := dead.Addr()
@@ -470,5 +478,35 @@ func TestMalformedRequests(t *testing.T) {
 				t.Fatalf("error body %q (%v): want an OpenAI-style error with code %d mentioning %q", o.body, err, tt.wantCode, tt.wantMsg)
 			}
 		})
+	}
+}
+
+// The endpoint staleness tests again, with every replica watching each
+// namespace's pods once for all its pools (--pod-watch-plan=namespace)
+// instead of per pool (the default plan, for these one-pool namespaces):
+// the same guarantees hold.
+func TestStalenessUnderNamespaceWatchPlan(t *testing.T) {
+	withPickerArgs(t, "--pod-watch-plan=namespace")
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"ScaleUpAndDownUnderTraffic", scaleUpAndDownUnderTraffic},
+		{"SelectorChangeUnderTraffic", selectorChangeUnderTraffic},
+		{"KilledServerNotPickedAfterStaleness", killedServerNotPickedAfterStaleness},
+	} {
+		t.Run(tc.name, tc.run)
+	}
+	// The plan was in force: each replica watched the tests' namespaces
+	// whole since its restart.
+	for _, r := range stack.Replicas() {
+		logBytes, err := os.ReadFile(r.Process.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sinceStart := logBytes[bytes.LastIndex(logBytes, []byte("==== start")):]
+		if n := bytes.Count(sinceStart, []byte("watching the namespace's pods once for all its pools")); n < 3 {
+			t.Errorf("replica %s watched %d namespaces whole since its restart, want at least the tests' 3", r.Pod, n)
+		}
 	}
 }

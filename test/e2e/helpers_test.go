@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -450,4 +451,28 @@ func addDeployment(t *testing.T, ns, name string, replicas int, args ...string) 
 func drain(resp *http.Response) {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+}
+
+// withPickerArgs restarts the replicas (rolling, as RestartPicker) with
+// args added to their flags, and restarts them with their own flags again
+// when the test ends.
+func withPickerArgs(t *testing.T, args ...string) {
+	t.Helper()
+	ctx := context.Background()
+	var saved [][]string
+	for _, r := range stack.Replicas() {
+		saved = append(saved, r.Process.Args)
+		r.Process.Args = append(slices.Clone(r.Process.Args), args...)
+	}
+	if err := stack.RestartPicker(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for i, r := range stack.Replicas() {
+			r.Process.Args = saved[i]
+		}
+		if err := stack.RestartPicker(ctx); err != nil {
+			t.Errorf("restarting the replicas with their own flags: %v", err)
+		}
+	})
 }
