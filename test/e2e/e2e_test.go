@@ -88,10 +88,10 @@ func TestEachPoolServedByItsOwnPods(t *testing.T) {
 
 // A pool scaled up then down under steady traffic: no request fails, new
 // pods take traffic, removed pods get none once the picker has seen them go.
-func TestScaleUpAndDownUnderTraffic(t *testing.T) { scaleUpAndDownUnderTraffic(t) }
+func TestScaleUpAndDownUnderTraffic(t *testing.T) { scaleUpAndDownUnderTraffic(t, "scale") }
 
-func scaleUpAndDownUnderTraffic(t *testing.T) {
-	p := newPool(t, "scale", 2, "--port=8000", "--time-per-output-token=5ms")
+func scaleUpAndDownUnderTraffic(t *testing.T, name string) {
+	p := newPool(t, name, 2, "--port=8000", "--time-per-output-token=5ms")
 	l := startLoad(4, func(w, i int) (string, string) {
 		return p.host, completion(modelsim.DefaultModel, fmt.Sprintf("w%d-%d", w, i), 8, i%2 == 0)
 	})
@@ -135,10 +135,10 @@ func scaleUpAndDownUnderTraffic(t *testing.T) {
 
 // The pool's selector moves to another Deployment under traffic: no request
 // fails, and traffic ends up on the new pods only.
-func TestSelectorChangeUnderTraffic(t *testing.T) { selectorChangeUnderTraffic(t) }
+func TestSelectorChangeUnderTraffic(t *testing.T) { selectorChangeUnderTraffic(t, "selector") }
 
-func selectorChangeUnderTraffic(t *testing.T) {
-	p := newPool(t, "selector", 2, "--port=8000", "--time-per-output-token=5ms")
+func selectorChangeUnderTraffic(t *testing.T, name string) {
+	p := newPool(t, name, 2, "--port=8000", "--time-per-output-token=5ms")
 	addDeployment(t, p.ns, "selector-v2", 2, "--port=8000", "--time-per-output-token=5ms", "--name=v2")
 	v2 := map[string]bool{}
 	for _, pod := range stack.Pods(types.NamespacedName{Namespace: p.ns, Name: "selector-v2"}) {
@@ -217,10 +217,10 @@ func TestPickerRestartUnderTraffic(t *testing.T) {
 
 // A model server killed without its pod going away: once its metrics are
 // stale the picker stops choosing it, while its Pod stays Ready.
-func TestKilledServerNotPickedAfterStaleness(t *testing.T) { killedServerNotPickedAfterStaleness(t) }
+func TestKilledServerNotPickedAfterStaleness(t *testing.T) { killedServerNotPickedAfterStaleness(t, "kill") }
 
-func killedServerNotPickedAfterStaleness(t *testing.T) {
-	p := newPool(t, "kill", 3, "--port=8000", "--time-per-output-token=2ms")
+func killedServerNotPickedAfterStaleness(t *testing.T, name string) {
+	p := newPool(t, name, 3, "--port=8000", "--time-per-output-token=2ms")
 	dead := p.pods()[0].Server
 	deadAddr := dead.Addr()
 	dead.Stop()
@@ -489,13 +489,14 @@ func TestStalenessUnderNamespaceWatchPlan(t *testing.T) {
 	withPickerArgs(t, "--pod-watch-plan=namespace")
 	for _, tc := range []struct {
 		name string
-		run  func(*testing.T)
+		run  func(t *testing.T, pool string)
+		pool string
 	}{
-		{"ScaleUpAndDownUnderTraffic", scaleUpAndDownUnderTraffic},
-		{"SelectorChangeUnderTraffic", selectorChangeUnderTraffic},
-		{"KilledServerNotPickedAfterStaleness", killedServerNotPickedAfterStaleness},
+		{"ScaleUpAndDownUnderTraffic", scaleUpAndDownUnderTraffic, "ns-scale"},
+		{"SelectorChangeUnderTraffic", selectorChangeUnderTraffic, "ns-selector"},
+		{"KilledServerNotPickedAfterStaleness", killedServerNotPickedAfterStaleness, "ns-kill"},
 	} {
-		t.Run(tc.name, tc.run)
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, tc.pool) })
 	}
 	// The plan was in force: each replica watched the tests' namespaces
 	// whole since its restart.
