@@ -30,11 +30,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		watchStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "poolpicker_pool_watch_starts_total",
-			Help: "Pod watches started for a served pool: one at start, one more per selector change.",
+			Help: "Pod sources started for a served pool (its own watch in the per-pool plan, its subscription to the namespace's watch in the namespace plan): one at start, one more per selector change or plan switch.",
 		}, []string{"namespace", "name"}),
 		liveWatches: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "poolpicker_pod_watches",
-			Help: "Pod watches running: one per served pool, two while a selector change syncs.",
+			Help: "Pod watches running: one per served pool in the per-pool plan, one per namespace in the namespace plan, and the new ones while a selector change or plan switch syncs.",
 		}),
 		syncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "poolpicker_pool_watch_sync_seconds",

@@ -129,7 +129,9 @@ func (m *Manager) subscribe(sub *nsSub) {
 		}
 		ns.watch.mu.Unlock()
 		replaced = sub.owner.update(sub, endpointSources(sub.members))
-	} else if ns.failure != nil {
+	}
+	if ns.failure != nil {
+		// Served from the last list, if any, and reported as failing.
 		sub.owner.failed(sub, ns.failure.what, ns.failure.err)
 	}
 	ns.mu.Unlock()

@@ -62,7 +62,7 @@ func (m *Manager) joinPlanLocked(ctx context.Context, namespace string) (*namesp
 		m.plans[namespace] = p
 	}
 	p.pools++
-	want := false
+	want, inCache := false, 0
 	switch m.opts.PodWatchPlan {
 	case PodWatchPlanNamespace:
 		want = true
@@ -70,13 +70,16 @@ func (m *Manager) joinPlanLocked(ctx context.Context, namespace string) (*namesp
 		// A namespace seen first is planned by the pools it will have (the
 		// pool cache at start), so that a namespace of a thousand pools
 		// does not start its first pools' own watches only to drop them.
-		want = p.namespaceWatch.Load() || p.pools >= m.opts.NamespaceWatchThreshold ||
-			fresh && m.servablePoolsLocked(ctx, namespace) >= m.opts.NamespaceWatchThreshold
+		if fresh {
+			inCache = m.servablePoolsLocked(ctx, namespace)
+		}
+		want = p.namespaceWatch.Load() || max(p.pools, inCache) >= m.opts.NamespaceWatchThreshold
 	}
 	switched := want && !p.namespaceWatch.Load()
 	if switched {
 		p.namespaceWatch.Store(true)
-		m.log.Info("watching the namespace's pods once for all its pools", "namespace", namespace, "pools", p.pools, "plan", m.opts.PodWatchPlan)
+		m.log.Info("watching the namespace's pods once for all its pools", "namespace", namespace, "plan", m.opts.PodWatchPlan,
+			"servedPools", p.pools, "poolsInCache", inCache)
 	}
 	return p, switched && !fresh
 }
