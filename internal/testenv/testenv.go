@@ -52,6 +52,10 @@ type Options struct {
 	ExtraCRDDirs []string
 	// APIServerArgs are extra kube-apiserver flags, name → value.
 	APIServerArgs map[string]string
+	// EtcdDataDir, when set, is etcd's data directory, kept after Stop:
+	// a benchmark populates a cluster once and starts fresh control planes
+	// on copies of it. Empty: a temporary directory removed by Stop.
+	EtcdDataDir string
 }
 
 // Scheme returns a scheme with the core Kubernetes types and poolpicker's API types.
@@ -129,6 +133,9 @@ func Start(opts Options) (*Env, error) {
 		// packages' control planes at once; a slow start is not a failure.
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
+	}
+	if opts.EtcdDataDir != "" {
+		e.ControlPlane.Etcd = &envtest.Etcd{DataDir: opts.EtcdDataDir}
 	}
 	api := e.ControlPlane.GetAPIServer()
 	// There is no kubelet or node, and the kubernetes Service endpoints would

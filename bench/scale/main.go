@@ -1,0 +1,225 @@
+// Command scale holds poolpicker to its scale goals: N InferencePools × M
+// pods on a real API server, every pod on its own loopback address
+// (127.100.x.y) served by a few model-server processes with real-size vLLM
+// pages, the poolpicker binary with its default flags, 1 % of the pools
+// under ext_proc traffic and the rest idle. For each pool count and pod
+// watch plan it reports poolpicker's RSS, heap and CPU (idle and under the
+// hot pools' traffic), sync time and API requests at start, the first pick
+// of cold pools and the metric age seen by picks of hot pools, and what
+// kube-apiserver spends beside it.
+//
+// The cluster is populated once per shape and kept as an etcd data
+// directory (-snapshots); every run starts a fresh etcd and kube-apiserver on
+// a copy of it, so the API server's memory added by poolpicker's watches is
+// its peak with the watches less its steady RSS with the objects alone, on a
+// server no earlier run has touched.
+//
+//	go run ./bench/scale -pools 100,300,1000,3000 -out bench/scale/results.json
+//	go run ./bench/scale -pools 10000 -picker-args=--kube-api-qps=300 -out bench/scale/results.json
+//	go run ./bench/scale -from-json bench/scale/results.json -svg site-src/images/scale.svg
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is one run's shape and timing.
+type config struct {
+	Pools      int     `json:"pools"`
+	Pods       int     `json:"pods"`
+	Namespaces int     `json:"namespaces"`
+	Plan       string  `json:"plan"`
+	PickerArgs string  `json:"pickerArgs"`
+	HotShare   float64 `json:"hotShare"`
+	HotRate    float64 `json:"hotRate"`
+	FlipRate   float64 `json:"flipRate"`
+	Servers    int     `json:"servers"`
+	Port       int     `json:"port"`
+
+	settle, idleWindow, hotWindow, flipWindow time.Duration
+	steadyWait, hotWarmup                     time.Duration
+	coldPicks                                 int
+	snapshots                                 string
+	keepSnapshot                              bool
+	logPicker                                 bool
+}
+
+func main() {
+	var (
+		c        config
+		pools    string
+		plans    string
+		out      string
+		fromJSON string
+		svg      string
+	)
+	if port := os.Getenv(roleEnv); port != "" {
+		if err := serveModelServers(port); err != nil {
+			fmt.Fprintln(os.Stderr, "scale model server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	flag.StringVar(&pools, "pools", "1000", "Comma-separated pool counts, one run each.")
+	flag.IntVar(&c.Pods, "pods", 5, "Ready pods per pool, each on its own loopback address.")
+	flag.IntVar(&c.Namespaces, "namespaces", 10, "Namespaces the pools are spread over.")
+	flag.StringVar(&plans, "plans", "", "Comma-separated values of poolpicker's --pod-watch-plan, one run each per pool count; empty: the flag is not passed (the binary's default).")
+	flag.StringVar(&c.PickerArgs, "picker-args", "", "Extra poolpicker flags, space-separated (for example --kube-api-qps=300).")
+	flag.Float64Var(&c.HotShare, "hot", 0.01, "Share of pools that receive traffic (at least one).")
+	flag.Float64Var(&c.HotRate, "hot-rate", 200, "Requests per second over all hot pools.")
+	flag.Float64Var(&c.FlipRate, "flip-rate", 20, "Pod readiness flips per second during the pod-update phase (0: no such phase).")
+	flag.IntVar(&c.Servers, "servers", 4, "Model-server processes serving every pod address.")
+	flag.IntVar(&c.Port, "port", 28123, "Port of every model server (the pools' target port); it must be free on every loopback address.")
+	flag.DurationVar(&c.steadyWait, "steady-wait", 5*time.Second, "Time the API server is left alone after its caches are warm, before its steady RSS is taken (the most over the next 5 s).")
+	flag.DurationVar(&c.hotWarmup, "hot-warmup", 5*time.Second, "Hot-pool traffic sent before the measured window.")
+	flag.DurationVar(&c.settle, "settle", 60*time.Second, "Time after sync before the idle window, so that idle servers decay to the idle interval.")
+	flag.DurationVar(&c.idleWindow, "idle-window", 30*time.Second, "Window over which idle CPU is measured (one idle refresh interval covers every server once).")
+	flag.DurationVar(&c.hotWindow, "hot-window", 20*time.Second, "Window of hot-pool traffic measured (after 5 s of warm-up traffic).")
+	flag.DurationVar(&c.flipWindow, "flip-window", 20*time.Second, "Window of pod readiness flips measured.")
+	flag.IntVar(&c.coldPicks, "cold-picks", 200, "Cold pools sent their first request, one at a time.")
+	flag.StringVar(&c.snapshots, "snapshots", filepath.Join(os.TempDir(), "poolpicker-scale"), "Directory of populated etcd data directories, one per shape, reused across runs.")
+	flag.BoolVar(&c.logPicker, "log-picker", false, "Pass poolpicker's log to stderr.")
+	flag.StringVar(&out, "out", "", "JSON file the results are merged into (by pool count and plan), for -from-json.")
+	flag.StringVar(&fromJSON, "from-json", "", "Render the table (and -svg) from this results file instead of running.")
+	flag.StringVar(&svg, "svg", "", "Write the plot of cost against pool count to this file.")
+	flag.Parse()
+	if err := mainErr(c, pools, plans, out, fromJSON, svg); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(c config, pools, plans, out, fromJSON, svg string) error {
+	if fromJSON != "" {
+		rs, err := readResults(fromJSON)
+		if err != nil {
+			return err
+		}
+		printReport(os.Stdout, rs)
+		if svg != "" {
+			return os.WriteFile(svg, []byte(plot(rs)), 0o644)
+		}
+		return nil
+	}
+	var counts []int
+	for _, s := range strings.Split(pools, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-pools %q: want positive integers", pools)
+		}
+		counts = append(counts, n)
+	}
+	if c.Pods < 1 || c.Namespaces < 1 || c.Servers < 1 || c.HotShare <= 0 || c.HotShare > 1 {
+		return errors.New("-pods, -namespaces and -servers must be >= 1 and -hot in (0, 1]")
+	}
+	if c.Pools*c.Pods > maxAddresses {
+		return fmt.Errorf("at most %d pod addresses", maxAddresses)
+	}
+	planList := []string{""}
+	if plans != "" {
+		planList = strings.Split(plans, ",")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := raiseFileLimit(); err != nil {
+		return err
+	}
+	bin, cleanup, err := buildPicker(ctx)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	var rs []result
+	for _, n := range counts {
+		for _, plan := range planList {
+			rc := c
+			rc.Pools, rc.Plan = n, strings.TrimSpace(plan)
+			r, err := runOne(ctx, rc, bin)
+			if err != nil {
+				return fmt.Errorf("%d pools, plan %q: %w", n, rc.Plan, err)
+			}
+			rs = append(rs, r)
+			if out != "" {
+				if err := mergeResults(out, r); err != nil {
+					return err
+				}
+			}
+			printReport(os.Stdout, rs)
+		}
+	}
+	if svg != "" && out != "" {
+		all, err := readResults(out)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(svg, []byte(plot(all)), 0o644)
+	}
+	return nil
+}
+
+// raiseFileLimit lets the model servers and poolpicker (which inherit it)
+// hold a connection per pod address.
+func raiseFileLimit() error {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return err
+	}
+	want := uint64(400_000)
+	if l.Max >= want {
+		l.Cur = l.Max
+	} else {
+		l.Cur, l.Max = want, want
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		// Not root: keep the hard limit, which the harness's sizes may exceed.
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
+		l.Cur = l.Max
+		return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+	return nil
+}
+
+func readResults(path string) ([]result, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rs []result
+	if err := json.Unmarshal(b, &rs); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return rs, nil
+}
+
+// mergeResults replaces the run of the same pool count and plan in path's
+// results, or adds it, keeping them ordered by plan then pool count.
+func mergeResults(path string, r result) error {
+	rs, err := readResults(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	kept := rs[:0]
+	for _, o := range rs {
+		if o.Pools != r.Pools || o.Plan != r.Plan {
+			kept = append(kept, o)
+		}
+	}
+	kept = append(kept, r)
+	sortResults(kept)
+	b, err := json.MarshalIndent(kept, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	// The harness starts its model servers as copies of its own binary.
+	if port := os.Getenv(roleEnv); port != "" {
+		if err := serveModelServers(port); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmallRun runs the whole harness at 20 pools: a real API server, the
+// poolpicker binary, model servers on loopback addresses and ext_proc
+// traffic, and checks that every figure of the report was measured.
+func TestSmallRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two control planes and the poolpicker binary")
+	}
+	if err := raiseFileLimit(); err != nil {
+		t.Fatal(err)
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, cleanup, err := buildPicker(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	c := config{Pools: 20, Pods: 3, Namespaces: 2, HotShare: 0.1, HotRate: 50, FlipRate: 10, Servers: 2, Port: port,
+		settle: 2 * time.Second, idleWindow: 2 * time.Second, hotWindow: 3 * time.Second, flipWindow: 2 * time.Second,
+		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second}
+	r, err := runOne(ctx, c, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	positive := map[string]float64{
+		"sync": r.SyncSec, "populate": r.PopulateSec, "requests": r.Requests, "RSS": float64(r.RSS), "peak RSS": float64(r.PeakRSS),
+		"heap": r.HeapInuse, "goroutines": r.Goroutines, "idle scrapes": r.IdleScrapesSec, "hot CPU": r.HotCPU,
+		"hot picks": float64(r.HotPicks), "metric age p50": r.MetricAgeP50Ms, "cold pick p50": r.ColdPickP50Ms,
+		"API server steady RSS": float64(r.APISteadyRSS), "API server peak RSS": float64(r.APIPeakRSS),
+		"API server CPU to sync": r.APISyncCPUSec, "API server CPU under pod updates": r.APIFlipCPU,
+	}
+	for name, v := range positive {
+		if !(v > 0) {
+			t.Errorf("%s = %v, want > 0", name, v)
+		}
+	}
+	if r.HotPools != 2 || r.ColdPicks != 5 {
+		t.Errorf("hot pools %d, cold picks %d; want 2 and 5", r.HotPools, r.ColdPicks)
+	}
+	// Every pool's pods are listed at least once; the rest is a fixed few
+	// (permission checks, the pool and policy kinds).
+	if r.Requests < float64(c.Pools)/float64(c.Namespaces) || r.Requests > 3*float64(c.Pools)+40 {
+		t.Errorf("%v API requests at sync for %d pools", r.Requests, c.Pools)
+	}
+	// Hot picks see values scraped at the refresh interval, well inside the
+	// staleness threshold (2 s), however loaded the machine.
+	if r.MetricAgeP99Ms > 2000 || r.MetricAgeP50Ms > r.MetricAgeP99Ms {
+		t.Errorf("metric age p50 %v ms, p99 %v ms", r.MetricAgeP50Ms, r.MetricAgeP99Ms)
+	}
+	if r.APIPeakRSS < r.APISteadyRSS || r.PeakRSS < r.RSS {
+		t.Errorf("peaks below steady values: API server %d < %d or poolpicker %d < %d", r.APIPeakRSS, r.APISteadyRSS, r.PeakRSS, r.RSS)
+	}
+
+	// The report, the merge into a results file and the plot.
+	out := filepath.Join(t.TempDir(), "results.json")
+	for _, pools := range []int{20, 10, 20} {
+		rr := r
+		rr.Pools = pools
+		if err := mergeResults(out, rr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, err := readResults(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].Pools != 10 || rs[1].Pools != 20 {
+		t.Fatalf("merged results: %d runs, want the 10- and 20-pool runs in order", len(rs))
+	}
+	var b strings.Builder
+	printReport(&b, rs)
+	if !strings.Contains(b.String(), "cold first pick p99") || !strings.Contains(b.String(), "20 pools, default plan") {
+		t.Errorf("report:\n%s", b.String())
+	}
+	if svg := plot(rs); !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<polyline") != len(panels) {
+		t.Errorf("plot has %d lines for %d panels", strings.Count(svg, "<polyline"), len(panels))
+	}
+}
+
+func TestPodAddr(t *testing.T) {
+	for _, n := range []int{0, 1, 253, 254, 50_000, maxAddresses - 1} {
+		ip := podAddr(n)
+		if ip[len(ip)-1] == 0 || ip[len(ip)-1] == 255 {
+			t.Errorf("pod %d at %s", n, ip)
+		}
+		if got, ok := podIndex(ip); !ok || got != n {
+			t.Errorf("podIndex(%s) = %d, %v; want %d", ip, got, ok, n)
+		}
+	}
+	for _, s := range []string{"127.0.0.1", "127.100.0.5", "127.100.5.255", "10.100.1.1"} {
+		if _, ok := podIndex(net.ParseIP(s)); ok {
+			t.Errorf("podIndex(%s) accepted", s)
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/poolpicker/poolpicker/internal/testenv"
+)
+
+// buildPicker builds cmd/poolpicker into a temporary directory.
+func buildPicker(ctx context.Context) (string, func(), error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", nil, err
+	}
+	dir, err := os.MkdirTemp("", "scale-bin")
+	if err != nil {
+		return "", nil, err
+	}
+	bin := filepath.Join(dir, "poolpicker")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/poolpicker")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("building poolpicker: %v: %s", err, out)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
+}
+
+// picker is a running poolpicker binary.
+type picker struct {
+	cmd                       *exec.Cmd
+	grpcAddr, health, metrics string
+	started                   time.Time
+	log                       *bytes.Buffer
+	exited                    chan struct{}
+}
+
+// freePort is a port free on every address (the model servers listen on
+// the loopback device's wildcard address).
+func freePort() (int, error) {
+	l, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startPicker runs the binary with its default flags, bar the kubeconfig,
+// ports, the plan and -picker-args; /metrics is served without
+// authentication so that the harness reads it without TokenReviews, which
+// would count as poolpicker's API requests.
+func startPicker(ctx context.Context, bin, kubeconfig string, c config) (*picker, error) {
+	var ports [3]int
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	args := []string{"--kubeconfig", kubeconfig, "--grpc-port", strconv.Itoa(ports[0]),
+		"--grpc-health-port", strconv.Itoa(ports[1]), "--metrics-port", strconv.Itoa(ports[2]), "--metrics-endpoint-auth=false"}
+	if c.Plan != "" {
+		args = append(args, "--pod-watch-plan", c.Plan)
+	}
+	args = append(args, strings.Fields(c.PickerArgs)...)
+	p := &picker{
+		grpcAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		health:   net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
+		metrics:  fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2]),
+		log:      &bytes.Buffer{},
+		exited:   make(chan struct{}),
+	}
+	p.cmd = exec.CommandContext(ctx, bin, args...)
+	if c.logPicker {
+		p.cmd.Stderr = os.Stderr
+	} else {
+		p.cmd.Stderr = &tailWriter{buf: p.log, max: 64 << 10}
+	}
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *picker) pid() int { return p.cmd.Process.Pid }
+
+// waitReady polls the readiness health service until it is SERVING: the
+// pool controller's initial sync (every pool's pods listed).
+func (p *picker) waitReady(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	conn, err := grpc.NewClient(p.health, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(timeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return time.Since(p.started), nil
+		}
+		select {
+		case <-p.exited:
+			return 0, fmt.Errorf("poolpicker exited before it was ready: %s", p.log)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("poolpicker not ready after %s", timeout)
+		}
+	}
+}
+
+// pickerMetrics are the figures read from poolpicker's /metrics.
+type pickerMetrics struct {
+	requests   float64 // rest_client_requests_total, every attempt
+	byMethod   map[string]float64
+	heapInuse  float64
+	goroutines float64
+}
+
+func (p *picker) readMetrics(ctx context.Context) (pickerMetrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.metrics, nil)
+	if err != nil {
+		return pickerMetrics{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return pickerMetrics{}, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return pickerMetrics{}, err
+	}
+	m := pickerMetrics{byMethod: map[string]float64{}}
+	if f := fams["rest_client_requests_total"]; f != nil {
+		for _, s := range f.GetMetric() {
+			v := s.GetCounter().GetValue()
+			m.requests += v
+			m.byMethod[label(s, "method")] += v
+		}
+	}
+	m.heapInuse = gauge(fams["go_memstats_heap_inuse_bytes"])
+	m.goroutines = gauge(fams["go_goroutines"])
+	return m, nil
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func gauge(f *dto.MetricFamily) float64 {
+	if f == nil || len(f.GetMetric()) == 0 {
+		return 0
+	}
+	return f.GetMetric()[0].GetGauge().GetValue()
+}
+
+func (p *picker) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// tailWriter keeps the last max bytes written.
+type tailWriter struct {
+	buf *bytes.Buffer
+	max int
+}
+
+func (w *tailWriter) Write(b []byte) (int, error) {
+	w.buf.Write(b)
+	if over := w.buf.Len() - w.max; over > 0 {
+		w.buf.Next(over)
+	}
+	return len(b), nil
+}
+
+var _ io.Writer = (*tailWriter)(nil)

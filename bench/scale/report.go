@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+func sortResults(rs []result) {
+	slices.SortStableFunc(rs, func(a, b result) int {
+		if c := strings.Compare(a.Plan, b.Plan); c != 0 {
+			return c
+		}
+		return a.Pools - b.Pools
+	})
+}
+
+// row is one figure of the report with how to read it from a result.
+type row struct {
+	name  string
+	value func(result) float64
+	unit  string
+}
+
+var rows = []row{
+	{"poolpicker RSS", func(r result) float64 { return mib(r.RSS) }, "MiB"},
+	{"poolpicker peak RSS", func(r result) float64 { return mib(r.PeakRSS) }, "MiB"},
+	{"poolpicker heap in use", func(r result) float64 { return r.HeapInuse / (1 << 20) }, "MiB"},
+	{"poolpicker goroutines", func(r result) float64 { return r.Goroutines }, ""},
+	{"poolpicker CPU idle", func(r result) float64 { return r.IdleCPU }, "cores"},
+	{"idle scrapes", func(r result) float64 { return r.IdleScrapesSec }, "/s"},
+	{"model servers CPU idle", func(r result) float64 { return r.ServersIdleCPU }, "cores"},
+	{"poolpicker CPU, hot traffic", func(r result) float64 { return r.HotCPU }, "cores"},
+	{"hot picks", func(r result) float64 { return r.HotPickRate }, "/s"},
+	{"hot pick p99", func(r result) float64 { return r.HotPickP99Ms }, "ms"},
+	{"metric age p50 (hot picks)", func(r result) float64 { return r.MetricAgeP50Ms }, "ms"},
+	{"metric age p99 (hot picks)", func(r result) float64 { return r.MetricAgeP99Ms }, "ms"},
+	{"cold first pick p50", func(r result) float64 { return r.ColdPickP50Ms }, "ms"},
+	{"cold first pick p99", func(r result) float64 { return r.ColdPickP99Ms }, "ms"},
+	{"sync from start", func(r result) float64 { return r.SyncSec }, "s"},
+	{"poolpicker CPU to sync", func(r result) float64 { return r.PickerSyncCPUSec }, "s"},
+	{"API requests at sync per pool", func(r result) float64 { return r.Requests / float64(r.Pools) }, ""},
+	{"kube-apiserver steady RSS (objects)", func(r result) float64 { return mib(r.APISteadyRSS) }, "MiB"},
+	{"kube-apiserver peak RSS", func(r result) float64 { return mib(r.APIPeakRSS) }, "MiB"},
+	{"kube-apiserver added by watches", func(r result) float64 { return mib(r.apiAdded()) }, "MiB"},
+	{"kube-apiserver CPU to sync", func(r result) float64 { return r.APISyncCPUSec }, "s"},
+	{"kube-apiserver CPU idle", func(r result) float64 { return r.APIIdleCPU }, "cores"},
+	{"kube-apiserver CPU, pod updates", func(r result) float64 { return r.APIFlipCPU }, "cores"},
+	{"poolpicker CPU, pod updates", func(r result) float64 { return r.FlipPickerCPU }, "cores"},
+}
+
+// printReport prints a column per run and, for each run past 1,000 pools,
+// its ratio to the 1,000-pool run of the same plan.
+func printReport(w io.Writer, rs []result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%d pools, %s\t", r.Pools, planName(r.Plan))
+	}
+	fmt.Fprintln(tw)
+	base := func(r result) (result, bool) {
+		for _, b := range rs {
+			if b.Pools == 1000 && b.Plan == r.Plan && r.Pools != 1000 {
+				return b, true
+			}
+		}
+		return result{}, false
+	}
+	for _, rw := range rows {
+		fmt.Fprintf(tw, "%s (%s)\t", rw.name, rw.unit)
+		for _, r := range rs {
+			v := rw.value(r)
+			s := fmt.Sprintf("%.3g", v)
+			if v >= 1000 {
+				s = fmt.Sprintf("%.0f", v)
+			}
+			if b, ok := base(r); ok && rw.value(b) != 0 {
+				s += fmt.Sprintf(" (%.2fx)", v/rw.value(b))
+			}
+			fmt.Fprintf(tw, "%s\t", s)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	for _, r := range rs {
+		fmt.Fprintf(w, "%d pools, %s: %d pods, %d namespaces, %d model-server processes, hot %d pools at %.0f req/s, pod updates %.0f/s, poolpicker flags %q\n",
+			r.Pools, planName(r.Plan), r.Pools*r.Pods, r.Namespaces, r.Servers, r.HotPools, r.HotRate, r.FlipRate, r.PickerArgs)
+	}
+}

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/poolpicker/poolpicker/bench/internal/proc"
+	"github.com/poolpicker/poolpicker/internal/testenv"
+)
+
+// result is one run's report. Sizes are bytes, CPU is in cores (CPU
+// seconds per second) unless named seconds, times are seconds.
+type result struct {
+	config
+	Date        string  `json:"date"`
+	PopulateSec float64 `json:"populateSeconds,omitempty"`
+
+	SyncSec          float64            `json:"syncSeconds"`
+	PickerSyncCPUSec float64            `json:"pickerSyncCPUSeconds"`
+	Requests         float64            `json:"requestsAtSync"`
+	RequestsByMethod map[string]float64 `json:"requestsAtSyncByMethod"`
+
+	RSS        int64   `json:"pickerRSS"`
+	PeakRSS    int64   `json:"pickerPeakRSS"`
+	HeapInuse  float64 `json:"pickerHeapInuse"`
+	Goroutines float64 `json:"pickerGoroutines"`
+
+	IdleCPU        float64 `json:"pickerIdleCPU"`
+	IdleScrapesSec float64 `json:"idleScrapesPerSecond"`
+	ServersIdleCPU float64 `json:"serversIdleCPU"`
+	HotCPU         float64 `json:"pickerHotCPU"`
+	HotPools       int     `json:"hotPools"`
+	HotPicks       int     `json:"hotPicks"`
+	HotPickRate    float64 `json:"hotPicksPerSecond"`
+	HotPickP50Ms   float64 `json:"hotPickP50Ms"`
+	HotPickP99Ms   float64 `json:"hotPickP99Ms"`
+	MetricAgeP50Ms float64 `json:"metricAgeP50Ms"`
+	MetricAgeP99Ms float64 `json:"metricAgeP99Ms"`
+	MetricAgeMaxMs float64 `json:"metricAgeMaxMs"`
+	ColdPicks      int     `json:"coldPicks"`
+	ColdPickP50Ms  float64 `json:"coldPickP50Ms"`
+	ColdPickP99Ms  float64 `json:"coldPickP99Ms"`
+	FlipPickerCPU  float64 `json:"flipPickerCPU,omitempty"`
+
+	APISteadyRSS   int64   `json:"apiServerSteadyRSS"`
+	APIPeakSyncRSS int64   `json:"apiServerPeakRSSToSync"`
+	APIPeakRSS     int64   `json:"apiServerPeakRSS"`
+	APISyncCPUSec  float64 `json:"apiServerSyncCPUSeconds"`
+	APIIdleCPU     float64 `json:"apiServerIdleCPU"`
+	APIFlipCPU     float64 `json:"apiServerFlipCPU,omitempty"`
+	APIFlipPeakRSS int64   `json:"apiServerFlipPeakRSS,omitempty"`
+}
+
+// apiAdded is the API server memory poolpicker's watches added: its peak
+// with them less its steady RSS with the objects alone.
+func (r result) apiAdded() int64 { return r.APIPeakRSS - r.APISteadyRSS }
+
+// peakSampler follows the most resident memory of some processes.
+type peakSampler struct {
+	mu    sync.Mutex
+	pids  []int
+	peaks []int64
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func samplePeaks(pids ...int) *peakSampler {
+	s := &peakSampler{pids: pids, peaks: make([]int64, len(pids)), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			s.mu.Lock()
+			for i, p := range s.pids {
+				s.peaks[i] = max(s.peaks[i], proc.RSS(p))
+			}
+			s.mu.Unlock()
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// peak returns the most seen of process i since the last reset, and resets it.
+func (s *peakSampler) peak(i int, reset bool) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := max(s.peaks[i], proc.RSS(s.pids[i]))
+	if reset {
+		s.peaks[i] = 0
+	}
+	return v
+}
+
+func (s *peakSampler) close() {
+	close(s.stop)
+	<-s.done
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func runOne(ctx context.Context, c config, bin string) (result, error) {
+	r := result{config: c, Date: time.Now().UTC().Format(time.RFC3339)}
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, "%s %d pools %s: %s\n", time.Now().Format("15:04:05"), c.Pools, planName(c.Plan), fmt.Sprintf(format, args...))
+	}
+	snap, took, err := ensureSnapshot(ctx, c, bin)
+	if err != nil {
+		return r, err
+	}
+	if took > 0 {
+		r.PopulateSec = took.Seconds()
+		logf("populated %d pods and %d pools in %s", c.Pools*c.Pods, c.Pools, took.Round(time.Second))
+	}
+	env, stopCluster, err := startCluster(ctx, snap)
+	if err != nil {
+		return r, err
+	}
+	defer stopCluster()
+	api := proc.Child(os.Getpid(), "kube-apiserver")
+	if api == 0 {
+		return r, fmt.Errorf("kube-apiserver child not found")
+	}
+	// The objects alone: the API server's RSS once its caches are built and
+	// it has settled (the most seen over the last few seconds).
+	if err := sleep(ctx, c.steadyWait); err != nil {
+		return r, err
+	}
+	for range 25 {
+		r.APISteadyRSS = max(r.APISteadyRSS, proc.RSS(api))
+		if err := sleep(ctx, 200*time.Millisecond); err != nil {
+			return r, err
+		}
+	}
+	logf("kube-apiserver steady with the objects: %.0f MiB", mib(r.APISteadyRSS))
+
+	dir, err := os.MkdirTemp("", "scale")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := testenv.WriteKubeconfig(env.Config, kubeconfig); err != nil {
+		return r, err
+	}
+	servers, err := startModelServers(ctx, c.Servers, c.Port)
+	if err != nil {
+		return r, err
+	}
+	defer servers.stop()
+
+	apiCPU0 := proc.CPU(api)
+	p, err := startPicker(ctx, bin, kubeconfig, c)
+	if err != nil {
+		return r, err
+	}
+	defer p.stop()
+	peaks := samplePeaks(api, p.pid())
+	defer peaks.close()
+	sync, err := p.waitReady(ctx, 15*time.Minute)
+	if err != nil {
+		return r, err
+	}
+	r.SyncSec = sync.Seconds()
+	r.APISyncCPUSec = proc.CPU(api) - apiCPU0
+	r.PickerSyncCPUSec = proc.CPU(p.pid())
+	r.APIPeakSyncRSS = peaks.peak(0, false)
+	m, err := p.readMetrics(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.Requests, r.RequestsByMethod = m.requests, m.byMethod
+	logf("synced in %.1f s, %.0f API requests (%.2f per pool; by method %v), kube-apiserver peak %.0f MiB", r.SyncSec, r.Requests, r.Requests/float64(c.Pools), r.RequestsByMethod, mib(r.APIPeakSyncRSS))
+
+	// Idle: every server has decayed to the idle interval.
+	if err := sleep(ctx, c.settle); err != nil {
+		return r, err
+	}
+	pc, ac, sc := proc.CPU(p.pid()), proc.CPU(api), servers.cpu()
+	n0, err := servers.served()
+	if err != nil {
+		return r, err
+	}
+	t0 := time.Now()
+	if err := sleep(ctx, c.idleWindow); err != nil {
+		return r, err
+	}
+	el := time.Since(t0).Seconds()
+	n1, err := servers.served()
+	if err != nil {
+		return r, err
+	}
+	r.IdleCPU, r.APIIdleCPU, r.ServersIdleCPU = (proc.CPU(p.pid())-pc)/el, (proc.CPU(api)-ac)/el, (servers.cpu()-sc)/el
+	r.IdleScrapesSec = float64(n1-n0) / el
+	logf("idle: poolpicker %.3f cores, %.0f scrapes/s; kube-apiserver %.3f cores", r.IdleCPU, r.IdleScrapesSec, r.APIIdleCPU)
+
+	// Hot pools: evenly spread, 1 % by default.
+	nHot := max(1, int(float64(c.Pools)*c.HotShare+0.5))
+	var hot []int
+	isHot := map[int]bool{}
+	for k := range nHot {
+		i := k * c.Pools / nHot
+		hot = append(hot, i)
+		isHot[i] = true
+	}
+	r.HotPools = nHot
+	g, err := newGateway(p.grpcAddr)
+	if err != nil {
+		return r, err
+	}
+	defer g.close()
+	if _, err := hotTraffic(ctx, g, c, hot, c.HotRate, c.hotWarmup); err != nil {
+		return r, fmt.Errorf("hot traffic warm-up: %w", err)
+	}
+	pc, t0 = proc.CPU(p.pid()), time.Now()
+	picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, c.hotWindow)
+	if err != nil {
+		return r, fmt.Errorf("hot traffic: %w", err)
+	}
+	el = time.Since(t0).Seconds()
+	r.HotCPU = (proc.CPU(p.pid()) - pc) / el
+	r.HotPicks, r.HotPickRate = len(picks), float64(len(picks))/el
+	qs := make([]ageQuery, len(picks))
+	lat := make([]float64, len(picks))
+	for k, pk := range picks {
+		qs[k] = ageQuery{Addr: pk.addr, At: pk.sent.UnixNano()}
+		lat[k] = ms(pk.latency)
+	}
+	served, err := servers.lastServed(qs)
+	if err != nil {
+		return r, err
+	}
+	// The age of what a pick saw: from the last page its server sent
+	// before the request was sent to the answer (a scrape in flight when
+	// the request arrived counts as seen, so this errs at most by one
+	// page's parse time).
+	ages := make([]float64, 0, len(picks))
+	for k, pk := range picks {
+		if served[k] == 0 {
+			return r, fmt.Errorf("pod %d was picked before its server was ever scraped", pk.addr)
+		}
+		ages = append(ages, ms(pk.sent.Add(pk.latency).Sub(time.Unix(0, served[k]))))
+	}
+	r.HotPickP50Ms, r.HotPickP99Ms = percentile(lat, 50), percentile(lat, 99)
+	r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.MetricAgeMaxMs = percentile(ages, 50), percentile(ages, 99), percentile(ages, 100)
+	logf("hot: %d pools, %.0f picks/s, poolpicker %.3f cores, metric age p50 %.0f ms p99 %.0f ms", nHot, r.HotPickRate, r.HotCPU, r.MetricAgeP50Ms, r.MetricAgeP99Ms)
+
+	// Cold pools: never sent a request, idle since start; one first
+	// request each, one at a time.
+	var cold []float64
+	nCold := min(c.coldPicks, c.Pools-nHot)
+	for k := range nCold {
+		i := (k*c.Pools/max(nCold, 1) + c.Pools/(2*max(nCold, 1))) % c.Pools
+		for isHot[i] {
+			i = (i + 1) % c.Pools
+		}
+		isHot[i] = true // not twice
+		pk, err := g.pick(ctx, c, i)
+		if err != nil {
+			return r, fmt.Errorf("cold pick: %w", err)
+		}
+		cold = append(cold, ms(pk.latency))
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return r, err
+		}
+	}
+	r.ColdPicks = len(cold)
+	r.ColdPickP50Ms, r.ColdPickP99Ms = percentile(cold, 50), percentile(cold, 99)
+	logf("cold: %d first picks, p50 %.2f ms p99 %.2f ms", r.ColdPicks, r.ColdPickP50Ms, r.ColdPickP99Ms)
+
+	if c.FlipRate > 0 {
+		peaks.peak(0, true)
+		pc, ac, t0 = proc.CPU(p.pid()), proc.CPU(api), time.Now()
+		if err := flipPods(ctx, env, c, isHot); err != nil {
+			return r, err
+		}
+		el = time.Since(t0).Seconds()
+		r.FlipPickerCPU, r.APIFlipCPU = (proc.CPU(p.pid())-pc)/el, (proc.CPU(api)-ac)/el
+		r.APIFlipPeakRSS = peaks.peak(0, false)
+		logf("pod updates at %.0f/s: kube-apiserver %.3f cores, peak %.0f MiB; poolpicker %.3f cores", c.FlipRate, r.APIFlipCPU, mib(r.APIFlipPeakRSS), r.FlipPickerCPU)
+	}
+
+	m, err = p.readMetrics(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.HeapInuse, r.Goroutines = m.heapInuse, m.goroutines
+	r.RSS, r.PeakRSS = proc.RSS(p.pid()), proc.StatusField(p.pid(), "VmHWM")
+	r.APIPeakRSS = max(peaks.peak(0, false), r.APIPeakSyncRSS, r.APIFlipPeakRSS)
+	logf("poolpicker RSS %.0f MiB (peak %.0f), heap %.0f MiB; kube-apiserver added %.0f MiB", mib(r.RSS), mib(r.PeakRSS), r.HeapInuse/(1<<20), mib(r.apiAdded()))
+	return r, nil
+}
+
+// flipPods makes pods of idle pools not ready and ready again, FlipRate
+// status writes per second for flipWindow, and leaves them all ready.
+func flipPods(ctx context.Context, env *testenv.Env, c config, skip map[int]bool) error {
+	var idle []int
+	for i := range c.Pools {
+		if !skip[i] {
+			idle = append(idle, i)
+		}
+	}
+	if len(idle) == 0 {
+		return nil
+	}
+	set := func(k int, ready bool) error {
+		pool := idle[k%len(idle)]
+		status := corev1.ConditionTrue
+		if !ready {
+			status = corev1.ConditionFalse
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace(pool, c.Namespaces), Name: podName(pool, (k/len(idle))%c.Pods)}}
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"PodScheduled","status":"True"},{"type":"Ready","status":%q}]}}`, status)
+		return env.Client.Status().Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch)))
+	}
+	tick := time.NewTicker(time.Duration(float64(time.Second) / c.FlipRate))
+	defer tick.Stop()
+	end := time.After(c.flipWindow)
+	k := 0
+	for ; ; k++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-end:
+			if k%2 == 1 {
+				return set(k/2, true)
+			}
+			return nil
+		case <-tick.C:
+		}
+		if err := set(k/2, k%2 == 1); err != nil {
+			return fmt.Errorf("flipping a pod: %w", err)
+		}
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func mib(b int64) float64        { return float64(b) / (1 << 20) }
+
+// percentile is the q-th percentile (nearest rank) of vs, 0 when empty.
+func percentile(vs []float64, q float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	i := int(q/100*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func planName(p string) string {
+	if p == "" {
+		return "default plan"
+	}
+	return p + " plan"
+}
