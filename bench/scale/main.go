@@ -32,6 +32,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // config is one run's shape and timing.
@@ -94,6 +97,7 @@ func main() {
 	flag.StringVar(&fromJSON, "from-json", "", "Render the table (and -svg) from this results file instead of running.")
 	flag.StringVar(&svg, "svg", "", "Write the plot of cost against pool count to this file.")
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // envtest's start-up chatter
 	if err := mainErr(c, pools, plans, out, fromJSON, svg); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)

@@ -288,7 +288,9 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	}
 	r.ColdPicks = len(cold)
 	r.ColdPickP50Ms, r.ColdPickP99Ms = percentile(cold, 50), percentile(cold, 99)
-	logf("cold: %d first picks, p50 %.2f ms p99 %.2f ms", r.ColdPicks, r.ColdPickP50Ms, r.ColdPickP99Ms)
+	slowest := slices.Clone(cold)
+	slices.Sort(slowest)
+	logf("cold: %d first picks, p50 %.2f ms p99 %.2f ms; slowest %.1f", r.ColdPicks, r.ColdPickP50Ms, r.ColdPickP99Ms, slowest[max(0, len(slowest)-10):])
 
 	if c.FlipRate > 0 {
 		peaks.peak(0, true)
