@@ -2,10 +2,12 @@ package scheduling
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/load"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
@@ -758,5 +762,69 @@ func TestPromptBytes(t *testing.T) {
 				t.Fatalf("PromptBytes %d, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// pinScorer scores 1 the endpoint at one address: a plugin of another
+// package, as the scheduler sees one.
+type pinScorer struct {
+	name    TypedName
+	address string
+}
+
+func (p *pinScorer) TypedName() TypedName { return p.name }
+
+func (p *pinScorer) Score(_ context.Context, _ *framework.CycleState, _ *Request, c []framework.Candidate, scores []float64) {
+	for i := range c {
+		if c[i].Endpoint.Address == p.address {
+			scores[i] = 1
+		}
+	}
+}
+
+// TestOptionsRegistry: a registry of the caller's own adds plugin types
+// for the schedulers built with it, and leaves DefaultRegistry alone.
+func TestOptionsRegistry(t *testing.T) {
+	const pinType = "pin-scorer"
+	r := NewRegistry()
+	err := r.Register(pinType, func(name string, raw json.RawMessage) (framework.Plugin, error) {
+		var p struct {
+			Address string `json:"address"`
+		}
+		if err := framework.DecodeParams(raw, &p); err != nil {
+			return nil, err
+		}
+		return &pinScorer{name: TypedName{Type: pinType, Name: name}, address: p.Address}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Register(QueueScorerType, load.NewQueue); err == nil {
+		t.Fatal("a built-in type registered twice")
+	}
+	if err := Register(QueueScorerType, load.NewQueue); err == nil {
+		t.Fatal("a built-in type registered twice in DefaultRegistry")
+	}
+	tp := newTestPool(t, 4, nil)
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+	want := tp.Ep(t, 3)
+	cfg := header + "plugins:\n- type: pin-scorer\n  parameters: {address: \"" + want.Address + "\"}\n- type: queue-scorer\n"
+	s, err := New(nil, Options{Registry: r, ConfigText: cfg, Rand: schedtest.SeededRand(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAddresses(t, &Result{Endpoints: res.Endpoints[:1]}, want)
+	}
+	if _, err := New(nil, Options{ConfigText: cfg}); err == nil || !strings.Contains(err.Error(), `unknown type "pin-scorer"`) {
+		t.Fatalf("DefaultRegistry read the other registry's type: %v", err)
+	}
+	bad := header + "plugins:\n- type: pin-scorer\n  parameters: {adress: x}\n"
+	if _, err := New(nil, Options{Registry: r, ConfigText: bad}); err == nil || !strings.Contains(err.Error(), `plugin "pin-scorer" (type pin-scorer): parameters: json: unknown field "adress"`) {
+		t.Fatalf("bad parameter of a registered plugin: %v", err)
 	}
 }

@@ -1,0 +1,46 @@
+package app
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/poolpicker/poolpicker/scrape"
+)
+
+// bindScrapeFlags binds the model-server metrics flags to o. Flag names
+// follow the reference picker's where it has one, so existing deployments'
+// arguments keep working.
+func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
+	fs.DurationVar(&o.RefreshInterval, "refresh-metrics-interval", scrape.DefaultRefreshInterval,
+		"Time between two scrapes of a model server's metrics while one of its pools had a request in the last 5 s.")
+	fs.DurationVar(&o.IdleRefreshInterval, "idle-refresh-metrics-interval", scrape.DefaultIdleRefreshInterval,
+		"Longest time between two scrapes of a model server none of whose pools had a request in the last 5 s: its interval doubles up to this, its last values stay valid for two intervals, and a pool's first request has its servers scraped at once. 0 scrapes every server every --refresh-metrics-interval.")
+	fs.DurationVar(&o.StalenessThreshold, "metrics-staleness-threshold", scrape.DefaultStalenessThreshold,
+		"Age past which an endpoint's metrics are stale; an endpoint with stale or no metrics has unknown load and is not picked on load.")
+	fs.DurationVar(&o.Timeout, "metrics-scrape-timeout", scrape.DefaultTimeout,
+		"Bound of one scrape: connecting, the request and reading the page.")
+	fs.Int64Var(&o.MaxBodyBytes, "metrics-max-body-bytes", scrape.DefaultMaxBodyBytes,
+		"Largest metrics page read; a larger one fails the scrape.")
+	fs.IntVar(&o.MaxIdleConns, "metrics-max-idle-conns", scrape.DefaultMaxIdleConns,
+		"Idle keep-alive connections kept to model servers in all; keep it above the number of endpoints.")
+	fs.StringVar(&o.Path, "model-server-metrics-path", scrape.DefaultPath,
+		"Metrics path of the model servers; a pool's "+scrape.AnnotationMetricsPath+" annotation overrides it.")
+	fs.Int32Var(&o.Port, "model-server-metrics-port", 0,
+		"Metrics port of the model servers; 0 means each endpoint's target port. A pool's "+scrape.AnnotationMetricsPort+" annotation overrides it.")
+	fs.StringVar(&o.Scheme, "model-server-metrics-scheme", scrape.DefaultScheme,
+		"Scheme of the model servers' metrics, http or https; a pool's "+scrape.AnnotationMetricsScheme+" annotation overrides it.")
+	fs.BoolVar(&o.InsecureSkipVerify, "model-server-metrics-https-insecure-skip-verify", true,
+		"Skip verifying model servers' certificates over https (they are usually self-signed).")
+	vllm := scrape.VLLM.Names(scrape.MetricNameOverrides{})
+	const engines = " Names the default (vLLM) engine's metric; pools or pods that name another engine with " +
+		scrape.AnnotationModelServerEngine + " use that engine's names."
+	fs.StringVar(&o.MetricNames.TotalQueuedRequests, "total-queued-requests-metric", vllm.Waiting,
+		"Gauge of a model server's queued requests."+engines)
+	fs.StringVar(&o.MetricNames.TotalRunningRequests, "total-running-requests-metric", vllm.Running,
+		"Gauge of a model server's running requests."+engines)
+	fs.StringVar(&o.MetricNames.KVCacheUsagePercentage, "kv-cache-usage-percentage-metric", vllm.KVCacheUsage,
+		"Gauge of a model server's KV-cache utilization, 0..1 (with the default, older vLLM's "+vllm.KVCacheUsageLegacy+" is read too)."+engines)
+	fs.StringVar(&o.MetricNames.LoRAInfo, "lora-info-metric", vllm.LoRAInfo,
+		"Info gauge of a model server's LoRA adapters (running_lora_adapters, waiting_lora_adapters, max_lora)."+engines)
+	fs.StringVar(&o.MetricNames.CacheInfo, "cache-info-metric", vllm.CacheInfo,
+		"Info gauge of a model server's KV-cache geometry ("+vllm.BlockSizeLabel+", "+vllm.NumBlocksLabel+")."+engines)
+}

@@ -1,0 +1,12 @@
+// Command poolpicker is poolpicker with the long-prompt-scorer plugin: the
+// whole of what an operator writes to build the picker with a plugin of
+// their own.
+package main
+
+import (
+	"github.com/poolpicker/poolpicker/cmd/poolpicker/app"
+
+	_ "example.com/longprompt" // registers long-prompt-scorer
+)
+
+func main() { app.Main() }
