@@ -25,7 +25,7 @@ func BenchmarkParse(b *testing.B) {
 			full bool
 		}{{"fast", false}, {"expfmt", true}} {
 			b.Run(fmt.Sprintf("%s/%s", size.name, mode.name), func(b *testing.B) {
-				p := NewParser(VLLM.Names(MetricNameOverrides{}))
+				p := NewParser(namesOf(b, DefaultEngine, MetricNameOverrides{}))
 				p.fullParse = mode.full
 				b.SetBytes(int64(len(page)))
 				b.ReportAllocs()

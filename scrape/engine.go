@@ -5,91 +5,173 @@ import (
 	"strings"
 )
 
-// Engine is a model-server family; it decides the metric names read.
+// Engine names a model-server family as the pod label or pool annotation
+// that selects it spells it: the Name of its entry in the engine table.
 type Engine string
 
-// Model-server families.
-const (
-	VLLM   Engine = "vllm"
-	SGLang Engine = "sglang"
-	TRTLLM Engine = "trtllm"
-)
+// DefaultEngine is the family of endpoints whose pod and pool name none.
+const DefaultEngine Engine = "vllm"
 
-// ParseEngine reads an engine name as written in an annotation or label.
-func ParseEngine(s string) (Engine, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "vllm":
-		return VLLM, nil
-	case "sglang":
-		return SGLang, nil
-	case "trtllm", "trt-llm", "tensorrt-llm":
-		return TRTLLM, nil
-	}
-	return "", fmt.Errorf("unknown model-server engine %q (want vllm, sglang or trtllm)", s)
+// EngineSpec is one model-server family: the label values that select it
+// and the metric families its pages are read from.
+type EngineSpec struct {
+	// Name is the value of the engine label or annotation that selects it.
+	Name Engine
+	// Aliases are other values that select it (other projects' spellings).
+	Aliases []string
+	// Metrics are the families read from its pages.
+	Metrics MetricNames
 }
 
-// MetricNames are the names of the metric families one engine exports.
-// Empty names are not read.
+// engines is every model-server family poolpicker reads. A new engine is
+// one entry here plus a page of it in testdata/NAME.metrics, which
+// TestEveryEngineReadsItsFixture reads with the entry; nothing else in
+// poolpicker names engines. The first entry is DefaultEngine's, the one
+// the metric-name flags rename. The names and labels follow the engines'
+// own /metrics pages and the reference picker's built-in engine configs.
+var engines = []EngineSpec{
+	{
+		Name: "vllm",
+		Metrics: MetricNames{
+			Waiting:              mustMetric("vllm:num_requests_waiting"),
+			Running:              mustMetric("vllm:num_requests_running"),
+			KVCacheUsage:         mustMetric("vllm:kv_cache_usage_perc"),
+			KVCacheUsageLegacy:   mustMetric("vllm:gpu_cache_usage_perc"),
+			LoRAInfo:             mustMetric("vllm:lora_requests_info"),
+			RunningAdaptersLabel: "running_lora_adapters", WaitingAdaptersLabel: "waiting_lora_adapters", MaxAdaptersLabel: "max_lora",
+			CacheInfo:      mustMetric("vllm:cache_config_info"),
+			BlockSizeLabel: "block_size", NumBlocksLabel: "num_gpu_blocks",
+		},
+	},
+	{
+		Name: "sglang",
+		Metrics: MetricNames{
+			Waiting:        mustMetric("sglang:num_queue_reqs"),
+			Running:        mustMetric("sglang:num_running_reqs"),
+			KVCacheUsage:   mustMetric("sglang:token_usage"),
+			CacheInfo:      mustMetric("sglang:cache_config_info"),
+			BlockSizeLabel: "page_size", NumBlocksLabel: "num_pages",
+		},
+	},
+	{
+		Name:    "trtllm",
+		Aliases: []string{"trt-llm", "tensorrt-llm", "trtllm-serve"},
+		Metrics: MetricNames{
+			Waiting:      mustMetric("trtllm_num_requests_waiting"),
+			Running:      mustMetric("trtllm_num_requests_running"),
+			KVCacheUsage: mustMetric("trtllm_kv_cache_utilization"),
+			BlockSize:    mustMetric("trtllm_kv_cache_tokens_per_block"),
+			NumBlocks:    mustMetric("trtllm_kv_cache_max_blocks"),
+		},
+	},
+	{
+		// Triton's TensorRT-LLM backend reports its gauges as series of two
+		// families, told apart by a label.
+		Name:    "triton-tensorrt-llm",
+		Aliases: []string{"triton"},
+		Metrics: MetricNames{
+			Waiting:      mustMetric("nv_trt_llm_request_metrics{request_type=waiting}"),
+			Running:      mustMetric("nv_trt_llm_request_metrics{request_type=scheduled}"),
+			KVCacheUsage: mustMetric("nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=fraction}"),
+			BlockSize:    mustMetric("nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=tokens_per}"),
+			NumBlocks:    mustMetric("nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max}"),
+		},
+	},
+}
+
+// engineNames lists the table's names for error messages.
+func engineNames() string {
+	names := make([]string, len(engines))
+	for i, e := range engines {
+		names[i] = string(e.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// ParseEngine reads an engine name as written in a label or annotation.
+func ParseEngine(s string) (Engine, error) {
+	v := strings.ToLower(strings.TrimSpace(s))
+	for _, e := range engines {
+		if v == string(e.Name) {
+			return e.Name, nil
+		}
+		for _, a := range e.Aliases {
+			if v == a {
+				return e.Name, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("unknown model-server engine %q (want one of %s)", s, engineNames())
+}
+
+// MetricNames are the metric families one engine exports. Zero Metrics are
+// not read.
 type MetricNames struct {
-	// Waiting is the gauge of queued requests (required).
-	Waiting string
-	// Running is the gauge of running requests (required).
-	Running string
-	// KVCacheUsage is the gauge of KV-cache use, 0..1 (required).
-	KVCacheUsage string
-	// KVCacheUsageLegacy is read when KVCacheUsage is absent from a page.
-	KVCacheUsageLegacy string
-	// LoRAInfo is the LoRA adapter info gauge (optional).
-	LoRAInfo string
+	// Waiting is the gauge of queued requests (required); a server's series
+	// are summed (one per data-parallel rank).
+	Waiting Metric
+	// Running is the gauge of running requests (required), summed as Waiting.
+	Running Metric
+	// KVCacheUsage is the gauge of KV-cache use, 0..1 (required); the
+	// fullest series counts.
+	KVCacheUsage Metric
+	// KVCacheUsageLegacy is read when KVCacheUsage's family is absent from
+	// a page.
+	KVCacheUsageLegacy Metric
+	// LoRAInfo is the LoRA adapter info gauge (optional): its newest series
+	// (by value, a Unix time) carries the comma-separated running and
+	// waiting adapters and the adapter capacity in the three labels named
+	// next.
+	LoRAInfo             Metric
+	RunningAdaptersLabel string
+	WaitingAdaptersLabel string
+	MaxAdaptersLabel     string
 	// CacheInfo is the cache geometry info gauge (optional), with its block
 	// size and block count in the labels BlockSizeLabel and NumBlocksLabel.
-	CacheInfo      string
+	CacheInfo      Metric
 	BlockSizeLabel string
 	NumBlocksLabel string
+	// BlockSize and NumBlocks are gauges of the cache geometry (optional),
+	// for engines that report it as values rather than info labels.
+	BlockSize Metric
+	NumBlocks Metric
 }
 
-// Names returns the engine's metric names; for vLLM, the non-empty
-// overrides replace the defaults (the operator's flags name the default
-// engine's metrics, as with the reference picker).
-func (e Engine) Names(overrides MetricNameOverrides) MetricNames {
-	switch e {
-	case SGLang:
-		return MetricNames{
-			Waiting: "sglang:num_queue_reqs", Running: "sglang:num_running_reqs", KVCacheUsage: "sglang:token_usage",
-			CacheInfo: "sglang:cache_config_info", BlockSizeLabel: "page_size", NumBlocksLabel: "num_pages",
-		}
-	case TRTLLM:
-		return MetricNames{
-			Waiting: "trtllm_num_requests_waiting", Running: "trtllm_num_requests_running", KVCacheUsage: "trtllm_kv_cache_utilization",
+// families returns the names of every family read.
+func (n *MetricNames) families() []string {
+	var out []string
+	for _, m := range []Metric{n.Waiting, n.Running, n.KVCacheUsage, n.KVCacheUsageLegacy, n.LoRAInfo, n.CacheInfo, n.BlockSize, n.NumBlocks} {
+		if m.Name != "" {
+			out = append(out, m.Name)
 		}
 	}
-	n := MetricNames{
-		Waiting: "vllm:num_requests_waiting", Running: "vllm:num_requests_running",
-		KVCacheUsage: "vllm:kv_cache_usage_perc", KVCacheUsageLegacy: "vllm:gpu_cache_usage_perc",
-		LoRAInfo:  "vllm:lora_requests_info",
-		CacheInfo: "vllm:cache_config_info", BlockSizeLabel: "block_size", NumBlocksLabel: "num_gpu_blocks",
-	}
-	if overrides.TotalQueuedRequests != "" {
-		n.Waiting = overrides.TotalQueuedRequests
-	}
-	if overrides.TotalRunningRequests != "" {
-		n.Running = overrides.TotalRunningRequests
-	}
-	if o := overrides.KVCacheUsagePercentage; o != "" && o != n.KVCacheUsage {
-		// An operator-chosen name replaces both the current and the older one.
-		n.KVCacheUsage, n.KVCacheUsageLegacy = o, ""
-	}
-	if overrides.LoRAInfo != "" {
-		n.LoRAInfo = overrides.LoRAInfo
-	}
-	if overrides.CacheInfo != "" {
-		n.CacheInfo = overrides.CacheInfo
-	}
-	return n
+	return out
 }
+
+// Names returns the families read from e's pages. For DefaultEngine the
+// non-empty overrides replace the table's names (the operator's flags name
+// the default engine's metrics, as with the reference picker). An unknown
+// engine, or an override that is not a metric selector, is an error.
+func (e Engine) Names(overrides MetricNameOverrides) (MetricNames, error) {
+	for _, spec := range engines {
+		if spec.Name != e {
+			continue
+		}
+		n := spec.Metrics
+		if e != DefaultEngine {
+			return n, nil
+		}
+		return overrides.apply(n)
+	}
+	return MetricNames{}, fmt.Errorf("unknown model-server engine %q (want one of %s)", e, engineNames())
+}
+
+// DefaultMetricNames returns DefaultEngine's families as the table has them.
+func DefaultMetricNames() MetricNames { return engines[0].Metrics }
 
 // MetricNameOverrides rename the default engine's (vLLM's) metric
-// families. An empty field keeps the default name.
+// families. An empty field keeps the table's name; a set one is a metric
+// selector, a name with optional label matchers (see ParseMetric).
 type MetricNameOverrides struct {
 	// TotalQueuedRequests defaults to vllm:num_requests_waiting.
 	TotalQueuedRequests string
@@ -102,4 +184,45 @@ type MetricNameOverrides struct {
 	LoRAInfo string
 	// CacheInfo defaults to vllm:cache_config_info.
 	CacheInfo string
+}
+
+func (o MetricNameOverrides) apply(n MetricNames) (MetricNames, error) {
+	for _, f := range []struct {
+		flag string
+		to   *Metric
+	}{
+		{o.TotalQueuedRequests, &n.Waiting},
+		{o.TotalRunningRequests, &n.Running},
+		{o.KVCacheUsagePercentage, &n.KVCacheUsage},
+		{o.LoRAInfo, &n.LoRAInfo},
+		{o.CacheInfo, &n.CacheInfo},
+	} {
+		if f.flag == "" {
+			continue
+		}
+		m, err := ParseMetric(f.flag)
+		if err != nil {
+			return n, err
+		}
+		if f.to == &n.KVCacheUsage && !m.equal(n.KVCacheUsage) {
+			// An operator-chosen name replaces both the current and the older one.
+			n.KVCacheUsageLegacy = Metric{}
+		}
+		*f.to = m
+	}
+	return n, nil
+}
+
+// resolveNames returns every engine's families, the default engine's with
+// the overrides applied.
+func resolveNames(overrides MetricNameOverrides) (map[Engine]*MetricNames, error) {
+	out := make(map[Engine]*MetricNames, len(engines))
+	for _, e := range engines {
+		n, err := e.Name.Names(overrides)
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name] = &n
+	}
+	return out, nil
 }

@@ -72,6 +72,11 @@ var (
 // opts.Registerer now.
 func NewManager(opts Options) (*Manager, error) {
 	opts.setDefaults()
+	names, err := resolveNames(opts.MetricNames)
+	if err != nil {
+		return nil, err
+	}
+	opts.names = names
 	dialer := &net.Dialer{Timeout: opts.Timeout, KeepAlive: 30 * time.Second}
 	transport := &http.Transport{
 		// Pod IPs are never reached through a proxy.

@@ -127,6 +127,10 @@ func TestScrapeFailures(t *testing.T) {
 			fail: func(s *modelServer, _ *harness, p *datastore.Pool) {
 				p.SetPods(pods(map[string]string{LabelModelServerEngine: "tgi"}, s))
 			}},
+		{name: "unknown upstream engine label", reason: "config", wantText: `label inference.networking.k8s.io/engine-type: unknown model-server engine "tgi"`,
+			fail: func(s *modelServer, _ *harness, p *datastore.Pool) {
+				p.SetPods(pods(map[string]string{LabelEngineType: "tgi"}, s))
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -53,9 +53,13 @@ const (
 	AnnotationMetricsPort = "poolpicker.io/metrics-port"
 	// AnnotationMetricsScheme is http or https.
 	AnnotationMetricsScheme = "poolpicker.io/metrics-scheme"
-	// AnnotationModelServerEngine is vllm, sglang or trtllm.
+	// AnnotationModelServerEngine names the engine of the pool's servers
+	// (ParseEngine); DefaultEngine without it.
 	AnnotationModelServerEngine = "poolpicker.io/model-server-engine"
-	// LabelModelServerEngine on a pod overrides the pool's engine.
+	// LabelEngineType is the upstream picker's pod label naming the pod's
+	// engine; it overrides the pool's annotation.
+	LabelEngineType = "inference.networking.k8s.io/engine-type"
+	// LabelModelServerEngine on a pod overrides both.
 	LabelModelServerEngine = "poolpicker.io/model-server-engine"
 )
 
@@ -125,6 +129,10 @@ type Options struct {
 	// Logger logs scrape failures and recoveries, keyed by pool; the zero
 	// value discards.
 	Logger logr.Logger
+
+	// names are every engine's families, MetricNames applied; set by
+	// NewManager.
+	names map[Engine]*MetricNames
 }
 
 func (o *Options) setDefaults() {

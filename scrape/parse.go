@@ -43,10 +43,7 @@ type Parser struct {
 func NewParser(names MetricNames) *Parser {
 	p := &Parser{names: names, text: expfmt.NewTextParser(model.UTF8Validation)}
 	relevant := map[string]bool{}
-	for _, n := range []string{names.Waiting, names.Running, names.KVCacheUsage, names.KVCacheUsageLegacy, names.LoRAInfo, names.CacheInfo} {
-		if n == "" {
-			continue
-		}
+	for _, n := range names.families() {
 		if baseName(n) == n {
 			p.plainNames = append(p.plainNames, n)
 		}
@@ -255,51 +252,72 @@ const maxCount = 1 << 30
 func extract(fams map[string]*dto.MetricFamily, n *MetricNames) (datastore.Metrics, error) {
 	var m datastore.Metrics
 	var err error
-	if m.WaitingRequests, err = countFamily(fams, n.Waiting); err != nil {
+	if m.WaitingRequests, err = countFamily(fams, &n.Waiting); err != nil {
 		return m, err
 	}
-	if m.RunningRequests, err = countFamily(fams, n.Running); err != nil {
+	if m.RunningRequests, err = countFamily(fams, &n.Running); err != nil {
 		return m, err
 	}
-	kvName := n.KVCacheUsage
-	if _, ok := fams[kvName]; !ok && n.KVCacheUsageLegacy != "" {
-		if _, ok := fams[n.KVCacheUsageLegacy]; ok {
-			kvName = n.KVCacheUsageLegacy
+	kv := &n.KVCacheUsage
+	if _, ok := fams[kv.Name]; !ok && n.KVCacheUsageLegacy.Name != "" {
+		if _, ok := fams[n.KVCacheUsageLegacy.Name]; ok {
+			kv = &n.KVCacheUsageLegacy
 		}
 	}
-	if m.KVCacheUsage, err = kvFamily(fams, kvName); err != nil {
+	if m.KVCacheUsage, err = kvFamily(fams, kv); err != nil {
 		return m, err
 	}
-	if n.LoRAInfo != "" {
-		if err := loraFamily(fams[n.LoRAInfo], &m); err != nil {
+	if n.LoRAInfo.Name != "" {
+		if err := loraFamily(fams[n.LoRAInfo.Name], n, &m); err != nil {
 			return m, err
 		}
 	}
-	if n.CacheInfo != "" {
-		if err := cacheFamily(fams[n.CacheInfo], n, &m); err != nil {
+	if n.CacheInfo.Name != "" {
+		if err := cacheFamily(fams[n.CacheInfo.Name], n, &m); err != nil {
+			return m, err
+		}
+	}
+	for _, g := range []struct {
+		metric *Metric
+		to     *int
+	}{{&n.BlockSize, &m.BlockSize}, {&n.NumBlocks, &m.NumBlocks}} {
+		if g.metric.Name == "" {
+			continue
+		}
+		if err := geometryGauge(fams[g.metric.Name], g.metric, g.to); err != nil {
 			return m, err
 		}
 	}
 	return m, nil
 }
 
-// values returns the sample values of a required scalar family.
-func values(fams map[string]*dto.MetricFamily, name string, each func(float64) error) error {
-	f, ok := fams[name]
+// values calls each with the sample values of a required scalar metric's
+// selected series; a family absent from the page, or with no series the
+// selector's labels pick, is an error.
+func values(fams map[string]*dto.MetricFamily, sel *Metric, each func(float64) error) error {
+	f, ok := fams[sel.Name]
 	if !ok {
-		return fmt.Errorf("metric %q missing from page", name)
+		return fmt.Errorf("metric %q missing from page", sel.String())
 	}
+	selected := 0
 	for _, s := range f.Metric {
+		if !sel.selects(s) {
+			continue
+		}
+		selected++
 		v, err := scalar(f, s)
 		if err != nil {
 			return err
 		}
 		if math.IsNaN(v) || v < 0 {
-			return fmt.Errorf("metric %q has invalid value %v", name, v)
+			return fmt.Errorf("metric %q has invalid value %v", sel.String(), v)
 		}
 		if err := each(v); err != nil {
 			return err
 		}
+	}
+	if selected == 0 && len(sel.Match) > 0 {
+		return fmt.Errorf("metric %q missing from page (family %s has no such series)", sel.String(), sel.Name)
 	}
 	return nil
 }
@@ -316,14 +334,14 @@ func scalar(f *dto.MetricFamily, s *dto.Metric) (float64, error) {
 	return 0, fmt.Errorf("metric %q is a %s, want a gauge", f.GetName(), strings.ToLower(f.GetType().String()))
 }
 
-// countFamily sums the family's series: a data-parallel server reports one
+// countFamily sums the selected series: a data-parallel server reports one
 // series per engine.
-func countFamily(fams map[string]*dto.MetricFamily, name string) (int, error) {
+func countFamily(fams map[string]*dto.MetricFamily, sel *Metric) (int, error) {
 	sum := 0.0
-	err := values(fams, name, func(v float64) error {
+	err := values(fams, sel, func(v float64) error {
 		sum += v
 		if sum > maxCount {
-			return fmt.Errorf("metric %q has implausible value %v", name, sum)
+			return fmt.Errorf("metric %q has implausible value %v", sel.String(), sum)
 		}
 		return nil
 	})
@@ -332,11 +350,11 @@ func countFamily(fams map[string]*dto.MetricFamily, name string) (int, error) {
 
 // kvFamily takes the fullest series: the picker must not overload the most
 // loaded engine of a data-parallel server.
-func kvFamily(fams map[string]*dto.MetricFamily, name string) (float64, error) {
+func kvFamily(fams map[string]*dto.MetricFamily, sel *Metric) (float64, error) {
 	usage := 0.0
-	err := values(fams, name, func(v float64) error {
+	err := values(fams, sel, func(v float64) error {
 		if v > 1 {
-			return fmt.Errorf("metric %q has value %v outside 0..1", name, v)
+			return fmt.Errorf("metric %q has value %v outside 0..1", sel.String(), v)
 		}
 		usage = max(usage, v)
 		return nil
@@ -344,9 +362,10 @@ func kvFamily(fams map[string]*dto.MetricFamily, name string) (float64, error) {
 	return usage, err
 }
 
-// loraFamily reads the newest series (by value, a Unix time); ties go to the
-// greatest label values so the answer does not depend on series order.
-func loraFamily(f *dto.MetricFamily, m *datastore.Metrics) error {
+// loraFamily reads the newest selected series (by value, a Unix time); ties
+// go to the greatest label values so the answer does not depend on series
+// order.
+func loraFamily(f *dto.MetricFamily, n *MetricNames, m *datastore.Metrics) error {
 	if f == nil {
 		return nil
 	}
@@ -354,6 +373,9 @@ func loraFamily(f *dto.MetricFamily, m *datastore.Metrics) error {
 	var bestValue float64
 	var bestKey [3]string
 	for _, s := range f.Metric {
+		if !n.LoRAInfo.selects(s) {
+			continue
+		}
 		v, err := scalar(f, s)
 		if err != nil {
 			return err
@@ -361,7 +383,7 @@ func loraFamily(f *dto.MetricFamily, m *datastore.Metrics) error {
 		if math.IsNaN(v) {
 			return fmt.Errorf("metric %q has invalid value NaN", f.GetName())
 		}
-		key := [3]string{labelValue(s, "running_lora_adapters"), labelValue(s, "waiting_lora_adapters"), labelValue(s, "max_lora")}
+		key := [3]string{labelValue(s, n.RunningAdaptersLabel), labelValue(s, n.WaitingAdaptersLabel), labelValue(s, n.MaxAdaptersLabel)}
 		if best == nil || v > bestValue || (v == bestValue && lessKey(bestKey, key)) {
 			best, bestValue, bestKey = s, v, key
 		}
@@ -372,15 +394,14 @@ func loraFamily(f *dto.MetricFamily, m *datastore.Metrics) error {
 	m.RunningAdapters = adapterList(bestKey[0])
 	m.WaitingAdapters = adapterList(bestKey[1])
 	if bestKey[2] != "" {
-		n, err := strconv.Atoi(strings.TrimSpace(bestKey[2]))
-		if err != nil || n < 0 {
-			return fmt.Errorf("metric %q has max_lora %q, want a count", f.GetName(), bestKey[2])
+		c, err := strconv.Atoi(strings.TrimSpace(bestKey[2]))
+		if err != nil || c < 0 {
+			return fmt.Errorf("metric %q has %s %q, want a count", f.GetName(), n.MaxAdaptersLabel, bestKey[2])
 		}
-		m.MaxAdapters = n
+		m.MaxAdapters = c
 	}
 	return nil
 }
-
 func lessKey(a, b [3]string) bool {
 	for i := range a {
 		if a[i] != b[i] {
@@ -400,32 +421,62 @@ func adapterList(s string) []string {
 	return out
 }
 
-// cacheFamily reads the cache geometry from the first series.
+// cacheFamily reads the cache geometry from the first selected series.
 func cacheFamily(f *dto.MetricFamily, n *MetricNames, m *datastore.Metrics) error {
-	if f == nil || len(f.Metric) == 0 {
+	if f == nil {
 		return nil
 	}
-	s := f.Metric[0]
-	for _, l := range []struct {
-		name string
-		to   *int
-	}{{n.BlockSizeLabel, &m.BlockSize}, {n.NumBlocksLabel, &m.NumBlocks}} {
-		if l.name == "" {
+	for _, s := range f.Metric {
+		if !n.CacheInfo.selects(s) {
 			continue
 		}
-		v := labelValue(s, l.name)
-		if v == "" {
-			continue
+		for _, l := range []struct {
+			name string
+			to   *int
+		}{{n.BlockSizeLabel, &m.BlockSize}, {n.NumBlocksLabel, &m.NumBlocks}} {
+			if l.name == "" {
+				continue
+			}
+			v := labelValue(s, l.name)
+			if v == "" {
+				continue
+			}
+			// vLLM prints some counts as floats ("512.0").
+			x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || !isCount(x) {
+				return fmt.Errorf("metric %q has %s %q, want a count", f.GetName(), l.name, v)
+			}
+			*l.to = int(x)
 		}
-		// vLLM prints some counts as floats ("512.0").
-		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || x < 0 || x > maxCount || x != math.Trunc(x) {
-			return fmt.Errorf("metric %q has %s %q, want a count", f.GetName(), l.name, v)
-		}
-		*l.to = int(x)
+		return nil
 	}
 	return nil
 }
+
+// geometryGauge reads a cache-geometry count from the first selected series
+// of an optional gauge.
+func geometryGauge(f *dto.MetricFamily, sel *Metric, to *int) error {
+	if f == nil {
+		return nil
+	}
+	for _, s := range f.Metric {
+		if !sel.selects(s) {
+			continue
+		}
+		v, err := scalar(f, s)
+		if err != nil {
+			return err
+		}
+		if !isCount(v) {
+			return fmt.Errorf("metric %q has value %v, want a count", sel.String(), v)
+		}
+		*to = int(v)
+		return nil
+	}
+	return nil
+}
+
+func isCount(x float64) bool { return x >= 0 && x <= maxCount && x == math.Trunc(x) }
 
 func labelValue(s *dto.Metric, name string) string {
 	for _, l := range s.Label {

@@ -13,6 +13,16 @@ import (
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
 )
 
+// namesOf returns the engine's families with the overrides applied.
+func namesOf(t testing.TB, e Engine, o MetricNameOverrides) MetricNames {
+	t.Helper()
+	n, err := e.Names(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func mustPage(t testing.TB, s vllmpage.State, o vllmpage.Options) []byte {
 	t.Helper()
 	page, err := vllmpage.Page(s, o)
@@ -35,28 +45,28 @@ func TestParseGeneratedPages(t *testing.T) {
 		opts vllmpage.Options
 		want datastore.Metrics
 	}{
-		{"vllm", VLLM, vllmpage.Options{Engine: vllmpage.VLLM}, datastore.Metrics{
+		{"vllm", "vllm", vllmpage.Options{Engine: vllmpage.VLLM}, datastore.Metrics{
 			WaitingRequests: 7, RunningRequests: 12, KVCacheUsage: 0.8125,
 			RunningAdapters: []string{"sql-lora", "food-review"}, WaitingAdapters: []string{"tweet-summary"},
 			MaxAdapters: 4, BlockSize: 16, NumBlocks: 8192}},
-		{"vllm older kv name", VLLM, vllmpage.Options{Engine: vllmpage.VLLM, LegacyKVCacheName: true}, datastore.Metrics{
+		{"vllm older kv name", "vllm", vllmpage.Options{Engine: vllmpage.VLLM, LegacyKVCacheName: true}, datastore.Metrics{
 			WaitingRequests: 7, RunningRequests: 12, KVCacheUsage: 0.8125,
 			RunningAdapters: []string{"sql-lora", "food-review"}, WaitingAdapters: []string{"tweet-summary"},
 			MaxAdapters: 4, BlockSize: 16, NumBlocks: 8192}},
-		{"vllm 200KB page", VLLM, vllmpage.Options{Engine: vllmpage.VLLM, MinBytes: 200 << 10}, datastore.Metrics{
+		{"vllm 200KB page", "vllm", vllmpage.Options{Engine: vllmpage.VLLM, MinBytes: 200 << 10}, datastore.Metrics{
 			WaitingRequests: 7, RunningRequests: 12, KVCacheUsage: 0.8125,
 			RunningAdapters: []string{"sql-lora", "food-review"}, WaitingAdapters: []string{"tweet-summary"},
 			MaxAdapters: 4, BlockSize: 16, NumBlocks: 8192}},
-		{"sglang", SGLang, vllmpage.Options{Engine: vllmpage.SGLang}, datastore.Metrics{
+		{"sglang", "sglang", vllmpage.Options{Engine: vllmpage.SGLang}, datastore.Metrics{
 			WaitingRequests: 7, RunningRequests: 12, KVCacheUsage: 0.8125, BlockSize: 16, NumBlocks: 8192}},
-		{"trtllm", TRTLLM, vllmpage.Options{Engine: vllmpage.TRTLLM}, datastore.Metrics{
+		{"trtllm", "trtllm", vllmpage.Options{Engine: vllmpage.TRTLLM}, datastore.Metrics{
 			WaitingRequests: 7, RunningRequests: 12, KVCacheUsage: 0.8125}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			page := mustPage(t, richState, tt.opts)
 			for _, full := range []bool{false, true} {
-				p := NewParser(tt.eng.Names(MetricNameOverrides{}))
+				p := NewParser(namesOf(t, tt.eng, MetricNameOverrides{}))
 				p.fullParse = full
 				got, err := p.Parse(page)
 				if err != nil {
@@ -73,7 +83,7 @@ func TestParseGeneratedPages(t *testing.T) {
 // The fast path hands expfmt only the few lines of the used families.
 func TestFastPathKeepsFewLines(t *testing.T) {
 	page := mustPage(t, richState, vllmpage.Options{MinBytes: 200 << 10})
-	p := NewParser(VLLM.Names(MetricNameOverrides{}))
+	p := NewParser(namesOf(t, DefaultEngine, MetricNameOverrides{}))
 	if _, err := p.Parse(page); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +94,7 @@ func TestFastPathKeepsFewLines(t *testing.T) {
 }
 
 func TestParseHandWritten(t *testing.T) {
-	names := VLLM.Names(MetricNameOverrides{})
+	names := namesOf(t, DefaultEngine, MetricNameOverrides{})
 	tests := []struct {
 		name string
 		page string
@@ -205,7 +215,7 @@ func TestMetricNameOverrides(t *testing.T) {
 	page := "q_count 3\nrun 4\nkv 0.5\nvllm:kv_cache_usage_perc 0.9\nvllm:gpu_cache_usage_perc 0.9\n" +
 		`lora{max_lora="1",running_lora_adapters="a",waiting_lora_adapters=""} 5` + "\n" +
 		`cache{block_size="32",num_gpu_blocks="10"} 1` + "\n"
-	got, err := NewParser(VLLM.Names(o)).Parse([]byte(page))
+	got, err := NewParser(namesOf(t, DefaultEngine, o)).Parse([]byte(page))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,13 +224,13 @@ func TestMetricNameOverrides(t *testing.T) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 	// Overrides name the default engine's metrics only.
-	if n := SGLang.Names(o); n.Waiting != "sglang:num_queue_reqs" {
+	if n := namesOf(t, "sglang", o); n.Waiting.String() != "sglang:num_queue_reqs" {
 		t.Errorf("sglang waiting metric %q", n.Waiting)
 	}
 }
 
 func TestParseEngine(t *testing.T) {
-	for in, want := range map[string]Engine{"vllm": VLLM, " SGLang ": SGLang, "trtllm": TRTLLM, "TRT-LLM": TRTLLM, "tensorrt-llm": TRTLLM} {
+	for in, want := range map[string]Engine{"vllm": "vllm", " SGLang ": "sglang", "trtllm": "trtllm", "TRT-LLM": "trtllm", "tensorrt-llm": "trtllm", "trtllm-serve": "trtllm", "triton": "triton-tensorrt-llm"} {
 		if got, err := ParseEngine(in); err != nil || got != want {
 			t.Errorf("ParseEngine(%q) = %q, %v", in, got, err)
 		}
@@ -230,12 +240,14 @@ func TestParseEngine(t *testing.T) {
 	}
 }
 
-var fuzzNames = []MetricNames{
-	VLLM.Names(MetricNameOverrides{}),
-	SGLang.Names(MetricNameOverrides{}),
-	TRTLLM.Names(MetricNameOverrides{}),
-	// Names with the suffixes expfmt folds into histograms and summaries.
-	VLLM.Names(MetricNameOverrides{TotalQueuedRequests: "q_count", TotalRunningRequests: "q", KVCacheUsagePercentage: "kv_sum_bucket", LoRAInfo: "q_sum", CacheInfo: "kv_sum"}),
+// fuzzNames are every engine's families, then names with the suffixes
+// expfmt folds into histograms and summaries.
+func fuzzNames(f *testing.F) []MetricNames {
+	var out []MetricNames
+	for _, e := range engines {
+		out = append(out, e.Metrics)
+	}
+	return append(out, namesOf(f, DefaultEngine, MetricNameOverrides{TotalQueuedRequests: "q_count", TotalRunningRequests: "q", KVCacheUsagePercentage: "kv_sum_bucket", LoRAInfo: "q_sum", CacheInfo: "kv_sum{a=b}"}))
 }
 
 // FuzzParser holds the fast path equal to expfmt's parse of the whole page:
@@ -243,8 +255,12 @@ var fuzzNames = []MetricNames{
 // the fast path fails too unless the rejected line is one it skipped (a
 // family it does not use).
 func FuzzParser(f *testing.F) {
+	names := fuzzNames(f)
 	for i, e := range []vllmpage.Engine{vllmpage.VLLM, vllmpage.SGLang, vllmpage.TRTLLM} {
 		f.Add(mustPage(f, richState, vllmpage.Options{Engine: e, MinBytes: -1}), uint8(i))
+	}
+	for i, e := range engines {
+		f.Add(fixture(f, e.Name), uint8(i))
 	}
 	f.Add(mustPage(f, vllmpage.State{Waiting: 1}, vllmpage.Options{LegacyKVCacheName: true, MinBytes: -1}), uint8(0))
 	for _, s := range []string{
@@ -264,12 +280,12 @@ func FuzzParser(f *testing.F) {
 		base + "junk{",
 		"\n\n\r\n" + base,
 	} {
-		for i := range fuzzNames {
+		for i := range names {
 			f.Add([]byte(s), uint8(i))
 		}
 	}
 	f.Fuzz(func(t *testing.T, page []byte, which uint8) {
-		names := fuzzNames[int(which)%len(fuzzNames)]
+		names := names[int(which)%len(names)]
 		fast := NewParser(names)
 		got, fastErr := fast.Parse(page)
 		full := NewParser(names)

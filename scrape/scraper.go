@@ -54,7 +54,7 @@ type server struct {
 func newServer(o *Options, t target) *server {
 	s := &server{key: t.key(), target: t, index: -1, subs: map[*sub]struct{}{}}
 	if t.err == nil {
-		s.parser = NewParser(t.engine.Names(o.MetricNames))
+		s.parser = NewParser(*o.names[t.engine])
 		s.parser.fullParse = o.DisableFastPath
 	}
 	return s
@@ -269,18 +269,25 @@ func buildTarget(o *Options, spec *datastore.PoolSpec, ep *datastore.Endpoint) t
 	if port == 0 {
 		port = ep.Port
 	}
-	engine := VLLM
-	if v, ok := ann[AnnotationModelServerEngine]; ok {
-		e, err := ParseEngine(v)
-		if err != nil {
-			return target{err: fmt.Errorf("pool annotation %s: %w", AnnotationModelServerEngine, err)}
+	// The most specific choice wins: the pod's own labels over its pool's
+	// annotation, poolpicker's label over the upstream one.
+	engine := DefaultEngine
+	for _, sel := range []struct {
+		from  string
+		key   string
+		value map[string]string
+	}{
+		{"pool annotation", AnnotationModelServerEngine, ann},
+		{"pod " + ep.Pod.String() + " label", LabelEngineType, ep.Labels},
+		{"pod " + ep.Pod.String() + " label", LabelModelServerEngine, ep.Labels},
+	} {
+		v, ok := sel.value[sel.key]
+		if !ok {
+			continue
 		}
-		engine = e
-	}
-	if v, ok := ep.Labels[LabelModelServerEngine]; ok {
 		e, err := ParseEngine(v)
 		if err != nil {
-			return target{err: fmt.Errorf("pod %s label %s: %w", ep.Pod, LabelModelServerEngine, err)}
+			return target{err: fmt.Errorf("%s %s: %w", sel.from, sel.key, err)}
 		}
 		engine = e
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,7 +19,6 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
@@ -117,28 +115,12 @@ func TestDashboardMetricsExported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.15.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(page) }), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Close()
-	msPort := lis.Addr().(*net.TCPAddr).Port
+	msPort := serveMetricsPage(t, "127.0.15.2", 0, page)
 
 	writeKubeconfig(t)
 	ctx := context.Background()
 	ns := env.Namespace(t, "dashboard")
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "server", Labels: map[string]string{"app": "m"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "vllm"}}}}
-	if err := env.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{PodIP: "127.0.15.2", PodIPs: []corev1.PodIP{{IP: "127.0.15.2"}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	if err := env.Client.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	readyPod(t, ns, "server", "127.0.15.2", map[string]string{"app": "m"})
 	pool := &v1.InferencePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"}}
 	pool.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "m"}
 	pool.Spec.TargetPorts = []v1.Port{{Number: v1.PortNumber(msPort)}}

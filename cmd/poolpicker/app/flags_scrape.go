@@ -30,17 +30,17 @@ func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
 		"Scheme of the model servers' metrics, http or https; a pool's "+scrape.AnnotationMetricsScheme+" annotation overrides it.")
 	fs.BoolVar(&o.InsecureSkipVerify, "model-server-metrics-https-insecure-skip-verify", true,
 		"Skip verifying model servers' certificates over https (they are usually self-signed).")
-	vllm := scrape.VLLM.Names(scrape.MetricNameOverrides{})
-	const engines = " Names the default (vLLM) engine's metric; pools or pods that name another engine with " +
-		scrape.AnnotationModelServerEngine + " use that engine's names."
-	fs.StringVar(&o.MetricNames.TotalQueuedRequests, "total-queued-requests-metric", vllm.Waiting,
+	vllm := scrape.DefaultMetricNames()
+	const engines = " Names the default (vLLM) engine's metric, as name or name{label=value,...}; pods and pools that name another engine" +
+		" (label " + scrape.LabelEngineType + " or " + scrape.LabelModelServerEngine + ") use that engine's names."
+	fs.StringVar(&o.MetricNames.TotalQueuedRequests, "total-queued-requests-metric", vllm.Waiting.String(),
 		"Gauge of a model server's queued requests."+engines)
-	fs.StringVar(&o.MetricNames.TotalRunningRequests, "total-running-requests-metric", vllm.Running,
+	fs.StringVar(&o.MetricNames.TotalRunningRequests, "total-running-requests-metric", vllm.Running.String(),
 		"Gauge of a model server's running requests."+engines)
-	fs.StringVar(&o.MetricNames.KVCacheUsagePercentage, "kv-cache-usage-percentage-metric", vllm.KVCacheUsage,
-		"Gauge of a model server's KV-cache utilization, 0..1 (with the default, older vLLM's "+vllm.KVCacheUsageLegacy+" is read too)."+engines)
-	fs.StringVar(&o.MetricNames.LoRAInfo, "lora-info-metric", vllm.LoRAInfo,
-		"Info gauge of a model server's LoRA adapters (running_lora_adapters, waiting_lora_adapters, max_lora)."+engines)
-	fs.StringVar(&o.MetricNames.CacheInfo, "cache-info-metric", vllm.CacheInfo,
+	fs.StringVar(&o.MetricNames.KVCacheUsagePercentage, "kv-cache-usage-percentage-metric", vllm.KVCacheUsage.String(),
+		"Gauge of a model server's KV-cache utilization, 0..1 (with the default, older vLLM's "+vllm.KVCacheUsageLegacy.String()+" is read too)."+engines)
+	fs.StringVar(&o.MetricNames.LoRAInfo, "lora-info-metric", vllm.LoRAInfo.String(),
+		"Info gauge of a model server's LoRA adapters ("+vllm.RunningAdaptersLabel+", "+vllm.WaitingAdaptersLabel+", "+vllm.MaxAdaptersLabel+")."+engines)
+	fs.StringVar(&o.MetricNames.CacheInfo, "cache-info-metric", vllm.CacheInfo.String(),
 		"Info gauge of a model server's KV-cache geometry ("+vllm.BlockSizeLabel+", "+vllm.NumBlocksLabel+")."+engines)
 }

@@ -67,7 +67,8 @@ func TestDefaultFlagsKeepOlderKVName(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	if n := scrape.VLLM.Names(o.MetricNames); n.KVCacheUsageLegacy != "vllm:gpu_cache_usage_perc" {
+	n, err := scrape.DefaultEngine.Names(o.MetricNames)
+	if err != nil || n.KVCacheUsageLegacy.String() != "vllm:gpu_cache_usage_perc" {
 		t.Errorf("older KV-cache name dropped: %+v", n)
 	}
 }

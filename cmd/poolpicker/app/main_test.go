@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
@@ -80,6 +79,7 @@ func TestBadFlagsExitNonZero(t *testing.T) {
 		{[]string{"--picker-name=Bad_Name"}, 2, `picker name "Bad_Name"`},
 		{[]string{"--pod-watch-plan=per-namespace"}, 2, `invalid argument "per-namespace" for "--pod-watch-plan" flag: must be one of auto, per-pool, namespace`},
 		{[]string{"--pod-watch-namespace-threshold=-1"}, 2, "namespace watch threshold -1: must not be negative"},
+		{[]string{"--total-queued-requests-metric=q{a!=b}"}, 2, `metric selector "q{a!=b}": label a: want label=value`},
 		{[]string{"--kubeconfig=/nonexistent/kubeconfig"}, 1, `loading the API server configuration (--kubeconfig "/nonexistent/kubeconfig")`},
 	}
 	for _, tc := range cases {
@@ -133,16 +133,7 @@ func servePool(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
 	ns := env.Namespace(t, "main")
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "server", Labels: map[string]string{"app": "m"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "vllm"}}}}
-	if err := env.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{PodIP: "127.0.0.2", PodIPs: []corev1.PodIP{{IP: "127.0.0.2"}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-	if err := env.Client.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	readyPod(t, ns, "server", "127.0.0.2", map[string]string{"app": "m"})
 	// The label opts the pool in to the default deployment.
 	pool := &v1.InferencePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool", Labels: map[string]string{"poolpicker.io/picker": "poolpicker"}}}
 	pool.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "m"}
