@@ -195,6 +195,8 @@ func TestParseMetric(t *testing.T) {
 	}{
 		{in: "vllm:num_requests_waiting", want: Metric{Name: "vllm:num_requests_waiting"}},
 		{in: " q {} ", want: Metric{Name: "q"}},
+		{in: `"sglang:num_queue_reqs"`, want: Metric{Name: "sglang:num_queue_reqs"}},
+		{in: `"m{a="b"}"`, want: Metric{Name: "m", Match: map[string]string{"a": "b"}}},
 		{in: "nv_trt_llm_request_metrics{request_type=waiting}", want: Metric{Name: "nv_trt_llm_request_metrics", Match: map[string]string{"request_type": "waiting"}}},
 		{in: `m{a="x,y}", b = z ,c=""}`, want: Metric{Name: "m", Match: map[string]string{"a": "x,y}", "b": "z", "c": ""}}},
 		{in: `m{a="q\"\\\n"}`, want: Metric{Name: "m", Match: map[string]string{"a": "q\"\\\n"}}},

@@ -21,12 +21,16 @@ type Metric struct {
 // ParseMetric reads a metric selector as the reference picker's flags and
 // engine configs write one: a name, optionally followed by equality
 // matchers in braces, whose values may be quoted or not:
-// nv_trt_llm_request_metrics{request_type=waiting}.
+// nv_trt_llm_request_metrics{request_type=waiting}. The whole selector may
+// be in double quotes, as the reference picker's Helm chart passes it.
 func ParseMetric(s string) (Metric, error) {
 	bad := func(why string) (Metric, error) {
 		return Metric{}, fmt.Errorf("metric selector %q: %s", s, why)
 	}
 	rest := strings.TrimSpace(s)
+	if len(rest) >= 2 && rest[0] == '"' && rest[len(rest)-1] == '"' {
+		rest = strings.TrimSpace(rest[1 : len(rest)-1])
+	}
 	i := 0
 	for i < len(rest) && nameChar[rest[i]]&continuation != 0 {
 		i++
