@@ -93,71 +93,92 @@ func startProxy(t *testing.T, p *refusingProxy) *rest.Config {
 // handling, which the pod watches go through); a failure without it is
 // retried by the pod watch after a backoff that doubles. Every pool syncs,
 // and the API server gets no request beyond those retries: no retry storm.
+// Both ways a watch starts are refused: a streaming list (one watch
+// request) and a plain list followed by a watch.
 func TestRefusedWatchesArePaced(t *testing.T) {
 	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
-		ns := env.Namespace(t, "paced")
-		const pools = 8
-		const tooMany, unavailable = http.StatusTooManyRequests, http.StatusServiceUnavailable
-		refusals := map[string][]int{}
-		for i := range pools {
-			sel := fmt.Sprintf("app=m%d", i)
-			refusals[watchedSelector(plan, sel)] = []int{tooMany}
-			createPod(t, ns, fmt.Sprintf("m%d", i), map[string]string{"app": fmt.Sprintf("m%d", i)}, ready(fmt.Sprintf("10.17.0.%d", i+1)))
-			createPool(t, ns, fmt.Sprintf("pool-%d", i), map[string]string{"app": fmt.Sprintf("m%d", i)}, []int32{8000})
-		}
-		// One watch is refused by a 429, then three times without
-		// Retry-After (the pod watch's own backoff), then passes.
-		refused := watchedSelector(plan, "app=m0")
-		refusals[refused] = []int{tooMany, unavailable, unavailable, unavailable}
-		want := map[string][]int{}
-		for sel, q := range refusals {
-			want[sel] = append(append([]int(nil), q...), 0)
-		}
-		proxy := &refusingProxy{namespace: ns, refusals: refusals, arrivals: map[string][]arrival{}}
-		r := start(t, startProxy(t, proxy), Options{Namespaces: []string{ns}, PodWatchPlan: plan})
-		for i := range pools {
-			r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: fmt.Sprintf("pool-%d", i)}, fmt.Sprintf("10.17.0.%d:8000", i+1))
-		}
-		r.waitFor(t, "HasSynced", r.m.HasSynced)
-		if p, _ := r.reg.Get(datastore.PoolKey{Namespace: ns, Name: "pool-0"}); p.SyncError() != "" {
-			t.Errorf("pool-0 still reports %q after syncing", p.SyncError())
-		}
+		t.Run("streaming list", func(t *testing.T) { checkRefusalsPaced(t, plan, false) })
+		t.Run("plain list", func(t *testing.T) { checkRefusalsPaced(t, plan, true) })
+	})
+}
 
+func checkRefusalsPaced(t *testing.T, plan PodWatchPlan, plainList bool) {
+	ns := env.Namespace(t, "paced")
+	const pools = 8
+	const tooMany, unavailable = http.StatusTooManyRequests, http.StatusServiceUnavailable
+	refusals := map[string][]int{}
+	for i := range pools {
+		sel := fmt.Sprintf("app=m%d", i)
+		refusals[watchedSelector(plan, sel)] = []int{tooMany}
+		createPod(t, ns, fmt.Sprintf("m%d", i), map[string]string{"app": fmt.Sprintf("m%d", i)}, ready(fmt.Sprintf("10.17.0.%d", i+1)))
+		createPool(t, ns, fmt.Sprintf("pool-%d", i), map[string]string{"app": fmt.Sprintf("m%d", i)}, []int32{8000})
+	}
+	// One watch is refused by a 429, then three times without
+	// Retry-After (the pod watch's own backoff), then passes.
+	refused := watchedSelector(plan, "app=m0")
+	refusals[refused] = []int{tooMany, unavailable, unavailable, unavailable}
+	want := map[string][]int{}
+	for sel, q := range refusals {
+		want[sel] = append(append([]int(nil), q...), 0)
+		if plainList {
+			want[sel] = append(want[sel], 0) // the list, then the watch from its version
+		}
+	}
+	proxy := &refusingProxy{namespace: ns, refusals: refusals, arrivals: map[string][]arrival{}}
+	r := start(t, startProxy(t, proxy), Options{Namespaces: []string{ns}, PodWatchPlan: plan, DisableStreamingLists: plainList})
+	for i := range pools {
+		r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: fmt.Sprintf("pool-%d", i)}, fmt.Sprintf("10.17.0.%d:8000", i+1))
+	}
+	r.waitFor(t, "HasSynced", r.m.HasSynced)
+	if p, _ := r.reg.Get(datastore.PoolKey{Namespace: ns, Name: "pool-0"}); p.SyncError() != "" {
+		t.Errorf("pool-0 still reports %q after syncing", p.SyncError())
+	}
+
+	// With a plain list the pool syncs before its watch is sent.
+	r.waitFor(t, "every watch sent", func() bool {
 		proxy.mu.Lock()
 		defer proxy.mu.Unlock()
-		total := 0
-		for sel, got := range proxy.arrivals {
-			total += len(got)
-			statuses := make([]int, len(got))
-			for i, a := range got {
-				statuses[i] = a.status
-			}
-			if fmt.Sprint(statuses) != fmt.Sprint(want[sel]) {
-				t.Errorf("selector %q: answers %v, want %v (each refusal retried once, no more)", sel, statuses, want[sel])
-				continue
-			}
-			backoff := watchRetryInitial
-			for i := 1; i < len(got); i++ {
-				gap := got[i].at.Sub(got[i-1].at)
-				var least time.Duration
-				switch got[i-1].status {
-				case tooMany:
-					// Retry-After is whole seconds; allow the timer's slack.
-					least = retryAfterSeconds*time.Second - 50*time.Millisecond
-				case unavailable:
-					least, backoff = backoff, 2*backoff
-				}
-				if gap < least {
-					t.Errorf("selector %q: request %d came %v after a %d, want at least %v", sel, i+1, gap, got[i-1].status, least)
-				}
+		for sel, q := range want {
+			if len(proxy.arrivals[sel]) < len(q) {
+				return false
 			}
 		}
-		wantTotal := 0
-		for _, q := range want {
-			wantTotal += len(q)
-		}
-		if total != wantTotal {
-			t.Errorf("%d pod requests, want %d (one per watch plus one per refusal)", total, wantTotal)
-		}
+		return true
 	})
+	proxy.mu.Lock()
+	defer proxy.mu.Unlock()
+	total := 0
+	for sel, got := range proxy.arrivals {
+		total += len(got)
+		statuses := make([]int, len(got))
+		for i, a := range got {
+			statuses[i] = a.status
+		}
+		if fmt.Sprint(statuses) != fmt.Sprint(want[sel]) {
+			t.Errorf("selector %q: answers %v, want %v (each refusal retried once, no more)", sel, statuses, want[sel])
+			continue
+		}
+		backoff := watchRetryInitial
+		for i := 1; i < len(got); i++ {
+			gap := got[i].at.Sub(got[i-1].at)
+			var least time.Duration
+			switch got[i-1].status {
+			case tooMany:
+				// Retry-After is whole seconds; allow the timer's slack.
+				least = retryAfterSeconds*time.Second - 50*time.Millisecond
+			case unavailable:
+				least, backoff = backoff, 2*backoff
+			}
+			if gap < least {
+				t.Errorf("selector %q: request %d came %v after a %d, want at least %v", sel, i+1, gap, got[i-1].status, least)
+			}
+		}
+	}
+	wantTotal := 0
+	for _, q := range want {
+		wantTotal += len(q)
+	}
+	if total != wantTotal {
+		t.Errorf("%d pod requests, want %d (a list and a watch per pod watch, one more per refusal)", total, wantTotal)
+	}
 }

@@ -591,8 +591,9 @@ func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[stri
 			if complete {
 				w.mu.Unlock()
 			}
-			if ev.Type == watch.Deleted && had && old.isEndpoint() ||
-				ev.Type != watch.Deleted && (!had || endpointRelevantChange(old, ep)) {
+			// Before the list is complete the sink gets it whole.
+			if complete && (ev.Type == watch.Deleted && had && old.isEndpoint() ||
+				ev.Type != watch.Deleted && (!had || endpointRelevantChange(old, ep))) {
 				note(ep.Name, old)
 			}
 		case watch.Bookmark:
@@ -603,7 +604,6 @@ func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[stri
 			rv = o.GetResourceVersion()
 			if !complete && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 				complete = true
-				clear(changed)
 				listed()
 			}
 		case watch.Error:
