@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func TestUpstreamEngineLabel(t *testing.T) {
 	ns := env.Namespace(t, "engine")
 	port := 0
 	for i, engine := range []string{"sglang", "triton-tensorrt-llm"} {
-		page, err := os.ReadFile(filepath.Join("..", "..", "scrape", "testdata", engine+".metrics"))
+		page, err := os.ReadFile(filepath.Join("..", "..", "..", "scrape", "testdata", engine+".metrics"))
 		if err != nil {
 			t.Fatal(err)
 		}
