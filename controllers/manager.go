@@ -222,9 +222,6 @@ type everyReplica struct{ manager.Runnable }
 
 func (everyReplica) NeedLeaderElection() bool { return false }
 
-// Registry is the datastore the Manager fills.
-func (m *Manager) Registry() *datastore.Registry { return m.registry }
-
 // Start runs the reconcilers and pod watches until ctx is cancelled, then
 // waits for every pod watch to end. It returns nil on a clean stop. A
 // Manager starts once.

@@ -173,10 +173,9 @@ type row struct {
 
 // target is one ext_proc server under test.
 type target struct {
-	name      string
-	addr      string
-	stop      func()
-	authority func(i int) string
+	name string
+	addr string
+	stop func()
 }
 
 func run(ctx context.Context, cfg config) ([]row, error) {

@@ -151,21 +151,6 @@ func (p *Process) waitReady(ctx context.Context, done <-chan struct{}) error {
 	}
 }
 
-// Running reports whether the process is running.
-func (p *Process) Running() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
 // Stop sends SIGTERM, waits up to StopTimeout for the process to drain and
 // exit, then kills it. Stopping a stopped process does nothing.
 func (p *Process) Stop() error { return p.signalAndWait(syscall.SIGTERM, StopTimeout) }

@@ -343,14 +343,6 @@ func (p testPool) key() types.NamespacedName {
 
 func (p testPool) pods() []*localstack.Pod { return stack.Pods(p.deploy) }
 
-func (p testPool) endpoints() map[string]*localstack.Pod {
-	out := map[string]*localstack.Pod{}
-	for _, pod := range p.pods() {
-		out[pod.Server.Addr()] = pod
-	}
-	return out
-}
-
 var poolManifest = `apiVersion: v1
 kind: Namespace
 metadata:

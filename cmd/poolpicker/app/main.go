@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/poolpicker/poolpicker/controllers"
@@ -281,16 +282,10 @@ func (cs *components) wire(cfg *rest.Config, o *options, log logr.Logger) (*cont
 			return nil, err
 		}
 	}
-	for _, r := range []interface{ Start(context.Context) error }{scraper, server, ms} {
-		if err := c.Add(runnable{r}); err != nil {
+	for _, r := range []manager.Runnable{scraper, server, ms} {
+		if err := c.Add(r); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
-
-type runnable struct {
-	r interface{ Start(context.Context) error }
-}
-
-func (r runnable) Start(ctx context.Context) error { return r.r.Start(ctx) }
