@@ -212,7 +212,7 @@ func (ns *namespaceWatch) candidates(lbls map[string]string, into map[*nsSub]str
 // listed recomputes every subscription's pods from a complete list and
 // publishes them: a pending subscription's pool swaps to them in one
 // publish, and the source it replaces stops.
-func (ns *namespaceWatch) listed(_ *podWatch, pods map[string]*endpointPod, _ bool) {
+func (ns *namespaceWatch) listed(_ *podWatch, pods map[string]*endpointPod) {
 	var replaced []podSource
 	ns.mu.Lock()
 	if ns.closed {

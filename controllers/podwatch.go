@@ -248,7 +248,7 @@ func (p *poolWatch) describe() string     { return fmt.Sprintf("with selector %q
 func (p *poolWatch) startedAt() time.Time { return p.started }
 func (p *poolWatch) stop()                { p.cancel() }
 
-func (p *poolWatch) listed(_ *podWatch, pods map[string]*endpointPod, _ bool) {
+func (p *poolWatch) listed(_ *podWatch, pods map[string]*endpointPod) {
 	p.publish(pods)
 }
 
@@ -269,8 +269,8 @@ func (p *poolWatch) recovered(*podWatch)                        { p.owner.recove
 // watch's goroutine, one at a time; pods is the watch's map, which only
 // that goroutine writes.
 type watchSink interface {
-	// listed: pods are complete, from a first list (first) or a re-list.
-	listed(w *podWatch, pods map[string]*endpointPod, first bool)
+	// listed: pods are complete, from the first list or a re-list.
+	listed(w *podWatch, pods map[string]*endpointPod)
 	// changed: a burst of events changed the pods named in before, whose
 	// values are what the pods were before (nil: they are new).
 	changed(w *podWatch, pods map[string]*endpointPod, before map[string]*endpointPod)
@@ -424,7 +424,6 @@ func (w *podWatch) run(ctx context.Context) {
 	var (
 		pods    map[string]*endpointPod
 		rv      string
-		synced  bool
 		backoff = watchRetryInitial
 	)
 	retry := func(what string, err error) bool {
@@ -446,8 +445,7 @@ func (w *podWatch) run(ctx context.Context) {
 		w.mu.Lock()
 		w.view = pods
 		w.mu.Unlock()
-		w.sink.listed(w, pods, !synced)
-		synced = true
+		w.sink.listed(w, pods)
 	}
 	for ctx.Err() == nil {
 		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds())
