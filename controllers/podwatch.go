@@ -167,9 +167,10 @@ func (sp *servedPool) update(src podSource, pods []datastore.EndpointSource) (re
 	}
 	old := sp.active
 	sp.active, sp.pending = src, nil
+	// Cleared first: a reader that sees the pool synced sees no failure.
+	sp.clearFailureLocked()
 	sp.publishLocked(pods)
 	sp.pool.SetSynced(true)
-	sp.clearFailureLocked()
 	sp.m.signal()
 	took := time.Since(src.startedAt())
 	sp.m.metrics.syncSeconds.Observe(took.Seconds())
