@@ -55,7 +55,8 @@ type config struct {
 	coldPicks                                 int
 	snapshots                                 string
 	keepSnapshot                              bool
-	logPicker                                 bool
+	logPicker, populateOnly                   bool
+	profiles                                  string
 }
 
 func main() {
@@ -92,7 +93,9 @@ func main() {
 	flag.DurationVar(&c.flipWindow, "flip-window", 20*time.Second, "Window of pod readiness flips measured.")
 	flag.IntVar(&c.coldPicks, "cold-picks", 200, "Cold pools sent their first request, one at a time.")
 	flag.StringVar(&c.snapshots, "snapshots", filepath.Join(os.TempDir(), "poolpicker-scale"), "Directory of populated etcd data directories, one per shape, reused across runs.")
+	flag.StringVar(&c.profiles, "profiles", "", "Save poolpicker's heap profile at the end of each run, and a CPU profile of the cold picks, under this path prefix.")
 	flag.BoolVar(&c.logPicker, "log-picker", false, "Pass poolpicker's log to stderr.")
+	flag.BoolVar(&c.populateOnly, "populate-only", false, "Only populate (and keep) the snapshots of the pool counts, measure nothing.")
 	flag.StringVar(&out, "out", "", "JSON file the results are merged into (by pool count and plan), for -from-json.")
 	flag.StringVar(&fromJSON, "from-json", "", "Render the table (and -svg) from this results file instead of running.")
 	flag.StringVar(&svg, "svg", "", "Write the plot of cost against pool count to this file.")
@@ -144,6 +147,18 @@ func mainErr(c config, pools, plans, out, fromJSON, svg string) error {
 		return err
 	}
 	defer cleanup()
+	if c.populateOnly {
+		for _, n := range counts {
+			pc := c
+			pc.Pools = n
+			dir, took, err := ensureSnapshot(ctx, pc, bin)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s: populated in %s\n", dir, took.Round(time.Second))
+		}
+		return nil
+	}
 	var rs []result
 	for _, n := range counts {
 		for _, plan := range planList {

@@ -192,6 +192,33 @@ func gauge(f *dto.MetricFamily) float64 {
 	return f.GetMetric()[0].GetGauge().GetValue()
 }
 
+// saveProfile writes poolpicker's pprof profile name (with query, e.g.
+// "profile?seconds=5") to path.
+func (p *picker) saveProfile(ctx context.Context, name, path string) error {
+	url := strings.TrimSuffix(p.metrics, "/metrics") + "/debug/pprof/" + name
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 func (p *picker) stop() {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {

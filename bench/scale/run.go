@@ -270,6 +270,14 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	// Cold pools: never sent a request, idle since start; one first
 	// request each, one at a time.
 	var cold []float64
+	profDone := make(chan error, 1)
+	if c.profiles != "" {
+		go func() {
+			profDone <- p.saveProfile(ctx, "profile?seconds=5", fmt.Sprintf("%s.cpu-cold.%d%s", c.profiles, c.Pools, planSuffix(c.Plan)))
+		}()
+	} else {
+		profDone <- nil
+	}
 	nCold := min(c.coldPicks, c.Pools-nHot)
 	for k := range nCold {
 		i := (k*c.Pools/max(nCold, 1) + c.Pools/(2*max(nCold, 1))) % c.Pools
@@ -285,6 +293,9 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return r, err
 		}
+	}
+	if err := <-profDone; err != nil {
+		return r, err
 	}
 	r.ColdPicks = len(cold)
 	r.ColdPickP50Ms, r.ColdPickP99Ms = percentile(cold, 50), percentile(cold, 99)
@@ -309,6 +320,11 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		return r, err
 	}
 	r.HeapInuse, r.Goroutines = m.heapInuse, m.goroutines
+	if c.profiles != "" {
+		if err := p.saveProfile(ctx, "heap", fmt.Sprintf("%s.heap.%d%s", c.profiles, c.Pools, planSuffix(c.Plan))); err != nil {
+			return r, err
+		}
+	}
 	r.RSS, r.PeakRSS = proc.RSS(p.pid()), proc.StatusField(p.pid(), "VmHWM")
 	r.APIPeakRSS = max(peaks.peak(0, false), r.APIPeakSyncRSS, r.APIFlipPeakRSS)
 	logf("poolpicker RSS %.0f MiB (peak %.0f), heap %.0f MiB; kube-apiserver added %.0f MiB", mib(r.RSS), mib(r.PeakRSS), r.HeapInuse/(1<<20), mib(r.apiAdded()))
@@ -370,6 +386,13 @@ func percentile(vs []float64, q float64) float64 {
 	slices.Sort(s)
 	i := int(q/100*float64(len(s))+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+func planSuffix(p string) string {
+	if p == "" {
+		return ""
+	}
+	return "." + p
 }
 
 func planName(p string) string {

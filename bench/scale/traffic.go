@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -121,8 +122,10 @@ func cutComma(s string) (string, string, bool) {
 	return s, "", false
 }
 
-// hotTraffic sends rate requests per second, spread round-robin over the
-// hot pools, for d, with up to 64 in flight; it returns every pick.
+// hotTraffic sends requests to the hot pools as Poisson arrivals of rate
+// per second, each to a pool drawn at random (periodic arrivals would lock
+// in phase with the refresh interval and bias the metric age), for d, with
+// up to 64 in flight; it returns every pick.
 func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate float64, d time.Duration) ([]pick, error) {
 	var (
 		mu       sync.Mutex
@@ -130,26 +133,25 @@ func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate float
 		firstErr error
 		wg       sync.WaitGroup
 	)
+	rng := rand.New(rand.NewPCG(uint64(len(hot)), uint64(time.Now().UnixNano())))
 	sem := make(chan struct{}, 64)
-	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer tick.Stop()
-	end := time.After(d)
-	for k := 0; ; k++ {
-		select {
-		case <-ctx.Done():
+	end := time.Now().Add(d)
+	next := time.Now()
+	for {
+		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		if next.After(end) {
+			break
+		}
+		if err := sleep(ctx, time.Until(next)); err != nil {
 			wg.Wait()
-			return picks, ctx.Err()
-		case <-end:
-			wg.Wait()
-			return picks, firstErr
-		case <-tick.C:
+			return picks, err
 		}
 		select {
 		case sem <- struct{}{}:
 		default:
 			continue // 64 in flight: the picker is behind; count what it answers
 		}
-		pool := hot[k%len(hot)]
+		pool := hot[rng.IntN(len(hot))]
 		wg.Go(func() {
 			defer func() { <-sem }()
 			p, err := g.pick(ctx, c, pool)
@@ -164,4 +166,6 @@ func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate float
 			picks = append(picks, p)
 		})
 	}
+	wg.Wait()
+	return picks, firstErr
 }
