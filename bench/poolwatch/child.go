@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/bench/internal/proc"
 	"github.com/poolpicker/poolpicker/controllers"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/testenv"
@@ -95,7 +95,7 @@ func runChild(f benchFlags) error {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	r.HeapInuseBytes, r.HeapObjects = ms.HeapInuse, ms.HeapObjects
-	r.RSSBytes, r.PeakRSSBytes = procStatus("VmRSS"), procStatus("VmHWM")
+	r.RSSBytes, r.PeakRSSBytes = proc.StatusField(os.Getpid(), "VmRSS"), proc.StatusField(os.Getpid(), "VmHWM")
 	r.Goroutines = runtime.NumGoroutine()
 	if f.heapProfile != "" {
 		if hf, err := os.Create(f.heapProfile + "." + f.child); err == nil {
@@ -147,24 +147,6 @@ func endpoints(reg *datastore.Registry) int {
 		n += p.Endpoints().Len()
 	}
 	return n
-}
-
-// procStatus reads a "kB" field of /proc/self/status, in bytes.
-func procStatus(field string) int64 { return procStatusField("/proc/self/status", field) }
-
-// procStatusField reads a "kB" field of a /proc/<pid>/status file, in bytes.
-func procStatusField(path, field string) int64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }
 
 // startBaseline is the design poolpicker replaces: one informer over every

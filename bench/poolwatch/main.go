@@ -18,6 +18,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/poolpicker/poolpicker/bench/internal/proc"
 )
 
 type benchFlags struct {
@@ -181,11 +183,11 @@ func report(f benchFlags, rs []result) {
 // start, the most seen, and the CPU it used meanwhile (zeros when it is not
 // found).
 func watchAPIServer() func() (rss0, peak int64, cpu float64) {
-	pid := childProcess("kube-apiserver")
+	pid := proc.Child(os.Getpid(), "kube-apiserver")
 	if pid == 0 {
 		return func() (int64, int64, float64) { return 0, 0, 0 }
 	}
-	rss0, cpu0 := procRSS(pid), procCPU(pid)
+	rss0, cpu0 := proc.RSS(pid), proc.CPU(pid)
 	peak := rss0
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -197,14 +199,14 @@ func watchAPIServer() func() (rss0, peak int64, cpu float64) {
 			case <-stop:
 				return
 			case <-t.C:
-				peak = max(peak, procRSS(pid))
+				peak = max(peak, proc.RSS(pid))
 			}
 		}
 	}()
 	return func() (int64, int64, float64) {
 		close(stop)
 		<-done
-		return rss0, peak, procCPU(pid) - cpu0
+		return rss0, peak, proc.CPU(pid) - cpu0
 	}
 }
 
