@@ -160,13 +160,20 @@ func mainErr(c config, pools, plans, out, fromJSON, svg string) error {
 		return nil
 	}
 	var rs []result
+	var failed error
 	for _, n := range counts {
 		for _, plan := range planList {
 			rc := c
 			rc.Pools, rc.Plan = n, strings.TrimSpace(plan)
 			r, err := runOne(ctx, rc, bin)
 			if err != nil {
-				return fmt.Errorf("%d pools, plan %q: %w", n, rc.Plan, err)
+				// The next runs may still complete: say what failed and go on.
+				failed = errors.Join(failed, fmt.Errorf("%d pools, %s: %w", n, planName(rc.Plan), err))
+				fmt.Fprintln(os.Stderr, "scale:", failed)
+				if ctx.Err() != nil {
+					return failed
+				}
+				continue
 			}
 			rs = append(rs, r)
 			if out != "" {
@@ -182,9 +189,11 @@ func mainErr(c config, pools, plans, out, fromJSON, svg string) error {
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(svg, []byte(plot(all)), 0o644)
+		if err := os.WriteFile(svg, []byte(plot(all)), 0o644); err != nil {
+			return err
+		}
 	}
-	return nil
+	return failed
 }
 
 // raiseFileLimit lets the model servers and poolpicker (which inherit it)
