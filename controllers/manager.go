@@ -290,7 +290,11 @@ func (m *Manager) waitInitialSync(ctx context.Context) error {
 				delete(want, key) // deleted or no longer served since
 				continue
 			}
+			// One pool left is enough to wait again; the rest are looked at
+			// on later wake-ups. Looking at all of them on each one (a cache
+			// read each) made a start with thousands of pools quadratic.
 			done = false
+			break
 		}
 		if done {
 			m.initialSync.Store(true)

@@ -1,7 +1,9 @@
 package datastore
 
 import (
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,13 +146,49 @@ func (r *Registry) Upsert(key PoolKey, spec *PoolSpec) *Pool {
 		p.policy.Store(&Policy{})
 		p.setSpec(spec)
 	}
-	pools := make(map[PoolKey]*Pool, len(old.pools)+1)
-	for k, v := range old.pools {
-		pools[k] = v
+	if ok {
+		// The pool's picker changed: re-index every pool (rare).
+		pools := maps.Clone(old.pools)
+		pools[key] = p
+		r.view.Store(buildView(pools))
+		return p
 	}
-	pools[key] = p
-	r.view.Store(buildView(pools))
+	r.view.Store(old.withPool(p))
 	return p
+}
+
+// withPool returns v with p, whose key v lacks, added. The ordered list and
+// p's picker lists get p at its place instead of being sorted and indexed
+// again: a start adds thousands of pools one by one, and a full rebuild
+// each time made that quadratic.
+func (v *registryView) withPool(p *Pool) *registryView {
+	n := &registryView{pools: maps.Clone(v.pools), ordered: insertPool(v.ordered, p), byPicker: v.byPicker, byService: v.byService}
+	n.pools[p.Key] = p
+	if s := p.Spec(); s.PickerService != "" {
+		pk := PickerKey{Namespace: p.Key.Namespace, Service: s.PickerService, Port: s.PickerPort}
+		sk := PickerKey{Namespace: p.Key.Namespace, Service: s.PickerService}
+		n.byPicker, n.byService = maps.Clone(v.byPicker), maps.Clone(v.byService)
+		n.byPicker[pk] = insertPool(v.byPicker[pk], p)
+		n.byService[sk] = insertPool(v.byService[sk], p)
+	}
+	return n
+}
+
+// insertPool returns a new slice of ps, ordered by key, with p at its place.
+func insertPool(ps []*Pool, p *Pool) []*Pool {
+	i, _ := slices.BinarySearchFunc(ps, p, comparePools)
+	out := make([]*Pool, 0, len(ps)+1)
+	out = append(out, ps[:i]...)
+	out = append(out, p)
+	return append(out, ps[i:]...)
+}
+
+// comparePools orders pools by namespace, then name.
+func comparePools(a, b *Pool) int {
+	if c := strings.Compare(a.Key.Namespace, b.Key.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Key.Name, b.Key.Name)
 }
 
 // Remove drops the pool; observers hear of it and its endpoints leave the
@@ -187,21 +225,7 @@ func buildView(pools map[PoolKey]*Pool) *registryView {
 	for _, p := range pools {
 		v.ordered = append(v.ordered, p)
 	}
-	slices.SortFunc(v.ordered, func(a, b *Pool) int {
-		if a.Key.Namespace != b.Key.Namespace {
-			if a.Key.Namespace < b.Key.Namespace {
-				return -1
-			}
-			return 1
-		}
-		if a.Key.Name < b.Key.Name {
-			return -1
-		}
-		if a.Key.Name > b.Key.Name {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(v.ordered, comparePools)
 	for _, p := range v.ordered {
 		s := p.Spec()
 		if s.PickerService == "" {
