@@ -136,9 +136,10 @@ func buildProfiles(cfg *Config, opts Options) (*builtConfig, error) {
 			}
 			if pp, ok := p.(framework.PostPicker); ok {
 				prof.postPickers = append(prof.postPickers, pp)
+				used = true
 			}
 			if !used {
-				return nil, fmt.Errorf("profile %q: plugin %q (type %s) is not a filter, scorer or picker", ps.Name, ref.PluginRef, p.TypedName().Type)
+				return nil, fmt.Errorf("profile %q: plugin %q (type %s) is not a filter, scorer or picker (nor a post-picker)", ps.Name, ref.PluginRef, p.TypedName().Type)
 			}
 		}
 		var front []framework.Filter

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,12 +91,9 @@ func (o *Options) setDefaults() {
 	if o.Rand == nil {
 		o.Rand = rand.Uint64
 	}
-	if o.Registry == nil {
-		o.Registry = DefaultRegistry
-	}
 }
 
-// registry is Registry or its default (LoadConfig runs before defaults).
+// registry is Registry or its default.
 func (o *Options) registry() *framework.Registry {
 	if o.Registry != nil {
 		return o.Registry
@@ -183,10 +179,6 @@ func (s *Scheduler) PromptBytes() int {
 	}
 	return n
 }
-
-// Plugins are the plugin instances the scheduler built from its config,
-// declared and implicit, in a stable order.
-func (s *Scheduler) Plugins() []framework.Plugin { return slices.Clone(s.built.plugins) }
 
 // DefaultProfile names the profile of pools that name none.
 func (s *Scheduler) DefaultProfile() string { return s.built.defaultProfile }
