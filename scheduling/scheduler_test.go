@@ -782,6 +782,16 @@ func (p *pinScorer) Score(_ context.Context, _ *framework.CycleState, _ *Request
 	}
 }
 
+// pickCounter is a plugin that only hears of picks.
+type pickCounter struct {
+	name TypedName
+	n    atomic.Int64
+}
+
+func (p *pickCounter) TypedName() TypedName { return p.name }
+
+func (p *pickCounter) PostPick(context.Context, *framework.CycleState, *Request, *Result) { p.n.Add(1) }
+
 // TestOptionsRegistry: a registry of the caller's own adds plugin types
 // for the schedulers built with it, and leaves DefaultRegistry alone.
 func TestOptionsRegistry(t *testing.T) {
@@ -799,6 +809,10 @@ func TestOptionsRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	counter := &pickCounter{name: TypedName{Type: "pick-counter", Name: "pick-counter"}}
+	if err := r.Register("pick-counter", func(string, json.RawMessage) (framework.Plugin, error) { return counter, nil }); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Register(QueueScorerType, load.NewQueue); err == nil {
 		t.Fatal("a built-in type registered twice")
 	}
@@ -808,7 +822,7 @@ func TestOptionsRegistry(t *testing.T) {
 	tp := newTestPool(t, 4, nil)
 	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
 	want := tp.Ep(t, 3)
-	cfg := header + "plugins:\n- type: pin-scorer\n  parameters: {address: \"" + want.Address + "\"}\n- type: queue-scorer\n"
+	cfg := header + "plugins:\n- type: pin-scorer\n  parameters: {address: \"" + want.Address + "\"}\n- type: queue-scorer\n- type: pick-counter\n"
 	s, err := New(nil, Options{Registry: r, ConfigText: cfg, Rand: schedtest.SeededRand(1)})
 	if err != nil {
 		t.Fatal(err)
@@ -819,6 +833,9 @@ func TestOptionsRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantAddresses(t, &Result{Endpoints: res.Endpoints[:1]}, want)
+	}
+	if n := counter.n.Load(); n != 20 {
+		t.Fatalf("post-pick-only plugin heard of %d picks, want 20", n)
 	}
 	if _, err := New(nil, Options{ConfigText: cfg}); err == nil || !strings.Contains(err.Error(), `unknown type "pin-scorer"`) {
 		t.Fatalf("DefaultRegistry read the other registry's type: %v", err)
