@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/poolpicker/poolpicker/internal/poll"
 )
 
 // syncBuffer is a bytes.Buffer safe for the demo's writes and the test's reads.
@@ -116,16 +118,20 @@ func TestDemoServesPrintedCommandsAndStopsEverything(t *testing.T) {
 			"--poolpicker-build-flags=-race",
 		}, &out, io.Discard)
 	}()
-	deadline := time.After(4 * time.Minute)
-	for !strings.Contains(out.String(), "Press Ctrl-C") {
+	defer func() {
+		if t.Failed() {
+			t.Logf("demo output:\n%s", out.String())
+		}
+	}()
+	// The guide is printed, not signalled.
+	poll.Until(t, 4*time.Minute, "the demo's guide (Press Ctrl-C)", func() bool {
 		select {
 		case err := <-errc:
 			t.Fatalf("demo ended early: %v\n%s", err, out.String())
-		case <-deadline:
-			t.Fatalf("demo not up:\n%s", out.String())
-		case <-time.After(50 * time.Millisecond): // the guide is printed, not signalled
+		default:
 		}
-	}
+		return strings.Contains(out.String(), "Press Ctrl-C")
+	})
 	guide := out.String()
 	for _, want := range []string{"3 InferencePools", "team-a/chat", "team-a/lora", "team-b/code", "127.0.60.2", "kubeconfig"} {
 		if !strings.Contains(guide, want) {

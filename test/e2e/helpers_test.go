@@ -25,6 +25,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/devgateway"
 	"github.com/poolpicker/poolpicker/internal/localstack"
+	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/modelsim"
 )
 
@@ -259,13 +260,7 @@ func nothingLost(t *testing.T, what string, out []outcome, before devgateway.Sta
 // eventually polls cond with a deadline, for states nothing signals.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, 60*time.Second, what, cond)
 }
 
 // pickerMetric reads a gauge of the picker for a pool; ok is false when the

@@ -26,6 +26,7 @@ import (
 	"github.com/poolpicker/poolpicker/internal/deploytest"
 	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/permissions"
+	"github.com/poolpicker/poolpicker/internal/poll"
 )
 
 var httpClient = &http.Client{Timeout: 30 * time.Second}
@@ -34,13 +35,7 @@ var httpClient = &http.Client{Timeout: 30 * time.Second}
 // another process, a metrics page).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, 90*time.Second, what, cond)
 }
 
 // auditEvent is the part of an audit.k8s.io/v1 Event the test reads.

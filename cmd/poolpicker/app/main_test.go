@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
@@ -149,26 +150,28 @@ func servePool(t *testing.T) string {
 // every line in want is on the page.
 func waitMetrics(t *testing.T, port int, want ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
 	var page string
-	for time.Now().Before(deadline) {
+	defer func() {
+		if t.Failed() {
+			t.Logf("last /metrics page:\n%s", page)
+		}
+	}()
+	poll.Until(t, 60*time.Second, fmt.Sprintf("/metrics to show %q", want), func() bool {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			page = string(b)
-			ok := true
-			for _, w := range want {
-				ok = ok && strings.Contains(page, w)
-			}
-			if ok {
-				return page
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		page = string(b)
+		for _, w := range want {
+			if !strings.Contains(page, w) {
+				return false
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("/metrics never showed %q; last page:\n%s", want, page)
-	return ""
+		return true
+	})
+	return page
 }
 
 // startBinary runs the built binary with args and env (nil: this process's)

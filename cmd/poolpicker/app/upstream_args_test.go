@@ -139,8 +139,8 @@ func TestUpstreamArgumentsStart(t *testing.T) {
 	}
 }
 
-// waitHealthServing polls the gRPC health port (a starting process has no
-// event to await) until every service answers SERVING; it fails at once if
+// waitHealthServing watches each health service (the Watch RPC, waiting
+// for the process to listen) until it answers SERVING; it fails at once if
 // the process exits.
 func waitHealthServing(t *testing.T, port int, exited <-chan struct{}, stderr *syncBuffer, services ...string) {
 	t.Helper()
@@ -150,26 +150,44 @@ func waitHealthServing(t *testing.T, port int, exited <-chan struct{}, stderr *s
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
-	deadline := time.Now().Add(60 * time.Second)
-	pending := append([]string(nil), services...)
-	var last string
-	for len(pending) > 0 {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	watched := make(chan struct{})
+	defer close(watched)
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-watched:
+		}
+	}()
+	for _, svc := range services {
+		status, err := watchUntilServing(ctx, hc, svc)
 		select {
 		case <-exited:
 			t.Fatalf("exited before serving; stderr:\n%s", stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health services %q not SERVING after 60s (last: %s); stderr:\n%s", pending, last, stderr.String())
+		if err != nil {
+			t.Fatalf("health service %q not SERVING after 60s (last: %v, %v); stderr:\n%s", svc, status, err, stderr.String())
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: pending[0]})
-		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			pending = pending[1:]
-			continue
-		}
-		last = fmt.Sprintf("%q: %v %v", pending[0], resp.GetStatus(), err)
-		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// watchUntilServing returns once the service's status is SERVING, or with
+// the last status and the error that ended the watch.
+func watchUntilServing(ctx context.Context, hc healthpb.HealthClient, svc string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	stream, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{Service: svc}, grpc.WaitForReady(true))
+	if err != nil {
+		return healthpb.HealthCheckResponse_UNKNOWN, err
+	}
+	last := healthpb.HealthCheckResponse_UNKNOWN
+	for last != healthpb.HealthCheckResponse_SERVING {
+		resp, err := stream.Recv()
+		if err != nil {
+			return last, err
+		}
+		last = resp.GetStatus()
+	}
+	return last, nil
 }
