@@ -126,6 +126,13 @@ type Options struct {
 	// buffers. Zero: the watch's goroutine, where the API server answers
 	// in protobuf. For comparison (bench/poolwatch's baseline).
 	ClientGoWatchDecoder bool
+	// ReflectorPodWatch runs each per-pool pod watch on client-go's
+	// Reflector (ListWatch, streaming list, resume, backoff) with a store
+	// of the stripped pods that publishes bursts after a short window,
+	// instead of poolpicker's own watch loop. It costs three goroutines per
+	// watch where the loop costs one. For comparison (bench/poolwatch's
+	// perpool-reflector mode).
+	ReflectorPodWatch bool
 
 	// PodWatchPlan is how the pods of a namespace's served pools are
 	// watched: PodWatchPlanPerPool (a selector-scoped watch per pool),
