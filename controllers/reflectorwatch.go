@@ -90,8 +90,12 @@ func (m *Manager) startReflectorWatch(sp *servedPool, selector string) *reflecto
 			return w, err
 		},
 	}
+	var lister cache.ListerWatcher = lw
+	if m.opts.DisableStreamingLists {
+		lister = cache.ToListWatcherWithWatchListSemantics(lw, withoutStreamingLists{})
+	}
 	log := m.log.WithValues("pool", sp.key.String(), "selector", selector)
-	refl := cache.NewReflectorWithOptions(lw, &corev1.Pod{}, rw, cache.ReflectorOptions{
+	refl := cache.NewReflectorWithOptions(lister, &corev1.Pod{}, rw, cache.ReflectorOptions{
 		Name: "pods of " + sp.key.String(), Logger: &log, MinWatchTimeout: minWatchTimeout,
 	})
 	ctx, cancel := context.WithCancel(m.watchCtx)
@@ -104,6 +108,12 @@ func (m *Manager) startReflectorWatch(sp *servedPool, selector string) *reflecto
 	})
 	return rw
 }
+
+// withoutStreamingLists tells a Reflector to list, then watch
+// (Options.DisableStreamingLists).
+type withoutStreamingLists struct{}
+
+func (withoutStreamingLists) IsWatchListSemanticsUnSupported() bool { return true }
 
 // requested reports a list or watch request's outcome to the pool: a
 // failure as the per-pool watch reports one, and the first success after.
