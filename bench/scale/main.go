@@ -16,7 +16,7 @@
 //
 //	go run ./bench/scale -pools 100,300,1000,3000 -out bench/scale/results.json
 //	go run ./bench/scale -pools 10000 -picker-args=--kube-api-qps=300 -out bench/scale/results.json
-//	go run ./bench/scale -from-json bench/scale/results.json -svg site-src/images/scale.svg
+//	go run ./bench/scale -from-json bench/scale/results.json -svg site-src/images/scale.svg -markdown
 package main
 
 import (
@@ -67,6 +67,7 @@ func main() {
 		out      string
 		fromJSON string
 		svg      string
+		md       bool
 	)
 	if port := os.Getenv(roleEnv); port != "" {
 		if err := serveModelServers(port); err != nil {
@@ -98,22 +99,27 @@ func main() {
 	flag.BoolVar(&c.populateOnly, "populate-only", false, "Only populate (and keep) the snapshots of the pool counts, measure nothing.")
 	flag.StringVar(&out, "out", "", "JSON file the results are merged into (by pool count and plan), for -from-json.")
 	flag.StringVar(&fromJSON, "from-json", "", "Render the table (and -svg) from this results file instead of running.")
+	flag.BoolVar(&md, "markdown", false, "With -from-json: print the performance page's table instead of the report.")
 	flag.StringVar(&svg, "svg", "", "Write the plot of cost against pool count to this file.")
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // envtest's start-up chatter
-	if err := mainErr(c, pools, plans, out, fromJSON, svg); err != nil {
+	if err := mainErr(c, pools, plans, out, fromJSON, svg, md); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(c config, pools, plans, out, fromJSON, svg string) error {
+func mainErr(c config, pools, plans, out, fromJSON, svg string, md bool) error {
 	if fromJSON != "" {
 		rs, err := readResults(fromJSON)
 		if err != nil {
 			return err
 		}
-		printReport(os.Stdout, rs)
+		if md {
+			markdown(os.Stdout, rs)
+		} else {
+			printReport(os.Stdout, rs)
+		}
 		if svg != "" {
 			return os.WriteFile(svg, []byte(plot(rs)), 0o644)
 		}

@@ -101,6 +101,11 @@ func TestSmallRun(t *testing.T) {
 	if !strings.Contains(b.String(), "cold first pick p99") || !strings.Contains(b.String(), "20 pools, default plan") {
 		t.Errorf("report:\n%s", b.String())
 	}
+	b.Reset()
+	markdown(&b, rs)
+	if got := strings.Count(b.String(), "\n"); got != 2+len(rs) {
+		t.Errorf("markdown table has %d lines for %d runs:\n%s", got, len(rs), b.String())
+	}
 	if svg := plot(rs); !strings.HasPrefix(svg, "<svg") || strings.Count(svg, "<polyline") != len(panels) {
 		t.Errorf("plot has %d lines for %d panels", strings.Count(svg, "<polyline"), len(panels))
 	}

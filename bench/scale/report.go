@@ -89,3 +89,15 @@ func printReport(w io.Writer, rs []result) {
 			r.Pools, planName(r.Plan), r.Pools*r.Pods, r.Namespaces, r.Servers, r.HotPools, r.HotRate, r.FlipRate, r.PickerArgs)
 	}
 }
+
+// markdown is the results as the performance page's table: a row per pool
+// count and plan, the page's figures as columns.
+func markdown(w io.Writer, rs []result) {
+	fmt.Fprintln(w, "| pools | plan | RSS MiB | heap MiB | idle CPU | sync s | API requests per pool | API server steady MiB | added MiB | API server CPU to sync s | API server CPU, pod updates | cold pick p50 / p99 ms | hot metric age p50 / p99 ms |")
+	fmt.Fprintln(w, "| --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |")
+	for _, r := range rs {
+		fmt.Fprintf(w, "| %d | %s | %.0f | %.0f | %.2f | %.1f | %.3f | %.0f | %.0f | %.1f | %.3f | %.1f / %.1f | %.0f / %.0f |\n",
+			r.Pools, planName(r.Plan), mib(r.RSS), r.HeapInuse/(1<<20), r.IdleCPU, r.SyncSec, r.Requests/float64(r.Pools),
+			mib(r.APISteadyRSS), mib(r.apiAdded()), r.APISyncCPUSec, r.APIFlipCPU, r.ColdPickP50Ms, r.ColdPickP99Ms, r.MetricAgeP50Ms, r.MetricAgeP99Ms)
+	}
+}
