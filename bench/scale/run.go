@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -269,6 +270,7 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 
 	// Cold pools: never sent a request, idle since start; one first
 	// request each, one at a time.
+	picked := maps.Clone(isHot)
 	var cold []float64
 	profDone := make(chan error, 1)
 	if c.profiles != "" {
@@ -281,10 +283,10 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	nCold := min(c.coldPicks, c.Pools-nHot)
 	for k := range nCold {
 		i := (k*c.Pools/max(nCold, 1) + c.Pools/(2*max(nCold, 1))) % c.Pools
-		for isHot[i] {
+		for picked[i] {
 			i = (i + 1) % c.Pools
 		}
-		isHot[i] = true // not twice
+		picked[i] = true // not twice
 		pk, err := g.pick(ctx, c, i)
 		if err != nil {
 			return r, fmt.Errorf("cold pick: %w", err)
@@ -331,7 +333,7 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	return r, nil
 }
 
-// flipPods makes pods of idle pools not ready and ready again, FlipRate
+// flipPods makes pods of pools without traffic (the cold ones included) not ready and ready again, FlipRate
 // status writes per second for flipWindow, and leaves them all ready.
 func flipPods(ctx context.Context, env *testenv.Env, c config, skip map[int]bool) error {
 	var idle []int
