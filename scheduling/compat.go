@@ -42,7 +42,7 @@ var unimplementedFields = map[string]string{
 // Config.Warnings. The value says what does the job here.
 var inertPluginTypes = map[string]string{
 	"metrics-data-source":                 "model-server metrics are always scraped (--model-server-metrics-* flags)",
-	"core-metrics-extractor":              "queue, running, KV-cache, LoRA and cache-geometry metrics are always read (engines by pool annotation)",
+	"core-metrics-extractor":              "queue, running, KV-cache, LoRA and cache-geometry metrics are always read (the engine by the inference.networking.k8s.io/engine-type pod label, poolpicker's own, or the pool annotation)",
 	"openai-parser":                       "request bodies are always parsed as OpenAI JSON",
 	"utilization-detector":                "saturation is judged by --saturation-queue-depth-threshold and --saturation-kv-cache-threshold",
 	"inflight-load-producer":              "requests in flight per endpoint are always counted",
