@@ -217,7 +217,9 @@ func TestPickerRestartUnderTraffic(t *testing.T) {
 
 // A model server killed without its pod going away: once its metrics are
 // stale the picker stops choosing it, while its Pod stays Ready.
-func TestKilledServerNotPickedAfterStaleness(t *testing.T) { killedServerNotPickedAfterStaleness(t, "kill") }
+func TestKilledServerNotPickedAfterStaleness(t *testing.T) {
+	killedServerNotPickedAfterStaleness(t, "kill")
+}
 
 func killedServerNotPickedAfterStaleness(t *testing.T, name string) {
 	p := newPool(t, name, 3, "--port=8000", "--time-per-output-token=2ms")
