@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/poolpicker/poolpicker/bench/internal/svgplot"
 )
 
 // plot draws the sweep as an SVG: one column of panels per G, rows of TTFT
@@ -81,12 +83,7 @@ func plot(rs []result, groups []int, routers []router) string {
 						}
 					}
 				}
-				c := colors[ri%len(colors)]
-				fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), c)
-				for _, p := range pts {
-					x, y, _ := strings.Cut(p, ",")
-					fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.5" fill="%s"/>`+"\n", x, y, c)
-				}
+				svgplot.Series(&b, pts, colors[ri%len(colors)])
 			}
 			b.WriteString("</g>\n")
 		}
@@ -94,8 +91,7 @@ func plot(rs []result, groups []int, routers []router) string {
 	ly := height - legendH/2
 	for ri, rt := range routers {
 		x := left + ri*170
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/>`, x, x+20, ly, ly, colors[ri%len(colors)])
-		fmt.Fprintf(&b, `<text x="%d" y="%d" dominant-baseline="middle">%s</text>`+"\n", x+26, ly, rt.name)
+		svgplot.LegendEntry(&b, x, ly, colors[ri%len(colors)], rt.name)
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" fill="#555">offered load, %% of capacity at full hit rate</text>`+"\n", width-10, ly)
 	b.WriteString("</svg>\n")

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/poolpicker/poolpicker/bench/internal/svgplot"
 )
 
 // panel is one plotted figure with its goal at 10,000 pools (0: none).
@@ -92,20 +94,14 @@ func plot(rs []result) string {
 					pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(float64(r.Pools)), yOf(v)))
 				}
 			}
-			c := colors[pi%len(colors)]
-			fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(pts, " "), c)
-			for _, pt := range pts {
-				x, y, _ := strings.Cut(pt, ",")
-				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.5" fill="%s"/>`+"\n", x, y, c)
-			}
+			svgplot.Series(&b, pts, colors[pi%len(colors)])
 		}
 		b.WriteString("</g>\n")
 	}
 	ly := height - legendH/2
 	for pi, plan := range plans {
 		x := left + pi*190
-		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="3"/>`, x, x+20, ly, ly, colors[pi%len(colors)])
-		fmt.Fprintf(&b, `<text x="%d" y="%d" dominant-baseline="middle">%s</text>`+"\n", x+26, ly, planName(plan))
+		svgplot.LegendEntry(&b, x, ly, colors[pi%len(colors)], planName(plan))
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end" fill="#555">pools (5 pods each), log scales; dashed: the goal at 10,000 pools</text>`+"\n", width-10, ly)
 	b.WriteString("</svg>\n")
