@@ -176,13 +176,54 @@ func TestDashboardMetricsExported(t *testing.T) {
 			t.Errorf("/metrics lacks %s", series)
 		}
 	}
-	// Every label a dashboard query matches on is one its metric carries.
+	// Every label a dashboard query matches on is one its metric carries,
+	// under both names.
 	for metric, labels := range selectorLabels(exprs) {
 		for _, l := range labels {
 			if !regexp.MustCompile(`(?m)^` + metric + `\{[^}]*\b` + l + `="`).Match(body) {
 				t.Errorf("the dashboard selects %s by label %s, which its series do not carry", metric, l)
 			}
+			if to, ok := llmdNames[metric]; ok {
+				if n, ok := to.labels[l]; ok {
+					l = n
+				}
+				if !regexp.MustCompile(`(?m)^` + to.name + `\{[^}]*\b` + l + `="`).Match(body) {
+					t.Errorf("the dashboard's query of %s, on the llm-d name %s, selects by label %s, which its series do not carry", metric, to.name, l)
+				}
+			}
 		}
+	}
+	// The same queries on the llm-d names: each family the dashboard reads
+	// is exported under its llm_d_epp_* name too, with the same series.
+	for _, m := range want {
+		to, ok := llmdNames[m]
+		if !ok {
+			if strings.HasPrefix(m, "inference_") {
+				t.Errorf("the dashboard queries %s, which has no llm_d_epp_* name", m)
+			}
+			continue
+		}
+		if !strings.Contains(string(body), "\n# TYPE "+to.name+" ") {
+			t.Errorf("the dashboard queries %s, whose llm-d name %s /metrics does not export", m, to.name)
+		}
+	}
+	for from, to := range llmdNames {
+		if got, want := seriesCount(string(body), to.name), seriesCount(string(body), from); got != want {
+			t.Errorf("%s has %d series, %s %d: the names must export the same series", to.name, got, from, want)
+		}
+	}
+	for _, series := range []string{
+		fmt.Sprintf(`llm_d_epp_request_total{model_name="m",namespace="%s",pool="pool",priority="0",target_model_name="m"} 2`, ns),
+		fmt.Sprintf(`llm_d_epp_request_error_total{error_code="BadRequest",model_name="",namespace="%s",pool="pool",target_model_name=""} 1`, ns),
+		fmt.Sprintf(`llm_d_epp_average_queue_size{name="pool",namespace="%s"} 1`, ns),
+		`llm_d_epp_plugin_duration_seconds_count{extension_point="Picker",plugin_name="max-score-picker",plugin_type="max-score-picker"} 2`,
+	} {
+		if !strings.Contains(string(body), series) {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^llm_d_epp_scheduler_attempts_total\{endpoint_name="server",namespace="` + ns + `",pool="pool",port="\d+",status="success",target_model_name="m"\} 2$`).Match(body) {
+		t.Errorf("/metrics lacks llm_d_epp_scheduler_attempts_total with endpoint_name (upstream's name of pod_name)")
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", body)
@@ -199,6 +240,12 @@ func TestDashboardMetricsExported(t *testing.T) {
 		span.Attrs["poolpicker.scheduling.duration_seconds"] == "" || span.Resource["service.name"] != "poolpicker" {
 		t.Errorf("span %+v: want the endpoint, resolution source, scheduling time and service name", span)
 	}
+}
+
+// seriesCount counts the sample lines of family name (a histogram's
+// buckets, sum and count included) in an exposition page.
+func seriesCount(page, name string) int {
+	return len(regexp.MustCompile(`(?m)^`+name+`(_bucket|_sum|_count)?\{`).FindAllStringIndex(page, -1))
 }
 
 // gateway plays one full-duplex ext_proc stream: request headers and body,

@@ -64,6 +64,7 @@ type options struct {
 	kubeAPIQPS   float32
 	kubeAPIBurst int
 	metricsPort  int
+	metricNames  metricNames
 	controllers  controllers.Options
 	extproc      extproc.Options
 	scrape       scrape.Options
@@ -80,6 +81,7 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "Sustained requests per second to the API server; each served pool costs one list (or streaming list) at start and on a selector change.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "Burst of requests to the API server above --kube-api-qps.")
 	fs.IntVar(&o.metricsPort, "metrics-port", defaultMetricsPort, "Port of the Prometheus /metrics endpoint.")
+	bindMetricNamesFlag(fs, &o.metricNames)
 	bindControllersFlags(fs, &o.controllers)
 	bindPodWatchFlags(fs, &o.controllers)
 	bindExtprocFlags(fs, &o.extproc)
@@ -275,7 +277,7 @@ func (cs *components) wire(cfg *rest.Config, o *options, log logr.Logger) (*cont
 	cs.pools.Store(c)
 	// controller-runtime's own metrics (reconciles, work queues, client
 	// requests) live in its global registry; serve both on one endpoint.
-	gatherers := prometheus.Gatherers{metrics, crmetrics.Registry}
+	gatherers := renamingGatherer{g: prometheus.Gatherers{metrics, crmetrics.Registry}, names: o.metricNames}
 	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.compat.enablePprof, log: log}
 	if o.compat.metricsEndpointAuth {
 		if ms.filter, err = metricsAuthFilter(cfg); err != nil {
