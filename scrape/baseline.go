@@ -35,6 +35,7 @@ func (m *Manager) startLoopLocked(ctx context.Context, s *server) {
 func (m *Manager) loop(s *server) {
 	defer m.inflight.Done()
 	defer close(s.done)
+	defer s.closeConn()
 	ticker := time.NewTicker(m.opts.RefreshInterval)
 	defer ticker.Stop()
 	for {
@@ -47,10 +48,11 @@ func (m *Manager) loop(s *server) {
 			m.errors.Add(1)
 		}
 		met.ScrapedAt = time.Now()
-		if _, moved := m.publish(s, &met, err, m.opts.RefreshInterval); len(moved) > 0 {
+		if _, _, moved := m.publish(s, &met, err, m.opts.RefreshInterval); len(moved) > 0 {
 			// The endpoint's target changed: the loop follows it.
 			next := newServer(&m.opts, moved[0].target)
-			s.key, s.target, s.parser = next.key, next.target, next.parser
+			s.closeConn()
+			s.key, s.target, s.request = next.key, next.target, next.request
 		}
 		select {
 		case <-s.ctx.Done():

@@ -8,7 +8,8 @@ import (
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
 )
 
-// An idle pool's servers are scraped ever more rarely, their values stamped
+// An idle pool's servers are scraped at the idle interval from the start,
+// and ever more rarely after the pool's requests stop, their values stamped
 // valid for two intervals; the pool's next request has them scraped at once,
 // and while requests come they are scraped every RefreshInterval, a failing
 // one going stale by the staleness threshold as before.
@@ -25,31 +26,13 @@ func TestFreshnessFollowsDemand(t *testing.T) {
 	p := h.addPool("pool", nil, s.port, s)
 	ep := endpointOf(t, p, s.addr)
 
-	// Idle from the start: the interval doubles, scrape after scrape.
-	var first, last time.Time
-	var prev, announced time.Duration
-	for ep.Metrics() == nil || ep.Metrics().Interval < decayed {
-		h.awaitSuccess(t, s.addr)
-		m := ep.Metrics()
-		if !last.IsZero() && m.Interval != 0 && m.Interval < prev {
-			t.Fatalf("idle interval went down from %v to %v", prev, m.Interval)
-		}
-		if first.IsZero() {
-			first = m.ScrapedAt
-		} else if m.ScrapedAt != last {
-			announced += prev
-		}
-		last, prev = m.ScrapedAt, m.Interval
-	}
-	// Scrapes are due one interval after the last was due, as a ticker's
-	// ticks: one that started late (a loaded machine) is followed by a
-	// shorter gap, so single gaps prove nothing. Over the whole decay the
-	// intervals announced were waited for (less up to 10 % of jitter, and
-	// how late the first scrape started).
-	if elapsed := last.Sub(first); elapsed < announced/2 {
-		t.Fatalf("the idle scrapes took %v in all, but announced intervals of %v", elapsed, announced)
-	}
+	// Idle from the start: scraped once, then at the idle interval (less up
+	// to a tenth of jitter), not doubling up from RefreshInterval.
+	h.awaitSuccess(t, s.addr)
 	m := ep.Metrics()
+	if m.Interval < time.Hour*9/10 {
+		t.Fatalf("a server idle from the start has interval %v after its first scrape, want the idle interval", m.Interval)
+	}
 	// Valid for two intervals, well past the staleness threshold.
 	if at := m.ScrapedAt.Add(decayed); !m.Fresh(at, staleness) {
 		t.Errorf("an idle server's values, %v old, are not fresh with interval %v", decayed, m.Interval)
@@ -72,11 +55,33 @@ func TestFreshnessFollowsDemand(t *testing.T) {
 		}
 	}
 
-	// Idle again, then a request to a failing server: its last values lose
-	// their idle validity and go stale by the threshold.
+	// Idle again: the interval doubles, scrape after scrape.
+	var first, last time.Time
+	var prev, announced time.Duration
 	for ep.Metrics().Interval < decayed {
 		h.awaitSuccess(t, s.addr)
+		m := ep.Metrics()
+		if !last.IsZero() && m.Interval != 0 && m.Interval < prev {
+			t.Fatalf("idle interval went down from %v to %v", prev, m.Interval)
+		}
+		if first.IsZero() {
+			first = m.ScrapedAt
+		} else if m.ScrapedAt != last {
+			announced += prev
+		}
+		last, prev = m.ScrapedAt, m.Interval
 	}
+	// Scrapes are due one interval after the last was due, as a ticker's
+	// ticks: one that started late (a loaded machine) is followed by a
+	// shorter gap, so single gaps prove nothing. Over the whole decay the
+	// intervals announced were waited for (less up to 10 % of jitter, and
+	// how late the first scrape started).
+	if elapsed := last.Sub(first); elapsed < announced/2 {
+		t.Fatalf("the idle scrapes took %v in all, but announced intervals of %v", elapsed, announced)
+	}
+
+	// Then a request to a failing server: its last values lose their idle
+	// validity and go stale by the threshold.
 	good := ep.Metrics()
 	s.serve(http.StatusInternalServerError, nil)
 	p.NoteRequest(time.Now())

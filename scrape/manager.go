@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,9 @@ type Manager struct {
 	transport *http.Transport
 	client    *http.Client
 	stats     *statsCollector
+	// parsers hold each engine's parsers: one per scrape in flight, not
+	// per server.
+	parsers map[Engine]*sync.Pool
 
 	scrapes atomic.Uint64
 	errors  atomic.Uint64
@@ -52,7 +56,10 @@ type Manager struct {
 	stopped bool
 	pools   map[datastore.PoolKey]*poolSubs
 	servers map[targetKey]*server
-	queue   serverQueue
+	// busy and idle are the servers waiting for their next scrape, by due
+	// time: those of a pool with requests in the last DemandWindow, and the
+	// others. A busy server due is scraped before an idle one.
+	busy, idle serverQueue
 	// unstarted are the per-endpoint loops (Options.PerEndpointLoop) made
 	// before Start.
 	unstarted []*server
@@ -61,6 +68,10 @@ type Manager struct {
 type poolSubs struct {
 	pool *datastore.Pool
 	subs map[datastore.EndpointKey]*sub
+	// inflight counts the pool's servers being scraped, at most
+	// MaxConcurrentScrapesPerPool; parked are its servers due meanwhile.
+	inflight int
+	parked   []*server
 }
 
 var (
@@ -105,6 +116,14 @@ func NewManager(opts Options) (*Manager, error) {
 		wake:    make(chan struct{}, 1),
 		pools:   map[datastore.PoolKey]*poolSubs{},
 		servers: map[targetKey]*server{},
+	}
+	m.parsers = make(map[Engine]*sync.Pool, len(names))
+	for e, n := range names {
+		m.parsers[e] = &sync.Pool{New: func() any {
+			p := NewParser(*n)
+			p.fullParse = opts.DisableFastPath
+			return p
+		}}
 	}
 	m.stats = newStatsCollector(m)
 	if opts.Registerer != nil {
@@ -158,6 +177,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Unlock()
 	// Every scrape's context is ctx's child: they are ending.
 	m.inflight.Wait()
+	m.mu.Lock()
+	for _, s := range m.servers {
+		s.closeConn()
+	}
+	m.mu.Unlock()
 	m.transport.CloseIdleConnections()
 	return nil
 }
@@ -168,26 +192,6 @@ func (m *Manager) dispatch(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		m.mu.Lock()
-		idle, wait := len(m.queue) == 0, time.Duration(0)
-		if !idle {
-			wait = time.Until(m.queue[0].next)
-		}
-		m.mu.Unlock()
-		if idle || wait > 0 {
-			if idle {
-				timer.Stop()
-			} else {
-				timer.Reset(wait)
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-m.wake:
-			case <-timer.C:
-			}
-			continue
-		}
 		select {
 		case m.slots <- struct{}{}:
 		case <-ctx.Done():
@@ -195,11 +199,10 @@ func (m *Manager) dispatch(ctx context.Context) {
 		}
 		now := time.Now()
 		m.mu.Lock()
-		var s *server
+		s, wait := m.nextLocked(now)
 		var interval time.Duration
 		var due time.Time
-		if len(m.queue) > 0 && !m.queue[0].next.After(now) {
-			s = heap.Pop(&m.queue).(*server)
+		if s != nil {
 			interval, due = s.interval, s.next
 			s.running, s.lastStart = true, now
 			s.ctx, s.cancel = context.WithCancel(ctx)
@@ -207,11 +210,95 @@ func (m *Manager) dispatch(ctx context.Context) {
 			m.inflight.Add(1)
 		}
 		m.mu.Unlock()
-		if s == nil {
-			<-m.slots
+		if s != nil {
+			go m.scrape(s, due, interval)
 			continue
 		}
-		go m.scrape(s, due, interval)
+		<-m.slots
+		if wait < 0 {
+			timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// nextLocked takes the server to scrape now off its queue: the busy
+// servers' queue first, then the idle servers', each by due time. A server
+// whose pool has its share of the slots in flight waits aside until one of
+// them ends. Without a server due, wait is the time until the next is
+// (negative: none is queued).
+func (m *Manager) nextLocked(now time.Time) (s *server, wait time.Duration) {
+	for {
+		q := &m.busy
+		if len(m.busy) == 0 || m.busy[0].next.After(now) {
+			q = &m.idle
+		}
+		if len(*q) == 0 || (*q)[0].next.After(now) {
+			wait = -1
+			for _, q := range []serverQueue{m.busy, m.idle} {
+				if len(q) > 0 && (wait < 0 || q[0].next.Sub(now) < wait) {
+					wait = max(q[0].next.Sub(now), 0)
+				}
+			}
+			return nil, wait
+		}
+		s = heap.Pop(q).(*server)
+		if full := m.fullPoolLocked(s); full != nil {
+			s.parkedOn = full
+			full.parked = append(full.parked, s)
+			continue
+		}
+		for _, ps := range s.counted {
+			ps.inflight++
+		}
+		return s, 0
+	}
+}
+
+// fullPoolLocked returns a pool of s that has its share of the slots in
+// flight, after noting s's pools in s.counted.
+func (m *Manager) fullPoolLocked(s *server) *poolSubs {
+	s.counted = s.counted[:0]
+	for sb := range s.subs {
+		ps := m.pools[sb.pool.Key]
+		if ps == nil || ps.pool != sb.pool || slices.Contains(s.counted, ps) {
+			continue
+		}
+		if ps.inflight >= m.opts.MaxConcurrentScrapesPerPool {
+			return ps
+		}
+		s.counted = append(s.counted, ps)
+	}
+	return nil
+}
+
+// releaseLocked gives back the pool slots of s's ended scrape; servers
+// waiting for them are queued again.
+func (m *Manager) releaseLocked(s *server) {
+	for _, ps := range s.counted {
+		ps.inflight--
+		m.unparkLocked(ps)
+	}
+	s.counted = s.counted[:0]
+}
+
+// unparkLocked queues the servers waiting for ps's slots again, at their
+// due times.
+func (m *Manager) unparkLocked(ps *poolSubs) {
+	parked := ps.parked
+	ps.parked = nil
+	for _, s := range parked {
+		if s.parkedOn == ps {
+			s.parkedOn = nil
+			m.scheduleLocked(s, s.next)
+		}
 	}
 }
 
@@ -222,14 +309,16 @@ func (m *Manager) scrape(s *server, due time.Time, interval time.Duration) {
 	met, err := m.fetch(s.ctx, s)
 	// A cancelled scrape is no failure: its server left, or the manager
 	// stopped.
-	if s.ctx.Err() == nil {
+	cancelled := s.ctx.Err() != nil
+	busy := s.busy
+	if !cancelled {
 		m.scrapes.Add(1)
 		if err != nil {
 			m.errors.Add(1)
 		}
 		met.ScrapedAt = time.Now()
 		var moved []*sub
-		interval, moved = m.publish(s, &met, err, interval)
+		interval, busy, moved = m.publish(s, &met, err, interval)
 		if len(moved) > 0 {
 			m.move(s, moved)
 		}
@@ -237,9 +326,24 @@ func (m *Manager) scrape(s *server, due time.Time, interval time.Duration) {
 	m.mu.Lock()
 	s.cancel()
 	s.running = false
+	if s.gone {
+		s.closeConn()
+	}
 	close(s.done)
+	m.releaseLocked(s)
 	if s.demanded {
-		s.demanded, interval = false, m.opts.RefreshInterval
+		s.demanded, interval, busy = false, m.opts.RefreshInterval, true
+	}
+	s.busy = busy
+	switch {
+	case cancelled:
+	case err != nil:
+		// A failing server is asked again ever more rarely, not at once:
+		// servers that hang hold their slots for the timeout each time.
+		s.failures++
+		interval = max(interval, m.backoff(s.failures))
+	default:
+		s.failures = 0
 	}
 	s.interval = interval
 	if !m.stopped {
@@ -256,14 +360,33 @@ func (m *Manager) scrape(s *server, due time.Time, interval time.Duration) {
 	<-m.slots
 }
 
+// backoff is the interval after a server's nth failure in a row: doubling
+// from RefreshInterval up to MaxErrorBackoff, up to a tenth shorter at
+// random so that servers that failed together drift apart.
+func (m *Manager) backoff(n int) time.Duration {
+	d := m.opts.MaxErrorBackoff
+	if n < 30 {
+		d = min(m.opts.RefreshInterval<<n, d)
+	}
+	return d - time.Duration(rand.Int64N(int64(d/10)+1))
+}
+
 // nextInterval is a server's next interval after prev: RefreshInterval
-// while one of its pools is busy, else doubling up to IdleRefreshInterval.
+// while one of its pools is busy, else doubling up to IdleRefreshInterval
+// (IdleRefreshInterval at once after the first scrape, prev zero).
 func (m *Manager) nextInterval(prev time.Duration, busy bool) time.Duration {
 	r, idle := m.opts.RefreshInterval, m.opts.IdleRefreshInterval
 	if busy || idle <= r || m.opts.PerEndpointLoop {
 		return r
 	}
 	next := min(max(2*prev, r), idle)
+	if prev == 0 {
+		// A server first scraped while its pools are idle (a picker's
+		// start) starts at the idle interval: 50,000 of them doubling up
+		// from RefreshInterval would be ten scrapes each in the first
+		// idle interval.
+		next = idle
+	}
 	// Up to a tenth shorter at random: servers that appeared together
 	// (a picker's start) drift apart instead of being scraped in one burst
 	// every idle interval.
@@ -271,10 +394,10 @@ func (m *Manager) nextInterval(prev time.Duration, busy bool) time.Duration {
 }
 
 // publish gives the result to the endpoints still resolving to s, and
-// returns the server's next interval and the endpoints that resolve
-// elsewhere now (their pool's annotations or their pod's engine label
-// changed).
-func (m *Manager) publish(s *server, met *datastore.Metrics, err error, prev time.Duration) (time.Duration, []*sub) {
+// returns the server's next interval, whether one of its pools is busy, and
+// the endpoints that resolve elsewhere now (their pool's annotations or
+// their pod's engine label changed).
+func (m *Manager) publish(s *server, met *datastore.Metrics, err error, prev time.Duration) (time.Duration, bool, []*sub) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	busy := false
@@ -297,7 +420,7 @@ func (m *Manager) publish(s *server, met *datastore.Metrics, err error, prev tim
 		}
 		sb.published(m, met, err)
 	}
-	return next, moved
+	return next, busy, moved
 }
 
 // PoolDemanded scrapes the servers of a pool that was idle at once: its
@@ -320,8 +443,12 @@ func (m *Manager) PoolDemanded(pool *datastore.Pool, idle time.Duration) {
 		case s == nil:
 		case s.running:
 			s.demanded = true
+		case s.failures > 0:
+			// Its backoff stands; its last values are stale by now.
+			s.setBusyLocked(m, true)
 		default:
 			s.interval = m.opts.RefreshInterval
+			s.setBusyLocked(m, true)
 			m.scheduleLocked(s, now)
 		}
 	}
@@ -348,15 +475,29 @@ func (m *Manager) scheduleLocked(s *server, at time.Time) {
 	if s.gone || s.running {
 		return
 	}
+	if s.parkedOn != nil {
+		// Queued when its pool's slot frees.
+		s.next = minTime(s.next, at)
+		return
+	}
+	q := &m.idle
+	if s.busy {
+		q = &m.busy
+	}
+	if s.index >= 0 && s.queue != q {
+		at = minTime(s.next, at)
+		heap.Remove(s.queue, s.index)
+	}
 	if s.index >= 0 {
 		if !at.Before(s.next) {
 			return
 		}
 		s.next = at
-		heap.Fix(&m.queue, s.index)
+		heap.Fix(q, s.index)
 	} else {
 		s.next = at
-		heap.Push(&m.queue, s)
+		s.queue = q
+		heap.Push(q, s)
 	}
 	if s.index == 0 {
 		select {
@@ -364,6 +505,24 @@ func (m *Manager) scheduleLocked(s *server, at time.Time) {
 		default:
 		}
 	}
+}
+
+// setBusyLocked moves a queued server between the busy and the idle queue.
+func (s *server) setBusyLocked(m *Manager, busy bool) {
+	if s.busy == busy {
+		return
+	}
+	s.busy = busy
+	if s.index >= 0 {
+		m.scheduleLocked(s, s.next)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // attachLocked resolves sb's target and attaches it to that server, made
@@ -379,6 +538,8 @@ func (m *Manager) attachLocked(sb *sub) {
 	if s == nil {
 		s = newServer(&m.opts, t)
 		m.servers[key] = s
+		// New in a busy pool: scraped before the idle servers.
+		s.busy = time.Since(sb.pool.LastRequest()) <= m.opts.DemandWindow
 	}
 	s.mu.Lock()
 	s.subs[sb] = struct{}{}
@@ -412,12 +573,17 @@ func (m *Manager) detachLocked(sb *sub) <-chan struct{} {
 		delete(m.servers, s.key)
 	}
 	if s.index >= 0 {
-		heap.Remove(&m.queue, s.index)
+		heap.Remove(s.queue, s.index)
+	}
+	if ps := s.parkedOn; ps != nil {
+		s.parkedOn = nil
+		ps.parked = slices.DeleteFunc(ps.parked, func(p *server) bool { return p == s })
 	}
 	if s.running {
 		s.cancel()
 		return s.done
 	}
+	s.closeConn()
 	return nil
 }
 
@@ -440,6 +606,7 @@ func (m *Manager) EndpointsChanged(pool *datastore.Pool, added, removed []*datas
 			for _, sb := range ps.subs {
 				detach(sb)
 			}
+			m.unparkLocked(ps)
 		}
 		ps = &poolSubs{pool: pool, subs: map[datastore.EndpointKey]*sub{}}
 		m.pools[pool.Key] = ps
@@ -462,6 +629,7 @@ func (m *Manager) EndpointsChanged(pool *datastore.Pool, added, removed []*datas
 	}
 	if len(ps.subs) == 0 {
 		delete(m.pools, pool.Key)
+		m.unparkLocked(ps)
 	}
 	m.mu.Unlock()
 	for _, done := range ending {
@@ -482,6 +650,7 @@ func (m *Manager) PoolRemoved(pool *datastore.Pool) {
 				ending = append(ending, done)
 			}
 		}
+		m.unparkLocked(ps)
 	}
 	m.mu.Unlock()
 	for _, done := range ending {

@@ -26,16 +26,20 @@ const (
 	// DefaultMaxBodyBytes caps a metrics page: a vLLM page is tens to a few
 	// hundred kilobytes.
 	DefaultMaxBodyBytes = 4 << 20
-	// DefaultMaxIdleConnsPerHost keeps a server's connection, and one more
-	// for a server reached under two metrics paths.
+	// DefaultMaxIdleConnsPerHost keeps an https server's connection, and one
+	// more for a server reached under two metrics paths.
 	DefaultMaxIdleConnsPerHost = 2
 	// DefaultMaxConcurrentScrapes bounds the scrapes in flight: enough for
 	// thousands of servers at 50 ms over a cluster network, where a scrape
 	// takes a few milliseconds, while servers that hang until the timeout
 	// hold only their own slots.
 	DefaultMaxConcurrentScrapes = 256
-	// DefaultMaxIdleConns bounds idle connections across all servers; it
-	// must exceed the number of servers or keep-alive thrashes.
+	// DefaultMaxErrorBackoff is the longest interval of a failing server:
+	// after each failure in a row its interval doubles from RefreshInterval
+	// up to it.
+	DefaultMaxErrorBackoff = 10 * time.Second
+	// DefaultMaxIdleConns bounds idle connections across all https servers;
+	// it must exceed their number or keep-alive thrashes.
 	DefaultMaxIdleConns = 4096
 	// DefaultPath is the metrics path of a model server.
 	DefaultPath = "/metrics"
@@ -93,14 +97,25 @@ type Options struct {
 	// goroutine for its duration); a due scrape waits for a free slot. Zero
 	// means DefaultMaxConcurrentScrapes.
 	MaxConcurrentScrapes int
-	// MaxIdleConns bounds idle keep-alive connections across all endpoints;
-	// zero means DefaultMaxIdleConns.
+	// MaxConcurrentScrapesPerPool bounds the scrapes in flight of one
+	// pool's servers, so that servers that hang until the timeout stall
+	// their own pool only; zero means an eighth of MaxConcurrentScrapes, at
+	// least 1. A server several pools hold counts against each.
+	MaxConcurrentScrapesPerPool int
+	// MaxErrorBackoff is the longest interval of a failing server, whose
+	// interval doubles from RefreshInterval with each failure in a row;
+	// zero means DefaultMaxErrorBackoff.
+	MaxErrorBackoff time.Duration
+	// MaxIdleConns bounds idle keep-alive connections across all https
+	// servers; zero means DefaultMaxIdleConns. An http server is scraped
+	// over a keep-alive connection of its own, closed when it leaves.
 	MaxIdleConns int
-	// MaxIdleConnsPerHost bounds idle connections to one server; zero means
-	// DefaultMaxIdleConnsPerHost.
+	// MaxIdleConnsPerHost bounds idle connections to one https server; zero
+	// means DefaultMaxIdleConnsPerHost.
 	MaxIdleConnsPerHost int
-	// IdleConnTimeout closes a connection idle that long, such as one to a
-	// removed endpoint; zero means 20 refresh intervals, at least a second.
+	// IdleConnTimeout closes an https connection idle that long, such as one
+	// to a removed endpoint; zero means twice IdleRefreshInterval, at least
+	// 20 refresh intervals and a second.
 	IdleConnTimeout time.Duration
 	// Path is the metrics path; empty means DefaultPath. A pool's
 	// AnnotationMetricsPath overrides it.
@@ -154,6 +169,12 @@ func (o *Options) setDefaults() {
 	if o.MaxConcurrentScrapes <= 0 {
 		o.MaxConcurrentScrapes = DefaultMaxConcurrentScrapes
 	}
+	if o.MaxConcurrentScrapesPerPool <= 0 {
+		o.MaxConcurrentScrapesPerPool = max(o.MaxConcurrentScrapes/8, 1)
+	}
+	if o.MaxErrorBackoff <= 0 {
+		o.MaxErrorBackoff = DefaultMaxErrorBackoff
+	}
 	if o.MaxIdleConns <= 0 {
 		o.MaxIdleConns = DefaultMaxIdleConns
 	}
@@ -161,7 +182,7 @@ func (o *Options) setDefaults() {
 		o.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 	}
 	if o.IdleConnTimeout <= 0 {
-		o.IdleConnTimeout = max(20*o.RefreshInterval, time.Second)
+		o.IdleConnTimeout = max(2*o.IdleRefreshInterval, 20*o.RefreshInterval, time.Second)
 	}
 	if o.Path == "" {
 		o.Path = DefaultPath

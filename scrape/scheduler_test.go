@@ -98,7 +98,7 @@ func TestConcurrencyBound(t *testing.T) {
 			w.Write(page) //nolint:errcheck
 		})
 	}
-	h := newHarness(t, Options{RefreshInterval: 5 * time.Millisecond, MaxConcurrentScrapes: limit})
+	h := newHarness(t, Options{RefreshInterval: 5 * time.Millisecond, MaxConcurrentScrapes: limit, MaxConcurrentScrapesPerPool: limit})
 	h.addPool("pool", nil, servers[0].port, servers...)
 	for _, s := range servers {
 		h.awaitScrapes(t, s.addr, 3)
@@ -108,5 +108,77 @@ func TestConcurrencyBound(t *testing.T) {
 	}
 	if p := peak.Load(); p < limit {
 		t.Errorf("at most %d scrapes in flight, want %d: the bound is not used", p, limit)
+	}
+}
+
+// A failing server is asked again ever more rarely (its interval doubling
+// up to MaxErrorBackoff), not at once, and is scraped as before when it
+// recovers.
+func TestFailingServerBacksOff(t *testing.T) {
+	const (
+		refresh = 10 * time.Millisecond
+		ceiling = 160 * time.Millisecond
+		errs    = 7
+	)
+	s := startModelServers(t, 1)[0]
+	s.serve(http.StatusInternalServerError, nil)
+	h := newHarness(t, Options{RefreshInterval: refresh, MaxErrorBackoff: ceiling})
+	h.addPool("pool", nil, s.port, s)
+	var at []time.Time
+	for range errs {
+		h.awaitError(t, s.addr, "status")
+		at = append(at, time.Now())
+	}
+	// The gaps after failures 1..6 were announced as 20, 40, 80, 160, 160,
+	// 160 ms, less up to a tenth of jitter each; a scrape started late is
+	// followed by a shorter gap, so their sum is what is checked.
+	var announced time.Duration
+	for n := 1; n < errs; n++ {
+		announced += min(refresh<<n, ceiling) * 9 / 10
+	}
+	if took := at[errs-1].Sub(at[0]); took < announced {
+		t.Errorf("%d failed scrapes in %v, want them spread over at least %v", errs, took, announced)
+	}
+	s.servePage(t, vllmpage.State{Waiting: 1}, vllmpage.Options{})
+	h.awaitSuccess(t, s.addr)
+	// Recovered: every RefreshInterval again, so ten scrapes take far less
+	// than the backoff ceiling each.
+	start := time.Now()
+	h.awaitScrapes(t, s.addr, 10)
+	if took := time.Since(start); took >= 10*ceiling*9/10 {
+		t.Errorf("10 scrapes after recovery took %v: still backing off", took)
+	}
+}
+
+// Servers that hang hold at most their pool's share of the scrape slots:
+// another pool's servers are scraped meanwhile, though the hanging pool has
+// more servers than there are slots.
+func TestHangingPoolStallsOnlyItself(t *testing.T) {
+	servers := startModelServers(t, 8)
+	hanging, healthy := servers[:6], servers[6:]
+	arrived := make(chan struct{}, 100)
+	for _, s := range hanging {
+		s.set(func(w http.ResponseWriter, r *http.Request) {
+			arrived <- struct{}{}
+			<-r.Context().Done()
+		})
+	}
+	for _, s := range healthy {
+		s.servePage(t, vllmpage.State{Running: 2}, vllmpage.Options{})
+	}
+	// The hanging scrapes end only when the manager stops.
+	h := newHarness(t, Options{RefreshInterval: 10 * time.Millisecond, Timeout: time.Hour, MaxConcurrentScrapes: 4, MaxConcurrentScrapesPerPool: 2})
+	h.addPool("hanging", nil, hanging[0].port, hanging...)
+	for range 2 {
+		<-arrived
+	}
+	h.addPool("healthy", nil, healthy[0].port, healthy...)
+	for _, s := range healthy {
+		h.awaitScrapes(t, s.addr, 20)
+	}
+	select {
+	case <-arrived:
+		t.Error("a third server of the hanging pool was asked while two of its scrapes hung")
+	default:
 	}
 }

@@ -26,17 +26,30 @@ import (
 type server struct {
 	key    targetKey
 	target target
-	// parser is used by the one scrape of the server in flight.
-	parser *Parser
+	// request is the GET of an http target's page.
+	request []byte
+	// conn is the kept connection of an http target, used by the one
+	// scrape in flight and closed when the server goes.
+	conn net.Conn
 
 	// Guarded by Manager.mu.
-	index   int       // position in the manager's queue; -1 when not queued
-	next    time.Time // when the next scrape is due
-	running bool      // a scrape is in flight
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{} // closed when the scrape in flight has ended
-	gone    bool          // no endpoint resolves to it any more
+	index int          // position in its queue; -1 when not queued
+	queue *serverQueue // the queue it is in: Manager.busy or Manager.idle
+	// busy is set while one of its pools had a request in the last
+	// DemandWindow: it is queued with the busy servers.
+	busy bool
+	// failures counts the failed scrapes in a row; the interval backs off.
+	failures int
+	// parkedOn is the pool whose slots were all in use when s was due;
+	// counted are the pools whose slots its scrape in flight holds.
+	parkedOn *poolSubs
+	counted  []*poolSubs
+	next     time.Time // when the next scrape is due
+	running  bool      // a scrape is in flight
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the scrape in flight has ended
+	gone     bool          // no endpoint resolves to it any more
 	// interval is the time from the start of one scrape to the next.
 	interval time.Duration
 	// demanded is set when an idle pool of the server got a request while
@@ -53,11 +66,18 @@ type server struct {
 
 func newServer(o *Options, t target) *server {
 	s := &server{key: t.key(), target: t, index: -1, subs: map[*sub]struct{}{}}
-	if t.err == nil {
-		s.parser = NewParser(*o.names[t.engine])
-		s.parser.fullParse = o.DisableFastPath
+	if t.err == nil && t.scheme == "http" {
+		s.request = requestBytes(t.path, t.host)
 	}
 	return s
+}
+
+// closeConn closes the kept connection of a server that no scrape uses.
+func (s *server) closeConn() {
+	if s.conn != nil {
+		s.conn.Close()
+		s.conn = nil
+	}
 }
 
 // sub is one endpoint of one pool, attached to the server its target
@@ -84,6 +104,8 @@ type target struct {
 	url    string
 	engine Engine
 	err    error
+	// scheme, host (ip:port) and path make up url.
+	scheme, host, path string
 }
 
 // targetKey identifies a server: endpoints with equal keys are one scrape.
@@ -184,27 +206,48 @@ func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, e
 	}
 	ctx, cancel := context.WithTimeout(parent, m.opts.Timeout)
 	defer cancel()
+	buf := bodyPool.Get().(*bytes.Buffer)
+	defer bodyPool.Put(buf)
+	var page []byte
+	var err error
+	if s.request != nil {
+		page, err = m.get(ctx, s, buf)
+	} else {
+		page, err = m.getHTTPS(ctx, parent, t, buf)
+	}
+	if err != nil {
+		return datastore.Metrics{}, err
+	}
+	p := m.parsers[t.engine].Get().(*Parser)
+	defer m.parsers[t.engine].Put(p)
+	met, err := p.Parse(page)
+	if err != nil {
+		return datastore.Metrics{}, failure("parse", "GET %s (%s): %w", t.url, t.engine, err)
+	}
+	return met, nil
+}
+
+// getHTTPS reads an https page with net/http.
+func (m *Manager) getHTTPS(ctx, parent context.Context, t target, buf *bytes.Buffer) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url, nil)
 	if err != nil {
-		return datastore.Metrics{}, failure("config", "metrics URL %q: %w", t.url, err)
+		return nil, failure("config", "metrics URL %q: %w", t.url, err)
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
 	resp, err := m.client.Do(req)
 	if err != nil {
-		return datastore.Metrics{}, transportFailure(t.url, err)
+		return nil, transportFailure(t.url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		// Drain a little so the connection can be reused.
 		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
-		return datastore.Metrics{}, failure("status", "GET %s: HTTP %s", t.url, resp.Status)
+		return nil, failure("status", "GET %s: HTTP %s", t.url, resp.Status)
 	}
 	limit := m.opts.MaxBodyBytes
 	if resp.ContentLength > limit {
-		return datastore.Metrics{}, failure("too_large", "GET %s: page of %d bytes exceeds the %d-byte cap", t.url, resp.ContentLength, limit)
+		return nil, failure("too_large", "GET %s: page of %d bytes exceeds the %d-byte cap", t.url, resp.ContentLength, limit)
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
-	defer bodyPool.Put(buf)
 	buf.Reset()
 	if resp.ContentLength > 0 {
 		buf.Grow(int(resp.ContentLength) + 1)
@@ -212,18 +255,14 @@ func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, e
 	n, err := buf.ReadFrom(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		if ctx.Err() != nil && parent.Err() == nil {
-			return datastore.Metrics{}, failure("timeout", "GET %s: reading the page timed out after %v (%d bytes read)", t.url, m.opts.Timeout, n)
+			return nil, failure("timeout", "GET %s: reading the page timed out after %v (%d bytes read)", t.url, m.opts.Timeout, n)
 		}
-		return datastore.Metrics{}, failure("body", "GET %s: reading the page after %d bytes: %w", t.url, n, err)
+		return nil, failure("body", "GET %s: reading the page after %d bytes: %w", t.url, n, err)
 	}
 	if n > limit {
-		return datastore.Metrics{}, failure("too_large", "GET %s: page exceeds the %d-byte cap", t.url, limit)
+		return nil, failure("too_large", "GET %s: page exceeds the %d-byte cap", t.url, limit)
 	}
-	met, err := s.parser.Parse(buf.Bytes())
-	if err != nil {
-		return datastore.Metrics{}, failure("parse", "GET %s (%s): %w", t.url, t.engine, err)
-	}
-	return met, nil
+	return buf.Bytes(), nil
 }
 
 func transportFailure(u string, err error) error {
@@ -291,6 +330,7 @@ func buildTarget(o *Options, spec *datastore.PoolSpec, ep *datastore.Endpoint) t
 		}
 		engine = e
 	}
-	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(ep.IP, strconv.Itoa(int(port))), Path: path}
-	return target{url: u.String(), engine: engine}
+	host := net.JoinHostPort(ep.IP, strconv.Itoa(int(port)))
+	u := url.URL{Scheme: scheme, Host: host, Path: path}
+	return target{url: u.String(), engine: engine, scheme: scheme, host: host, path: u.EscapedPath()}
 }

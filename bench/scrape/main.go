@@ -9,13 +9,17 @@
 // to -idle-interval; "loop" is the previous design, a goroutine and ticker
 // per endpoint of each pool, as the baseline (scrape.Options.PerEndpointLoop);
 // "expfmt" is the scheduler parsing whole pages with expfmt instead of the
-// fast path.
+// fast path; "read" is the physical cost, the floor of the others: each
+// server's page read over a kept connection at the refresh interval, with
+// the least a client can do (write the GET, read the header and
+// Content-Length bytes), nothing parsed or published.
 //
 //	go run ./bench/scrape -endpoints 1000 -pools-per-server 2 -interval 50ms -duration 20s -modes loop,scheduler,loop,scheduler
 package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -27,6 +31,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -44,7 +49,7 @@ func main() {
 	duration := flag.Duration("duration", 60*time.Second, "measured time per mode")
 	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured time before each mode")
 	pageBytes := flag.Int("page-bytes", vllmpage.DefaultMinBytes, "smallest metrics page served")
-	modes := flag.String("modes", "loop,scheduler", "modes to measure, in order (the first is the baseline of the ratios): scheduler, loop, expfmt")
+	modes := flag.String("modes", "loop,scheduler", "modes to measure, in order (the first is the baseline of the ratios): scheduler, loop, expfmt, idle, read")
 	poolsPerServer := flag.Int("pools-per-server", 1, "pools holding each model server")
 	idleInterval := flag.Duration("idle-interval", scrape.DefaultIdleRefreshInterval, "longest interval of an idle pool's servers (the idle mode)")
 	serve := flag.Bool("serve", false, "run as the model-server child")
@@ -127,6 +132,9 @@ func (r result) print() {
 }
 
 func measure(mode string, endpoints, poolsPerServer, port int, interval, idleInterval, duration, warmup time.Duration) (result, error) {
+	if mode == "read" {
+		return measureRead(endpoints, port, interval, duration, warmup)
+	}
 	opts := scrape.Options{RefreshInterval: interval}
 	busy := true
 	switch mode {
@@ -218,6 +226,113 @@ func measure(mode string, endpoints, poolsPerServer, port int, interval, idleInt
 		}
 	}
 	return r, nil
+}
+
+// measureRead reads every server's page once per interval over a kept
+// connection each, from as many goroutines as the scheduler's slots would
+// use on this machine, and nothing else.
+func measureRead(endpoints, port int, interval, duration, warmup time.Duration) (result, error) {
+	conns := make([]net.Conn, endpoints)
+	for i := range conns {
+		c, err := net.Dial("tcp", net.JoinHostPort(loopbackIP(i), strconv.Itoa(port)))
+		if err != nil {
+			return result{}, err
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	var requests, errs atomic.Uint64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	work := make(chan int)
+	workers := 4 * runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, 1<<20)
+			for i := range work {
+				if err := readPage(conns[i], loopbackIP(i), buf); err != nil {
+					errs.Add(1)
+				}
+				requests.Add(1)
+			}
+		}()
+	}
+	go func() {
+		defer close(work)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			for i := range conns {
+				select {
+				case work <- i:
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	time.Sleep(warmup) // a harness's fixed measuring window, not a wait for an event
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before, t0, s0, a0 := cpu(), time.Now(), requests.Load(), ms.Mallocs
+	time.Sleep(duration) // the measured window
+	runtime.ReadMemStats(&ms)
+	after, t1, s1, a1 := cpu(), time.Now(), requests.Load(), ms.Mallocs
+	r := result{mode: "read", poolEndpoints: endpoints, goroutines: runtime.NumGoroutine()}
+	cancel()
+	wg.Wait()
+	r.wall, r.used = t1.Sub(t0), after-before
+	r.cores = r.used.Seconds() / r.wall.Seconds()
+	r.scrapes, r.errors = s1-s0, errs.Load()
+	r.scrapesPerSec = float64(r.scrapes) / r.wall.Seconds()
+	r.allocsPerSec = float64(a1-a0) / r.wall.Seconds()
+	endpointSeconds := float64(r.poolEndpoints) * r.wall.Seconds()
+	r.cpuPerEndpointSecond = time.Duration(float64(r.used) / endpointSeconds)
+	r.cpuPerScrape = time.Duration(float64(r.used) / float64(max(r.scrapes, 1)))
+	r.allocsPerEndpointSecond = float64(a1-a0) / endpointSeconds
+	return r, nil
+}
+
+// readPage sends one GET on c and reads the response whole into buf.
+func readPage(c net.Conn, host string, buf []byte) error {
+	if _, err := c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: " + host + "\r\n\r\n")); err != nil {
+		return err
+	}
+	buf = buf[:0]
+	want := -1
+	for want < 0 || len(buf) < want {
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			return err
+		}
+		if want < 0 {
+			end := bytes.Index(buf, []byte("\r\n\r\n"))
+			if end < 0 {
+				continue
+			}
+			i := bytes.Index(buf[:end], []byte("Content-Length: "))
+			if i < 0 {
+				return fmt.Errorf("no Content-Length")
+			}
+			j := i + len("Content-Length: ")
+			k := bytes.IndexByte(buf[j:end+2], '\r')
+			length, err := strconv.Atoi(string(buf[j : j+k]))
+			if err != nil {
+				return err
+			}
+			want = end + 4 + length
+		}
+	}
+	return nil
 }
 
 func loopbackIP(i int) string {

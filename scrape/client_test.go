@@ -1,0 +1,197 @@
+package scrape
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/vllmpage"
+)
+
+// rawServer answers each request on a loopback socket with the next of its
+// canned responses, and closes a connection after each when closeAfter.
+type rawServer struct {
+	ln       net.Listener
+	accepted atomic.Int64
+}
+
+func startRawServer(t *testing.T, closeAfter bool, responses ...string) *rawServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &rawServer{ln: ln}
+	done := make(chan struct{})
+	var next atomic.Int64
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			rs.accepted.Add(1)
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := http.ReadRequest(r); err != nil {
+						return
+					}
+					i := int(next.Add(1)-1) % len(responses)
+					if _, err := c.Write([]byte(responses[i])); err != nil || closeAfter {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return rs
+}
+
+func (rs *rawServer) target(t *testing.T, m *Manager) *server {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(rs.ln.Addr().String())
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := &datastore.Endpoint{IP: host, Port: int32(p), Address: rs.ln.Addr().String()}
+	s := newServer(&m.opts, buildTarget(&m.opts, nil, ep))
+	t.Cleanup(s.closeConn)
+	return s
+}
+
+// The scrape's own HTTP/1.1 reader: framings, and answers it must refuse
+// with the reason the error counter gets.
+func TestClientResponses(t *testing.T) {
+	page := string(mustPage(t, vllmpage.State{Waiting: 4, Running: 1, KVCacheUsage: 0.25}, vllmpage.Options{}))
+	chunk := func(parts ...string) string {
+		var b strings.Builder
+		for _, p := range parts {
+			b.WriteString(strings.ToUpper(strconv.FormatInt(int64(len(p)), 16)) + "\r\n" + p + "\r\n")
+		}
+		return b.String() + "0\r\n\r\n"
+	}
+	half := len(page) / 2
+	tests := []struct {
+		name       string
+		response   string
+		closeAfter bool
+		reason     string // empty: a page with Waiting 4
+		wantText   string
+	}{
+		{name: "content length", response: "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(page)) + "\r\n\r\n" + page},
+		{name: "chunked", response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(page[:half], page[half:half+7], page[half+7:])},
+		{name: "chunked with extension and trailer", response: "HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n" +
+			strconv.FormatInt(int64(len(page)), 16) + ";x=y\r\n" + page + "\r\n0\r\nX-Trailer: 1\r\n\r\n"},
+		{name: "until close", response: "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + page, closeAfter: true},
+		{name: "HTTP/1.0", response: "HTTP/1.0 200 OK\r\n\r\n" + page, closeAfter: true},
+		{name: "status", response: "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy", reason: "status", wantText: "HTTP 503 Service Unavailable"},
+		{name: "redirect", response: "HTTP/1.1 302 Found\r\nLocation: http://elsewhere/\r\nContent-Length: 0\r\n\r\n", reason: "status", wantText: "HTTP 302"},
+		{name: "not HTTP", response: "SSH-2.0-OpenSSH\r\n\r\n", reason: "transport", wantText: "not an HTTP/1.x response"},
+		{name: "bad length", response: "HTTP/1.1 200 OK\r\nContent-Length: -3\r\n\r\n", reason: "transport", wantText: "bad Content-Length"},
+		{name: "unknown encoding", response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", reason: "transport", wantText: `unsupported Transfer-Encoding "gzip"`},
+		{name: "bad chunk size", response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", reason: "body", wantText: `bad chunk size "zz"`},
+		{name: "chunk without CRLF", response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd\r\n", reason: "body", wantText: "not followed by CRLF"},
+		{name: "truncated", response: "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(page)) + "\r\n\r\n" + page[:half], closeAfter: true, reason: "body", wantText: "unexpected EOF"},
+		{name: "too large", response: "HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n", reason: "too_large", wantText: "exceeds the 65536-byte cap"},
+		{name: "too large chunked", response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(page, page, page), reason: "too_large", wantText: "exceeds the 65536-byte cap"},
+		{name: "too large until close", response: "HTTP/1.1 200 OK\r\n\r\n" + page + page + page, closeAfter: true, reason: "too_large", wantText: "exceeds the 65536-byte cap"},
+		{name: "huge header", response: "HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", maxHeaderBytes+1) + "\r\n\r\n", reason: "transport", wantText: "response header exceeds"},
+		{name: "closed at once", response: "", closeAfter: true, reason: "transport", wantText: "unexpected EOF"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs := startRawServer(t, tt.closeAfter, tt.response)
+			m, err := NewManager(Options{MaxBodyBytes: 64 << 10, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := rs.target(t, m)
+			for i := range 2 {
+				met, err := m.fetch(context.Background(), s)
+				if tt.reason == "" {
+					if err != nil {
+						t.Fatalf("scrape %d: %v", i, err)
+					}
+					if met.WaitingRequests != 4 || met.KVCacheUsage != 0.25 {
+						t.Fatalf("scrape %d: got %+v", i, met)
+					}
+					continue
+				}
+				var se *scrapeError
+				if !errors.As(err, &se) || se.reason != tt.reason || !strings.Contains(err.Error(), tt.wantText) {
+					t.Fatalf("scrape %d: error %v, want reason %s with %q", i, err, tt.reason, tt.wantText)
+				}
+				if s.conn != nil {
+					t.Fatal("a failed scrape kept its connection")
+				}
+			}
+			want := int64(1)
+			if tt.closeAfter || tt.reason != "" {
+				want = 2
+			}
+			if got := rs.accepted.Load(); got != want {
+				t.Errorf("%d connections for two scrapes, want %d", got, want)
+			}
+		})
+	}
+}
+
+// A kept connection the server closed while idle is found out by the next
+// scrape, which dials again and succeeds, as does one that hangs until the
+// timeout on a kept connection.
+func TestClientKeptConnectionClosed(t *testing.T) {
+	page := string(mustPage(t, vllmpage.State{Waiting: 4}, vllmpage.Options{}))
+	// The server answers once per connection, then closes it without
+	// saying so (as an idle timeout does).
+	rs := startRawServer(t, true, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(page))+"\r\n\r\n"+page)
+	m, err := NewManager(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rs.target(t, m)
+	for i := range 3 {
+		if _, err := m.fetch(context.Background(), s); err != nil {
+			t.Fatalf("scrape %d: %v", i, err)
+		}
+	}
+	if got := rs.accepted.Load(); got != 3 {
+		t.Errorf("%d connections for three scrapes, want 3", got)
+	}
+}
+
+// A cancelled scrape (its server left) ends at once, not at its timeout.
+func TestClientCancelled(t *testing.T) {
+	ms := startModelServers(t, 1)[0]
+	arrived := ms.block()
+	m, err := NewManager(Options{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := &datastore.Endpoint{IP: ms.ip, Port: int32(ms.port), Address: ms.addr}
+	s := newServer(&m.opts, buildTarget(&m.opts, nil, ep))
+	defer s.closeConn()
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 1)
+	go func() {
+		_, err := m.fetch(ctx, s)
+		errs <- err
+	}()
+	<-arrived
+	cancel()
+	if err := <-errs; err == nil {
+		t.Fatal("a cancelled scrape succeeded")
+	}
+}
