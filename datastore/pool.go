@@ -78,6 +78,8 @@ type Pool struct {
 	removed atomic.Bool
 	// lastRequest is when NoteRequest last recorded a request (Unix ns).
 	lastRequest atomic.Int64
+	// requests counts NoteRequest's calls.
+	requests atomic.Uint64
 }
 
 // requestNoteGranularity is how stale LastRequest may be: a busy pool's
@@ -91,6 +93,7 @@ const requestNoteGranularity = 100 * time.Millisecond
 // the first request after an idle spell is how the scraper learns to
 // refresh the pool's metrics at once.
 func (p *Pool) NoteRequest(now time.Time) {
+	p.requests.Add(1)
 	n := now.UnixNano()
 	prev := p.lastRequest.Load()
 	if n-prev < int64(requestNoteGranularity) || !p.lastRequest.CompareAndSwap(prev, n) {
@@ -109,6 +112,10 @@ func (p *Pool) NoteRequest(now time.Time) {
 		}
 	}
 }
+
+// Requests is the number of requests recorded for the pool: the scraper
+// shares its budget between busy pools by their request rates.
+func (p *Pool) Requests() uint64 { return p.requests.Load() }
 
 // LastRequest is when a request for the pool was last recorded (within
 // requestNoteGranularity); zero when none was.

@@ -49,6 +49,8 @@ type Manager struct {
 	inflight sync.WaitGroup
 	// wake tells the dispatcher the head of the queue changed.
 	wake chan struct{}
+	// budget admits the scrapes at the rate Options.CPUBudget pays for.
+	budget *budget
 
 	mu sync.Mutex
 	// ctx is Start's context; nil before Start.
@@ -56,6 +58,12 @@ type Manager struct {
 	stopped bool
 	pools   map[datastore.PoolKey]*poolSubs
 	servers map[targetKey]*server
+	// nextPlan is when the busy pools' shares of the budget are set again;
+	// slowed counts the pools refreshed less often than RefreshInterval.
+	nextPlan time.Time
+	slowed   int
+	// budgetWait is when a due scrape began waiting for the budget.
+	budgetWait time.Time
 	// busy and idle are the servers waiting for their next scrape, by due
 	// time: those of a pool with requests in the last DemandWindow, and the
 	// others. A busy server due is scraped before an idle one.
@@ -72,6 +80,11 @@ type poolSubs struct {
 	// MaxConcurrentScrapesPerPool; parked are its servers due meanwhile.
 	inflight int
 	parked   []*server
+	// interval is the time between scrapes of its busy servers that the
+	// scrape budget allows, zero when RefreshInterval fits; requests are
+	// the pool's request count when it was set.
+	interval time.Duration
+	requests uint64
 }
 
 var (
@@ -113,6 +126,7 @@ func NewManager(opts Options) (*Manager, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		slots:   make(chan struct{}, opts.MaxConcurrentScrapes),
+		budget:  newBudget(opts.CPUBudget),
 		wake:    make(chan struct{}, 1),
 		pools:   map[datastore.PoolKey]*poolSubs{},
 		servers: map[targetKey]*server{},
@@ -199,10 +213,27 @@ func (m *Manager) dispatch(ctx context.Context) {
 		}
 		now := time.Now()
 		m.mu.Lock()
-		s, wait := m.nextLocked(now)
+		if !now.Before(m.nextPlan) {
+			m.planLocked(now)
+			m.nextPlan = now.Add(planInterval)
+		}
+		var s *server
+		wait := m.dueLocked(now)
+		if wait == 0 {
+			// A scrape is due: the budget says when it may start.
+			if wait = m.budget.wait(now); wait == 0 {
+				s, wait = m.nextLocked(now)
+			} else if m.budgetWait.IsZero() {
+				m.budgetWait = now
+			}
+		}
 		var interval time.Duration
 		var due time.Time
 		if s != nil {
+			if !m.budgetWait.IsZero() {
+				m.budget.waited.Add(int64(now.Sub(m.budgetWait)))
+				m.budgetWait = time.Time{}
+			}
 			interval, due = s.interval, s.next
 			s.running, s.lastStart = true, now
 			s.ctx, s.cancel = context.WithCancel(ctx)
@@ -211,7 +242,7 @@ func (m *Manager) dispatch(ctx context.Context) {
 		}
 		m.mu.Unlock()
 		if s != nil {
-			go m.scrape(s, due, interval)
+			go m.scrape(s, due, interval, m.budget.take())
 			continue
 		}
 		<-m.slots
@@ -241,13 +272,7 @@ func (m *Manager) nextLocked(now time.Time) (s *server, wait time.Duration) {
 			q = &m.idle
 		}
 		if len(*q) == 0 || (*q)[0].next.After(now) {
-			wait = -1
-			for _, q := range []serverQueue{m.busy, m.idle} {
-				if len(q) > 0 && (wait < 0 || q[0].next.Sub(now) < wait) {
-					wait = max(q[0].next.Sub(now), 0)
-				}
-			}
-			return nil, wait
+			return nil, m.dueLocked(now)
 		}
 		s = heap.Pop(q).(*server)
 		if full := m.fullPoolLocked(s); full != nil {
@@ -260,6 +285,18 @@ func (m *Manager) nextLocked(now time.Time) (s *server, wait time.Duration) {
 		}
 		return s, 0
 	}
+}
+
+// dueLocked is the time until the next server is due, zero when one is,
+// negative when none is queued.
+func (m *Manager) dueLocked(now time.Time) time.Duration {
+	wait := time.Duration(-1)
+	for _, q := range []serverQueue{m.busy, m.idle} {
+		if len(q) > 0 && (wait < 0 || q[0].next.Sub(now) < wait) {
+			wait = max(q[0].next.Sub(now), 0)
+		}
+	}
+	return wait
 }
 
 // fullPoolLocked returns a pool of s that has its share of the slots in
@@ -304,8 +341,10 @@ func (m *Manager) unparkLocked(ps *poolSubs) {
 
 // scrape is one scrape of s, due at due, and the publication of its result
 // to every endpoint resolving to it; interval was the time since the last.
-func (m *Manager) scrape(s *server, due time.Time, interval time.Duration) {
+func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Duration) {
 	defer m.inflight.Done()
+	var cpu threadTimer
+	cpu.begin()
 	met, err := m.fetch(s.ctx, s)
 	// A cancelled scrape is no failure: its server left, or the manager
 	// stopped.
@@ -323,6 +362,7 @@ func (m *Manager) scrape(s *server, due time.Time, interval time.Duration) {
 			m.move(s, moved)
 		}
 	}
+	m.budget.charge(cpu.end(), expected)
 	m.mu.Lock()
 	s.cancel()
 	s.running = false
@@ -344,6 +384,9 @@ func (m *Manager) scrape(s *server, due time.Time, interval time.Duration) {
 		interval = max(interval, m.backoff(s.failures))
 	default:
 		s.failures = 0
+	}
+	if s.busy {
+		interval = max(interval, m.shareLocked(s))
 	}
 	s.interval = interval
 	if !m.stopped {

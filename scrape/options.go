@@ -1,6 +1,7 @@
 package scrape
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -97,6 +98,13 @@ type Options struct {
 	// goroutine for its duration); a due scrape waits for a free slot. Zero
 	// means DefaultMaxConcurrentScrapes.
 	MaxConcurrentScrapes int
+	// CPUBudget is the CPU the scrapes may use, in cores: scrapes are
+	// admitted at the rate it pays for (each measured by its thread's CPU
+	// time), so that picks and stream handling keep the rest of the cores.
+	// When it cannot pay for every busy server at RefreshInterval, busy
+	// pools share it by request rate. Zero means half of GOMAXPROCS;
+	// negative means no budget.
+	CPUBudget float64
 	// MaxConcurrentScrapesPerPool bounds the scrapes in flight of one
 	// pool's servers, so that servers that hang until the timeout stall
 	// their own pool only; zero means an eighth of MaxConcurrentScrapes, at
@@ -168,6 +176,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxConcurrentScrapes <= 0 {
 		o.MaxConcurrentScrapes = DefaultMaxConcurrentScrapes
+	}
+	switch {
+	case o.CPUBudget == 0:
+		o.CPUBudget = float64(runtime.GOMAXPROCS(0)) / 2
+	case o.CPUBudget < 0:
+		o.CPUBudget = 0
 	}
 	if o.MaxConcurrentScrapesPerPool <= 0 {
 		o.MaxConcurrentScrapesPerPool = max(o.MaxConcurrentScrapes/8, 1)

@@ -22,6 +22,8 @@ type statsCollector struct {
 	queue    *prometheus.Desc
 	running  *prometheus.Desc
 	podQueue *prometheus.Desc
+
+	budgetCores, budgetUsed, budgetWait, budgetPerScrape, budgetRate, budgetSlowed *prometheus.Desc
 }
 
 func newStatsCollector(m *Manager) *statsCollector {
@@ -45,6 +47,18 @@ func newStatsCollector(m *Manager) *statsCollector {
 		podQueue: prometheus.NewDesc("inference_pool_per_pod_queue_size",
 			"Queued requests of each of the pool's model servers with fresh metrics, named as upstream names them (POD-rank-I, I the target port's index).",
 			append(pool, "model_server_pod"), nil),
+		budgetCores: prometheus.NewDesc("poolpicker_scrape_budget_cores",
+			"CPU the metrics scrapes may use (--metrics-scrape-cpu-budget), in cores; 0 when unlimited.", nil, nil),
+		budgetUsed: prometheus.NewDesc("poolpicker_scrape_budget_used_cpu_seconds_total",
+			"CPU time the metrics scrapes spent, each measured on its own thread.", nil, nil),
+		budgetWait: prometheus.NewDesc("poolpicker_scrape_budget_wait_seconds_total",
+			"Time a due metrics scrape waited for the CPU budget.", nil, nil),
+		budgetPerScrape: prometheus.NewDesc("poolpicker_scrape_budget_cpu_per_scrape_seconds",
+			"Average CPU time of a metrics scrape.", nil, nil),
+		budgetRate: prometheus.NewDesc("poolpicker_scrape_budget_scrapes_per_second",
+			"Metrics scrapes a second the CPU budget pays for at the average cost; 0 when unlimited.", nil, nil),
+		budgetSlowed: prometheus.NewDesc("poolpicker_scrape_budget_slowed_pools",
+			"Busy pools whose model servers the budget lets be scraped less often than --refresh-metrics-interval, sharing it by request rate.", nil, nil),
 	}
 }
 
@@ -55,11 +69,24 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.queue
 	ch <- c.running
 	ch <- c.podQueue
+	for _, d := range []*prometheus.Desc{c.budgetCores, c.budgetUsed, c.budgetWait, c.budgetPerScrape, c.budgetRate, c.budgetSlowed} {
+		ch <- d
+	}
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.errors.Collect(ch)
 	c.scrapes.Collect(ch)
+	b := c.m.budget
+	c.m.mu.Lock()
+	slowed := c.m.slowed
+	c.m.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.budgetCores, prometheus.GaugeValue, b.cores)
+	ch <- prometheus.MustNewConstMetric(c.budgetUsed, prometheus.CounterValue, time.Duration(b.used.Load()).Seconds())
+	ch <- prometheus.MustNewConstMetric(c.budgetWait, prometheus.CounterValue, time.Duration(b.waited.Load()).Seconds())
+	ch <- prometheus.MustNewConstMetric(c.budgetPerScrape, prometheus.GaugeValue, b.expected().Seconds())
+	ch <- prometheus.MustNewConstMetric(c.budgetRate, prometheus.GaugeValue, b.rate())
+	ch <- prometheus.MustNewConstMetric(c.budgetSlowed, prometheus.GaugeValue, float64(slowed))
 	now := time.Now()
 	for _, p := range c.m.scrapedPools() {
 		a, ok := aggregate(p, now, c.m.opts.StalenessThreshold)

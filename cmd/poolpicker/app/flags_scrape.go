@@ -18,6 +18,8 @@ func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
 		"Age past which an endpoint's metrics are stale; an endpoint with stale or no metrics has unknown load and is not picked on load.")
 	fs.DurationVar(&o.Timeout, "metrics-scrape-timeout", scrape.DefaultTimeout,
 		"Bound of one scrape: connecting, the request and reading the page.")
+	fs.Float64Var(&o.CPUBudget, "metrics-scrape-cpu-budget", 0,
+		"CPU the model-server metrics scrapes may use, in cores: scrapes are admitted at the rate it pays for, so that picks keep the rest of the cores; when it cannot pay for every busy server at --refresh-metrics-interval, busy pools share it by request rate. 0 means half of the process's cores (GOMAXPROCS); a negative value sets no budget.")
 	fs.Int64Var(&o.MaxBodyBytes, "metrics-max-body-bytes", scrape.DefaultMaxBodyBytes,
 		"Largest metrics page read; a larger one fails the scrape.")
 	fs.IntVar(&o.MaxIdleConns, "metrics-max-idle-conns", scrape.DefaultMaxIdleConns,

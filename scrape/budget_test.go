@@ -1,0 +1,120 @@
+package scrape
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/vllmpage"
+)
+
+// keepBusy notes requests for each pool at its rate (requests per 10 ms)
+// until the test ends.
+func keepBusy(t *testing.T, rates map[*datastore.Pool]int) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				for p, n := range rates {
+					for range n {
+						p.NoteRequest(now)
+					}
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); wg.Wait() })
+}
+
+// Scrapes spend no more CPU than the budget pays for, however many are
+// due; the wait and the slowed pools show on the budget's metrics.
+func TestBudgetBoundsScrapeCPU(t *testing.T) {
+	const cores = 0.05
+	servers := startModelServers(t, 8)
+	for _, s := range servers {
+		s.servePage(t, vllmpage.State{Waiting: 1}, vllmpage.Options{})
+	}
+	// Eight servers at 1 ms want 8,000 scrapes a second: far more than
+	// 5 % of a core pays for.
+	h := newHarness(t, Options{RefreshInterval: time.Millisecond, CPUBudget: cores})
+	p := h.addPool("pool", nil, servers[0].port, servers...)
+	keepBusy(t, map[*datastore.Pool]int{p: 1})
+	h.awaitScrapes(t, servers[0].addr, 5)
+	used0, t0 := h.m.budget.used.Load(), time.Now()
+	for range 3 {
+		h.awaitScrapes(t, servers[7].addr, 5)
+	}
+	// Two plans have run: the pool is slowed.
+	h.await(t, "the pool slowed", func(scrapeEvent) bool { return h.single(t, "poolpicker_scrape_budget_slowed_pools") == 1 })
+	used, elapsed := time.Duration(h.m.budget.used.Load()-used0), time.Since(t0)
+	// The bucket holds a tenth of a second's worth, and a scrape admitted
+	// on an estimate may overspend it once.
+	allowed := time.Duration(cores*float64(elapsed)) + time.Duration(cores*float64(100*time.Millisecond)) + 4*h.m.budget.expected()
+	t.Logf("scrapes spent %v of CPU in %v (%.3f cores), %v a scrape", used, elapsed, used.Seconds()/elapsed.Seconds(), h.m.budget.expected())
+	if used > allowed {
+		t.Errorf("scrapes spent %v of CPU in %v, want at most %v at %.2f cores", used, elapsed, allowed, cores)
+	}
+	if got := h.single(t, "poolpicker_scrape_budget_cores"); got != cores {
+		t.Errorf("budget gauge %v, want %v", got, cores)
+	}
+	if got := h.single(t, "poolpicker_scrape_budget_wait_seconds_total"); got <= 0 {
+		t.Errorf("no wait for the budget counted: %v", got)
+	}
+	if got := h.single(t, "poolpicker_scrape_budget_used_cpu_seconds_total"); got <= 0 {
+		t.Errorf("no scrape CPU counted: %v", got)
+	}
+}
+
+// When the budget cannot pay for every busy server at RefreshInterval, the
+// busy pools share it by request rate: the pool with ten times the other's
+// requests gets several times its scrapes.
+func TestBudgetSharedByRequestRate(t *testing.T) {
+	servers := startModelServers(t, 8)
+	for _, s := range servers {
+		s.servePage(t, vllmpage.State{Waiting: 1}, vllmpage.Options{})
+	}
+	h := newHarness(t, Options{RefreshInterval: time.Millisecond, CPUBudget: 0.05})
+	hot := h.addPool("hot", nil, servers[0].port, servers[:4]...)
+	warm := h.addPool("warm", nil, servers[0].port, servers[4:]...)
+	keepBusy(t, map[*datastore.Pool]int{hot: 10, warm: 1})
+	// Two plans (a second each) set the shares; then count.
+	h.await(t, "both pools slowed", func(scrapeEvent) bool { return h.single(t, "poolpicker_scrape_budget_slowed_pools") >= 1 })
+	h.m.mu.Lock()
+	planned := h.m.nextPlan
+	h.m.mu.Unlock()
+	h.await(t, "a plan later", func(scrapeEvent) bool { return time.Now().After(planned) })
+	counts := map[datastore.PoolKey]int{}
+	h.await(t, "200 scrapes of the hot pool", func(ev scrapeEvent) bool {
+		counts[ev.pool]++
+		return counts[hot.Key] >= 200
+	})
+	t.Logf("scrapes hot %d, warm %d", counts[hot.Key], counts[warm.Key])
+	if ratio := float64(counts[hot.Key]) / float64(max(counts[warm.Key], 1)); ratio < 3 {
+		t.Errorf("scrapes hot %d, warm %d (ratio %.1f): want the pool with ten times the requests to get at least three times the scrapes", counts[hot.Key], counts[warm.Key], ratio)
+	}
+}
+
+// single returns the value of a family with one unlabelled sample.
+func (h *harness) single(t *testing.T, family string) float64 {
+	t.Helper()
+	fams, err := h.prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == family && len(f.Metric) == 1 {
+			return value(f.Metric[0])
+		}
+	}
+	t.Fatalf("no %s", family)
+	return 0
+}
