@@ -122,6 +122,7 @@ func TestKustomizationsRender(t *testing.T) {
 			}
 			deploy := deploytest.Find(objs, "Deployment", "poolpicker")
 			checkDeployment(t, deploy)
+			checkNoConformanceBehaviors(t, deploy)
 			checkRBAC(t, objs, deploy)
 			checkMetricsAuth(t, objs, deploy)
 		})
@@ -149,9 +150,21 @@ func TestChartLintsAndRenders(t *testing.T) {
 				}
 			}
 			checkDeployment(t, deploy)
+			checkNoConformanceBehaviors(t, deploy)
 			checkRBAC(t, objs, deploy)
 			checkMetricsAuth(t, objs, deploy)
 		})
+	}
+}
+
+// checkNoConformanceBehaviors: outside the conformance overlay and values,
+// no install lets a client choose its endpoint.
+func checkNoConformanceBehaviors(t *testing.T, deploy *unstructured.Unstructured) {
+	t.Helper()
+	for _, a := range containerArgs(deploy) {
+		if strings.HasPrefix(a, "--enable-conformance-test-behaviors") && a != "--enable-conformance-test-behaviors=false" {
+			t.Errorf("args turn the conformance-test behaviours on (%s): only config/deploy/overlays/conformance and values-conformance.yaml may", a)
+		}
 	}
 }
 
@@ -427,6 +440,9 @@ func TestDryRunEveryObject(t *testing.T) {
 			return tool.Chart(ctx, deploytest.ChartOptions{Values: v.values})
 		}})
 	}
+	sources = append(sources, source{"kustomize " + conformanceOverlay + " over the suite's manifest", func() ([]*unstructured.Unstructured, error) {
+		return renderConformance(t, ctx, ""), nil
+	}})
 	for _, s := range sources {
 		t.Run(s.name, func(t *testing.T) {
 			objs, err := s.objs()
