@@ -205,11 +205,11 @@ func structList(s *structpb.Struct, key string) ([]string, bool) {
 	}
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_ListValue:
+		// An entry may itself be a comma-joined list (as a gateway's
+		// header-to-metadata rule writes it); lwepp splits those too.
 		out := make([]string, 0, len(k.ListValue.GetValues()))
 		for _, e := range k.ListValue.GetValues() {
-			if s := e.GetStringValue(); s != "" {
-				out = append(out, s)
-			}
+			out = append(out, splitList(e.GetStringValue())...)
 		}
 		return out, true
 	case *structpb.Value_StringValue:
