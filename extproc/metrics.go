@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/labelvalue"
 )
 
 // Metric names follow the upstream Inference Extension's request metrics,
@@ -41,9 +42,17 @@ type metrics struct {
 	attempts      *prometheus.CounterVec
 	rewrites      *prometheus.CounterVec
 	models        *labelCap
+
+	// mu orders series writes (read side) against the deletion of a
+	// removed pool's or endpoint's series (write side), so that none is
+	// written again after it was deleted.
+	mu  sync.RWMutex
+	reg *datastore.Registry
+	// byPool are the vectors with namespace and pool labels.
+	byPool []prometheus.Collector
 }
 
-func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, pools *datastore.Registry, maxModels int) (*metrics, error) {
 	labels := []string{"model_name", "target_model_name", "namespace", "pool"}
 	tokenBuckets := prometheus.ExponentialBuckets(1, 4, 12) // 1 .. ~4M tokens
 	m := &metrics{
@@ -118,26 +127,33 @@ func newMetrics(reg prometheus.Registerer, maxModels int) (*metrics, error) {
 			Help: "Requests whose model an InferenceModelRewrite rewrote, by rewrite, requested model, target model and pool.",
 		}, []string{"model_rewrite_name", "model_name", "target_model", "namespace", "pool"}),
 		models: &labelCap{max: maxModels, seen: map[string]struct{}{}},
+		reg:    pools,
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens, m.cachedTokens,
 		m.requestSizes, m.responseSizes, m.running, m.normTPOT, m.ttft, m.tpot, m.schedulerE2E, m.attempts, m.rewrites} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+		m.byPool = append(m.byPool, c)
 	}
 	return m, nil
 }
 
-// labelCap admits the first max distinct values and maps the rest to
-// "other": model names come from clients, so they must not grow series
-// without bound. Pool labels are bounded by the served pools.
+// labelCap bounds the model names used as label values: model names come
+// from clients, so they must not grow series without bound. A name the
+// request's pool's rewrites mention is always admitted (the operator
+// declared it); of the others the first max distinct are admitted and the
+// rest counted as "other", as is any value that fails labelvalue.Check
+// (request paths refuse those first; rewrite targets from the API server
+// are not length-checked there). Pool and pod labels are bounded by the
+// served pools, and deleted with them (forgetPool, forgetEndpoints).
 type labelCap struct {
 	mu   sync.RWMutex
 	max  int
 	seen map[string]struct{}
 }
 
-func (c *labelCap) value(v string) string {
+func (c *labelCap) value(v string, pol *datastore.Policy) string {
 	if v == "" {
 		return v
 	}
@@ -146,6 +162,12 @@ func (c *labelCap) value(v string) string {
 	n := len(c.seen)
 	c.mu.RUnlock()
 	if ok {
+		return v
+	}
+	if !labelvalue.Valid(v, 0) {
+		return otherLabel
+	}
+	if pol.Mentions(v) {
 		return v
 	}
 	if n >= c.max {
@@ -166,13 +188,36 @@ func (c *labelCap) value(v string) string {
 // requestLabels are one request's metric labels, computed once: the
 // models, and the pool's namespace and name (empty before the stream's pool
 // is known).
-type requestLabels struct{ model, target, namespace, pool string }
+type requestLabels struct {
+	model, target, namespace, pool string
+	// p is the stream's pool, nil before it is known: once it has left the
+	// registry its series are deleted and no more are written.
+	p *datastore.Pool
+}
 
-func (m *metrics) labels(model, target string, pool datastore.PoolKey) requestLabels {
-	return requestLabels{model: m.models.value(model), target: m.models.value(target), namespace: pool.Namespace, pool: pool.Name}
+func (m *metrics) labels(model, target string, pool *datastore.Pool) requestLabels {
+	var key datastore.PoolKey
+	var pol *datastore.Policy
+	if pool != nil {
+		key, pol = pool.Key, pool.Policy()
+	}
+	return requestLabels{model: m.models.value(model, pol), target: m.models.value(target, pol), namespace: key.Namespace, pool: key.Name, p: pool}
+}
+
+// write takes the read side of m.mu for a write of l's series and reports
+// whether to write them: not once l's pool has been removed, as its
+// series are gone (forgetPool holds the write side, so a write that saw the
+// pool served is done before they go). The caller calls m.mu.RUnlock.
+func (m *metrics) write(l requestLabels) bool {
+	m.mu.RLock()
+	return l.p == nil || !l.p.Removed()
 }
 
 func (m *metrics) routed(l requestLabels, priority, bodyBytes int) {
+	defer m.mu.RUnlock()
+	if !m.write(l) {
+		return
+	}
 	m.requests.WithLabelValues(l.model, l.target, strconv.Itoa(priority), l.namespace, l.pool).Inc()
 	m.requestSizes.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(float64(bodyBytes))
 	m.running.WithLabelValues(l.model, l.namespace, l.pool).Inc()
@@ -180,31 +225,54 @@ func (m *metrics) routed(l requestLabels, priority, bodyBytes int) {
 
 // ended undoes routed's running count, once per routed request.
 func (m *metrics) ended(l requestLabels) {
+	defer m.mu.RUnlock()
+	if !m.write(l) {
+		return
+	}
 	m.running.WithLabelValues(l.model, l.namespace, l.pool).Dec()
 }
 
 // rewritten counts a model rewrite; rewrite names are bounded by the
 // InferenceModelRewrite objects, models by the label cap.
 func (m *metrics) rewritten(rewrite string, l requestLabels) {
+	defer m.mu.RUnlock()
+	if !m.write(l) {
+		return
+	}
 	m.rewrites.WithLabelValues(rewrite, l.model, l.target, l.namespace, l.pool).Inc()
 }
 
-func (m *metrics) scheduled(pool datastore.PoolKey, d time.Duration) {
-	m.schedulerE2E.WithLabelValues(pool.Namespace, pool.Name).Observe(d.Seconds())
+func (m *metrics) scheduled(pool *datastore.Pool, d time.Duration) {
+	defer m.mu.RUnlock()
+	if !m.write(requestLabels{p: pool}) {
+		return
+	}
+	m.schedulerE2E.WithLabelValues(pool.Key.Namespace, pool.Key.Name).Observe(d.Seconds())
 }
 
 // attempted counts one scheduling attempt for target: a success names the
 // endpoint picked first, a failure (picked nil) leaves the endpoint empty.
 // Pods are bounded by the served pools, models by the label cap.
 func (m *metrics) attempted(l requestLabels, picked *datastore.Endpoint) {
+	defer m.mu.RUnlock()
+	if !m.write(l) {
+		return
+	}
 	if picked == nil {
 		m.attempts.WithLabelValues("failure", l.target, "", "", "", l.pool).Inc()
 		return
+	}
+	if cur, ok := l.p.Endpoints().Get(picked.Address); !ok || cur.Pod != picked.Pod {
+		return // the endpoint has left the pool, and its series with it
 	}
 	m.attempts.WithLabelValues("success", l.target, picked.Pod.Name, picked.Pod.Namespace, strconv.Itoa(int(picked.Port)), l.pool).Inc()
 }
 
 func (m *metrics) failed(l requestLabels, code int) {
+	defer m.mu.RUnlock()
+	if !m.write(l) {
+		return
+	}
 	m.errors.WithLabelValues(l.model, l.target, l.namespace, l.pool, errorCode(code)).Inc()
 }
 
@@ -233,6 +301,10 @@ func errorCode(status int) string {
 // completed records a finished response; ttft is the time to its first
 // body byte when the response was streamed, else zero.
 func (m *metrics) completed(l requestLabels, d, ttft time.Duration, responseBytes int, u Usage, hasUsage bool) {
+	defer m.mu.RUnlock()
+	if !m.write(l) {
+		return
+	}
 	m.duration.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(d.Seconds())
 	if ttft > 0 {
 		m.ttft.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(ttft.Seconds())
@@ -250,5 +322,55 @@ func (m *metrics) completed(l requestLabels, d, ttft time.Duration, responseByte
 		if u.CompletionTokens > 0 {
 			m.normTPOT.WithLabelValues(l.model, l.target, l.namespace, l.pool).Observe(d.Seconds() / float64(u.CompletionTokens))
 		}
+	}
+}
+
+// partialDeleter is every metric vector: DeletePartialMatch drops the
+// series whose labels include the given ones.
+type partialDeleter interface {
+	DeletePartialMatch(prometheus.Labels) int
+}
+
+// PoolRemoved deletes the series of a pool that left the registry
+// (datastore.Observer). A failed attempt names no endpoint, so its
+// namespace label is empty: those series go with the last pool of the
+// name.
+func (m *metrics) PoolRemoved(pool *datastore.Pool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	byPool := prometheus.Labels{"namespace": pool.Key.Namespace, "pool": pool.Key.Name}
+	for _, c := range m.byPool {
+		c.(partialDeleter).DeletePartialMatch(byPool)
+	}
+	for _, p := range m.reg.Pools() {
+		if p.Key.Name == pool.Key.Name {
+			return
+		}
+	}
+	m.attempts.DeletePartialMatch(prometheus.Labels{"status": "failure", "namespace": "", "pool": pool.Key.Name})
+}
+
+// EndpointsChanged deletes the attempt series of endpoints that left a
+// pool (datastore.Observer); a pod that stays at a new address or under a
+// new UID keeps its series, which name it by pod name and port.
+func (m *metrics) EndpointsChanged(pool *datastore.Pool, _, removed []*datastore.Endpoint) {
+	if len(removed) == 0 {
+		return
+	}
+	type podPort struct {
+		pod  string
+		port int32
+	}
+	current := map[podPort]struct{}{}
+	for _, e := range pool.Endpoints().Endpoints {
+		current[podPort{e.Pod.Name, e.Port}] = struct{}{}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, e := range removed {
+		if _, stays := current[podPort{e.Pod.Name, e.Port}]; stays {
+			continue
+		}
+		m.attempts.DeletePartialMatch(prometheus.Labels{"pod_name": e.Pod.Name, "namespace": e.Pod.Namespace, "port": strconv.Itoa(int(e.Port)), "pool": pool.Key.Name})
 	}
 }

@@ -80,10 +80,12 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 		return nil, errors.New("extproc: registry and scheduler are required")
 	}
 	opts.setDefaults()
-	m, err := newMetrics(opts.Registerer, opts.MaxModelLabels)
+	m, err := newMetrics(opts.Registerer, reg, opts.MaxModelLabels)
 	if err != nil {
 		return nil, fmt.Errorf("extproc: registering metrics: %w", err)
 	}
+	// Series of pools and endpoints that go are deleted with them.
+	reg.AddObserver(m)
 	return &Server{opts: opts, reg: reg, sched: sched, metrics: m, log: opts.Logger,
 		health: health.NewServer(), promptLimit: max(sched.PromptBytes(), 0)}, nil
 }

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/labelvalue"
 	"github.com/poolpicker/poolpicker/requestbody"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
@@ -113,6 +114,8 @@ type stream struct {
 	cLength   int
 	labels    requestLabels
 	labelsSet bool
+	// badInput is the first value read that failed its check (input.go).
+	badInput *httpError
 
 	// Decision.
 	dest     string
@@ -271,6 +274,9 @@ func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 	if st.s.opts.Tracer != nil {
 		st.trace.start(st.ctx, st.s.opts.Tracer, st.start, st.requestID)
 	}
+	if st.badInput != nil {
+		return true, st.fail(st.badInput)
+	}
 
 	pool, source, herr := resolvePool(st.s.reg, &st.resolveIn)
 	if herr != nil {
@@ -331,45 +337,57 @@ func (st *stream) readHeaders(hm *corev3.HeaderMap) {
 	for _, hv := range hm.GetHeaders() {
 		k := hv.GetKey()
 		// Gateways send lower-case names (HTTP/2); NGF's shim does too, but
-		// do not rely on it for the few we read.
-		switch strings.ToLower(k) {
+		// do not rely on it for the few we read. Every value read is
+		// checked (take) before it can reach a label, log, span or header:
+		// an invalid one is answered 400 naming the header.
+		switch name := strings.ToLower(k); name {
 		case ":path":
-			st.path = requestbody.KindOf(headerValue(hv))
+			st.path = requestbody.KindOf(st.take(hv, name, maxPathBytes))
 			st.pathWasSeen = true
 		case ":method":
-			st.method = headerValue(hv)
+			st.method = st.take(hv, name, 0)
 		case "content-length":
 			st.hasCLength = true
-			st.cLength, _ = strconv.Atoi(headerValue(hv))
+			st.cLength, _ = strconv.Atoi(st.take(hv, name, 0))
 		case hdrRequestID:
-			st.requestID = headerValue(hv)
+			// Only recorded (logs, spans, the scheduler's logs): an invalid
+			// ID is kept as a bounded placeholder, not refused.
+			st.requestID = labelvalue.Placeholder(headerValue(hv), 0)
 		case hdrObjective:
-			st.objective = headerValue(hv)
+			st.objective = st.take(hv, name, 0)
 		case hdrObjectiveDeprecated:
-			if st.objective == "" {
-				st.objective = headerValue(hv)
+			if v := st.take(hv, name, 0); st.objective == "" {
+				st.objective = v
 			}
 		case hdrModelRewrite:
-			st.modelRewrite = headerValue(hv)
+			st.modelRewrite = st.take(hv, name, 0)
 		case hdrModelRewriteDeprecated:
-			if st.modelRewrite == "" {
-				st.modelRewrite = headerValue(hv)
+			if v := st.take(hv, name, 0); st.modelRewrite == "" {
+				st.modelRewrite = v
 			}
 		case hdrEPPHost:
-			st.resolveIn.eppHost = headerValue(hv)
+			st.resolveIn.eppHost = st.take(hv, name, maxAuthorityBytes)
 		case hdrEPPPort:
-			st.resolveIn.eppPort = headerValue(hv)
-		case hdrTraceParent:
-			st.trace.parent = headerValue(hv)
-		case hdrTraceState:
-			st.trace.state = headerValue(hv)
+			st.resolveIn.eppPort = st.take(hv, name, 0)
+		case hdrTraceParent, hdrTraceState:
+			// W3C trace context: a value that cannot be parsed starts a new
+			// trace; it is not the client's error.
+			v := headerValue(hv)
+			if !labelvalue.Valid(v, maxTraceBytes) {
+				v = ""
+			}
+			if name == hdrTraceParent {
+				st.trace.parent = v
+			} else {
+				st.trace.state = v
+			}
 		case hdrPoolTag:
 			if st.s.opts.TrustPoolHeader {
-				st.resolveIn.header = headerValue(hv)
+				st.resolveIn.header = st.take(hv, name, 0)
 			}
 		case HeaderConformanceSelection:
 			if st.s.opts.EnableConformanceTestBehaviors {
-				st.candidateIPs = splitList(headerValue(hv))
+				st.candidateIPs = splitList(st.take(hv, name, maxIPListBytes))
 			}
 		}
 	}
@@ -388,24 +406,36 @@ func splitList(s string) []string {
 	return out
 }
 
-// readTags gathers every explicit pool tag and the subset hint.
+// readTags gathers every explicit pool tag and the subset hint, checking
+// each value as readHeaders does.
 func (st *stream) readTags(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) {
 	in := &st.resolveIn
+	tag := func(source, v string) {
+		if st.checkValue("pool tag "+hdrPoolTag+" from "+source, v, 0) {
+			in.tags = append(in.tags, sourcedValue{source, v})
+		}
+	}
 	// Two lookups, not FromIncomingContext, which copies all the metadata.
 	for _, v := range metadata.ValueFromIncomingContext(st.ctx, hdrPoolTag) {
-		in.tags = append(in.tags, sourcedValue{"grpc metadata", v})
+		tag("grpc metadata", v)
 	}
-	if a := metadata.ValueFromIncomingContext(st.ctx, ":authority"); len(a) > 0 {
+	if a := metadata.ValueFromIncomingContext(st.ctx, ":authority"); len(a) > 0 && st.checkValue("stream :authority", a[0], maxAuthorityBytes) {
 		in.authority = a[0]
 	}
 	if mc := req.GetMetadataContext(); mc != nil {
 		for ns, s := range mc.GetFilterMetadata() {
 			if v, ok := structString(s, hdrPoolTag); ok {
-				in.tags = append(in.tags, sourcedValue{"metadata_context " + ns, v})
+				tag("metadata_context "+labelvalue.Placeholder(ns, 0), v)
 			}
 		}
 		if s, ok := mc.GetFilterMetadata()[MetadataNamespaceSubset]; ok {
 			if l, ok := structList(s, MetadataKeySubset); ok {
+				for _, a := range l {
+					if !st.checkValue("subset hint entry of "+MetadataKeySubset, a, maxAddressBytes) {
+						l = nil
+						break
+					}
+				}
 				in.subset = l
 			}
 		}
@@ -413,7 +443,7 @@ func (st *stream) readTags(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHe
 	for _, attrs := range []map[string]*structpb.Struct{req.GetAttributes(), h.GetAttributes()} {
 		for ns, s := range attrs {
 			if v, ok := structString(s, hdrPoolTag); ok {
-				in.tags = append(in.tags, sourcedValue{"attributes " + ns, v})
+				tag("attributes "+labelvalue.Placeholder(ns, 0), v)
 			}
 		}
 	}
@@ -537,6 +567,11 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		if err != nil {
 			return true, st.fail(&httpError{code: http.StatusBadRequest, reason: "BadRequest", msg: err.Error()})
 		}
+		// The reader has refused invalid UTF-8; the model also becomes a
+		// label, a log field and a span attribute, so it is bounded too.
+		if err := labelvalue.Check(rb.Model, 0); err != nil {
+			return true, st.fail(&httpError{code: http.StatusBadRequest, reason: "BadRequest", msg: `"model" ` + err.Error()})
+		}
 		// rb.Prompt is a slice of body: the gRPC message's bytes for a
 		// one-chunk body, else the joined chunks, whose buffer is reused
 		// only after decide returns, after Result.Commit. The scheduler
@@ -552,7 +587,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	scheduleStart := time.Now()
 	res, err := st.s.sched.ScheduleDeferred(st.ctx, st.pool, sreq)
 	scheduleTime := time.Since(scheduleStart)
-	st.s.metrics.scheduled(st.pool.Key, scheduleTime)
+	st.s.metrics.scheduled(st.pool, scheduleTime)
 	if st.trace.span != nil {
 		st.trace.scheduled(sreq.Model, scheduleTime)
 	}
@@ -694,11 +729,7 @@ func (st *stream) sendDecision(body, newBody []byte, mutation *extprocv3.HeaderM
 }
 
 func (st *stream) setLabels(model, target string) {
-	var key datastore.PoolKey
-	if st.pool != nil {
-		key = st.pool.Key
-	}
-	st.labels = st.s.metrics.labels(model, target, key)
+	st.labels = st.s.metrics.labels(model, target, st.pool)
 	st.labelsSet = true
 }
 
@@ -725,6 +756,12 @@ func (st *stream) readServed(mc *corev3.Metadata) {
 	}
 	served, ok := structString(s, HeaderDestinationServed)
 	if !ok || served == "" || st.servedSeen {
+		return
+	}
+	if err := labelvalue.Check(served, maxAddressBytes); err != nil {
+		// It is echoed in a header (conformance) and compared, never
+		// trusted: a report that is no address is no report.
+		st.s.log.V(2).Info("ignoring an invalid served endpoint", "pool", st.poolName, "request", st.requestID, "err", err.Error())
 		return
 	}
 	st.servedSeen, st.served = true, served

@@ -99,17 +99,6 @@ func TestUsageMetrics(t *testing.T) {
 	}
 }
 
-func TestModelLabelCap(t *testing.T) {
-	c := &labelCap{max: 3, seen: map[string]struct{}{}}
-	var got []string
-	for _, m := range []string{"a", "b", "a", "c", "d", "e", "b", ""} {
-		got = append(got, c.value(m))
-	}
-	if want := "a b a c other other b "; strings.Join(got, " ") != want {
-		t.Fatalf("got %q", strings.Join(got, " "))
-	}
-}
-
 // FuzzUsageReader holds the usage reader to the same answer whatever the
 // chunking, and never panics on a malformed body.
 func FuzzUsageReader(f *testing.F) {
