@@ -20,6 +20,12 @@ const (
 	DefaultBodyWaitTimeout     = 250 * time.Millisecond
 	DefaultHealthInterval      = time.Second
 	DefaultMaxModelLabels      = 64
+
+	DefaultMaxConcurrentStreams    = 10000
+	DefaultMaxHeldRequestBodyBytes = 256 << 20
+	DefaultRequestBodyStartTimeout = 30 * time.Second
+	DefaultRequestBodyTimeout      = 60 * time.Second
+	DefaultResponseIdleTimeout     = 10 * time.Minute
 )
 
 // recvMsgOverheadBytes is room in a gRPC message beyond its body: headers,
@@ -71,6 +77,43 @@ type Options struct {
 	// x-conformance-test-served-endpoint. Never for production: it lets a
 	// client pick its endpoint.
 	EnableConformanceTestBehaviors bool
+
+	// MaxConcurrentStreams bounds the ext_proc streams open at once, over
+	// all connections and pools; a stream beyond it is refused at once with
+	// RESOURCE_EXHAUSTED (gRPC's own per-connection limit queues instead, and
+	// is per connection). Each open stream holds a goroutine and its
+	// buffers whatever the pool. Zero: 10,000. Negative: no limit.
+	MaxConcurrentStreams int
+	// MaxHeldRequestBodyBytes is the process-wide budget of request-body
+	// bytes held by all streams until their decision: a body of several
+	// messages counts twice (the messages and the copy the parser reads),
+	// a body in one message once. A stream whose next chunk would overspend
+	// it is answered 503 and lets go of what it held. Zero: 256 MiB, a
+	// quarter of the chart's 1 GiB memory limit. Negative: no budget.
+	MaxHeldRequestBodyBytes int64
+	// RequestBodyStartTimeout bounds the time from a stream's start to its
+	// first request body message, when the request has a body: headers that
+	// never come, or headers whose body never follows, are answered 408.
+	// (A request without a body, a GET, ends at its headers and never waits;
+	// a BUFFERED gateway's headers are answered at once, or after
+	// BodyWaitTimeout, so this counts its body's wait too.) Zero: 30s.
+	// Negative: no deadline.
+	RequestBodyStartTimeout time.Duration
+	// RequestBodyTimeout bounds the time from a body's first message to its
+	// end (end_of_stream or trailers) while it is held; past it the request
+	// is answered 408. It counts the whole body, not the gaps between
+	// chunks, so a body trickled in cannot hold its bytes for longer.
+	// Zero: 60s. Negative: no deadline.
+	RequestBodyTimeout time.Duration
+	// ResponseIdleTimeout bounds the silence, once the decision is sent,
+	// between one message of the stream and the next (request trailers,
+	// response headers, body chunks, trailers); past it the stream ends with
+	// DEADLINE_EXCEEDED and its in-flight count is released. Time since the
+	// last message, not since the decision: a streamed generation may run
+	// for many minutes but sends chunks all along, while a non-streamed one
+	// sends its response headers only once it is done, so the default is
+	// generous. Zero: 10m. Negative: no deadline.
+	ResponseIdleTimeout time.Duration
 
 	// DrainTimeout bounds how long Start waits, once its context is cancelled,
 	// for open streams to finish before cutting them. Zero: 30s.
@@ -138,6 +181,21 @@ func (o *Options) setDefaults() {
 	}
 	if o.BodyWaitTimeout <= 0 {
 		o.BodyWaitTimeout = DefaultBodyWaitTimeout
+	}
+	if o.MaxConcurrentStreams == 0 {
+		o.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if o.MaxHeldRequestBodyBytes == 0 {
+		o.MaxHeldRequestBodyBytes = DefaultMaxHeldRequestBodyBytes
+	}
+	if o.RequestBodyStartTimeout == 0 {
+		o.RequestBodyStartTimeout = DefaultRequestBodyStartTimeout
+	}
+	if o.RequestBodyTimeout == 0 {
+		o.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if o.ResponseIdleTimeout == 0 {
+		o.ResponseIdleTimeout = DefaultResponseIdleTimeout
 	}
 	if o.HealthInterval <= 0 {
 		o.HealthInterval = DefaultHealthInterval

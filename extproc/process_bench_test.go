@@ -60,28 +60,7 @@ func (r *replayStream) Send(resp *extprocv3.ProcessingResponse) error {
 func BenchmarkProcess(b *testing.B) {
 	for _, size := range []int{1 << 10, 64 << 10} {
 		b.Run(fmt.Sprintf("body=%dKiB", size>>10), func(b *testing.B) {
-			reg := datastore.NewRegistry()
-			sched, err := scheduling.New(nil, scheduling.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			reg.AddObserver(sched)
-			for i := 0; i < 50; i++ {
-				ns, name := fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pool-%d", i)
-				p := reg.Upsert(types.NamespacedName{Namespace: ns, Name: name}, &datastore.PoolSpec{
-					Selector: map[string]string{"app": name}, TargetPorts: []int32{8000}, PickerService: fmt.Sprintf("epp-%d", i), PickerPort: 9002})
-				var src []datastore.EndpointSource
-				for j := 0; j < 8; j++ {
-					src = append(src, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("%s-%d", name, j)},
-						UID: types.UID(fmt.Sprintf("%d-%d", i, j)), IP: fmt.Sprintf("127.0.%d.%d", i+1, j+2)})
-				}
-				p.SetPods(src)
-				p.SetSynced(true)
-			}
-			srv, err := New(reg, sched, Options{Insecure: true, Registerer: prometheus.NewRegistry()})
-			if err != nil {
-				b.Fatal(err)
-			}
+			srv := benchServer(b, Options{})
 			body := requestbodytest.ChatBody(size, false)
 			msgs := []*extprocv3.ProcessingRequest{{
 				ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
@@ -94,10 +73,7 @@ func BenchmarkProcess(b *testing.B) {
 				end := min(off+16<<10, len(body))
 				msgs = append(msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
 			}
-			ctxs := make([]context.Context, 50)
-			for i := range ctxs {
-				ctxs[i] = metadata.NewIncomingContext(context.Background(), metadata.Pairs(":authority", fmt.Sprintf("epp-%d.ns-%d.svc:9002", i, i%10)))
-			}
+			ctxs := benchContexts()
 			b.ReportAllocs()
 			errc := make(chan error)
 			i := 0
@@ -116,4 +92,45 @@ func BenchmarkProcess(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchServer is a server with the default scheduler over 50 pools of 8
+// endpoints (pool i: Service epp-i in namespace ns-(i%10)).
+func benchServer(b *testing.B, opts Options) *Server {
+	b.Helper()
+	reg := datastore.NewRegistry()
+	sched, err := scheduling.New(nil, scheduling.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg.AddObserver(sched)
+	for i := 0; i < 50; i++ {
+		ns, name := fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("pool-%d", i)
+		p := reg.Upsert(types.NamespacedName{Namespace: ns, Name: name}, &datastore.PoolSpec{
+			Selector: map[string]string{"app": name}, TargetPorts: []int32{8000}, PickerService: fmt.Sprintf("epp-%d", i), PickerPort: 9002})
+		var src []datastore.EndpointSource
+		for j := 0; j < 8; j++ {
+			src = append(src, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("%s-%d", name, j)},
+				UID: types.UID(fmt.Sprintf("%d-%d", i, j)), IP: fmt.Sprintf("127.0.%d.%d", i+1, j+2)})
+		}
+		p.SetPods(src)
+		p.SetSynced(true)
+	}
+	opts.Insecure = true
+	opts.Registerer = prometheus.NewRegistry()
+	srv, err := New(reg, sched, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv
+}
+
+// benchContexts are incoming stream contexts whose :authority names each
+// of benchServer's pools.
+func benchContexts() []context.Context {
+	ctxs := make([]context.Context, 50)
+	for i := range ctxs {
+		ctxs[i] = metadata.NewIncomingContext(context.Background(), metadata.Pairs(":authority", fmt.Sprintf("epp-%d.ns-%d.svc:9002", i, i%10)))
+	}
+	return ctxs
 }

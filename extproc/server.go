@@ -62,6 +62,7 @@ type Server struct {
 	opts    Options
 	reg     *datastore.Registry
 	metrics *metrics
+	limits  *limits
 	log     logr.Logger
 	health  *health.Server
 	streams sync.WaitGroup
@@ -84,9 +85,13 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("extproc: registering metrics: %w", err)
 	}
+	l, err := newLimits(opts.Registerer, &opts)
+	if err != nil {
+		return nil, fmt.Errorf("extproc: registering metrics: %w", err)
+	}
 	// Series of pools and endpoints that go are deleted with them.
 	reg.AddObserver(m)
-	return &Server{opts: opts, reg: reg, sched: sched, metrics: m, log: opts.Logger,
+	return &Server{opts: opts, reg: reg, sched: sched, metrics: m, limits: l, log: opts.Logger,
 		health: health.NewServer(), promptLimit: max(sched.PromptBytes(), 0)}, nil
 }
 
@@ -135,6 +140,7 @@ func (s *Server) Start(ctx context.Context) error {
 		// connection 16 MiB (the default body limit).
 		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes),
 		grpc.MaxRecvMsgSize(s.opts.MaxRecvMsgBytes),
+		grpc.ChainUnaryInterceptor(s.unaryRecovery), grpc.ChainStreamInterceptor(s.streamRecovery),
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -161,7 +167,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.opts.HealthOnGRPCPort {
 		healthpb.RegisterHealthServer(gs, s.health)
 	}
-	hs := grpc.NewServer()
+	hs := grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryRecovery), grpc.ChainStreamInterceptor(s.streamRecovery))
 	healthpb.RegisterHealthServer(hs, s.health)
 	s.health.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	s.updateReadiness()

@@ -73,7 +73,21 @@ type stream struct {
 	mu     sync.Mutex
 	state  streamState
 	closed bool
-	timer  *time.Timer
+	timer  *time.Timer // the body wait (BodyWaitTimeout)
+	// deadline is the current state's deadline (limits.go); over is set
+	// when it, or a panic on a timer, ended the stream from outside the
+	// loop. ended carries how the stream ended to Process: from the loop,
+	// a deadline or a timer (room for the loop's word and one other).
+	deadline *time.Timer
+	over     bool
+	ended    chan error
+	// bodyStart is when the first body message came; lastMsg when the last
+	// message came once the decision was sent (the response deadline
+	// counts from it).
+	bodyStart time.Time
+	lastMsg   time.Time
+	// held is what this stream charged to the held-body budget.
+	held int
 
 	// Mode, from protocol_config when sent.
 	configured   bool
@@ -130,15 +144,41 @@ type stream struct {
 }
 
 // Process serves one ext_proc stream: one HTTP request and its response.
+//
+// The stream's loop (Recv, then handle) runs on a goroutine of its own so
+// that a deadline or a timer's panic can end the stream while the loop
+// waits in Recv: Process returns, gRPC cancels the stream, and the loop's
+// Recv fails. A panic in the loop ends this stream alone, with INTERNAL.
+// Either way close releases what the stream held, once.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
-	growStack()
-	st := &stream{s: s, srv: srv, ctx: srv.Context(), start: time.Now(), reqReply: replyStreamed, respReply: replyStreamed, holdHeaders: true}
-	st.chunks = st.firstChunks[:0]
-	s.streams.Add(1)
+	if err := s.limits.admit(); err != nil {
+		return err
+	}
+	defer s.limits.leave()
+	s.streams.Add(2) // this handler and its loop
 	defer s.streams.Done()
-	err := st.run()
+	st := &stream{s: s, srv: srv, ctx: srv.Context(), start: time.Now(), reqReply: replyStreamed, respReply: replyStreamed, holdHeaders: true,
+		ended: make(chan error, 2)}
+	st.chunks = st.firstChunks[:0]
+	st.mu.Lock()
+	st.armDeadline()
+	st.mu.Unlock()
+	go st.loop()
+	err := <-st.ended
 	st.close(err)
 	return err
+}
+
+// loop runs the stream until it is over, and says how on st.ended.
+func (st *stream) loop() {
+	defer st.s.streams.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			st.ended <- st.s.limits.recovered(st.s.log, r, "stream", "pool", st.poolName, "request", st.requestID)
+		}
+	}()
+	growStack()
+	st.ended <- st.run()
 }
 
 // growStack grows the stream goroutine's stack, new for every stream, to
@@ -187,7 +227,11 @@ func (st *stream) close(err error) {
 	if st.timer != nil {
 		st.timer.Stop()
 	}
+	if st.deadline != nil {
+		st.deadline.Stop()
+	}
 	st.releaseJoined()
+	st.releaseBody()
 	st.mu.Unlock()
 	outcome := "closed"
 	if err != nil {
@@ -205,6 +249,12 @@ func (st *stream) close(err error) {
 func (st *stream) handle(req *extprocv3.ProcessingRequest) (done bool, err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.over {
+		return true, nil // a deadline ended the stream while this message came
+	}
+	if st.state >= stateForwarded {
+		st.lastMsg = time.Now()
+	}
 	if req.GetObservabilityMode() {
 		st.observe = true
 	}
@@ -321,7 +371,8 @@ func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 func (st *stream) bodyWaitExpired() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.closed || st.state != stateHoldBody || len(st.chunks) > 0 || st.headersSent {
+	defer st.guardTimer("body-wait timer")
+	if st.closed || st.over || st.state != stateHoldBody || len(st.chunks) > 0 || st.headersSent {
 		return
 	}
 	st.s.log.V(4).Info("no body after headers; answering headers first", "pool", st.poolName, "request", st.requestID)
@@ -456,13 +507,28 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 	if st.timer != nil {
 		st.timer.Stop()
 	}
+	if st.bodyStart.IsZero() {
+		st.bodyStart = time.Now()
+		st.armDeadline()
+	}
 	st.bodyBytes += len(b.GetBody())
 	if st.bodyBytes > st.s.opts.MaxRequestBodyBytes {
 		return true, st.fail(&httpError{code: http.StatusRequestEntityTooLarge, reason: "RequestTooLarge",
 			msg: "request body exceeds " + strconv.Itoa(st.s.opts.MaxRequestBodyBytes) + " bytes"})
 	}
-	st.chunks = append(st.chunks, b.GetBody())
 	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
+	// The chunk is held; unless it is the whole body, the joined copy
+	// holds it again.
+	charge := len(b.GetBody())
+	if !eos || len(st.chunks) > 0 {
+		charge *= 2
+	}
+	if !st.s.limits.hold(charge) {
+		st.releaseBody()
+		return true, st.fail(st.s.limits.budgetError())
+	}
+	st.held += charge
+	st.chunks = append(st.chunks, b.GetBody())
 	if eos && len(st.chunks) == 1 {
 		return st.bodyComplete() // the whole body in one message: read in place
 	}
@@ -534,8 +600,19 @@ func (st *stream) releaseJoined() {
 	st.joined = nil
 }
 
+// releaseBody lets go of the held body: its chunks and its charge to the
+// budget. Called with st.mu held, once the decision is sent (the chunks
+// are forwarded by then) or the stream ends.
+func (st *stream) releaseBody() {
+	st.s.limits.release(st.held)
+	st.held = 0
+	st.firstChunks = [4][]byte{}
+	st.chunks = nil
+}
+
 // bodyComplete reads what is left of the ended body and decides on it.
 func (st *stream) bodyComplete() (bool, error) {
+	defer st.releaseBody()
 	if st.scan == nil {
 		// Zero or one chunk: read in place.
 		body := []byte{}
@@ -655,6 +732,8 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		log.Info("picked", "pool", st.poolName, "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", sreq.Model, "targetModel", target)
 	}
 	st.state = stateForwarded
+	st.lastMsg = time.Now()
+	st.armDeadline()
 
 	if err := st.sendDecision(body, newBody, mutation); err != nil {
 		return true, err

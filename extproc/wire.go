@@ -73,7 +73,7 @@ type errorBody struct {
 
 func openAIErrorType(code int) string {
 	switch code {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+	case http.StatusBadRequest, http.StatusRequestTimeout, http.StatusRequestEntityTooLarge:
 		return "invalid_request_error"
 	case http.StatusNotFound:
 		return "not_found_error"

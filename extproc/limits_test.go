@@ -1,0 +1,305 @@
+package extproc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling"
+)
+
+// panicky is a scheduler whose plugins panic on cue, by model name: a
+// request for "panic-pick" panics while picking, one for "panic-commit"
+// in Result.Commit, after its decision is sent and its in-flight count
+// taken. Every other request is picked by leastInFlight.
+type panicky struct{ leastInFlight }
+
+type panicCommitter struct{}
+
+func (panicCommitter) Commit(*scheduling.Result) { panic("test: a post-pick plugin panics") }
+
+func (p panicky) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
+	if req.Model == "panic-pick" {
+		panic("test: a scorer panics")
+	}
+	res, err := p.leastInFlight.ScheduleDeferred(ctx, pool, req)
+	if err == nil && req.Model == "panic-commit" {
+		res.Defer(panicCommitter{})
+	}
+	return res, err
+}
+
+// statusOf reads the stream until it ends and returns its status code
+// (OK for a clean end).
+func (g *gw) statusOf() codes.Code {
+	g.t.Helper()
+	for {
+		if _, err := g.stream.Recv(); err == io.EOF {
+			return codes.OK
+		} else if err != nil {
+			return status.Code(err)
+		}
+	}
+}
+
+// route sends a whole FULL_DUPLEX request to pool p and returns the
+// destination the headers answer names, or an error.
+func route(ts *testServer, t testing.TB, p int, model string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := extprocv3.NewExternalProcessorClient(ts.conn(t, authorityOf(p))).Process(ctx)
+	if err != nil {
+		return "", err
+	}
+	// A failed Send means the server ended the stream: Recv says how.
+	_ = s.Send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+	_ = s.Send(reqBody(completionBody(model, 10), true))
+	hr, err := s.Recv()
+	if err != nil {
+		return "", err
+	}
+	dest, ok := mutationHeader(hr.GetRequestHeaders().GetResponse().GetHeaderMutation(), HeaderDestination)
+	if !ok {
+		return "", fmt.Errorf("no destination in %v", hr)
+	}
+	return dest, nil
+}
+
+// TestPanicEndsOnlyItsStream: a plugin that panics while picking, or after
+// the decision, ends its own stream with INTERNAL, is counted and logged,
+// releases the in-flight count; streams running at the same time, in the
+// same and other pools, are routed.
+func TestPanicEndsOnlyItsStream(t *testing.T) {
+	f := newPools(t, 4, 2)
+	ts := startServer(t, f.reg, panicky{}, Options{Insecure: true})
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := route(ts, t, i%4, "m"); err != nil {
+				errs <- fmt.Errorf("healthy stream %d: %w", i, err)
+			}
+		}()
+	}
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := route(ts, t, i%4, "panic-pick"); status.Code(err) != codes.Internal {
+				errs <- fmt.Errorf("panic while picking: got %v, want INTERNAL", err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	// After the decision: the gateway has its destination, then the
+	// stream ends INTERNAL and the count it took is given back.
+	g := ts.open(t, authorityOf(1), nil)
+	g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+	g.send(reqBody(completionBody("panic-commit", 10), true))
+	hr := g.recv()
+	checkPool(t, f, destination(t, hr, hr.GetRequestHeaders().GetResponse().GetHeaderMutation()), 1)
+	if c := g.statusOf(); c != codes.Internal {
+		t.Fatalf("panic after the decision: stream ended %v, want INTERNAL", c)
+	}
+	eventually(t, "in-flight released", func() bool { return f.totalInFlight() == 0 })
+	if n := testutil.ToFloat64(ts.srv.limits.panics); n != 11 {
+		t.Errorf("poolpicker_extproc_panics_total = %v, want 11", n)
+	}
+	eventually(t, "streams closed", func() bool { return ts.srv.limits.streams.Load() == 0 })
+	for p := 0; p < 4; p++ {
+		if _, err := route(ts, t, p, "m"); err != nil {
+			t.Errorf("pool %d after the panics: %v", p, err)
+		}
+	}
+}
+
+// TestMaxConcurrentStreams: streams past the limit are refused at once
+// with RESOURCE_EXHAUSTED naming the limit and its flag, and counted;
+// once streams end, new ones are admitted again.
+func TestMaxConcurrentStreams(t *testing.T) {
+	f := newPools(t, 2, 2)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true, MaxConcurrentStreams: 5, BodyWaitTimeout: time.Hour})
+	var open []*gw
+	for i := 0; i < 5; i++ {
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+		open = append(open, g)
+	}
+	eventually(t, "five streams open", func() bool { return ts.srv.limits.streams.Load() == 5 })
+	_, err := route(ts, t, 1, "m")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-concurrent-streams") || !strings.Contains(err.Error(), "5 streams") {
+		t.Fatalf("sixth stream: %v, want RESOURCE_EXHAUSTED naming the limit and --max-concurrent-streams", err)
+	}
+	if n := testutil.ToFloat64(ts.srv.limits.rejections.WithLabelValues(limitConcurrentStreams)); n != 1 {
+		t.Errorf("rejections{limit=concurrent_streams} = %v, want 1", n)
+	}
+	for _, g := range open {
+		g.send(reqBody(completionBody("m", 1), true))
+		g.recv()
+		g.recv()
+		g.expectEOF()
+	}
+	eventually(t, "streams closed", func() bool { return ts.srv.limits.streams.Load() == 0 })
+	if _, err := route(ts, t, 1, "m"); err != nil {
+		t.Fatalf("after the streams ended: %v", err)
+	}
+	eventually(t, "in-flight released", func() bool { return f.totalInFlight() == 0 })
+}
+
+// TestStreamDeadlines: each state's deadline ends a stream stuck in it
+// with the answer that state calls for, counted per limit, and gives back
+// what the stream held.
+func TestStreamDeadlines(t *testing.T) {
+	f := newPools(t, 2, 2)
+	const short = 300 * time.Millisecond
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true, RequestBodyStartTimeout: short, RequestBodyTimeout: short, ResponseIdleTimeout: time.Second})
+	rejected := func(limit string) float64 { return testutil.ToFloat64(ts.srv.limits.rejections.WithLabelValues(limit)) }
+	expect408 := func(t *testing.T, g *gw, flag string) {
+		t.Helper()
+		code, body := immediateCode(t, g.recvWithin(10*time.Second))
+		if code != 408 || !strings.Contains(body, flag) || !strings.Contains(body, `"type":"invalid_request_error"`) {
+			t.Fatalf("got %d %s, want 408 naming %s", code, body, flag)
+		}
+		if c := g.statusOf(); c != codes.OK {
+			t.Fatalf("stream ended %v after the 408, want OK", c)
+		}
+	}
+
+	t.Run("no message at all", func(t *testing.T) {
+		g := ts.open(t, authorityOf(0), nil)
+		expect408(t, g, "--request-body-start-timeout")
+	})
+	t.Run("headers, no body (full duplex)", func(t *testing.T) {
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+		expect408(t, g, "--request-body-start-timeout")
+	})
+	t.Run("headers answered, no body (buffered)", func(t *testing.T) {
+		g := ts.open(t, authorityOf(1), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), buffered, buffered))
+		if hr := g.recv(); hr.GetRequestHeaders() == nil {
+			t.Fatalf("headers not answered: %v", hr)
+		}
+		expect408(t, g, "--request-body-start-timeout")
+	})
+	if n := rejected(limitBodyStart); n != 3 {
+		t.Errorf("rejections{limit=%s} = %v, want 3", limitBodyStart, n)
+	}
+	t.Run("a GET never waits", func(t *testing.T) {
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("GET", "/v1/models"), true), duplex, duplex))
+		hr := g.recv()
+		checkPool(t, f, destination(t, hr, hr.GetRequestHeaders().GetResponse().GetHeaderMutation()), 0)
+	})
+	t.Run("body held without end of stream", func(t *testing.T) {
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+		g.send(reqBody([]byte(`{"model":"m","prompt":"never ends`), false))
+		expect408(t, g, "--request-body-timeout")
+		if n := rejected(limitBody); n != 1 {
+			t.Errorf("rejections{limit=%s} = %v, want 1", limitBody, n)
+		}
+	})
+	t.Run("response phase never sent", func(t *testing.T) {
+		g := ts.open(t, authorityOf(1), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+		g.send(reqBody(completionBody("m", 1), true))
+		g.recv()
+		g.recv()
+		if n := f.totalInFlight(); n != 1 {
+			t.Fatalf("in flight while forwarded: %d, want 1", n)
+		}
+		if c := g.statusOf(); c != codes.DeadlineExceeded {
+			t.Fatalf("stream ended %v, want DEADLINE_EXCEEDED", c)
+		}
+		eventually(t, "in-flight released", func() bool { return f.totalInFlight() == 0 })
+		if n := rejected(limitResponseIdle); n != 1 {
+			t.Errorf("rejections{limit=%s} = %v, want 1", limitResponseIdle, n)
+		}
+	})
+	t.Run("a long response that keeps talking is not cut", func(t *testing.T) {
+		g := ts.open(t, authorityOf(1), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+		g.send(reqBody(completionBody("m", 1), true))
+		g.recv()
+		g.recv()
+		g.send(respHeaders([]hdr{{":status", "200", true}, {"content-type", "text/event-stream", true}}, false, ""))
+		g.recv()
+		// Three times the idle timeout in all, a chunk every tenth of it.
+		for i := 0; i < 30; i++ {
+			time.Sleep(100 * time.Millisecond) // the gap between chunks is the test's subject
+			g.send(respBody([]byte("data: {}\n\n"), false))
+			g.recv()
+		}
+		g.send(respBody([]byte("data: [DONE]\n\n"), true))
+		g.recv()
+		g.expectEOF()
+		if n := rejected(limitResponseIdle); n != 1 {
+			t.Errorf("rejections{limit=%s} = %v, want still 1", limitResponseIdle, n)
+		}
+	})
+	eventually(t, "streams closed", func() bool { return ts.srv.limits.streams.Load() == 0 && ts.srv.limits.heldBytes.Load() == 0 })
+}
+
+// TestHeldBodyBudget: a stream whose chunk would overspend the process's
+// held-body budget is answered 503 naming the flag and lets go of what it
+// held; the budget comes back as streams decide or end.
+func TestHeldBodyBudget(t *testing.T) {
+	f := newPools(t, 2, 2)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true, MaxHeldRequestBodyBytes: 1000})
+	held := func() int64 { return ts.srv.limits.heldBytes.Load() }
+	part := []byte(`{"model":"m","prompt":"` + strings.Repeat("a", 277)) // 300 bytes
+
+	a := ts.open(t, authorityOf(0), nil)
+	a.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+	a.send(reqBody(part, false))
+	eventually(t, "the first part held (twice: message and joined copy)", func() bool { return held() == 600 })
+
+	b := ts.open(t, authorityOf(1), nil)
+	b.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+	b.send(reqBody([]byte(`{"model":"m","prompt":"x`), false)) // 48 bytes: within
+	b.send(reqBody(part, false))                               // 600 more: over
+	code, body := immediateCode(t, b.recv())
+	if code != 503 || !strings.Contains(body, "--max-held-request-body-bytes") {
+		t.Fatalf("over budget: %d %s, want 503 naming --max-held-request-body-bytes", code, body)
+	}
+	if n := testutil.ToFloat64(ts.srv.limits.rejections.WithLabelValues(limitHeldBodyBytes)); n != 1 {
+		t.Errorf("rejections{limit=%s} = %v, want 1", limitHeldBodyBytes, n)
+	}
+	eventually(t, "the refused stream let go of its part", func() bool { return held() == 600 })
+
+	a.send(reqBody([]byte(`"}`), true))
+	hr := a.recv()
+	checkPool(t, f, destination(t, hr, hr.GetRequestHeaders().GetResponse().GetHeaderMutation()), 0)
+	eventually(t, "the decided stream let go of its body", func() bool { return held() == 0 })
+
+	// One message of 900 bytes fits once nothing else is held.
+	c := ts.open(t, authorityOf(1), nil)
+	c.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+	c.send(reqBody(completionBody("m", 800), true))
+	hr = c.recv()
+	checkPool(t, f, destination(t, hr, hr.GetRequestHeaders().GetResponse().GetHeaderMutation()), 1)
+	a.cancel()
+	c.cancel()
+	eventually(t, "no stream, byte or request held once the gateways went away", func() bool {
+		return held() == 0 && ts.srv.limits.streams.Load() == 0 && f.totalInFlight() == 0
+	})
+}
