@@ -33,9 +33,12 @@ import (
 //
 // Fed the body as it arrives, it resumes where the previous call ran out,
 // so the work of reading the body is done while it arrives and, when the
-// last piece comes, only that piece is left to read. It reads the same
-// bytes in the same order as a single call on the whole body, so its result
-// and errors are the same; a defect is found as soon as its bytes are in.
+// last piece comes, little is left to read. It reads the same bytes in the
+// same order as a single call on the whole body, so its result and errors
+// are the same. A member that is read whole (not skimmed) and ran out is
+// read again from its key once the body has grown by as much as the member
+// had, so a defect in it is found once at most twice its bytes are in, and
+// the work stays linear in the body however it is cut.
 type Scanner struct {
 	kind  Kind
 	limit int
@@ -52,6 +55,9 @@ type Scanner struct {
 	step scanStep
 	// i is where step resumes.
 	i int
+	// retryAt is the body length at which a member that ran out is read
+	// again (see Feed).
+	retryAt int
 	// During stepSkim: where the skim is, and where it began.
 	skim      skimState
 	skimStart int
@@ -98,6 +104,9 @@ func (sc *Scanner) Feed(b []byte, final bool) error {
 	if sc.err != nil {
 		return sc.err
 	}
+	if !final && len(b) < sc.retryAt {
+		return nil // the member that ran out has not grown enough to read again
+	}
 	for {
 		ranOut, err := sc.advance(b, final)
 		if err != nil {
@@ -105,7 +114,12 @@ func (sc *Scanner) Feed(b []byte, final bool) error {
 				sc.err = err
 				return err
 			}
-			return nil // the rest of the member is not in yet
+			// The rest of the member is not in yet. It is read again from
+			// its key, so only once its bytes have doubled: re-reading it
+			// at every chunk would cost the square of its length (a 4 MiB
+			// member in 1 KiB chunks, 25 s); doubling costs at most twice.
+			sc.retryAt = len(b) + (len(b) - sc.i)
+			return nil
 		}
 		if ranOut {
 			return nil
