@@ -55,7 +55,7 @@ func TestIndexLearnsFromReportedCachedTokens(t *testing.T) {
 	for n, tc := range cases {
 		t.Run(fmt.Sprintf("feedback=%t", tc.feedback), func(t *testing.T) {
 			ctx := context.Background()
-			f, err := startFleet(ctx, 10+n, &c, fmt.Sprintf(feedbackConfig, tc.feedback))
+			f, err := startFleet(ctx, 10+n, &c, fmt.Sprintf(feedbackConfig, tc.feedback), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +76,7 @@ func TestIndexLearnsFromReportedCachedTokens(t *testing.T) {
 					t.Fatalf("server cached tokens %v: want the returning P1 and P0 to miss", cached)
 				}
 			}
-			a := f.sched.PrefixAgreement()
+			a := f.replicas[0].sched.PrefixAgreement()
 			if a.Observed != int64(len(sequence)) {
 				t.Fatalf("%d reports observed, want %d", a.Observed, len(sequence))
 			}

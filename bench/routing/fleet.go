@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -38,20 +39,56 @@ const (
 )
 
 // fleet is one router's whole stack: model servers on their own loopback
-// IPs, a registry with one pool of them, the scraper, poolpicker's
-// scheduler built from the router's config, and the real ext_proc server on
-// a socket; the client talks to it over gRPC as a gateway does.
+// IPs and the poolpicker replicas in front of them. Each replica is what a
+// separate poolpicker process has: its own registry with one pool of the
+// servers, its own scraper, its own scheduler (and prefix index) built from
+// the router's config, and its own real ext_proc server on a socket. The
+// client talks to them over gRPC as a gateway does, spreading its streams
+// over the replicas (spread).
 type fleet struct {
-	servers []*modelsim.Server
-	sched   *scheduling.Scheduler
-	conn    *grpc.ClientConn
-	http    *http.Client
-	stop    func()
+	servers  []*modelsim.Server
+	replicas []*replica
+	spread   spreadMode
+	next     atomic.Uint64 // round robin's turn
+	rand     func() uint64 // random spread's source
+	http     *http.Client
+	stop     func()
 }
 
-// startFleet starts fleet number n (its servers on 127.0.(20+n).2, .3, ...).
-func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string) (_ *fleet, err error) {
-	f := &fleet{}
+// replica is one poolpicker replica of a fleet.
+type replica struct {
+	sched *scheduling.Scheduler
+	conn  *grpc.ClientConn
+}
+
+// spreadMode is how the client spreads streams over the replicas.
+type spreadMode string
+
+const (
+	// spreadRoundRobin takes the replicas in turn, as a gateway's round
+	// robin over the picker Service's endpoints does.
+	spreadRoundRobin spreadMode = "round-robin"
+	// spreadRandom takes a replica at random per stream (Envoy's random
+	// load balancing, or least-request among equally busy hosts).
+	spreadRandom spreadMode = "random"
+)
+
+// conn is the replica the next stream goes to.
+func (f *fleet) conn() *grpc.ClientConn {
+	n := uint64(len(f.replicas))
+	if n == 1 {
+		return f.replicas[0].conn
+	}
+	if f.spread == spreadRandom {
+		return f.replicas[f.rand()%n].conn
+	}
+	return f.replicas[(f.next.Add(1)-1)%n].conn
+}
+
+// startFleet starts fleet number n (its servers on 127.0.(20+n).2, .3, ...)
+// with the given number of poolpicker replicas.
+func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string, replicas int) (_ *fleet, err error) {
+	f := &fleet{spread: cfg.spread, rand: seeded(cfg.seed + 200)}
 	var stops []func()
 	f.stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -98,15 +135,45 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string
 			UID: types.UID(fmt.Sprintf("uid-%d-%d", n, i)), IP: ip})
 	}
 
-	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100)})
+	for r := 0; r < replicas; r++ {
+		rp, stop, err := startReplica(ctx, n, r, cfg, schedConfig, port, pods)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, stop)
+		f.replicas = append(f.replicas, rp)
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}
+	f.http = &http.Client{Transport: tr}
+	stops = append(stops, tr.CloseIdleConnections)
+
+	return f, nil
+}
+
+// startReplica starts replica r of fleet n in front of the fleet's pods, and
+// returns it once it has scraped every server (a cold start is not what
+// the sweep measures) with the function that stops it.
+func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig string, port int, pods []datastore.EndpointSource) (_ *replica, _ func(), err error) {
+	var stops []func()
+	stop := func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r))})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	scraper, err := scrape.NewManager(scrape.Options{RefreshInterval: scaled(cfg.scrapeInterval, cfg.timeScale)})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	f.sched = sched
+	rp := &replica{sched: sched}
 	reg := datastore.NewRegistry()
 	reg.AddObserver(sched)
 	reg.AddObserver(scraper)
@@ -123,46 +190,41 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hlis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		lis.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis})
 	if err != nil {
 		lis.Close()
 		hlis.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	ectx, ecancel := context.WithCancel(ctx)
 	served := make(chan struct{})
 	go func() { _ = srv.Start(ectx); close(served) }()
 	stops = append(stops, func() { ecancel(); <-served })
 
-	f.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	rp.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithAuthority(fmt.Sprintf("%s.bench.svc:%d", pickerService, pickerPort)))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	stops = append(stops, func() { f.conn.Close() })
-	tr := &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}
-	f.http = &http.Client{Transport: tr}
-	stops = append(stops, tr.CloseIdleConnections)
+	stops = append(stops, func() { rp.conn.Close() })
 
-	// Serve only once every server has been scraped: a cold start is not
-	// what the sweep measures.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, e := range pool.Endpoints().Endpoints {
 		for e.Metrics() == nil {
 			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("fleet %d: %s never scraped", n, e.Address)
+				return nil, nil, fmt.Errorf("fleet %d replica %d: %s never scraped", n, r, e.Address)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-	return f, nil
+	return rp, stop, nil
 }
 
 // queueStats are a run's server queues (running + waiting) over time.
@@ -203,9 +265,13 @@ func (f *fleet) sampleQueues(ctx context.Context, interval time.Duration) <-chan
 
 // agreement is the prefix index's predicted cached tokens against what the
 // servers reported (scheduling.Scheduler.PrefixAgreement).
+// summed over the replicas.
 func (f *fleet) agreement() (predicted, confirmed, over, observed int64) {
-	a := f.sched.PrefixAgreement()
-	return a.PredictedTokens, a.ConfirmedTokens, a.OverPredicted, a.Observed
+	for _, r := range f.replicas {
+		a := r.sched.PrefixAgreement()
+		predicted, confirmed, over, observed = predicted+a.PredictedTokens, confirmed+a.ConfirmedTokens, over+a.OverPredicted, observed+a.Observed
+	}
+	return predicted, confirmed, over, observed
 }
 
 // listenSamePort binds count listeners on 127.0.(20+n).2, .3, ... sharing one
@@ -257,7 +323,7 @@ func (f *fleet) send(ctx context.Context, start time.Time, id string, objective 
 	var out outcome
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := extprocv3.NewExternalProcessorClient(f.conn).Process(ctx)
+	s, err := extprocv3.NewExternalProcessorClient(f.conn()).Process(ctx)
 	if err != nil {
 		return out, err
 	}

@@ -45,6 +45,15 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	groups := fs.String("groups", "6,12,24,48", "numbers of shared prefixes G, comma-separated")
 	loads := fs.String("loads", "50,80,100,120", "offered loads in percent of the fleet's capacity at full hit rate, comma-separated")
 	routers := fs.String("routers", "poolpicker,round-robin,least-queue,upstream-weights", "routers to compare, comma-separated")
+	replicas := fs.String("replicas", "1", "numbers of poolpicker replicas each router runs with, side by side, comma-separated (e.g. 1,2,3): each replica has its own scraper, scheduler and prefix index")
+	fs.Func("spread", "how streams are spread over the replicas: round-robin (as a gateway's round robin over the picker Service) or random", func(v string) error {
+		switch m := spreadMode(v); m {
+		case spreadRoundRobin, spreadRandom:
+			c.spread = m
+			return nil
+		}
+		return fmt.Errorf("want round-robin or random, got %q", v)
+	})
 	fs.IntVar(&c.requests, "requests", c.requests, "requests per point and router")
 	fs.Float64Var(&c.warmup, "warmup", c.warmup, "leading share of each run's requests left out of the figures")
 	fs.Float64Var(&c.sheddable, "sheddable", c.sheddable, "share of requests whose objective is sheddable (priority -1)")
@@ -96,6 +105,10 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	pct, err := parseInts(*loads)
 	if err != nil {
 		fmt.Fprintf(stderr, "-loads: %v\n", err)
+		return 2
+	}
+	if c.replicas, err = parseInts(*replicas); err != nil {
+		fmt.Fprintf(stderr, "-replicas: %v\n", err)
 		return 2
 	}
 	c.loads = nil
@@ -163,8 +176,8 @@ func writeOutputs(stderr io.Writer, all []result, c sweepConfig, markdown, svg, 
 		if !slices.Contains(groups, r.groups) {
 			groups = append(groups, r.groups)
 		}
-		if !slices.ContainsFunc(routers, func(x router) bool { return x.name == r.router }) {
-			routers = append(routers, router{name: r.router})
+		if !slices.ContainsFunc(routers, func(x router) bool { return x.name == r.series() }) {
+			routers = append(routers, router{name: r.series()})
 		}
 	}
 	outputs := []struct {
@@ -231,8 +244,10 @@ func (c *sweepConfig) check() error {
 		return fmt.Errorf("a request of %d tokens does not fit in %d KV blocks of %d tokens", c.prefixTokens+c.suffixTokens+c.outputTokens, c.kvBlocks, c.blockTokens)
 	case len(c.routers) == 0:
 		return fmt.Errorf("-routers: none given")
-	case len(c.routers) > 200:
-		return fmt.Errorf("-routers: too many")
+	case len(c.routers)*len(c.replicas) > 200:
+		return fmt.Errorf("-routers × -replicas: too many runs per point (at most 200)")
+	case slices.Max(c.replicas) > 16:
+		return fmt.Errorf("-replicas %d: at most 16", slices.Max(c.replicas))
 	}
 	return nil
 }
@@ -278,17 +293,17 @@ func secs(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f',
 func printResults(w io.Writer, rs []result, header bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if header {
-		fmt.Fprintln(tw, "G\tload\treq/s\trouter\tTTFT p50\tp90\tp99\tE2E p90\thit rate\tthroughput\tcritical TTFT p90\tsheddable shed\tunfinished\tfailed\tqueue spread\tindex confirmed\twall\t")
+		fmt.Fprintln(tw, "G\tload\treq/s\trouter\treplicas\tTTFT p50\tp90\tp99\tE2E p90\thit rate\tthroughput\tcritical TTFT p90\tsheddable shed\tunfinished\tfailed\tqueue spread\tindex confirmed\twall\t")
 	}
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%d\t%.0f%%\t%.1f\t%s\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t%s\t%d/%d\t%d\t%d\t%.1f/%.1f\t%s\t%v\t\n", r.groups, r.load*100, r.rate, r.router,
+		fmt.Fprintf(tw, "%d\t%.0f%%\t%.1f\t%s\t%d\t%s\t%s\t%s\t%s\t%.3f\t%.2f\t%s\t%d/%d\t%d\t%d\t%.1f/%.1f\t%s\t%v\t\n", r.groups, r.load*100, r.rate, r.router, max(r.replicas, 1),
 			secs(r.ttft50), secs(r.ttft90), secs(r.ttft99), secs(r.e2e90), r.hitRate, r.throughput, secs(r.critTTFT90), r.shed, r.sheddable,
 			r.unfinished, r.failed, r.queueSpread, r.queueTotal, r.confirmedShare(), r.wall.Round(100*time.Millisecond))
 	}
 	tw.Flush()
 	for _, r := range rs {
 		if r.firstFailure != "" {
-			fmt.Fprintf(w, "  %s: first failure: %s\n", r.router, r.firstFailure)
+			fmt.Fprintf(w, "  %s: first failure: %s\n", r.series(), r.firstFailure)
 		}
 	}
 }
@@ -305,10 +320,10 @@ func (r *result) confirmedShare() string {
 
 func markdownTable(rs []result) string {
 	var b strings.Builder
-	b.WriteString("| G | load | req/s | router | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | E2E p90 (s) | hit rate | throughput (req/s) | critical TTFT p90 (s) | sheddable shed | unfinished |\n")
-	b.WriteString("| --: | --: | --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: |\n")
+	b.WriteString("| G | load | req/s | router | replicas | TTFT p50 (s) | TTFT p90 (s) | TTFT p99 (s) | E2E p90 (s) | hit rate | throughput (req/s) | critical TTFT p90 (s) | sheddable shed | unfinished |\n")
+	b.WriteString("| --: | --: | --: | --- | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %d | %.0f%% | %.1f | %s | %s | %s | %s | %s | %.3f | %.2f | %s | %d/%d | %d |\n", r.groups, r.load*100, r.rate, r.router,
+		fmt.Fprintf(&b, "| %d | %.0f%% | %.1f | %s | %d | %s | %s | %s | %s | %.3f | %.2f | %s | %d/%d | %d |\n", r.groups, r.load*100, r.rate, r.router, max(r.replicas, 1),
 			secs(r.ttft50), secs(r.ttft90), secs(r.ttft99), secs(r.e2e90), r.hitRate, r.throughput, secs(r.critTTFT90), r.shed, r.sheddable, r.unfinished)
 	}
 	return b.String()
@@ -319,6 +334,7 @@ type exportedResult struct {
 	Load       float64 `json:"load"`
 	Rate       float64 `json:"rate"`
 	Router     string  `json:"router"`
+	Replicas   int     `json:"replicas,omitempty"` // absent: 1
 	TTFT50     float64 `json:"ttft_p50_s"`
 	TTFT90     float64 `json:"ttft_p90_s"`
 	TTFT99     float64 `json:"ttft_p99_s"`
@@ -339,7 +355,7 @@ type exportedResult struct {
 
 func (e exportedResult) result() result {
 	d := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	return result{groups: e.Groups, load: e.Load, rate: e.Rate, router: e.Router, ttft50: d(e.TTFT50), ttft90: d(e.TTFT90), ttft99: d(e.TTFT99),
+	return result{groups: e.Groups, load: e.Load, rate: e.Rate, router: e.Router, replicas: max(e.Replicas, 1), ttft50: d(e.TTFT50), ttft90: d(e.TTFT90), ttft99: d(e.TTFT99),
 		e2e90: d(e.E2E90), critTTFT90: d(e.CritTTFT90), hitRate: e.HitRate, throughput: e.Throughput, shed: e.Shed, sheddable: e.Sheddable,
 		failed: e.Failed, unfinished: e.Unfinished, predicted: e.PredictedTokens, confirmed: e.ConfirmedTokens, queueSpread: e.QueueSpread}
 }
@@ -347,7 +363,7 @@ func (e exportedResult) result() result {
 func exported(rs []result) []exportedResult {
 	out := make([]exportedResult, len(rs))
 	for i, r := range rs {
-		out[i] = exportedResult{r.groups, r.load, r.rate, r.router, r.ttft50.Seconds(), r.ttft90.Seconds(), r.ttft99.Seconds(), r.e2e90.Seconds(),
+		out[i] = exportedResult{r.groups, r.load, r.rate, r.router, r.replicas, r.ttft50.Seconds(), r.ttft90.Seconds(), r.ttft99.Seconds(), r.e2e90.Seconds(),
 			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed, r.unfinished, r.predicted, r.confirmed, r.queueSpread}
 	}
 	return out

@@ -78,7 +78,7 @@ func plot(rs []result, groups []int, routers []router) string {
 				var pts []string
 				for i, l := range loads {
 					for _, r := range rs {
-						if r.groups == g && r.load == l && r.router == rt.name {
+						if r.groups == g && r.load == l && r.series() == rt.name {
 							pts = append(pts, fmt.Sprintf("%.1f,%.1f", xOf(i), yOf(m.value(r))))
 						}
 					}

@@ -88,7 +88,11 @@ type sweepConfig struct {
 	groups                                   []int
 	loads                                    []float64
 	routers                                  []router
-	parallel                                 bool
+	// replicas are the numbers of poolpicker replicas each router runs
+	// with, side by side at every point; spread is how streams go to them.
+	replicas []int
+	spread   spreadMode
+	parallel bool
 }
 
 // defaultSweep is the fleet and traffic of the issue that motivated the
@@ -105,7 +109,7 @@ func defaultSweep() sweepConfig {
 		scrapeInterval: 100 * time.Millisecond, timeScale: 2,
 		requests: 500, warmup: 0.15, sheddable: 0.2, seed: 1,
 		groups: []int{6, 12, 24, 48}, loads: []float64{0.5, 0.8, 1.0, 1.2},
-		routers: allRouters, parallel: true,
+		routers: allRouters, replicas: []int{1}, spread: spreadRoundRobin, parallel: true,
 	}
 }
 
@@ -171,6 +175,7 @@ type result struct {
 	groups         int
 	load, rate     float64
 	router         string
+	replicas       int // poolpicker replicas the streams were spread over
 	ttft50, ttft90 time.Duration
 	ttft99, e2e90  time.Duration
 	critTTFT90     time.Duration
@@ -195,17 +200,37 @@ type result struct {
 	servers                 []string // per-server counters, for -v
 }
 
-// runPoint runs every router of c on the point's workload, each on its own
-// fleet: all at once with c.parallel, so that what the machine does
-// meanwhile falls on them alike (the default), or one after the other.
+// series names a router run with its number of replicas ("poolpicker",
+// "poolpicker ×2").
+func (r *result) series() string {
+	if r.replicas <= 1 {
+		return r.router
+	}
+	return fmt.Sprintf("%s ×%d", r.router, r.replicas)
+}
+
+// runPoint runs every router of c with every number of replicas on the
+// point's workload, each on its own fleet: all at once with c.parallel, so
+// that what the machine does meanwhile falls on them alike (the default),
+// or one after the other.
 func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64) ([]result, error) {
 	reqs := workload(c, groups, load)
-	results := make([]result, len(c.routers))
-	errs := make([]error, len(c.routers))
+	type run struct {
+		router   router
+		replicas int
+	}
+	var runs []run
+	for _, r := range c.routers {
+		for _, n := range c.replicas {
+			runs = append(runs, run{r, n})
+		}
+	}
+	results := make([]result, len(runs))
+	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
-	for i, r := range c.routers {
+	for i, r := range runs {
 		run := func() {
-			results[i], errs[i] = runRouter(ctx, c, i, r, reqs)
+			results[i], errs[i] = runRouter(ctx, c, i, r.router, r.replicas, reqs)
 			results[i].groups, results[i].load, results[i].rate = groups, load, load*c.capacity()
 		}
 		if !c.parallel {
@@ -221,14 +246,14 @@ func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64) ([]
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("G=%d load=%.0f%% %s: %w", groups, load*100, c.routers[i].name, err)
+			return nil, fmt.Errorf("G=%d load=%.0f%% %s: %w", groups, load*100, results[i].series(), err)
 		}
 	}
 	return results, nil
 }
 
-func runRouter(ctx context.Context, c *sweepConfig, n int, r router, reqs []request) (result, error) {
-	f, err := startFleet(ctx, n, c, r.config)
+func runRouter(ctx context.Context, c *sweepConfig, n int, r router, replicas int, reqs []request) (result, error) {
+	f, err := startFleet(ctx, n, c, r.config, replicas)
 	if err != nil {
 		return result{}, err
 	}
@@ -273,7 +298,7 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, reqs []requ
 	q := <-queues
 
 	sim := func(d time.Duration) time.Duration { return time.Duration(float64(d) * c.timeScale) }
-	res := result{router: r.name, wall: time.Since(start), queueSpread: q.spread, queueTotal: q.total}
+	res := result{router: r.name, replicas: replicas, wall: time.Since(start), queueSpread: q.spread, queueTotal: q.total}
 	for _, s := range f.servers {
 		st := s.Stats()
 		res.servers = append(res.servers, fmt.Sprintf("%s: %d served, %.2f cached, peak %d running %d waiting", s.Name(), st.Completed,
