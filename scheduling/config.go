@@ -38,7 +38,11 @@ const ProfileAnnotation = "poolpicker.io/scheduling-profile"
 // the max-score picker. The load scorers weigh little on purpose: min-max
 // normalised, one request more in a queue would otherwise outweigh a whole
 // cached prompt. KV-cache use is left out: it is highest on the servers
-// holding the most prefixes, the ones that would serve from cache.
+// holding the most prefixes, the ones that would serve from cache. A
+// prompt no endpoint is worth sending to for its cache goes where every
+// picker replica would send it (rendezvous hashing of its first 4 blocks,
+// within 4 requests of the least load), so replicas, each with its own
+// index, place and spill a prefix alike.
 const DefaultConfigText = `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -52,6 +56,8 @@ plugins:
     maxPrefixBlocksToMatch: 256
     lruCapacityPerServer: 31250
     queueCostTokens: 192
+    rendezvousBlocks: 4
+    rendezvousLoadSlack: 4
 - type: max-score-picker
 schedulingProfiles:
 - name: default

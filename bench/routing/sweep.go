@@ -19,6 +19,9 @@ import (
 type router struct {
 	name   string
 	config string
+	// replicas, when set, replaces the sweep's numbers of replicas for
+	// this router (a baseline that needs no replicas).
+	replicas []int
 }
 
 const roundRobinConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -68,10 +71,10 @@ schedulingProfiles:
 
 // allRouters are the routers a sweep can compare, poolpicker's default first.
 var allRouters = []router{
-	{"poolpicker", scheduling.DefaultConfigText},
-	{"round-robin", roundRobinConfig},
-	{"least-queue", leastQueueConfig},
-	{"upstream-weights", upstreamConfig},
+	{name: "poolpicker", config: scheduling.DefaultConfigText},
+	{name: "round-robin", config: roundRobinConfig},
+	{name: "least-queue", config: leastQueueConfig},
+	{name: "upstream-weights", config: upstreamConfig},
 }
 
 // sweepConfig is the fleet, the workload and the points of a sweep. Every
@@ -221,7 +224,11 @@ func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64) ([]
 	}
 	var runs []run
 	for _, r := range c.routers {
-		for _, n := range c.replicas {
+		replicas := c.replicas
+		if r.replicas != nil {
+			replicas = r.replicas
+		}
+		for _, n := range replicas {
 			runs = append(runs, run{r, n})
 		}
 	}

@@ -75,7 +75,27 @@ type Params struct {
 	// more against its cached prefix. False (the plugin default): the
 	// queue costs QueueCostTokens per request however the pool hits.
 	QueueMissCost bool `json:"queueMissCost"`
+	// RendezvousBlocks, when set, makes the choice for a prompt that no
+	// candidate is worth sending to for its cache (none is believed to
+	// hold its prefix, or every holder is too loaded) the same on every
+	// picker replica: the prompt's first RendezvousBlocks blocks, hashed
+	// with a fixed function, rank the candidates by rendezvous (highest
+	// random weight) hashing of their addresses, and the first of them
+	// within RendezvousLoadSlack requests of the least loaded scores
+	// RendezvousScore. Replicas that each see a share of the streams then
+	// send a new prefix, and spill a hot one, where the others do, so the
+	// pool's servers hold each prefix once rather than once per replica.
+	// Zero (the plugin default): off, the other scorers decide.
+	RendezvousBlocks int `json:"rendezvousBlocks"`
+	// RendezvousLoadSlack is how many more requests in flight than the
+	// least loaded candidate the rendezvous choice may carry. Zero: 1.
+	RendezvousLoadSlack int `json:"rendezvousLoadSlack"`
 }
+
+// RendezvousScore is what the rendezvous choice scores (RendezvousBlocks):
+// in the default profile (weight 3) more than the load scorers' weights
+// together, which only break ties, and less than LoRA affinity.
+const RendezvousScore = 0.25
 
 // Scorer scores an endpoint by the share of the prompt's leading
 // blocks it is believed to hold in its KV cache: longest cached prefix /
@@ -138,6 +158,8 @@ func New(name string, raw json.RawMessage) (framework.Plugin, error) {
 		{"lruCapacityPerServer", &p.LRUCapacityPerServer, DefaultLRUCapacityPerServer, maxLRUCapacityPerServer},
 		{"bytesPerToken", &p.BytesPerToken, DefaultBytesPerToken, 64},
 		{"queueCostTokens", &p.QueueCostTokens, 0, maxQueueCostTokens},
+		{"rendezvousBlocks", &p.RendezvousBlocks, 0, maxPrefixBlocksToMatch},
+		{"rendezvousLoadSlack", &p.RendezvousLoadSlack, 1, 1 << 16},
 	}
 	for _, c := range checks {
 		switch {
@@ -190,8 +212,17 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 	st.matched = st.matched[:slots]
 	clear(st.matched)
 	if st.index.match(st.hashes, st.matched, &st.scratch) == 0 {
+		s.rendezvous(cs, req, c, scores)
 		return
 	}
+	defer func() {
+		for _, v := range scores {
+			if v > 0 {
+				return
+			}
+		}
+		s.rendezvous(cs, req, c, scores)
+	}()
 	states := st.index.statesFor(cs.Endpoints)
 	if s.params.QueueCostTokens == 0 {
 		total := float64(len(st.hashes))
@@ -232,6 +263,58 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 		saved := matched*blockTokens - perRequest*float64(candidateLoad(&c[i])-least)
 		scores[i] = saved / promptTokens
 	}
+}
+
+// rendezvous scores RendezvousScore for the candidate every replica would
+// choose for the prompt (see Params.RendezvousBlocks): the highest
+// rendezvous weight of the prompt's leading blocks and the candidate's
+// address among those within RendezvousLoadSlack of the least load. The
+// hash is fixed, not the scorer's seed, so that every replica agrees; a
+// crafted prompt can only choose which endpoint it lands on, which any
+// client can do by sending load there.
+func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
+	if s.params.RendezvousBlocks == 0 || len(c) == 0 {
+		return
+	}
+	n := min(len(req.Prompt)/s.params.HashBlockSize, s.params.RendezvousBlocks) * s.params.HashBlockSize
+	if n == 0 {
+		return
+	}
+	key := fnvBytes(fnvString(fnvOffset, cs.TargetModel), req.Prompt[:n])
+	least := int64(math.MaxInt64)
+	for i := range c {
+		least = min(least, candidateLoad(&c[i]))
+	}
+	best, bestWeight := -1, uint64(0)
+	for i := range c {
+		if candidateLoad(&c[i])-least > int64(s.params.RendezvousLoadSlack) {
+			continue
+		}
+		if w := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address)); best < 0 || w > bestWeight {
+			best, bestWeight = i, w
+		}
+	}
+	scores[best] = max(scores[best], RendezvousScore)
+}
+
+// FNV-1a, 64-bit: a fixed hash, the same in every process.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvBytes(h uint64, b []byte) uint64 {
+	for _, c := range b {
+		h = (h ^ uint64(c)) * fnvPrime
+	}
+	return h
+}
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h
 }
 
 // ObserveCachedTokens implements framework.CachePredictionObserver: it

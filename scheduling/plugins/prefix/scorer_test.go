@@ -613,3 +613,81 @@ func TestPrefixScorerQueueMissCost(t *testing.T) {
 		})
 	}
 }
+
+func TestPrefixScorerRendezvous(t *testing.T) {
+	const params = `{"queueCostTokens": 128, "rendezvousBlocks": 4}`
+	// Two replicas: each its own scorer (another hash seed) and its own
+	// registry of the same pods.
+	a, b := newPrefixFixture(t, 4, params), newPrefixFixture(t, 4, params)
+	chosen := func(scores []float64) int {
+		best := 0
+		for pod, v := range scores {
+			if v > 0 {
+				if best != 0 {
+					t.Fatalf("scores %v: more than one endpoint chosen", scores)
+				}
+				best = pod
+			}
+		}
+		return best
+	}
+	pods := map[int]int{}
+	for g := range 40 {
+		p := schedtest.Prompt(fmt.Sprintf("system prompt %d", g), 2048)
+		sa, sb := a.score(p, 0), b.score(p, 0)
+		ca, cb := chosen(sa), chosen(sb)
+		if ca == 0 || ca != cb || sa[ca] != RendezvousScore {
+			t.Fatalf("prompt %d: replica A scores %v, B %v; want one endpoint scored %v, the same on both", g, sa, sb, RendezvousScore)
+		}
+		pods[ca]++
+		// A different suffix after the same leading blocks is the same
+		// choice; a different first block is another.
+		q := append(append([]byte{}, p[:256]...), schedtest.Prompt("question", 500)...)
+		if c := chosen(a.score(q, 0)); c != ca {
+			t.Fatalf("prompt %d: a prompt of the same first 4 blocks chose pod %d, want %d", g, c, ca)
+		}
+	}
+	if len(pods) != 4 {
+		t.Fatalf("40 prefixes chose pods %v, want every pod", pods)
+	}
+
+	p := schedtest.Prompt("hot prefix", 2048)
+	first := chosen(a.score(p, 0))
+	// Bounded by load: the choice holds within one request of the least
+	// loaded (the default slack), and moves, the same on both replicas,
+	// beyond it.
+	for _, f := range []*prefixFixture{a, b} {
+		f.tp.Ep(t, first).AddInFlight(1)
+	}
+	if c := chosen(a.score(p, 0)); c != first {
+		t.Fatalf("one request more on pod %d moved the choice to %d", first, c)
+	}
+	for _, f := range []*prefixFixture{a, b} {
+		f.tp.Ep(t, first).AddInFlight(1)
+	}
+	second := chosen(a.score(p, 0))
+	if second == first || second != chosen(b.score(p, 0)) {
+		t.Fatalf("two more requests on pod %d: chosen %d on A, %d on B; want another pod, the same", first, second, chosen(b.score(p, 0)))
+	}
+	// A holder too loaded to be worth its cache spills where the other
+	// replica, which does not know of the holder, sends the prefix.
+	a.score(p, first)
+	for _, f := range []*prefixFixture{a, b} {
+		f.tp.Ep(t, first).AddInFlight(20)
+	}
+	if ca, cb := chosen(a.score(p, 0)), chosen(b.score(p, 0)); ca != cb || ca == first {
+		t.Fatalf("holder %d overloaded: A chose %d, B %d", first, ca, cb)
+	}
+	// A holder worth its cache keeps the prefix; no rendezvous score.
+	for _, f := range []*prefixFixture{a, b} {
+		f.tp.Ep(t, first).AddInFlight(-22)
+	}
+	if s := a.score(p, 0); s[first] != 1 || chosen(s) != first {
+		t.Fatalf("idle holder %d: scores %v", first, s)
+	}
+
+	// Off by default: a new prompt scores nothing.
+	if s := newPrefixFixture(t, 4, `{"queueCostTokens": 128}`).score(p, 0); chosen(s) != 0 {
+		t.Fatalf("without rendezvousBlocks: scores %v", s)
+	}
+}
