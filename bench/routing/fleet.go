@@ -215,9 +215,13 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	}
 	stops = append(stops, func() { rp.conn.Close() })
 
-	deadline := time.Now().Add(10 * time.Second)
+	// The pool is in demand meanwhile (NoteRequest), so a scrape that
+	// failed on a starved machine is retried at once rather than after
+	// the idle interval.
+	deadline := time.Now().Add(30 * time.Second)
 	for _, e := range pool.Endpoints().Endpoints {
 		for e.Metrics() == nil {
+			pool.NoteRequest(time.Now())
 			if time.Now().After(deadline) {
 				return nil, nil, fmt.Errorf("fleet %d replica %d: %s never scraped", n, r, e.Address)
 			}

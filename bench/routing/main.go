@@ -7,6 +7,9 @@
 // hit rate) runs each router on its own fleet at the same time, on the same
 // seeded requests: poolpicker's default profile, round-robin, least-queue
 // and the reference EPP's default weights built from poolpicker's plugins.
+// Poolpicker runs with 1, 2 and 3 replicas side by side (-replicas), each
+// replica an ext_proc server with its own scraper, scheduler and prefix
+// index, the streams spread over them as a gateway spreads them (-spread).
 //
 //	go run ./bench/routing -time-scale 2 -requests 300 -svg site-src/images/routing-sweep.svg -markdown /tmp/routing.md -json /tmp/routing.json
 //
@@ -45,7 +48,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	groups := fs.String("groups", "6,12,24,48", "numbers of shared prefixes G, comma-separated")
 	loads := fs.String("loads", "50,80,100,120", "offered loads in percent of the fleet's capacity at full hit rate, comma-separated")
 	routers := fs.String("routers", "poolpicker,round-robin,least-queue,upstream-weights", "routers to compare, comma-separated")
-	replicas := fs.String("replicas", "1", "numbers of poolpicker replicas each router runs with, side by side, comma-separated (e.g. 1,2,3): each replica has its own scraper, scheduler and prefix index")
+	replicas := fs.String("replicas", "1,2,3", "numbers of poolpicker replicas poolpicker and each -router-config router run with, side by side, comma-separated: each replica has its own scraper, scheduler and prefix index (the baselines run one)")
 	fs.Func("spread", "how streams are spread over the replicas: round-robin (as a gateway's round robin over the picker Service) or random", func(v string) error {
 		switch m := spreadMode(v); m {
 		case spreadRoundRobin, spreadRandom:

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 func TestMain(m *testing.M) {
@@ -71,6 +73,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-time-scale", "0"}, "-time-scale 0"},
 		{[]string{"-requests", "5"}, "-requests 5"},
 		{[]string{"-kv-blocks", "50"}, "does not fit in 50 KV blocks"},
+		{[]string{"-replicas", "1,0"}, `-replicas: "0" is not a positive number`},
+		{[]string{"-replicas", "17"}, "-replicas 17: at most 16"},
+		{[]string{"-spread", "hash"}, `want round-robin or random, got "hash"`},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := mainCode(tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
@@ -121,5 +126,43 @@ func TestPlotAndTable(t *testing.T) {
 	}
 	if code := mainCode([]string{"-from-json", filepath.Join(dir, "missing.json")}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "-from-json:") {
 		t.Fatalf("missing file: exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// TestSpread checks how streams are spread over replicas: in turn, or at
+// random (seeded) over all of them.
+func TestSpread(t *testing.T) {
+	for _, mode := range []spreadMode{spreadRoundRobin, spreadRandom} {
+		t.Run(string(mode), func(t *testing.T) {
+			f := &fleet{spread: mode, rand: seeded(1)}
+			for range 3 {
+				// Never dialled: grpc.NewClient connects on first use.
+				conn, err := grpc.NewClient("127.0.0.1:1", grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				f.replicas = append(f.replicas, &replica{conn: conn})
+			}
+			counts := map[*grpc.ClientConn]int{}
+			var order []*grpc.ClientConn
+			for range 300 {
+				c := f.conn()
+				counts[c]++
+				order = append(order, c)
+			}
+			for i, r := range f.replicas {
+				if n := counts[r.conn]; n < 70 || n > 130 {
+					t.Fatalf("replica %d got %d of 300 streams", i, n)
+				}
+			}
+			inTurn := true
+			for i := range order {
+				inTurn = inTurn && order[i] == f.replicas[i%3].conn
+			}
+			if inTurn != (mode == spreadRoundRobin) {
+				t.Fatalf("streams in turn: %v", inTurn)
+			}
+		})
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"slices"
 	"testing"
 )
 
@@ -17,9 +16,8 @@ func quickSweep() sweepConfig {
 	c := defaultSweep()
 	c.requests, c.timeScale, c.parallel = 200, 1, true
 	c.groups, c.loads = []int{12}, []float64{0.5}
-	c.routers = slices.Clone(allRouters[:2]) // poolpicker, round-robin
+	c.routers = allRouters[:2] // poolpicker, round-robin (one replica)
 	c.replicas = []int{1, 2}
-	c.routers[1].replicas = []int{1}
 	return c
 }
 

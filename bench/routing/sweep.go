@@ -70,11 +70,14 @@ schedulingProfiles:
 `
 
 // allRouters are the routers a sweep can compare, poolpicker's default first.
+// The baselines run one replica: they keep no state a replica could lack,
+// and the reference EPP serves from one replica (the leader) however many
+// run.
 var allRouters = []router{
 	{name: "poolpicker", config: scheduling.DefaultConfigText},
-	{name: "round-robin", config: roundRobinConfig},
-	{name: "least-queue", config: leastQueueConfig},
-	{name: "upstream-weights", config: upstreamConfig},
+	{name: "round-robin", config: roundRobinConfig, replicas: []int{1}},
+	{name: "least-queue", config: leastQueueConfig, replicas: []int{1}},
+	{name: "upstream-weights", config: upstreamConfig, replicas: []int{1}},
 }
 
 // sweepConfig is the fleet, the workload and the points of a sweep. Every
@@ -112,7 +115,7 @@ func defaultSweep() sweepConfig {
 		scrapeInterval: 100 * time.Millisecond, timeScale: 2,
 		requests: 500, warmup: 0.15, sheddable: 0.2, seed: 1,
 		groups: []int{6, 12, 24, 48}, loads: []float64{0.5, 0.8, 1.0, 1.2},
-		routers: allRouters, replicas: []int{1}, spread: spreadRoundRobin, parallel: true,
+		routers: allRouters, replicas: []int{1, 2, 3}, spread: spreadRoundRobin, parallel: true,
 	}
 }
 
