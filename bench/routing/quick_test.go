@@ -62,6 +62,7 @@ func TestQuickSweep(t *testing.T) {
 
 // quickReplicaHitLoss is how much lower two replicas' hit rate may be than
 // one's in the quick mode: wider than the full sweep's target (0.02), as
-// a short starved run is noisy, and narrower than what per-replica
-// knowledge alone lost (0.14 in such a run).
-const quickReplicaHitLoss = 0.08
+// a short run on a starved machine is noisy (0.056 lower in a run whose
+// TTFT p50 was 20-30 s), and narrower than what two replicas lost before
+// they agreed on where a new prefix goes (0.22 at G = 12, 40 %).
+const quickReplicaHitLoss = 0.1
