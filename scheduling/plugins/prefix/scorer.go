@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -211,26 +212,25 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 	}
 	st.matched = st.matched[:slots]
 	clear(st.matched)
-	if st.index.match(st.hashes, st.matched, &st.scratch) == 0 {
-		s.rendezvous(cs, req, c, scores)
-		return
-	}
-	defer func() {
-		for _, v := range scores {
-			if v > 0 {
-				return
+	if st.index.match(st.hashes, st.matched, &st.scratch) > 0 {
+		states := st.index.statesFor(cs.Endpoints)
+		if s.params.QueueCostTokens == 0 {
+			total := float64(len(st.hashes))
+			for i := range c {
+				scores[i] = float64(st.matchedBlocks(&c[i], states)) / total
 			}
+		} else {
+			s.scoreAgainstLoad(st, req, c, states, scores)
 		}
-		s.rendezvous(cs, req, c, scores)
-	}()
-	states := st.index.statesFor(cs.Endpoints)
-	if s.params.QueueCostTokens == 0 {
-		total := float64(len(st.hashes))
-		for i := range c {
-			scores[i] = float64(st.matchedBlocks(&c[i], states)) / total
-		}
-		return
 	}
+	if !slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {
+		s.rendezvous(cs, req, c, scores)
+	}
+}
+
+// scoreAgainstLoad scores what each candidate's cached prefix saves beyond
+// its extra load (Params.QueueCostTokens).
+func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []framework.Candidate, states []*prefixEndpoint, scores []float64) {
 	// In tokens: the prompt as far as it was hashed (a caller may pass only
 	// PromptBytes of it), and what each endpoint's cached prefix saves.
 	promptTokens := float64(min(len(req.Prompt), s.PromptBytes())) / float64(s.params.BytesPerToken)
