@@ -178,10 +178,10 @@ func Cases() []Case {
 	for _, f := range authorityForms {
 		cs = append(cs, Case{Name: "pool resolved from the " + f.gateway + " :authority", Part: Extension, MultiPool: true, Run: func(ctx context.Context, e *Env) error {
 			for _, p := range []struct {
-				svc  string
-				pods []string
-			}{{PrimaryService, e.pods}, {SecondService, e.secondPods}} {
-				res, err := e.do(ctx, eppclient.Request{Authority: f.form(p.svc, e.opts.Namespace, ServicePort), Body: completion()})
+				svc, pool string
+				pods      []string
+			}{{PrimaryService, PrimaryPool, e.pods}, {SecondService, SecondPool, e.secondPods}} {
+				res, err := e.do(ctx, eppclient.Request{Authority: f.form(p.svc, e.opts.Namespace, ServicePort, p.pool), Body: completion()})
 				if err != nil {
 					return err
 				}
@@ -204,6 +204,35 @@ func Cases() []Case {
 				}
 			}
 			return nil
+		}},
+		Case{Name: "two weighted pools: each stream to its own pool's pods", Part: Extension, MultiPool: true, Run: func(ctx context.Context, e *Env) error {
+			// A gateway splitting a route 3:1 between two pools interleaves
+			// their streams; none may leak into the other pool.
+			for i := 0; i < 16; i++ {
+				svc, pods := PrimaryService, e.pods
+				if i%4 == 3 {
+					svc, pods = SecondService, e.secondPods
+				}
+				res, err := e.do(ctx, eppclient.Request{Authority: e.authority(svc), Body: completion(), Response: okResponse()})
+				if err != nil {
+					return err
+				}
+				if err := routedTo(res, pods, primaryPort); err != nil {
+					return fmt.Errorf("stream %d to Service %s: %w", i, svc, err)
+				}
+			}
+			return nil
+		}},
+		Case{Name: "explicit pool tag naming an unserved pool answered 404", Part: Extension, MultiPool: true, Run: func(ctx context.Context, e *Env) error {
+			res, err := e.do(ctx, eppclient.Request{Authority: e.authority(PrimaryService), Body: completion(), PoolTag: e.opts.Namespace + "/no-such-pool"})
+			return refused(res, err, 404)
+		}},
+		Case{Name: "explicit pool tag wins over the :authority", Part: Extension, MultiPool: true, Run: func(ctx context.Context, e *Env) error {
+			res, err := e.do(ctx, eppclient.Request{Authority: e.authority(PrimaryService), Body: completion(), PoolTag: e.opts.Namespace + "/" + SecondPool})
+			if err != nil {
+				return err
+			}
+			return routedTo(res, e.secondPods, secondPort)
 		}},
 		Case{Name: "pool without ready endpoints answered 503", Part: Extension, MultiPool: true, Run: func(ctx context.Context, e *Env) error {
 			res, err := e.do(ctx, eppclient.Request{Authority: e.authority(EmptyService), Body: completion()})
@@ -231,14 +260,17 @@ func Cases() []Case {
 // of the site's Wire contracts page).
 var authorityForms = []struct {
 	gateway string
-	form    func(svc, ns string, port int) string
+	form    func(svc, ns string, port int, pool string) string
 }{
-	{"Istio", func(svc, ns string, port int) string {
+	{"Istio", func(svc, ns string, port int, _ string) string {
 		return fmt.Sprintf("outbound|%d||%s.%s.svc.cluster.local", port, svc, ns)
 	}},
-	{"kgateway", func(svc, ns string, port int) string { return fmt.Sprintf("%s.%s.svc:%d", svc, ns, port) }},
-	{"agentgateway", func(svc, ns string, port int) string { return fmt.Sprintf("%s.%s.svc.cluster.local:%d", svc, ns, port) }},
-	{"NGINX Gateway Fabric", func(svc, ns string, port int) string { return fmt.Sprintf("%s.%s:%d", svc, ns, port) }},
+	{"kgateway", func(svc, ns string, port int, _ string) string { return fmt.Sprintf("%s.%s.svc:%d", svc, ns, port) }},
+	{"agentgateway", func(svc, ns string, port int, _ string) string {
+		return fmt.Sprintf("%s.%s.svc.cluster.local:%d", svc, ns, port)
+	}},
+	{"NGINX Gateway Fabric", func(svc, ns string, port int, _ string) string { return fmt.Sprintf("%s.%s:%d", svc, ns, port) }},
+	{"Kubvernor", func(_, ns string, _ int, pool string) string { return fmt.Sprintf("chat_route-extsvc-%s.%s", ns, pool) }},
 }
 
 func (e *Env) do(ctx context.Context, req eppclient.Request) (*eppclient.Result, error) {

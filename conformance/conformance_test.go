@@ -28,7 +28,9 @@ const (
 var (
 	env                 *testenv.Env
 	eppAddr, healthAddr string
-	root                string
+	root, binaryPath    string
+	kubeconfigPath      string
+	logDir              string
 )
 
 // TestMain starts a control plane and one poolpicker, built once, serving
@@ -72,21 +74,14 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ports, err := localstack.FreePorts(3)
+	binaryPath, kubeconfigPath, logDir = binary, kubeconfig, dir
+	p, err := startPicker(ctx, "poolpicker.log", "--watch-namespaces="+namespace, "--pool-selector=",
+		"--enable-conformance-test-behaviors", fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	eppAddr, healthAddr = fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-	p := &localstack.Process{Path: binary, Log: filepath.Join(dir, "poolpicker.log"), HealthAddr: healthAddr, Args: []string{
-		"--kubeconfig=" + kubeconfig, fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]),
-		fmt.Sprintf("--metrics-port=%d", ports[2]), "--watch-namespaces=" + namespace, "--pool-selector=",
-		"--enable-conformance-test-behaviors", fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
-		"--metrics-endpoint-auth=false", "--tracing=false"}}
-	if err := p.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	eppAddr, healthAddr = p.eppAddr, p.HealthAddr
 	code := m.Run()
 	if err := p.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "poolpicker:", err)
@@ -97,6 +92,74 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "poolpicker log:\n%s\n", tail(b))
 	}
 	return code
+}
+
+// picker is a poolpicker process of the test binary's build.
+type picker struct {
+	*localstack.Process
+	eppAddr string
+}
+
+// startPicker starts the built poolpicker on free ports with args, and
+// returns once it is ready.
+func startPicker(ctx context.Context, log string, args ...string) (*picker, error) {
+	ports, err := localstack.FreePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	p := &picker{eppAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), Process: &localstack.Process{Path: binaryPath, Log: filepath.Join(logDir, log),
+		HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]), Args: append([]string{
+			"--kubeconfig=" + kubeconfigPath, fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]),
+			fmt.Sprintf("--metrics-port=%d", ports[2]), "--metrics-endpoint-auth=false", "--tracing=false"}, args...)}}
+	if err := p.Start(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// TestSinglePoolPicker runs the suite as against a single-pool picker:
+// poolpicker started for the primary pool only (as the reference EPP is), the
+// protocol and conformance-suite parts claimed, no multi-pool. Every case it
+// can run passes; the multi-pool and extension ones are skipped, none failed.
+func TestSinglePoolPicker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	const ns = namespace + "-single"
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := startPicker(ctx, "single.log", "--pool-name="+conformance.PrimaryPool, "--pool-namespace="+ns, "--enable-conformance-test-behaviors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop() }()
+	outcomes, err := conformance.Run(ctx, conformance.Options{
+		EPPAddr: p.eppAddr, HealthAddr: p.HealthAddr, TLS: true, Config: env.Config, Namespace: ns, FirstIP: "127.0.61.2",
+		Parts: []conformance.Part{conformance.Protocol, conformance.SuiteBehaviour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report bytes.Buffer
+	if err := conformance.Report(&report, outcomes); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("report:\n%s", report.String())
+	passed := 0
+	for _, o := range outcomes {
+		wantSkip := o.MultiPool || o.Part == conformance.Extension
+		switch {
+		case o.Status == conformance.Failed:
+			t.Errorf("%s failed: %s", o.Name, o.Detail)
+		case wantSkip != (o.Status == conformance.Skipped):
+			t.Errorf("%s: %s (%s), want skipped %v", o.Name, o.Status, o.Detail, wantSkip)
+		case o.Status == conformance.Passed:
+			passed++
+		}
+	}
+	if passed == 0 {
+		t.Error("no case passed")
+	}
 }
 
 func tail(b []byte) []byte {

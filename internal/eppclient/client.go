@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -31,6 +32,7 @@ const (
 	MetadataKeySubset      = "x-gateway-destination-endpoint-subset"
 	HeaderTestSelection    = "test-epp-endpoint-selection"
 	HeaderTestServedResult = "x-conformance-test-served-endpoint"
+	MetadataKeyPoolTag     = "x-gateway-inference-pool"
 )
 
 // Shape is how a gateway drives one ext_proc stream.
@@ -139,6 +141,10 @@ type Request struct {
 	Subset []string
 	// Response, when set, plays the response phase after a routed request.
 	Response *Response
+	// PoolTag, when set, names the pool (NAMESPACE/NAME) in the stream's
+	// gRPC metadata x-gateway-inference-pool, as Envoy's per-route
+	// grpc_initial_metadata can.
+	PoolTag string
 }
 
 // Response is the model server's answer as the gateway reports it.
@@ -189,6 +195,9 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if req.PoolTag != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, MetadataKeyPoolTag, req.PoolTag)
+	}
 	s, err := extprocv3.NewExternalProcessorClient(cc).Process(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		return nil, err
