@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling"
@@ -302,4 +304,34 @@ func TestHeldBodyBudget(t *testing.T) {
 	eventually(t, "no stream, byte or request held once the gateways went away", func() bool {
 		return held() == 0 && ts.srv.limits.streams.Load() == 0 && f.totalInFlight() == 0
 	})
+}
+
+// TestSubsetHintBound: a subset hint longer than MaxSubsetHintEntries is
+// answered 400 naming the key and the bound; one at the bound is honoured.
+func TestSubsetHintBound(t *testing.T) {
+	f := newPools(t, 1, 2)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true})
+	hint := func(n int) *extprocv3.ProcessingRequest {
+		vals := []*structpb.Value{structpb.NewStringValue(f.pools[0].Endpoints().Endpoints[0].Address)}
+		for i := len(vals); i < n; i++ {
+			vals = append(vals, structpb.NewStringValue(fmt.Sprintf("10.%d.%d.%d:8000", i>>16, (i>>8)&255, i&255)))
+		}
+		m := withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex)
+		m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespaceSubset: {Fields: map[string]*structpb.Value{
+			MetadataKeySubset: structpb.NewListValue(&structpb.ListValue{Values: vals})}}}}
+		return m
+	}
+	g := ts.open(t, authorityOf(0), nil)
+	g.send(hint(MaxSubsetHintEntries + 1))
+	code, body := immediateCode(t, g.recv())
+	if code != 400 || !strings.Contains(body, MetadataKeySubset) || !strings.Contains(body, "10000 allowed") {
+		t.Fatalf("over the bound: %d %s, want 400 naming the hint and its bound", code, body)
+	}
+	g = ts.open(t, authorityOf(0), nil)
+	g.send(hint(MaxSubsetHintEntries))
+	g.send(reqBody(completionBody("m", 1), true))
+	hr := g.recv()
+	if got := destination(t, hr, hr.GetRequestHeaders().GetResponse().GetHeaderMutation()); !strings.HasPrefix(got, f.pools[0].Endpoints().Endpoints[0].Address) {
+		t.Fatalf("at the bound: routed to %s, want the hinted endpoint", got)
+	}
 }

@@ -21,7 +21,7 @@ const (
 	DefaultHealthInterval      = time.Second
 	DefaultMaxModelLabels      = 64
 
-	DefaultMaxConcurrentStreams    = 10000
+	DefaultMaxConcurrentStreams    = 5000
 	DefaultMaxHeldRequestBodyBytes = 256 << 20
 	DefaultRequestBodyStartTimeout = 30 * time.Second
 	DefaultRequestBodyTimeout      = 60 * time.Second
@@ -81,8 +81,10 @@ type Options struct {
 	// MaxConcurrentStreams bounds the ext_proc streams open at once, over
 	// all connections and pools; a stream beyond it is refused at once with
 	// RESOURCE_EXHAUSTED (gRPC's own per-connection limit queues instead, and
-	// is per connection). Each open stream holds a goroutine and its
-	// buffers whatever the pool. Zero: 10,000. Negative: no limit.
+	// is per connection). Each open stream holds two goroutines and its
+	// buffers whatever the pool, so the default is sized to stay, with the
+	// held-body budget, under the chart's 1 GiB memory limit (the measured
+	// cost is in site-src/operations.md). Zero: 5,000. Negative: no limit.
 	MaxConcurrentStreams int
 	// MaxHeldRequestBodyBytes is the process-wide budget of request-body
 	// bytes held by all streams until their decision: a body of several

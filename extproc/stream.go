@@ -481,6 +481,13 @@ func (st *stream) readTags(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHe
 		}
 		if s, ok := mc.GetFilterMetadata()[MetadataNamespaceSubset]; ok {
 			if l, ok := structList(s, MetadataKeySubset); ok {
+				if len(l) > MaxSubsetHintEntries && st.badInput == nil {
+					// Each entry costs the pick a set insert; a pool's
+					// endpoints are far fewer.
+					st.badInput = &httpError{code: http.StatusBadRequest, reason: "InvalidSubsetHint",
+						msg: "subset hint " + MetadataKeySubset + " lists " + strconv.Itoa(len(l)) + " endpoints, more than the " + strconv.Itoa(MaxSubsetHintEntries) + " allowed"}
+					l = nil
+				}
 				for _, a := range l {
 					if !st.checkValue("subset hint entry of "+MetadataKeySubset, a, maxAddressBytes) {
 						l = nil
