@@ -20,12 +20,12 @@ import (
 
 const linearBodyBytes = 16 << 20
 
-// linearBodies are 16 MiB completion bodies: one whose prompt is the bulk,
+// linearBodies are completion bodies of size bytes: one whose prompt is the bulk,
 // and one whose bulk is a member before the prompt, which the body reader
 // validates rather than skims (nothing is skimmed before the prompt).
-func linearBodies() map[string][]byte {
+func linearBodies(size int) map[string][]byte {
 	pad := func(head, tail string) []byte {
-		return []byte(head + strings.Repeat("a", linearBodyBytes-len(head)-len(tail)) + tail)
+		return []byte(head + strings.Repeat("a", size-len(head)-len(tail)) + tail)
 	}
 	return map[string][]byte{
 		"prompt":               pad(`{"model":"m","prompt":"`, `"}`),
@@ -47,9 +47,10 @@ func linearRequest(body []byte, piece int) []*extprocv3.ProcessingRequest {
 	return msgs
 }
 
-// runReplay serves msgs as one stream per iteration, on ctxs in turn, and checks it was
-// routed with every message answered.
-func runReplay(b *testing.B, srv *Server, ctxs []context.Context, msgs []*extprocv3.ProcessingRequest) {
+// runReplay serves msgs as one stream per iteration, on ctxs in turn, and
+// checks it was routed with every message answered (refused: answered
+// once, without a destination).
+func runReplay(b *testing.B, srv *Server, ctxs []context.Context, msgs []*extprocv3.ProcessingRequest, refused bool) {
 	errc := make(chan error)
 	i := 0
 	for b.Loop() {
@@ -58,7 +59,11 @@ func runReplay(b *testing.B, srv *Server, ctxs []context.Context, msgs []*extpro
 		if err := <-errc; err != nil {
 			b.Fatal(err)
 		}
-		if st.dest == "" || st.answers != len(msgs) {
+		if refused {
+			if st.dest != "" || st.answers != 1 {
+				b.Fatalf("destination %q after %d answers, want a refusal", st.dest, st.answers)
+			}
+		} else if st.dest == "" || st.answers != len(msgs) {
 			b.Fatalf("destination %q after %d answers, want one and %d answers", st.dest, st.answers, len(msgs))
 		}
 		i++
@@ -66,27 +71,34 @@ func runReplay(b *testing.B, srv *Server, ctxs []context.Context, msgs []*extpro
 }
 
 // BenchmarkLinearBody: ns/byte of a 16 MiB body in 1 KiB pieces against
-// one message.
+// one message, and of a 4 MiB body in 1 KiB pieces (linear: the same
+// ns/byte as 16 MiB).
 func BenchmarkLinearBody(b *testing.B) {
-	for name, body := range linearBodies() {
-		for _, piece := range []int{1 << 10, linearBodyBytes} {
-			b.Run(fmt.Sprintf("body=%s/piece=%dKiB", name, piece>>10), func(b *testing.B) {
-				srv := benchServer(b, Options{MaxRequestBodyBytes: 2 * linearBodyBytes})
-				msgs := linearRequest(body, piece)
-				b.SetBytes(int64(len(body)))
-				b.ReportAllocs()
-				runReplay(b, srv, benchContexts(), msgs)
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(body)), "ns/byte")
-			})
+	for _, size := range []int{linearBodyBytes / 4, linearBodyBytes} {
+		for name, body := range linearBodies(size) {
+			for _, piece := range []int{1 << 10, size} {
+				if piece == size && size != linearBodyBytes {
+					continue
+				}
+				b.Run(fmt.Sprintf("body=%s/size=%dMiB/piece=%dKiB", name, size>>20, piece>>10), func(b *testing.B) {
+					srv := benchServer(b, Options{MaxRequestBodyBytes: 2 * linearBodyBytes})
+					msgs := linearRequest(body, piece)
+					b.SetBytes(int64(len(body)))
+					b.ReportAllocs()
+					runReplay(b, srv, benchContexts(), msgs, false)
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(body)), "ns/byte")
+				})
+			}
 		}
 	}
 }
 
 // BenchmarkLinearSubsetHint: ns per entry of a subset hint (metadata_context
 // envoy.lb.subset_hint, a list) of growing length, the pool's endpoints
-// among addresses that match none.
+// among addresses that match none; past MaxSubsetHintEntries, the cost of
+// its refusal.
 func BenchmarkLinearSubsetHint(b *testing.B) {
-	for _, n := range []int{1_000, 10_000, 100_000, 1_000_000} {
+	for _, n := range []int{100, 1_000, MaxSubsetHintEntries, 1_000_000} {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
 			srv := benchServer(b, Options{})
 			vals := make([]*structpb.Value, 0, n)
@@ -100,7 +112,7 @@ func BenchmarkLinearSubsetHint(b *testing.B) {
 			msgs[0].MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespaceSubset: {Fields: map[string]*structpb.Value{
 				MetadataKeySubset: structpb.NewListValue(&structpb.ListValue{Values: vals})}}}}
 			b.ReportAllocs()
-			runReplay(b, srv, benchContexts()[:1], msgs) // pool-0, whose endpoints the hint lists
+			runReplay(b, srv, benchContexts()[:1], msgs, n > MaxSubsetHintEntries) // pool-0, whose endpoints the hint lists
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/entry")
 		})
 	}
