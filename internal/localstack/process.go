@@ -151,6 +151,25 @@ func (p *Process) waitReady(ctx context.Context, done <-chan struct{}) error {
 	}
 }
 
+// Running returns the process's pid while it runs; an exit (a crash
+// included) says so with its wait status.
+func (p *Process) Running() (pid int, err error) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return 0, errors.New("localstack: process not started")
+	}
+	select {
+	case <-done:
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return 0, fmt.Errorf("localstack: %s exited: %v", filepath.Base(p.Path), p.waitErr)
+	default:
+		return cmd.Process.Pid, nil
+	}
+}
+
 // Stop sends SIGTERM, waits up to StopTimeout for the process to drain and
 // exit, then kills it. Stopping a stopped process does nothing.
 func (p *Process) Stop() error { return p.signalAndWait(syscall.SIGTERM, StopTimeout) }
