@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -233,6 +234,22 @@ func Cases() []Case {
 				return err
 			}
 			return routedTo(res, e.secondPods, secondPort)
+		}},
+		Case{Name: "sheddable request on a pool of unknown load answered 429", Part: Extension, MultiPool: true, Run: func(ctx context.Context, e *Env) error {
+			// The objective reaches the picker through its watch: retry
+			// until it applies (a routed answer means not yet).
+			for {
+				res, err := e.do(ctx, eppclient.Request{Authority: e.authority(UnscrapedService), Body: completion(),
+					Headers: []eppclient.Header{{Key: "x-llm-d-inference-objective", Value: SheddableObjective}}})
+				if err != nil || res.Immediate != nil {
+					return refused(res, err, 429)
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("still routed to %q when the case timed out, want 429", res.Destination)
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
 		}},
 		Case{Name: "pool without ready endpoints answered 503", Part: Extension, MultiPool: true, Run: func(ctx context.Context, e *Env) error {
 			res, err := e.do(ctx, eppclient.Request{Authority: e.authority(EmptyService), Body: completion()})

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	llmdv1alpha2 "github.com/poolpicker/poolpicker/api/llmd/v1alpha2"
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/modelsim"
@@ -62,6 +63,13 @@ const (
 	// SharedPoolPrefix names the three pools that share the primary pool's
 	// pods on other ports (-0, -1, -2).
 	SharedPoolPrefix = "conformance-shared"
+	// UnscrapedPool's pod has no model server: its load is unknown, so its
+	// sheddable requests (objective SheddableObjective) are shed.
+	UnscrapedPool    = "conformance-unscraped"
+	UnscrapedService = "conformance-unscraped-epp"
+	// SheddableObjective is an InferenceObjective (llm-d.ai/v1alpha2) of
+	// UnscrapedPool with a negative priority.
+	SheddableObjective = "conformance-sheddable"
 	// DPPool has three target ports per pod (data-parallel ranks).
 	DPPool    = "conformance-dp"
 	DPService = "conformance-dp-epp"
@@ -81,8 +89,8 @@ type Options struct {
 	Config *rest.Config
 	// Namespace the pools and pods are created in; it must exist. Required.
 	Namespace string
-	// FirstIP is the loopback address of the first model server; the next
-	// ones follow. Empty: 127.0.60.2.
+	// FirstIP is the loopback address of the first pod; the next 9 follow.
+	// Empty: 127.0.60.2.
 	FirstIP string
 	// Parts are the parts the picker claims. Empty: Protocol only.
 	Parts []Part
@@ -223,6 +231,9 @@ func setUp(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := v1.AddToScheme(s); err != nil {
 		return nil, err
 	}
+	if err := llmdv1alpha2.AddToScheme(s); err != nil {
+		return nil, err
+	}
 	k, err := client.New(opts.Config, client.Options{Scheme: s})
 	if err != nil {
 		return nil, fmt.Errorf("conformance: API client: %w", err)
@@ -265,10 +276,16 @@ func setUp(ctx context.Context, opts Options) (_ *Env, err error) {
 		}
 		e.dpPods = append(e.dpPods, a)
 	}
+	// A Ready pod nobody serves: its metrics never arrive.
+	unscraped := nextIP()
+	if err := e.pod(ctx, "unscraped-0", unscraped, map[string]string{"conformance": "unscraped"}, nil); err != nil {
+		return nil, err
+	}
 	pools := []struct {
 		name, svc, app string
 		ports          []int
 	}{
+		{UnscrapedPool, UnscrapedService, "unscraped", []int{primaryPort}},
 		{PrimaryPool, PrimaryService, "primary", []int{primaryPort}},
 		{SecondPool, SecondService, "second", []int{secondPort}},
 		{EmptyPool, EmptyService, "nobody", []int{primaryPort}},
@@ -290,6 +307,12 @@ func setUp(ctx context.Context, opts Options) (_ *Env, err error) {
 		if err := k.Create(ctx, pool); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("conformance: creating pool %s: %w", p.name, err)
 		}
+	}
+	prio := -1
+	obj := &llmdv1alpha2.InferenceObjective{ObjectMeta: metav1.ObjectMeta{Namespace: opts.Namespace, Name: SheddableObjective},
+		Spec: llmdv1alpha2.InferenceObjectiveSpec{Priority: &prio, PoolRef: llmdv1alpha2.PoolObjectReference{Name: UnscrapedPool}}}
+	if err := k.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("conformance: creating InferenceObjective %s: %w", SheddableObjective, err)
 	}
 	// Ready: the picker routes the primary pool (and with MultiPool the
 	// second one) to their pods.
@@ -353,6 +376,7 @@ func (e *Env) tearDown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = e.k8s.DeleteAllOf(ctx, &v1.InferencePool{}, client.InNamespace(e.opts.Namespace))
+	_ = e.k8s.DeleteAllOf(ctx, &llmdv1alpha2.InferenceObjective{}, client.InNamespace(e.opts.Namespace))
 	_ = e.k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(e.opts.Namespace), client.MatchingLabels{})
 }
 

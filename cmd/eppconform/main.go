@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.TLS, "tls", true, "Dial ext_proc over TLS (the certificate is not verified, as gateways do not).")
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "Kubeconfig of the API server the picker watches.")
 	fs.StringVar(&o.Namespace, "namespace", "eppconform", "Namespace of the suite's pools and pods; created when missing.")
-	fs.StringVar(&o.FirstIP, "first-ip", "127.0.60.2", "Loopback address of the first model server; the suite uses the next 8 too.")
+	fs.StringVar(&o.FirstIP, "first-ip", "127.0.60.2", "Loopback address of the first model server; the suite uses the next 9 too.")
 	fs.StringVar(&parts, "parts", "protocol", "Parts of the contract the picker claims, comma-separated: protocol (the Inference Extension's EPP protocol), suite (the Inference Extension conformance suite's test header and served-endpoint echo), extension (poolpicker's: many pools, error bodies).")
 	fs.BoolVar(&o.MultiPool, "multi-pool", false, "The picker serves every pool of --namespace; without it the multi-pool cases are skipped.")
 	fs.IntVar(&o.MaxBodyBytes, "max-body-bytes", 0, "The picker's request body limit, for the 413 case; 0 skips it.")
