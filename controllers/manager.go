@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/fields"
@@ -103,10 +104,6 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	opts.setDefaults()
-	met, err := newMetrics(opts.Registerer)
-	if err != nil {
-		return nil, fmt.Errorf("controllers: registering metrics: %w", err)
-	}
 
 	poolObject := cache.ByObject{}
 	if opts.PoolSelector != "" {
@@ -143,18 +140,27 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		// Several Managers may live in one process (tests, benchmarks);
 		// their controllers share names. Controllers are data plane (every
 		// replica) unless they say otherwise: only writers need the lease.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true), NeedLeaderElection: ptr.To(false)},
-
-		LeaderElection:                opts.LeaderElection,
-		LeaderElectionID:              opts.PickerName,
-		LeaderElectionNamespace:       opts.PickerNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 ptr.To(opts.LeaseDuration),
-		RenewDeadline:                 ptr.To(opts.RenewDeadline),
-		RetryPeriod:                   ptr.To(opts.RetryPeriod),
+		Controller: config.Controller{SkipNameValidation: ptr.To(true), NeedLeaderElection: ptr.To(false),
+			// A replica started while the API server is unreachable waits
+			// for it, serving nothing yet but up: a timeout here would stop
+			// the process and crash-loop it for the whole outage.
+			CacheSyncTimeout: waitForAPIServer},
+		// Leader election is the Manager's own (elect): controller-runtime's
+		// exits the process when the Lease is lost.
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controllers: creating manager: %w", err)
+	}
+	// The one question New asks the API server comes before anything is
+	// registered, so that a New that failed on an API server not answering
+	// can be called again.
+	groups, err := detectPolicyGroups(mgr.GetRESTMapper())
+	if err != nil {
+		return nil, err
+	}
+	met, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("controllers: registering metrics: %w", err)
 	}
 	pods, err := corev1client.NewForConfig(podWatchConfig(mgr.GetConfig()))
 	if err != nil {
@@ -174,6 +180,8 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		ignored:    map[datastore.PoolKey]string{},
 		changed:    make(chan struct{}, 1),
 		events:     mgr.GetEventRecorder("poolpicker"),
+		// Set before the policy controller starts.
+		policyGroups: groups,
 	}
 	m.conflicts = map[conflictKey]string{}
 	m.noStreamingList.Store(opts.DisableStreamingLists)
@@ -192,6 +200,11 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	}
 	return m, nil
 }
+
+// waitForAPIServer is how long controllers wait for their caches' first
+// lists: as long as the API server takes (controller-runtime's default, two
+// minutes, would end the process).
+const waitForAPIServer = 365 * 24 * time.Hour
 
 // podWatchConfig tunes the client of the per-pool pod watches, of which
 // there are thousands, each a long-lived stream: a gzip reader holds some

@@ -41,11 +41,7 @@ func poolRefName(ref v1alpha2.PoolObjectReference) []string {
 
 func (m *Manager) setupPolicyController() error {
 	ctx := context.Background()
-	groups, err := m.detectPolicyGroups()
-	if err != nil {
-		return err
-	}
-	m.policyGroups = groups
+	groups := m.policyGroups
 	m.log.Info("reading InferenceObjectives and InferenceModelRewrites", v1alpha2.GroupVersion.Group, groups.xk8s, llmdv1alpha2.GroupVersion.Group, groups.llmd)
 	idx := m.mgr.GetFieldIndexer()
 	indexes := map[client.Object]client.IndexerFunc{}
@@ -114,16 +110,18 @@ func (m *Manager) reconcilePolicy(ctx context.Context, req reconcile.Request) (r
 	// Every replica publishes the policy; only the leader writes the
 	// Accepted conditions (a newly elected one looks at every pool again:
 	// requeuePolicy).
+	ctx, done, leader := m.leading(ctx)
+	defer done()
 	var cond metav1.Condition
 	if pool, ok := m.registry.Get(key); ok {
 		pool.SetPolicy(buildPolicy(objectives, rewrites))
-		if !m.IsLeader() {
+		if !leader {
 			return reconcile.Result{}, nil
 		}
 		cond = metav1.Condition{Type: v1alpha2.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha2.ReasonAccepted,
 			Message: fmt.Sprintf("InferencePool %s is served", key.Name)}
 	} else {
-		if len(objs) == 0 || !m.IsLeader() {
+		if len(objs) == 0 || !leader {
 			return reconcile.Result{}, nil
 		}
 		meta := &metav1.PartialObjectMetadata{}

@@ -27,10 +27,10 @@ type policyGroups struct {
 
 // detectPolicyGroups asks the API server (through the manager's REST mapper)
 // which groups serve both kinds.
-func (m *Manager) detectPolicyGroups() (policyGroups, error) {
+func detectPolicyGroups(mapper meta.RESTMapper) (policyGroups, error) {
 	has := func(gv schema.GroupVersion) (bool, error) {
 		for _, kind := range []string{"InferenceObjective", "InferenceModelRewrite"} {
-			if _, err := m.mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: gv.Group, Kind: kind}, gv.Version); err != nil {
+			if _, err := mapper.RESTMapping(schema.GroupKind{Group: gv.Group, Kind: kind}, gv.Version); err != nil {
 				if meta.IsNoMatchError(err) {
 					return false, nil
 				}

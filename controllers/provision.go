@@ -29,8 +29,8 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
-// setupProvisioning adds the watch of this deployment's own pods (every
-// replica) and the picker Service reconciler (leader only).
+// setupProvisioning adds the watch of this deployment's own pods and the
+// picker Service reconciler, which writes only on the leader.
 func (m *Manager) setupProvisioning() error {
 	m.replicaEvents = make(chan event.GenericEvent, 1)
 	replicaReg := datastore.NewRegistry()
@@ -53,14 +53,17 @@ func (m *Manager) setupProvisioning() error {
 		}
 		return nil
 	})
+	elected := make(chan event.GenericEvent, 1)
+	m.elected = append(m.elected, elected)
 	return ctrl.NewControllerManagedBy(m.mgr).
 		For(&v1.InferencePool{}).
 		Named("pickerservice").
 		Watches(&corev1.Service{}, byPool).
 		Watches(&discoveryv1.EndpointSlice{}, byPool).
 		WatchesRawSource(source.Channel(m.replicaEvents, handler.EnqueueRequestsFromMapFunc(m.allPools))).
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(true), MaxConcurrentReconciles: m.opts.MaxConcurrentReconciles}).
-		Complete(reconcile.Func(m.reconcilePickerService))
+		WatchesRawSource(source.Channel(elected, handler.EnqueueRequestsFromMapFunc(m.electedRequests))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: m.opts.MaxConcurrentReconciles}).
+		Complete(m.asLeader(m.reconcilePickerService))
 }
 
 // replicaObserver turns a change of the ready replicas into one wake-up of

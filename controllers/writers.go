@@ -3,19 +3,22 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/datastore"
@@ -64,39 +67,103 @@ func (m *Manager) claimID() string { return m.opts.PickerNamespace + "/" + m.opt
 // leader election) and so runs the writers.
 func (m *Manager) IsLeader() bool { return m.leader.Load() }
 
-// setupWriters adds what runs only on the leader: the leadership gauge, pool
-// claims and, when enabled, picker Service provisioning with its watch of
-// this deployment's own pods (which runs on every replica: it is cheap, and
-// a new leader then starts with the replicas already known).
+// setupWriters adds the writers: the leadership gauge, pool claims and,
+// when enabled, picker Service provisioning with its watch of this
+// deployment's own pods. They run on every replica and write only while it
+// leads (asLeader), so that losing the Lease pauses them without stopping
+// the process; a new leader starts with their caches warm.
 func (m *Manager) setupWriters() error {
-	if err := m.mgr.Add(manager.RunnableFunc(m.lead)); err != nil {
+	if err := m.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if m.opts.LeaderElection {
+			return m.elect(ctx)
+		}
+		m.lead(ctx)
+		return nil
+	})); err != nil {
 		return err
 	}
+	elected := make(chan event.GenericEvent, 1)
+	m.elected = append(m.elected, elected)
 	err := ctrl.NewControllerManagedBy(m.mgr).
 		For(&v1.InferencePool{}).
 		Named("inferencepool-claim").
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(true), MaxConcurrentReconciles: m.opts.MaxConcurrentReconciles}).
-		Complete(reconcile.Func(m.reconcileClaim))
+		WatchesRawSource(source.Channel(elected, handler.EnqueueRequestsFromMapFunc(m.electedRequests))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: m.opts.MaxConcurrentReconciles}).
+		Complete(m.asLeader(m.reconcileClaim))
 	if err != nil || !m.opts.ProvisionPickerServices {
 		return err
 	}
 	return m.setupProvisioning()
 }
 
-// lead runs while this replica is the leader.
-func (m *Manager) lead(ctx context.Context) error {
+// lead runs one term as leader, until ctx ends: the writers write, and a
+// newly elected leader looks at every pool again, so that nothing a
+// predecessor left half done (or changed while nobody led) stays so.
+func (m *Manager) lead(ctx context.Context) {
+	t := &term{ctx: ctx}
+	m.termMu.Lock()
+	m.term = t
+	m.termMu.Unlock()
 	m.leader.Store(true)
 	m.metrics.leader.Set(1)
-	m.log.Info("elected leader: writing pool claims, picker Services and Accepted conditions", "lease", m.opts.PickerNamespace+"/"+m.opts.PickerName, "election", m.opts.LeaderElection)
+	m.log.Info("elected leader: writing pool claims, picker Services and Accepted conditions", "lease", m.leaseName(), "election", m.opts.LeaderElection)
+	for _, c := range m.elected {
+		select {
+		case c <- event.GenericEvent{Object: &v1.InferencePool{}}:
+		default: // one already waiting does the same
+		}
+	}
 	if err := m.requeuePolicy(ctx); err != nil && ctx.Err() == nil {
 		// The conditions are then written as objectives and pools next
 		// change; serving does not depend on them.
 		m.log.Error(err, "listing objectives and rewrites to write their Accepted conditions")
 	}
 	<-ctx.Done()
+	m.termMu.Lock()
+	m.term = nil
+	m.termMu.Unlock()
 	m.leader.Store(false)
 	m.metrics.leader.Set(0)
-	return nil
+	t.writes.Wait()
+	m.log.Info("leadership ended: writes paused", "lease", m.leaseName())
+}
+
+// electedRequests are what a new leader reconciles: every pool in the
+// cache, and the pools named by the picker Services and EndpointSlices
+// this deployment provisioned (a pool gone or no longer served since
+// leaves objects to remove).
+func (m *Manager) electedRequests(ctx context.Context, o client.Object) []reconcile.Request {
+	reqs := m.allPools(ctx, o)
+	if !m.opts.ProvisionPickerServices {
+		return reqs
+	}
+	seen := map[reconcile.Request]bool{}
+	for _, r := range reqs {
+		seen[r] = true
+	}
+	var svcs corev1.ServiceList
+	var slices discoveryv1.EndpointSliceList
+	var objs []client.Object
+	if m.mgr.GetCache().List(ctx, &svcs) == nil {
+		for i := range svcs.Items {
+			objs = append(objs, &svcs.Items[i])
+		}
+	}
+	if m.mgr.GetCache().List(ctx, &slices) == nil {
+		for i := range slices.Items {
+			objs = append(objs, &slices.Items[i])
+		}
+	}
+	for _, obj := range objs {
+		if name := obj.GetLabels()[PoolLabel]; name != "" {
+			r := reconcile.Request{NamespacedName: datastore.PoolKey{Namespace: obj.GetNamespace(), Name: name}}
+			if !seen[r] {
+				seen[r] = true
+				reqs = append(reqs, r)
+			}
+		}
+	}
+	return reqs
 }
 
 // claimedByOther returns the pool's claim and whether another deployment
@@ -201,6 +268,11 @@ type conflictKey struct {
 
 // leaderState is the part of Manager the writers keep.
 type leaderState struct {
-	leader    atomic.Bool
+	leader atomic.Bool
+	// term is the current term as leader; nil off the leader.
+	term   *term
+	termMu sync.RWMutex
+	// elected wake each writer's reconciler when a term starts.
+	elected   []chan event.GenericEvent
 	conflicts map[conflictKey]string // guarded by Manager.mu
 }
