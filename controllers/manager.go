@@ -221,13 +221,10 @@ func podWatchConfig(cfg *rest.Config) *rest.Config {
 
 // Add adds a component (ext_proc server, scraper, ...) to run beside the
 // reconcilers: started by Start, stopped by cancelling Start's context. It
-// runs on every replica, leader or not, unless it implements
-// manager.LeaderElectionRunnable and says it needs the lease.
+// runs on every replica, leader or not: what only the leader may do is the
+// Manager's own writers'.
 func (m *Manager) Add(r manager.Runnable) error {
-	if _, ok := r.(manager.LeaderElectionRunnable); !ok {
-		r = everyReplica{r}
-	}
-	return m.mgr.Add(r)
+	return m.mgr.Add(everyReplica{r})
 }
 
 // everyReplica marks a runnable as data plane: it runs without the lease.

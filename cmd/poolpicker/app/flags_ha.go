@@ -36,7 +36,7 @@ func bindHAFlags(fs *pflag.FlagSet, o *controllers.Options, ha *haOptions) {
 	fs.DurationVar(&o.LeaseDuration, "ha-leader-election-lease-duration", o.LeaseDuration,
 		"How long a leader's Lease lasts without renewal: a dead leader is replaced after about this long. Zero: 15s.")
 	fs.DurationVar(&o.RenewDeadline, "ha-leader-election-renew-deadline", o.RenewDeadline,
-		"How long the leader keeps trying to renew before it gives up leadership (and exits). Zero: 10s, or 2/3 of a shorter lease duration.")
+		"How long the leader keeps trying to renew before it steps down: its writes pause and it campaigns again, serving all along. Zero: 10s, or 2/3 of a shorter lease duration.")
 	fs.DurationVar(&o.RetryPeriod, "ha-leader-election-retry-period", o.RetryPeriod,
 		"How often replicas try to acquire or renew the Lease. Zero: 2s, or half of a shorter renew deadline.")
 	fs.StringVar(&o.PickerName, "picker-name", controllers.DefaultPickerName,

@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,11 +147,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitFailed
 	}
 	cfg.QPS, cfg.Burst = o.kubeAPIQPS, o.kubeAPIBurst
-	if err := checkPermissions(ctx, cfg, &o.controllers, o.compat.metricsEndpointAuth); err != nil {
-		fmt.Fprintf(stderr, "poolpicker: %v\n", err)
-		return exitFailed
-	}
-	c, err := comps.wire(cfg, &o, log)
+	ms, err := comps.metricsServer(cfg, &o, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "poolpicker: %v\n", err)
 		return exitFailed
@@ -158,7 +156,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		"watchNamespaces", o.controllers.Namespaces, "poolSelector", o.controllers.PoolSelector,
 		"poolName", o.controllers.PoolName, "eppServiceNames", o.controllers.PickerServices,
 		"pickerName", o.controllers.PickerName, "podWatchPlan", o.controllers.PodWatchPlan, "leaderElection", o.controllers.LeaderElection, "provisionPickerServices", o.controllers.ProvisionPickerServices)
-	if err := c.Start(ctx); err != nil {
+	if err := comps.serve(ctx, cfg, &o, ms, log); err != nil {
+		if !comps.connected.Load() {
+			// Start-up refused (a missing permission, bad credentials,
+			// a port taken): said plainly, before the controllers ran.
+			fmt.Fprintf(stderr, "poolpicker: %v\n", err)
+			return exitFailed
+		}
 		log.Error(err, "stopped on error")
 		return exitFailed
 	}
@@ -202,8 +206,13 @@ type components struct {
 	metrics *prometheus.Registry
 	scraper *scrape.Manager
 	server  *extproc.Server
-	// pools is the pool controller, set by wire; readiness reads it.
+	// pools is the pool controller, set once the API server has answered;
+	// readiness reads it.
 	pools atomic.Pointer[controllers.Manager]
+	// connected is set once the API server has answered at start-up.
+	connected atomic.Bool
+	// waiting is poolpicker_waiting_for_api_server.
+	waiting prometheus.Gauge
 }
 
 // build makes the scheduler, scraper and ext_proc server over one registry
@@ -252,7 +261,11 @@ func build(o *options, log logr.Logger) (*components, error) {
 	reg.AddObserver(sched)
 
 	o.extproc.Registerer, o.extproc.Logger = metrics, log.WithName("extproc")
-	cs := &components{reg: reg, metrics: metrics, scraper: scraper}
+	cs := &components{reg: reg, metrics: metrics, scraper: scraper, waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "poolpicker_waiting_for_api_server",
+		Help: "1 while start-up waits for the API server to answer (readiness NOT_SERVING; the reason is logged); 0 once it has.",
+	})}
+	metrics.MustRegister(cs.waiting)
 	o.extproc.PoolsSynced = func() bool {
 		m := cs.pools.Load()
 		return m != nil && m.HasSynced()
@@ -265,29 +278,125 @@ func build(o *options, log logr.Logger) (*components, error) {
 	return cs, nil
 }
 
-// wire adds the reconcilers over cfg and returns the runnable that starts
-// every component.
-func (cs *components) wire(cfg *rest.Config, o *options, log logr.Logger) (*controllers.Manager, error) {
-	reg, metrics, scraper, server := cs.reg, cs.metrics, cs.scraper, cs.server
-	o.controllers.Registry, o.controllers.Registerer, o.controllers.Logger = reg, metrics, log.WithName("controllers")
+// metricsServer is the /metrics endpoint over both registries.
+func (cs *components) metricsServer(cfg *rest.Config, o *options, log logr.Logger) (*metricsServer, error) {
+	// controller-runtime's own metrics (reconciles, work queues, client
+	// requests) live in its global registry; serve both on one endpoint.
+	gatherers := renamingGatherer{g: prometheus.Gatherers{cs.metrics, crmetrics.Registry}, names: o.metricNames}
+	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.compat.enablePprof, log: log}
+	if o.compat.metricsEndpointAuth {
+		var err error
+		if ms.filter, err = metricsAuthFilter(cfg); err != nil {
+			return nil, err
+		}
+	}
+	return ms, nil
+}
+
+// serve runs the data plane (scrapes, ext_proc and health, /metrics) and
+// the controllers, which start once the API server answers (connect), until
+// ctx ends or a part fails. The data plane never waits long for the API
+// server: it starts as soon as the API server has answered, or has failed
+// to (connectGrace), so that a replica started during an outage is up,
+// live and not ready (readiness waits for the controllers' first sync). On
+// ctx the data plane drains first, while the controllers keep its pools
+// fresh, and the controllers stop after it.
+func (cs *components) serve(ctx context.Context, cfg *rest.Config, o *options, ms *metricsServer, log logr.Logger) error {
+	servingCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	controllersCtx, stopControllers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopControllers()
+
+	type result struct {
+		c   *controllers.Manager
+		err error
+	}
+	connected := make(chan result, 1)
+	unavailable := make(chan struct{})
+	go func() {
+		c, err := cs.connect(servingCtx, cfg, o, log, func() { close(unavailable) })
+		connected <- result{c, err}
+	}()
+	var conn *result
+	grace := time.NewTimer(connectGrace)
+	select {
+	case r := <-connected:
+		// Answered at once: a refusal ends start-up before anything
+		// listens, as a bad flag does.
+		if r.err != nil || r.c == nil {
+			grace.Stop()
+			return r.err
+		}
+		conn = &r
+	case <-unavailable:
+	case <-grace.C:
+	}
+	grace.Stop()
+
+	errs := make(chan error, 4)
+	var serving sync.WaitGroup
+	for _, r := range []manager.Runnable{cs.scraper, cs.server, ms} {
+		serving.Add(1)
+		go func() {
+			defer serving.Done()
+			if err := r.Start(servingCtx); err != nil {
+				errs <- err
+				stopServing()
+			}
+		}()
+	}
+	served := make(chan struct{})
+	go func() {
+		serving.Wait()
+		close(served)
+	}()
+
+	if conn == nil {
+		r := <-connected
+		conn = &r
+	}
+	if conn.err != nil || conn.c == nil {
+		stopServing()
+		<-served
+		return errors.Join(conn.err, firstError(errs))
+	}
+	cs.connected.Store(true)
+	ctrlDone := make(chan error, 1)
+	go func() { ctrlDone <- conn.c.Start(controllersCtx) }()
+	var ctrlErr error
+	ctrlEnded := false
+	select {
+	case <-servingCtx.Done():
+	case ctrlErr = <-ctrlDone:
+		ctrlEnded = true
+		stopServing()
+	}
+	<-served
+	stopControllers()
+	if !ctrlEnded {
+		ctrlErr = <-ctrlDone
+	}
+	return errors.Join(firstError(errs), ctrlErr)
+}
+
+// firstError is the error in errs, if any, without waiting.
+func firstError(errs <-chan error) error {
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// newControllers builds the reconcilers over cfg; readiness follows their
+// initial sync from then on.
+func (cs *components) newControllers(cfg *rest.Config, o *options, log logr.Logger) (*controllers.Manager, error) {
+	o.controllers.Registry, o.controllers.Registerer, o.controllers.Logger = cs.reg, cs.metrics, log.WithName("controllers")
 	c, err := controllers.New(cfg, o.controllers)
 	if err != nil {
 		return nil, err
 	}
 	cs.pools.Store(c)
-	// controller-runtime's own metrics (reconciles, work queues, client
-	// requests) live in its global registry; serve both on one endpoint.
-	gatherers := renamingGatherer{g: prometheus.Gatherers{metrics, crmetrics.Registry}, names: o.metricNames}
-	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.compat.enablePprof, log: log}
-	if o.compat.metricsEndpointAuth {
-		if ms.filter, err = metricsAuthFilter(cfg); err != nil {
-			return nil, err
-		}
-	}
-	for _, r := range []manager.Runnable{scraper, server, ms} {
-		if err := c.Add(r); err != nil {
-			return nil, err
-		}
-	}
 	return c, nil
 }

@@ -2,18 +2,92 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"net"
 	"time"
 
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/poolpicker/poolpicker/controllers"
 	"github.com/poolpicker/poolpicker/internal/permissions"
 )
 
-// preflightTimeout bounds the start-up permission check; an API server that
-// does not answer in this time fails start-up rather than stalling it.
-const preflightTimeout = 30 * time.Second
+// preflightTimeout bounds one attempt of the start-up permission check: an
+// API server that does not answer in this time is asked again.
+const preflightTimeout = 15 * time.Second
+
+// connectGrace is how long start-up waits for the API server's first answer
+// before the data plane starts without it: well within a liveness probe's
+// tolerance (the chart's: 3 failures 10 s apart).
+const connectGrace = 5 * time.Second
+
+// connectBackoff paces the attempts while the API server does not answer.
+var connectBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 30 * time.Second}
+
+// connect waits for the API server, then checks the permissions and builds
+// the controllers. While the API server does not answer (unreachable,
+// timing out, overloaded) it retries with backoff, logging why and holding
+// poolpicker_waiting_for_api_server at 1, rather than exiting: a replica
+// started during an outage would otherwise crash-loop for all of it. What
+// retrying cannot mend (a denied permission, rejected credentials) is
+// returned. It calls onUnavailable once, on the first attempt that got no
+// answer. It returns nil, nil when ctx ends first.
+func (cs *components) connect(ctx context.Context, cfg *rest.Config, o *options, log logr.Logger, onUnavailable func()) (*controllers.Manager, error) {
+	backoff := connectBackoff
+	since := time.Now()
+	for attempt := 1; ; attempt++ {
+		err := checkPermissions(ctx, cfg, &o.controllers, o.compat.metricsEndpointAuth)
+		var c *controllers.Manager
+		if err == nil {
+			c, err = cs.newControllers(cfg, o, log)
+		}
+		if err == nil {
+			cs.waiting.Set(0)
+			if attempt > 1 {
+				log.Info("the API server answers: starting the controllers", "waited", time.Since(since).Round(time.Millisecond).String(), "attempts", attempt)
+			}
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if !apiServerUnavailable(err) {
+			return nil, err
+		}
+		if attempt == 1 {
+			onUnavailable()
+		}
+		cs.waiting.Set(1)
+		retry := backoff.Step()
+		log.Info("waiting for the API server: not ready until it answers; serving nothing yet", "reason", err.Error(), "attempt", attempt, "retryIn", retry.Round(time.Millisecond).String())
+		t := time.NewTimer(retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-t.C:
+		}
+	}
+}
+
+// apiServerUnavailable reports whether err says that the API server did not
+// answer, or could not yet: a transport failure (refused, reset, TLS
+// handshake or request timing out) or a status that asks to come back
+// later. A denial or a rejected credential is an answer.
+func apiServerUnavailable(err error) bool {
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) || utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err) {
+		return true
+	}
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
+}
 
 // checkPermissions fails when the API server denies poolpicker any
 // permission it needs where it will use it, naming each denied one: without
@@ -30,6 +104,10 @@ func checkPermissions(ctx context.Context, cfg *rest.Config, o *controllers.Opti
 	}
 	// Cluster-scoped: asked for in all namespaces.
 	if err := permissions.Check(ctx, cfg, permissions.MetricsAuthRules, permissions.Namespaces{}); err != nil {
+		var denied *permissions.Error
+		if !errors.As(err, &denied) {
+			return err
+		}
 		return fmt.Errorf("%w\n(or pass --metrics-endpoint-auth=false to serve metrics without authentication)", err)
 	}
 	return nil
