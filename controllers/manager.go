@@ -138,8 +138,8 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		HealthProbeBindAddress:  "0",
 		GracefulShutdownTimeout: ptr.To(opts.GracefulShutdownTimeout),
 		// Several Managers may live in one process (tests, benchmarks);
-		// their controllers share names. Controllers are data plane (every
-		// replica) unless they say otherwise: only writers need the lease.
+		// their controllers share names. Every controller runs on every
+		// replica; the writers write only while it leads (asLeader).
 		Controller: config.Controller{SkipNameValidation: ptr.To(true), NeedLeaderElection: ptr.To(false),
 			// A replica started while the API server is unreachable waits
 			// for it, serving nothing yet but up: a timeout here would stop

@@ -65,6 +65,7 @@ func applyServingDefaults(fs *pflag.FlagSet, o *options) {
 	o.extproc.DrainGracePeriod = o.ha.drainGracePeriod
 	o.extproc.BindAddress = o.ha.bindAddress
 	c.PickerPort = int32(o.extproc.GRPCPort)
-	// The manager waits for every runnable, the ext_proc drain included.
+	// Bounds the controllers' stop, which follows the ext_proc drain: as
+	// long as the drain itself may take.
 	c.GracefulShutdownTimeout = o.ha.drainGracePeriod + o.extproc.DrainTimeout + 10*time.Second
 }
