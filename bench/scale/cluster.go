@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -136,11 +138,18 @@ feed:
 			n := i*c.Pods + j
 			if !send(func() error {
 				pod := benchpod.ModelServer(ns, podName(i, j), map[string]string{"pool": fmt.Sprintf("p%d", i), "app": "vllm"}, int32(c.Port))
-				if err := cl.Create(ctx, pod); err != nil {
-					return err
-				}
-				benchpod.SetReady(pod, podAddr(n).String())
-				return cl.Status().Update(ctx, pod)
+				return retryTimeouts(ctx, func() error {
+					if err := cl.Create(ctx, pod); apierrors.IsAlreadyExists(err) {
+						// A create that timed out may have been done.
+						if err := cl.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+							return err
+						}
+					} else if err != nil {
+						return err
+					}
+					benchpod.SetReady(pod, podAddr(n).String())
+					return cl.Status().Update(ctx, pod)
+				})
 			}) {
 				break feed
 			}
@@ -152,7 +161,12 @@ feed:
 			pool.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"pool": v1.LabelValue(fmt.Sprintf("p%d", i))}
 			pool.Spec.TargetPorts = []v1.Port{{Number: v1.PortNumber(c.Port)}}
 			pool.Spec.EndpointPickerRef = &v1.EndpointPickerRef{Name: "epp", Port: &v1.Port{Number: 9002}}
-			return cl.Create(ctx, pool)
+			return retryTimeouts(ctx, func() error {
+				if err := cl.Create(ctx, pool); err != nil && !apierrors.IsAlreadyExists(err) {
+					return err
+				}
+				return nil
+			})
 		}) {
 			break
 		}
@@ -163,6 +177,21 @@ feed:
 		return *err
 	}
 	return ctx.Err()
+}
+
+// retryTimeouts runs f again, up to five times, while the API server
+// answers it with a timeout or throttling: a loaded machine's API server
+// times out some of the populating writers' requests.
+func retryTimeouts(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if attempt == 5 || !(apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil) {
+			return err
+		}
+		if err := sleep(ctx, time.Duration(attempt)*time.Second); err != nil {
+			return err
+		}
+	}
 }
 
 // awaitWatchCache retries a streaming list of kind until the API server

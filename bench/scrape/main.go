@@ -9,7 +9,8 @@
 // to -idle-interval; "loop" is the previous design, a goroutine and ticker
 // per endpoint of each pool, as the baseline (scrape.Options.PerEndpointLoop);
 // "expfmt" is the scheduler parsing whole pages with expfmt instead of the
-// fast path; "read" is the physical cost, the floor of the others: each
+// fast path; "nobudget" is the scheduler without its CPU budget (nor the
+// per-scrape CPU measurement's cost); "read" is the physical cost, the floor of the others: each
 // server's page read over a kept connection at the refresh interval, with
 // the least a client can do (write the GET, read the header and
 // Content-Length bytes), nothing parsed or published.
@@ -49,7 +50,7 @@ func main() {
 	duration := flag.Duration("duration", 60*time.Second, "measured time per mode")
 	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured time before each mode")
 	pageBytes := flag.Int("page-bytes", vllmpage.DefaultMinBytes, "smallest metrics page served")
-	modes := flag.String("modes", "loop,scheduler", "modes to measure, in order (the first is the baseline of the ratios): scheduler, loop, expfmt, idle, read")
+	modes := flag.String("modes", "loop,scheduler", "modes to measure, in order (the first is the baseline of the ratios): scheduler, nobudget, loop, expfmt, idle, read")
 	poolsPerServer := flag.Int("pools-per-server", 1, "pools holding each model server")
 	idleInterval := flag.Duration("idle-interval", scrape.DefaultIdleRefreshInterval, "longest interval of an idle pool's servers (the idle mode)")
 	serve := flag.Bool("serve", false, "run as the model-server child")
@@ -139,6 +140,8 @@ func measure(mode string, endpoints, poolsPerServer, port int, interval, idleInt
 	busy := true
 	switch mode {
 	case "scheduler":
+	case "nobudget":
+		opts.CPUBudget = -1
 	case "idle":
 		opts.IdleRefreshInterval, busy = idleInterval, false
 	case "loop":
