@@ -37,11 +37,26 @@ type Parser struct {
 	keptLines []int
 	reader    bytes.Reader
 	fullParse bool
+
+	// The families plainParse returns, made of objects reused from one
+	// page to the next, and the strings they hold.
+	fams       map[string]*dto.MetricFamily
+	strs       map[string]string
+	types      [5]dto.MetricType
+	famArena   []*dto.MetricFamily
+	metArena   []*dto.Metric
+	holders    []*valueHolder
+	labelArena []*dto.LabelPair
+	nFam, nMet int
+	nLabel     int
 }
 
 // NewParser returns a parser of the named families.
 func NewParser(names MetricNames) *Parser {
 	p := &Parser{names: names, text: expfmt.NewTextParser(model.UTF8Validation)}
+	for i := range p.types {
+		p.types[i] = dto.MetricType(i)
+	}
 	relevant := map[string]bool{}
 	for _, n := range names.families() {
 		if baseName(n) == n {
@@ -84,6 +99,9 @@ func (p *Parser) Parse(page []byte) (datastore.Metrics, error) {
 	}
 	if !p.filter(page) {
 		return p.parseFull(page)
+	}
+	if fams, ok := p.plainParse(); ok {
+		return extract(fams, &p.names)
 	}
 	p.reader.Reset(p.kept)
 	fams, err := p.text.TextToMetricFamilies(&p.reader)
@@ -277,14 +295,15 @@ func extract(fams map[string]*dto.MetricFamily, n *MetricNames) (datastore.Metri
 			return m, err
 		}
 	}
-	for _, g := range []struct {
-		metric *Metric
-		to     *int
-	}{{&n.BlockSize, &m.BlockSize}, {&n.NumBlocks, &m.NumBlocks}} {
-		if g.metric.Name == "" {
-			continue
+	// Two calls, not a loop over pointers to m's fields, which would move m
+	// to the heap.
+	if n.BlockSize.Name != "" {
+		if m.BlockSize, err = geometryGauge(fams[n.BlockSize.Name], &n.BlockSize, m.BlockSize); err != nil {
+			return m, err
 		}
-		if err := geometryGauge(fams[g.metric.Name], g.metric, g.to); err != nil {
+	}
+	if n.NumBlocks.Name != "" {
+		if m.NumBlocks, err = geometryGauge(fams[n.NumBlocks.Name], &n.NumBlocks, m.NumBlocks); err != nil {
 			return m, err
 		}
 	}
@@ -430,34 +449,39 @@ func cacheFamily(f *dto.MetricFamily, n *MetricNames, m *datastore.Metrics) erro
 		if !n.CacheInfo.selects(s) {
 			continue
 		}
-		for _, l := range []struct {
-			name string
-			to   *int
-		}{{n.BlockSizeLabel, &m.BlockSize}, {n.NumBlocksLabel, &m.NumBlocks}} {
-			if l.name == "" {
-				continue
-			}
-			v := labelValue(s, l.name)
-			if v == "" {
-				continue
-			}
-			// vLLM prints some counts as floats ("512.0").
-			x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil || !isCount(x) {
-				return fmt.Errorf("metric %q has %s %q, want a count", f.GetName(), l.name, v)
-			}
-			*l.to = int(x)
+		var err error
+		if m.BlockSize, err = countLabel(f, s, n.BlockSizeLabel, m.BlockSize); err != nil {
+			return err
 		}
-		return nil
+		m.NumBlocks, err = countLabel(f, s, n.NumBlocksLabel, m.NumBlocks)
+		return err
 	}
 	return nil
 }
 
+// countLabel reads a count from label name of s; without it (or with no
+// name) it returns prev.
+func countLabel(f *dto.MetricFamily, s *dto.Metric, name string, prev int) (int, error) {
+	if name == "" {
+		return prev, nil
+	}
+	v := labelValue(s, name)
+	if v == "" {
+		return prev, nil
+	}
+	// vLLM prints some counts as floats ("512.0").
+	x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || !isCount(x) {
+		return prev, fmt.Errorf("metric %q has %s %q, want a count", f.GetName(), name, v)
+	}
+	return int(x), nil
+}
+
 // geometryGauge reads a cache-geometry count from the first selected series
-// of an optional gauge.
-func geometryGauge(f *dto.MetricFamily, sel *Metric, to *int) error {
+// of an optional gauge; without one it returns prev.
+func geometryGauge(f *dto.MetricFamily, sel *Metric, prev int) (int, error) {
 	if f == nil {
-		return nil
+		return prev, nil
 	}
 	for _, s := range f.Metric {
 		if !sel.selects(s) {
@@ -465,15 +489,14 @@ func geometryGauge(f *dto.MetricFamily, sel *Metric, to *int) error {
 		}
 		v, err := scalar(f, s)
 		if err != nil {
-			return err
+			return prev, err
 		}
 		if !isCount(v) {
-			return fmt.Errorf("metric %q has value %v, want a count", sel.String(), v)
+			return prev, fmt.Errorf("metric %q has value %v, want a count", sel.String(), v)
 		}
-		*to = int(v)
-		return nil
+		return int(v), nil
 	}
-	return nil
+	return prev, nil
 }
 
 func isCount(x float64) bool { return x >= 0 && x <= maxCount && x == math.Trunc(x) }

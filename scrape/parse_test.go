@@ -310,3 +310,31 @@ func FuzzParser(f *testing.F) {
 		}
 	})
 }
+
+// A real page's used families are read with no allocation once the
+// parser has seen a page like it: the plain-line reader reuses its
+// families, and expfmt (which allocates per line) is left for the rare
+// pages outside the plain form.
+func TestParsePlainAllocatesNothing(t *testing.T) {
+	page := mustPage(t, vllmpage.State{Waiting: 3, Running: 2, KVCacheUsage: 0.5, BlockSize: 16, NumGPUBlocks: 512}, vllmpage.Options{})
+	p := NewParser(namesOf(t, DefaultEngine, MetricNameOverrides{}))
+	want, err := p.Parse(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := NewParser(namesOf(t, DefaultEngine, MetricNameOverrides{}))
+	full.fullParse = true
+	if ref, err := full.Parse(page); err != nil || !reflect.DeepEqual(ref, want) {
+		t.Fatalf("plain reader %+v, expfmt %+v (%v)", want, ref, err)
+	}
+	if _, ok := p.plainParse(); !ok {
+		t.Fatal("a vLLM page's kept lines are not plain")
+	}
+	if n := testing.AllocsPerRun(20, func() {
+		if _, err := p.Parse(page); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations a parse, want none", n)
+	}
+}
