@@ -24,6 +24,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -109,9 +110,23 @@ func run(m *testing.M) int {
 	metricsAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
 	code := m.Run()
 	httpClient.CloseIdleConnections()
+	conns.Lock()
+	for _, c := range conns.m {
+		c.Close()
+	}
+	conns.Unlock()
 	if err := s.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "robustness: stopping the local stack:", err)
 		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(
+			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+			goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/watch.(*Broadcaster).loop"),
+		); err != nil {
+			fmt.Fprintln(os.Stderr, "robustness: goroutines left behind:", err)
+			code = 1
+		}
 	}
 	return code
 }
