@@ -41,7 +41,7 @@ const ProfileAnnotation = "poolpicker.io/scheduling-profile"
 // holding the most prefixes, the ones that would serve from cache. A
 // prompt no endpoint is worth sending to for its cache goes where every
 // picker replica would send it (rendezvous hashing of its first 4 blocks,
-// within 4 requests of the least load), so replicas, each with its own
+// within 8 requests of the least load), so replicas, each with its own
 // index, place and spill a prefix alike.
 const DefaultConfigText = `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
@@ -57,7 +57,7 @@ plugins:
     lruCapacityPerServer: 31250
     queueCostTokens: 192
     rendezvousBlocks: 4
-    rendezvousLoadSlack: 4
+    rendezvousLoadSlack: 8
 - type: max-score-picker
 schedulingProfiles:
 - name: default
