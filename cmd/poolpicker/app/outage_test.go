@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -38,6 +39,10 @@ const (
 	outageRenew       = 3 * time.Second
 	outageRetryPeriod = 500 * time.Millisecond
 )
+
+// outageHold is how long TestAPIServerOutageUnderTraffic holds the API
+// server frozen, counted from the Lease's last renewal.
+var outageHold = flag.Duration("outage-hold", 3*outageLease, "how long the outage test holds the API server frozen, from the Lease's last renewal (past 45 s, client-go's health checks cut the connections)")
 
 // outagePool is a namespace with a pool of real model servers (modelsim)
 // on their own loopback addresses, and a picker's flags for it reaching
@@ -240,7 +245,8 @@ func (l *traffic) await(t *testing.T, from, n int) {
 // TestAPIServerOutageUnderTraffic runs the binary with leader election
 // against the API server through a proxy, under steady traffic to a synced
 // pool of two model servers, and freezes the proxy (what SIGSTOP does to
-// the API server) for three lease durations: no request fails, the process
+// the API server) until its Lease is three lease durations old
+// (-outage-hold): no request fails, the process
 // stays up and ready, and the leader steps down (poolpicker_leader 0)
 // instead of exiting. Resumed, it leads again, and follows a pod change
 // made after the outage.
@@ -257,11 +263,11 @@ func TestAPIServerOutageUnderTraffic(t *testing.T) {
 	before := len(load.outcomes())
 	waitMetrics(t, p.ports[2], "poolpicker_leader 0")
 	stepDown := time.Since(frozen)
-	// Held until the Lease has been expired for two more lease durations,
-	// as the API server has it.
-	poll.Until(t, time.Minute, "the Lease to be 3 lease durations old", func() bool {
+	// Held until the Lease has been expired for two more lease durations
+	// (-outage-hold), as the API server has it.
+	poll.Until(t, *outageHold+time.Minute, fmt.Sprintf("the Lease to be %v old", *outageHold), func() bool {
 		ago, ok := p.leaseRenewedAgo(t)
-		return ok && ago > 3*outageLease
+		return ok && ago > *outageHold
 	})
 	select {
 	case <-exited:
