@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/labelvalue"
 )
 
 // Parser reads the used metric families of one engine from Prometheus text
@@ -430,11 +431,23 @@ func lessKey(a, b [3]string) bool {
 	return false
 }
 
+// maxAdapters bounds an adapter list read from a page: servers hold a few
+// dozen adapters at most (vLLM's max_loras), and the list is scanned for
+// every pick that names an adapter.
+const maxAdapters = 256
+
+// adapterList reads a comma-separated adapter list. A name that fails
+// labelvalue.Check (not UTF-8, a control character, over 256 bytes) is
+// dropped: a request naming it is refused before it is scheduled, so it can
+// match none, and the page does not decide what the picker keeps.
 func adapterList(s string) []string {
 	var out []string
-	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
+	for a := range strings.SplitSeq(s, ",") {
+		if a = strings.TrimSpace(a); a != "" && labelvalue.Valid(a, 0) {
 			out = append(out, a)
+			if len(out) == maxAdapters {
+				break
+			}
 		}
 	}
 	return out

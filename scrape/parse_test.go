@@ -130,6 +130,12 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="old",waiting_lora_ad
 			want: datastore.Metrics{WaitingRequests: 1, RunningRequests: 2, KVCacheUsage: 0.5, RunningAdapters: []string{"a", "b"}, WaitingAdapters: []string{"c"}, MaxAdapters: 2},
 		},
 		{
+			name: "LoRA names that could be no model are dropped, the list bounded",
+			page: base + `vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b\nc,` + strings.Repeat("x", 257) + `,d` + "\x01" + `,e",waiting_lora_adapters="` + strings.Repeat("w,", 300) + `"} 200
+`,
+			want: datastore.Metrics{WaitingRequests: 1, RunningRequests: 2, KVCacheUsage: 0.5, RunningAdapters: []string{"a", "e"}, WaitingAdapters: slices.Repeat([]string{"w"}, 256), MaxAdapters: 2},
+		},
+		{
 			name: "LoRA tie: greatest labels win, whatever the order (1)",
 			page: base + `vllm:lora_requests_info{max_lora="2",running_lora_adapters="x",waiting_lora_adapters=""} 100
 vllm:lora_requests_info{max_lora="2",running_lora_adapters="y",waiting_lora_adapters=""} 100
