@@ -165,7 +165,7 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 			stop()
 		}
 	}()
-	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r))})
+	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r)), Registry: upstreamRegistry()})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -48,14 +48,18 @@ schedulingProfiles:
   - pluginRef: max-score-picker
 `
 
-// upstreamConfig has the reference EPP's default weights, built from
-// poolpicker's own plugins.
+// upstreamConfig is the reference EPP's default profile: its weights, its
+// queue and KV-cache scorers (which score as poolpicker's do: the waiting
+// queue min-max normalised, 1 - KV-cache use), its max-score picker
+// (ties broken at random), and its approximate prefix cache
+// (upstreamPrefixType).
 const upstreamConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
 - type: queue-scorer
 - type: kv-cache-utilization-scorer
-- type: prefix-cache-scorer
+- name: prefix-cache-scorer
+  type: ` + upstreamPrefixType + `
 - type: max-score-picker
 schedulingProfiles:
 - name: default
