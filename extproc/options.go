@@ -54,9 +54,23 @@ type Options struct {
 	// certificate is made at start (gateways do not verify the EPP's
 	// certificate by default).
 	CertPath string
-	// EnableCertReload reloads CertPath's files when they change, so a rotated
-	// certificate is served without a restart. Zero: load once.
+	// EnableCertReload reloads CertPath's files and ClientCAFile when they
+	// change, so a rotated certificate or CA is used without a restart.
+	// Zero: load once.
 	EnableCertReload bool
+	// ClientCAFile is a PEM bundle of CA certificates. Set, the ext_proc TLS
+	// listener requires every client (gateway) to present a certificate
+	// that chains to one of them and refuses the handshake otherwise
+	// (mutual TLS). Empty: clients are not asked for a certificate. Needs
+	// TLS (Insecure false).
+	ClientCAFile string
+	// TLSMinVersion is the lowest TLS version the ext_proc listener
+	// accepts (tls.VersionTLS10 ... tls.VersionTLS13). Zero: TLS 1.2.
+	TLSMinVersion uint16
+	// TLSCipherSuites are the cipher suites the ext_proc listener accepts
+	// for TLS 1.2 and below (crypto/tls IDs); TLS 1.3's suites are not
+	// configurable in Go. Empty: Go's default list.
+	TLSCipherSuites []uint16
 
 	// MaxRequestBodyBytes bounds the request body the server holds; larger
 	// bodies are answered 413. Zero: 16 MiB.
@@ -116,6 +130,11 @@ type Options struct {
 	// sends its response headers only once it is done, so the default is
 	// generous. Zero: 10m. Negative: no deadline.
 	ResponseIdleTimeout time.Duration
+	// EmitEndpointScores adds to the envoy.lb dynamic metadata of each
+	// decision the key x-gateway-destination-endpoint-scores: a struct of
+	// every endpoint the scheduler scored ("ip:port") to its weighted
+	// total (the llm-d router's --emit-endpoint-scores). Zero: not sent.
+	EmitEndpointScores bool
 
 	// DrainTimeout bounds how long Start waits, once its context is cancelled,
 	// for open streams to finish before cutting them. Zero: 30s.

@@ -337,3 +337,48 @@ func TestRealSchedulerLearnsPrefixes(t *testing.T) {
 		t.Fatalf("in-flight %d", n)
 	}
 }
+
+// TestEmitEndpointScores: with EmitEndpointScores the decision's envoy.lb
+// metadata carries x-gateway-destination-endpoint-scores, a number for
+// every endpoint of the pool the real scheduler scored, the primary's the
+// highest; without it the key is absent.
+func TestEmitEndpointScores(t *testing.T) {
+	for _, emit := range []bool{true, false} {
+		t.Run(fmt.Sprintf("emit=%v", emit), func(t *testing.T) {
+			reg := datastore.NewRegistry()
+			sched := newRealScheduler(t, reg)
+			f := &poolFixture{reg: reg}
+			f.add(0, poolNS(0), poolName(0), poolSvc(0), 9002, 3)
+			ts := startServer(t, reg, sched, Options{Insecure: true, EmitEndpointScores: emit})
+			g := ts.open(t, authorityOf(0), nil)
+			g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+			g.send(reqBody(completionBody("m", 1), true))
+			r := g.recv()
+			dest := destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation())
+			lb := r.GetDynamicMetadata().GetFields()[MetadataNamespaceLB].GetStructValue()
+			scores, present := lb.GetFields()[MetadataKeyScores]
+			if !emit {
+				if present {
+					t.Fatalf("scores %v sent without EmitEndpointScores", scores)
+				}
+				return
+			}
+			fields := scores.GetStructValue().GetFields()
+			if len(fields) != 3 {
+				t.Fatalf("scores %v, want one for each of the pool's 3 endpoints", scores)
+			}
+			primary := strings.Split(dest, ",")[0]
+			for addr, v := range fields {
+				if _, ok := f.pools[0].Endpoints().Get(addr); !ok {
+					t.Errorf("score for %s, not an endpoint of the pool", addr)
+				}
+				if _, ok := v.GetKind().(*structpb.Value_NumberValue); !ok {
+					t.Errorf("score of %s is %v, not a number", addr, v)
+				}
+				if v.GetNumberValue() > fields[primary].GetNumberValue() {
+					t.Errorf("%s scored %v, above the primary %s's %v", addr, v.GetNumberValue(), primary, fields[primary].GetNumberValue())
+				}
+			}
+		})
+	}
+}

@@ -80,6 +80,9 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	if reg == nil || sched == nil {
 		return nil, errors.New("extproc: registry and scheduler are required")
 	}
+	if err := opts.validateTLS(); err != nil {
+		return nil, err
+	}
 	opts.setDefaults()
 	m, err := newMetrics(opts.Registerer, reg, opts.MaxModelLabels)
 	if err != nil {

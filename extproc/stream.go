@@ -647,7 +647,7 @@ func (st *stream) bodyComplete() (bool, error) {
 // and sends the answers the gateway is waiting for, then moves to
 // stateForwarded.
 func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
-	sreq := &scheduling.Request{ID: st.requestID, Objective: st.objective, Subset: st.resolveIn.subset, CandidateIPs: st.candidateIPs}
+	sreq := &scheduling.Request{ID: st.requestID, Objective: st.objective, Subset: st.resolveIn.subset, CandidateIPs: st.candidateIPs, Scores: st.s.opts.EmitEndpointScores}
 	if st.candidateIPs == nil {
 		sreq.CandidateIPs = nil
 	}
@@ -759,7 +759,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 }
 
 func (st *stream) sendDecision(body, newBody []byte, mutation *extprocv3.HeaderMutation) error {
-	md := destinationMetadata(st.dest)
+	md := destinationMetadata(st.dest, st.picked.Scores)
 	if !st.headersSent {
 		st.headersSent = true
 		resp := headersResponse(&extprocv3.CommonResponse{HeaderMutation: mutation})

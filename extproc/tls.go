@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,11 +10,16 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
+	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
@@ -26,11 +33,14 @@ const (
 // change event was missed (Secret volumes update through symlink swaps).
 var certReloadInterval = 10 * time.Second
 
-// tlsConfig builds the ext_proc port's TLS: TLS 1.2+, ALPN h2 (added by
-// grpc's credentials). startWatcher is non-nil when the certificate must be
-// watched for changes; it runs until ctx ends.
+// tlsConfig builds the ext_proc port's TLS: Options.TLSMinVersion (TLS 1.2
+// by default) and TLSCipherSuites, ALPN h2 (added by grpc's credentials),
+// and with Options.ClientCAFile a verified client certificate. startWatcher
+// is non-nil when a file must be watched for changes; it runs until ctx
+// ends.
 func (s *Server) tlsConfig() (cfg *tls.Config, startWatcher func(context.Context) error, err error) {
-	cfg = &tls.Config{MinVersion: minTLSVersion, NextProtos: []string{"h2"}}
+	cfg = &tls.Config{MinVersion: cmp.Or(s.opts.TLSMinVersion, minTLSVersion), CipherSuites: s.opts.TLSCipherSuites, NextProtos: []string{"h2"}}
+	var watchers []func(context.Context) error
 	switch {
 	case s.opts.CertPath == "":
 		cert, err := selfSignedCertificate(time.Now())
@@ -45,7 +55,7 @@ func (s *Server) tlsConfig() (cfg *tls.Config, startWatcher func(context.Context
 		}
 		w = w.WithWatchInterval(certReloadInterval)
 		cfg.GetCertificate = w.GetCertificate
-		startWatcher = w.Start
+		watchers = append(watchers, w.Start)
 	default:
 		cert, err := tls.LoadX509KeyPair(filepath.Join(s.opts.CertPath, certFile), filepath.Join(s.opts.CertPath, keyFile))
 		if err != nil {
@@ -53,7 +63,133 @@ func (s *Server) tlsConfig() (cfg *tls.Config, startWatcher func(context.Context
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
+	if s.opts.ClientCAFile != "" {
+		cas := &clientCAs{path: s.opts.ClientCAFile, log: s.log.WithName("client-ca")}
+		if _, err := cas.reload(); err != nil {
+			return nil, nil, err
+		}
+		// A resumed session skips verification: after a CA rotation a
+		// client of the old CA could come back on its ticket.
+		cfg.SessionTicketsDisabled = true
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		base := cfg.Clone()
+		// Each handshake verifies against the pool read last, so a
+		// rotated CA file applies to the next connection.
+		cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := base.Clone()
+			c.ClientCAs = cas.pool.Load()
+			return c, nil
+		}
+		if s.opts.EnableCertReload {
+			watchers = append(watchers, cas.watch)
+		}
+		s.log.Info("ext_proc clients must present a certificate", "clientCAFile", s.opts.ClientCAFile, "reload", s.opts.EnableCertReload)
+	}
+	if len(watchers) > 0 {
+		// The first watcher to fail stops the others, so that Start
+		// learns of it.
+		startWatcher = func(ctx context.Context) error {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			errs := make(chan error, len(watchers))
+			for _, w := range watchers {
+				go func() { errs <- w(ctx) }()
+			}
+			var first error
+			for range watchers {
+				if err := <-errs; err != nil && first == nil {
+					first = err
+					cancel()
+				}
+			}
+			return first
+		}
+	}
 	return cfg, startWatcher, nil
+}
+
+// clientCAs is the CA pool of Options.ClientCAFile, re-read by watch.
+type clientCAs struct {
+	path string
+	log  logr.Logger
+	pool atomic.Pointer[x509.CertPool]
+	// last is the file content of pool; only reload touches it (once
+	// before the listener starts, then from watch's goroutine alone).
+	last []byte
+}
+
+// reload reads the file and, when its content changed, parses it and puts
+// the new pool in use; a file that does not parse leaves the old pool.
+func (c *clientCAs) reload() (changed bool, err error) {
+	data, err := os.ReadFile(c.path)
+	if err != nil {
+		return false, fmt.Errorf("extproc: reading the client CA file %s: %w", c.path, err)
+	}
+	if c.last != nil && bytes.Equal(data, c.last) {
+		return false, nil
+	}
+	pool, err := parseCAs(data)
+	if err != nil {
+		return false, fmt.Errorf("extproc: client CA file %s: %w", c.path, err)
+	}
+	c.pool.Store(pool)
+	c.last = data
+	return true, nil
+}
+
+// watch re-reads the file every certReloadInterval until ctx ends. Secret
+// and ConfigMap volumes update through symlink swaps, which a poll of the
+// content sees whatever the file system's events say.
+func (c *clientCAs) watch(ctx context.Context) error {
+	t := time.NewTicker(certReloadInterval)
+	defer t.Stop()
+	var lastErr string
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		changed, err := c.reload()
+		switch {
+		case err != nil:
+			if err.Error() != lastErr {
+				c.log.Error(err, "keeping the client CAs read before")
+			}
+			lastErr = err.Error()
+		case changed:
+			lastErr = ""
+			c.log.Info("client CA file reloaded", "path", c.path)
+		}
+	}
+}
+
+// parseCAs reads every CERTIFICATE block of a PEM bundle; other blocks are
+// skipped, and a bundle without a certificate is an error (a client CA
+// pool that is empty would refuse every gateway).
+func parseCAs(data []byte) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	n := 0
+	for rest := data; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d: %w", n+1, err)
+		}
+		pool.AddCert(cert)
+		n++
+	}
+	if n == 0 {
+		return nil, errors.New("no PEM CERTIFICATE block in it")
+	}
+	return pool, nil
 }
 
 // selfSignedCertificate makes a throwaway ECDSA P-256 certificate valid for
@@ -82,4 +218,24 @@ func selfSignedCertificate(now time.Time) (tls.Certificate, error) {
 		return tls.Certificate{}, err
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+// validateTLS checks the TLS options New is given.
+func (o *Options) validateTLS() error {
+	if o.Insecure && o.ClientCAFile != "" {
+		return errors.New("extproc: a client CA file needs TLS on the ext_proc port (it is off)")
+	}
+	if v := o.TLSMinVersion; v != 0 && (v < tls.VersionTLS10 || v > tls.VersionTLS13) {
+		return fmt.Errorf("extproc: TLS minimum version %#04x is not TLS 1.0 to 1.3", v)
+	}
+	known := map[uint16]bool{}
+	for _, cs := range append(tls.CipherSuites(), tls.InsecureCipherSuites()...) {
+		known[cs.ID] = true
+	}
+	for _, id := range o.TLSCipherSuites {
+		if !known[id] {
+			return fmt.Errorf("extproc: cipher suite %#04x is not one crypto/tls implements", id)
+		}
+	}
+	return nil
 }

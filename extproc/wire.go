@@ -34,6 +34,11 @@ const (
 	MetadataNamespaceSubset = "envoy.lb.subset_hint"
 	// MetadataKeySubset is the subset hint's key: a list of "ip:port".
 	MetadataKeySubset = "x-gateway-destination-endpoint-subset"
+	// MetadataKeyScores is the envoy.lb key of the scheduler's score of
+	// each endpoint it scored, a struct "ip:port" → number, beside the
+	// destination (Options.EmitEndpointScores, as the llm-d router's
+	// --emit-endpoint-scores).
+	MetadataKeyScores = "x-gateway-destination-endpoint-scores"
 
 	hdrPoolTag   = "x-gateway-inference-pool"
 	hdrRequestID = "x-request-id"
@@ -112,8 +117,9 @@ func headerValue(h *corev3.HeaderValue) string {
 	return h.GetValue()
 }
 
-// destinationMetadata is the envoy.lb dynamic metadata naming the endpoints.
-func destinationMetadata(dest string) *structpb.Struct {
+// destinationMetadata is the envoy.lb dynamic metadata naming the endpoints,
+// with the endpoints' scores when there are any.
+func destinationMetadata(dest string, scores map[string]float64) *structpb.Struct {
 	// Every message in one allocation (one per request, on the hot path).
 	m := &struct {
 		outer, inner structpb.Struct
@@ -124,6 +130,13 @@ func destinationMetadata(dest string) *structpb.Struct {
 	m.destKind.StringValue = dest
 	m.dest.Kind = &m.destKind
 	m.inner.Fields = map[string]*structpb.Value{HeaderDestination: &m.dest}
+	if len(scores) > 0 {
+		fields := make(map[string]*structpb.Value, len(scores))
+		for addr, v := range scores {
+			fields[addr] = structpb.NewNumberValue(v)
+		}
+		m.inner.Fields[MetadataKeyScores] = structpb.NewStructValue(&structpb.Struct{Fields: fields})
+	}
 	m.lbKind.StructValue = &m.inner
 	m.lb.Kind = &m.lbKind
 	m.outer.Fields = map[string]*structpb.Value{MetadataNamespaceLB: &m.lb}

@@ -309,6 +309,12 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	res.TargetModel, res.ModelRewrite = cs.TargetModel, cy.modelRewrite
 	res.Profile = prof.name
 	res.Priority = cs.Priority
+	if req.Scores {
+		res.Scores = make(map[string]float64, len(cands))
+		for i := range cands {
+			res.Scores[cands[i].Endpoint.Address] = totals[i]
+		}
+	}
 	if len(prof.postPickers) > 0 {
 		box.commit = pendingCommit{s: s, ctx: ctx, cy: cy, req: req, postPickers: prof.postPickers}
 		res.Defer(&box.commit)

@@ -845,3 +845,40 @@ func TestOptionsRegistry(t *testing.T) {
 		t.Fatalf("bad parameter of a registered plugin: %v", err)
 	}
 }
+
+// TestScheduleScores: asked for (Request.Scores), the result maps every
+// endpoint the filters left to its weighted total, picked or not, the
+// primary's the highest and a longer queue scoring lower; not asked for,
+// there are none.
+func TestScheduleScores(t *testing.T) {
+	s := mustScheduler(t, "", Options{})
+	tp := newTestPool(t, 4, s)
+	for i, q := range []int{6, 0, 3, 9} {
+		tp.Ep(t, i+1).SetMetrics(schedtest.Load(q, 0.2))
+	}
+	// The subset hint leaves endpoints 1 to 3 to score.
+	subset := []string{tp.Ep(t, 1).Address, tp.Ep(t, 2).Address, tp.Ep(t, 3).Address}
+	res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Subset: subset, Scores: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Scores) != len(subset) {
+		t.Fatalf("scores %v, want one for each of %v", res.Scores, subset)
+	}
+	for _, a := range subset {
+		if _, ok := res.Scores[a]; !ok {
+			t.Fatalf("scores %v lack %s", res.Scores, a)
+		}
+	}
+	short, mid, long := res.Scores[tp.Ep(t, 2).Address], res.Scores[tp.Ep(t, 3).Address], res.Scores[tp.Ep(t, 1).Address]
+	if !(short > mid && mid > long && long >= 0) {
+		t.Fatalf("scores by queue 0, 3, 6: %v, %v, %v; want decreasing", short, mid, long)
+	}
+	if res.Endpoints[0].Address != tp.Ep(t, 2).Address {
+		t.Fatalf("primary %s, want the best scored %s", res.Endpoints[0].Address, tp.Ep(t, 2).Address)
+	}
+	res, err = s.Schedule(ctx, tp.Pool, &Request{Model: "m"})
+	if err != nil || res.Scores != nil {
+		t.Fatalf("scores %v (%v) without Request.Scores", res.Scores, err)
+	}
+}

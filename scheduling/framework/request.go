@@ -33,6 +33,9 @@ type Request struct {
 	// CandidateIPs, when not nil, restricts candidates to these pod IPs
 	// (conformance-test header test-epp-endpoint-selection).
 	CandidateIPs []string
+	// Scores asks for Result.Scores (--emit-endpoint-scores); false leaves
+	// it nil, so the pick path allocates nothing for it.
+	Scores bool
 }
 
 // Result is the scheduler's decision.
@@ -51,6 +54,10 @@ type Result struct {
 	// Priority is the request's priority from its InferenceObjective (0 when
 	// none); below zero means sheddable.
 	Priority int
+	// Scores maps the "ip:port" of every endpoint the scorers scored (every
+	// candidate the filters left, picked or not) to its total: the sum of
+	// each scorer's score (0..1) times its weight. Only when Request.Scores.
+	Scores map[string]float64
 
 	// pending is the post-pick step left to Commit.
 	pending Committer

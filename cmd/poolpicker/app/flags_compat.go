@@ -29,6 +29,7 @@ type compatOptions struct {
 	disableEndpointSubsetFilter      bool
 	refreshPrometheusMetricsInterval time.Duration
 	healthChecking                   bool
+	emitEndpointScores               bool
 	enableGRPCStreamMetrics          bool
 	metricsClientCAFile              string
 	metricsCertDir                   string
@@ -53,6 +54,8 @@ func bindCompatFlags(fs *pflag.FlagSet, o *compatOptions) {
 		"Upstream's period of refreshing its pool gauges. No effect: poolpicker's gauges change when their pool does; accepted with a warning when set.")
 	fs.BoolVar(&o.healthChecking, "health-checking", false,
 		"Also serve the gRPC health service on the ext_proc port (--grpc-port), for gateways that health-check the picker cluster.")
+	fs.BoolVar(&o.emitEndpointScores, "emit-endpoint-scores", false,
+		"Add to each decision's envoy.lb dynamic metadata the key x-gateway-destination-endpoint-scores: a struct of every endpoint the scheduler scored (ip:port) to its weighted total score, picked or not.")
 	fs.BoolVar(&o.enableGRPCStreamMetrics, "enable-grpc-stream-metrics", false,
 		"llm-d router's ext_proc stream metrics. No effect (poolpicker's request metrics are always on); accepted with a warning when true.")
 	fs.StringVar(&o.metricsClientCAFile, "metrics-client-ca-file", "",
@@ -142,12 +145,13 @@ func completeCompat(o *options, getenv func(string) string) error {
 		}
 	}
 	o.extproc.HealthOnGRPCPort = o.compat.healthChecking
-	return nil
+	o.extproc.EmitEndpointScores = o.compat.emitEndpointScores
+	return completeTLS(o)
 }
 
 // logCompatWarnings logs the start-up warnings of the compat flags.
 func logCompatWarnings(log logr.Logger, fs *pflag.FlagSet) {
-	for _, w := range noEffectWarnings(fs) {
+	for _, w := range append(noEffectWarnings(fs), tlsWarnings(fs)...) {
 		log.Info("WARNING: "+w, "warning", true)
 	}
 }

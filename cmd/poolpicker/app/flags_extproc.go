@@ -39,11 +39,11 @@ func bindExtprocFlags(fs *pflag.FlagSet, o *extproc.Options) {
 	}
 	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC server gateways connect to.")
 	fs.IntVar(&o.HealthPort, "grpc-health-port", o.HealthPort, "Port of the gRPC health server (liveness, readiness, envoy.service.ext_proc.v3.ExternalProcessor); always plaintext.")
-	secure := fs.VarPF(&invertedBool{p: &o.Insecure}, "secure-serving", "", "Serve ext_proc over TLS (1.2+, ALPN h2).")
+	secure := fs.VarPF(&invertedBool{p: &o.Insecure}, "secure-serving", "", "Serve ext_proc over TLS (ALPN h2; versions and suites: --tls-min-version, --tls-cipher-suites; client certificates: --client-ca-file).")
 	secure.DefValue = "true"
 	secure.NoOptDefVal = "true"
 	fs.StringVar(&o.CertPath, "cert-path", o.CertPath, "Directory holding tls.crt and tls.key for ext_proc TLS; empty makes a self-signed certificate at start.")
-	fs.BoolVar(&o.EnableCertReload, "enable-cert-reload", o.EnableCertReload, "Reload --cert-path's files when they change.")
+	fs.BoolVar(&o.EnableCertReload, "enable-cert-reload", o.EnableCertReload, "Reload --cert-path's files and --client-ca-file when they change.")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body held for parsing; larger bodies are answered 413.")
 	fs.IntVar(&o.MaxConcurrentStreams, "max-concurrent-streams", o.MaxConcurrentStreams, "Most ext_proc streams open at once, over all connections and pools; a stream beyond it is refused with RESOURCE_EXHAUSTED. Negative: no limit.")
 	fs.Int64Var(&o.MaxHeldRequestBodyBytes, "max-held-request-body-bytes", o.MaxHeldRequestBodyBytes, "Budget of request-body bytes all streams hold until their decision (a body of several messages counts twice); a stream that would overspend it is answered 503. Negative: no budget.")

@@ -87,6 +87,7 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	bindControllersFlags(fs, &o.controllers)
 	bindPodWatchFlags(fs, &o.controllers)
 	bindExtprocFlags(fs, &o.extproc)
+	bindTLSFlags(fs, &o.extproc)
 	bindScrapeFlags(fs, &o.scrape)
 	bindSchedulingFlags(fs, &o.scheduling)
 	bindVersionFlag(fs, &o.printVersion)

@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,14 +28,21 @@ type upstreamDeployment struct {
 	configs map[string]string
 	// warns are start-up warnings the args must earn (a flag without effect here).
 	warns []string
+	// refused are TLS client configurations the ext_proc port must refuse
+	// in the handshake, accepted one it must accept (nil: not checked).
+	refused  []*tls.Config
+	accepted *tls.Config
 }
 
 // The argument lists below are copied as data from the upstream manifests:
 // the Inference Extension v1.5.0 chart (config/charts/epplib), its
 // conformance manifests (conformance/resources/base.yaml) and e2e manifest
 // (test/testdata/inferencepool-e2e.yaml), and the llm-d router chart
-// (config/charts/routerlib). NS and POOL stand for the pool's namespace and
-// name; /config/ for the directory of the configs.
+// (config/charts/routerlib; "current" is its templates/_deployment.yaml of
+// August 2026, which renders router.epp.flags as --key=value in key order
+// between --grpc-health-port and --tracing, and adds --secure-serving=false
+// to them for the agentgateway proxy). NS and POOL stand for the pool's
+// namespace and name; /config/ for the directory of the configs.
 func upstreamDeployments() []upstreamDeployment {
 	return []upstreamDeployment{
 		{
@@ -85,6 +94,37 @@ func upstreamDeployments() []upstreamDeployment {
 			configs: map[string]string{"default-plugins.yaml": "llm-d-router-chart-default.yaml"},
 			warns:   []string{"--enable-grpc-stream-metrics=true has no effect"},
 		},
+		{
+			name: "llm-d router chart (current), one replica, defaults",
+			args: []string{"--pool-name", "POOL", "--pool-namespace", "NS", "--pool-group", "inference.networking.k8s.io",
+				"--zap-encoder", "json", "--config-file", "/config/default-plugins.yaml", "--grpc-health-port", "9003", "--tracing=false"},
+			env:     []string{"NAMESPACE=NS", "POD_NAME=epp-0"},
+			configs: map[string]string{"default-plugins.yaml": "llm-d-router-chart-default.yaml"},
+			// Secure serving with a self-signed certificate: TLS 1.2 and up.
+			refused:  []*tls.Config{{MaxVersion: tls.VersionTLS11}},
+			accepted: &tls.Config{MaxVersion: tls.VersionTLS12},
+		},
+		{
+			name: "llm-d router chart (current), two replicas, a TLS profile and endpoint scores in router.epp.flags",
+			args: []string{"--pool-name", "POOL", "--pool-namespace", "NS", "--pool-group", "inference.networking.k8s.io",
+				"--zap-encoder", "json", "--config-file", "/config/default-plugins.yaml", "--ha-enable-leader-election", "--grpc-health-port", "9003",
+				"--emit-endpoint-scores=true", "--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+				"--tls-min-version=VersionTLS12", "--v=2", "--tracing=false", "--metrics-endpoint-auth=false"},
+			env:     []string{"NAMESPACE=NS", "POD_NAME=epp-0"},
+			configs: map[string]string{"default-plugins.yaml": "llm-d-router-chart-default.yaml"},
+			refused: []*tls.Config{{MaxVersion: tls.VersionTLS11},
+				{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305}}},
+			accepted: &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}},
+		},
+		{
+			name: "llm-d router chart (current), agentgateway proxy, a TLS minimum in router.epp.flags",
+			args: []string{"--pool-name", "POOL", "--pool-namespace", "NS", "--pool-group", "inference.networking.k8s.io",
+				"--zap-encoder", "json", "--config-file", "/config/default-plugins.yaml", "--grpc-health-port", "9003",
+				"--secure-serving=false", "--tls-min-version=VersionTLS13", "--tracing=false"},
+			env:     []string{"NAMESPACE=NS", "POD_NAME=epp-0"},
+			configs: map[string]string{"default-plugins.yaml": "llm-d-router-chart-default.yaml"},
+			warns:   []string{"--tls-min-version=VersionTLS13 has no effect: ext_proc is served in plaintext"},
+		},
 	}
 }
 
@@ -127,6 +167,17 @@ func TestUpstreamArgumentsStart(t *testing.T) {
 			}
 			exited, stderr := startBinary(t, args, append(env, "PATH="+os.Getenv("PATH")))
 			waitHealthServing(t, ports[1], exited, stderr, "inference-extension", "readiness", "liveness", "", "envoy.service.ext_proc.v3.ExternalProcessor")
+			addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+			for _, cfg := range d.refused {
+				if err := tlsHandshake(addr, cfg); err == nil {
+					t.Errorf("ext_proc port accepted a TLS client offering %s at most with suites %v", tls.VersionName(cfg.MaxVersion), cfg.CipherSuites)
+				}
+			}
+			if d.accepted != nil {
+				if err := tlsHandshake(addr, d.accepted); err != nil {
+					t.Errorf("ext_proc port refused a TLS client offering %s with suites %v: %v", tls.VersionName(d.accepted.MaxVersion), d.accepted.CipherSuites, err)
+				}
+			}
 			for _, w := range d.warns {
 				if !strings.Contains(stderr.String(), w) {
 					t.Errorf("no warning %q; stderr:\n%s", w, stderr.String())
@@ -137,6 +188,18 @@ func TestUpstreamArgumentsStart(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tlsHandshake completes a TLS handshake with addr as cfg offers it (the
+// picker's certificate unverified: it is self-signed).
+func tlsHandshake(addr string, cfg *tls.Config) error {
+	cfg = cfg.Clone()
+	cfg.InsecureSkipVerify, cfg.MinVersion, cfg.NextProtos = true, tls.VersionTLS10, []string{"h2"}
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // waitHealthServing watches each health service (the Watch RPC, waiting
