@@ -30,10 +30,11 @@ var kustomizations = []struct {
 	{"config/deploy/base", nil},
 	{"config/deploy/overlays/servicemonitor", []string{"ServiceMonitor"}},
 	{"config/deploy/overlays/networkpolicy", []string{"NetworkPolicy"}},
-	{"config/deploy/overlays/metrics-auth", []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ServiceMonitor"}},
 }
 
-var baseKinds = []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}
+// baseKinds: the picker's ClusterRole and binding, the token reviews'
+// ClusterRole and binding, the metrics-reader ClusterRole, and the rest.
+var baseKinds = []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}
 
 // chartVariants are values the chart is linted, rendered and dry-run with.
 var chartVariants = []struct {
@@ -42,7 +43,7 @@ var chartVariants = []struct {
 	// kinds rendered (sorted, with repeats).
 	kinds []string
 }{
-	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 	{name: "everything", values: `
 image: {repository: registry.example/poolpicker, tag: v9.9.9, pullPolicy: Always}
 imagePullSecrets: [regcred]
@@ -50,8 +51,14 @@ replicas: 3
 watchNamespaces: [install-team-a, install-team-b]
 poolSelector: "shard=a"
 eppServiceNames: [epp]
-tls: {enabled: true, secretName: poolpicker-tls, reload: true}
-metrics: {serviceMonitor: {enabled: true, interval: 30s, labels: {release: prom}}}
+tls:
+  enabled: true
+  secretName: poolpicker-tls
+  reload: true
+  minVersion: VersionTLS12
+  cipherSuites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]
+  clientCA: {configMapName: gateway-ca, key: root-cert.pem}
+metrics: {serviceMonitor: {enabled: true, interval: 30s, labels: {release: prom}}, pprof: {enabled: true}}
 networkPolicy: {enabled: true}
 pickerName: shard-a
 drainGracePeriod: 3s
@@ -65,26 +72,32 @@ extraArgs: ["--scheduler-max-endpoints=2"]
 podAnnotations: {prometheus.io/scrape: "false"}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
-`, kinds: []string{"ClusterRole", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
 		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
 	{name: "single pool, plaintext, no PDB", values: `
 poolName: chat
 poolNamespace: install-team-a
 tls: {enabled: false}
 podDisruptionBudget: {enabled: false}
-`, kinds: []string{"ClusterRole", "Deployment", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},
 	{name: "leader election and provisioning off", values: `
 leaderElection: {enabled: false}
 provisionPickerServices: {enabled: false}
-`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"}},
-	{name: "metrics endpoint auth", values: `
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"}},
+	{name: "metrics endpoint auth off", values: `
+metrics: {serviceMonitor: {enabled: true}, endpointAuth: {enabled: false}}
+`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
+	{name: "metrics endpoint auth with a reader", values: `
 metrics:
   serviceMonitor: {enabled: true}
-  endpointAuth: {enabled: true, readers: [{name: prometheus-k8s, namespace: monitoring}]}
+  endpointAuth: {readers: [{name: prometheus-k8s, namespace: monitoring}]}
 `, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
 	{name: "leader election only", values: `
 provisionPickerServices: {enabled: false}
-`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+	{name: "client CA from a Secret", values: `
+tls: {clientCA: {secretName: gateway-ca}, minVersion: VersionTLS13}
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

@@ -137,8 +137,10 @@ func run(m *testing.M) int {
 	return code
 }
 
-// renderedRBAC is the Namespace, ServiceAccount, ClusterRole, Role and
-// bindings of config/deploy/base as kustomize renders them.
+// renderedRBAC is the Namespace, ServiceAccount, ClusterRoles, Role and
+// bindings of config/deploy/base as kustomize renders them: the picker's
+// own and, since its metrics port wants a token by default, the token
+// reviews' and the metrics reader's.
 func renderedRBAC(ctx context.Context, tool *deploytest.Tool) ([]*unstructured.Unstructured, error) {
 	objs, err := tool.Kustomize(ctx, "config/deploy/base")
 	if err != nil {
@@ -147,14 +149,16 @@ func renderedRBAC(ctx context.Context, tool *deploytest.Tool) ([]*unstructured.U
 	var out []*unstructured.Unstructured
 	kinds := []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 	for _, kind := range kinds {
+		n := 0
 		for _, o := range objs {
 			if o.GetKind() == kind {
 				out = append(out, o)
+				n++
 			}
 		}
-	}
-	if len(out) != len(kinds) {
-		return nil, fmt.Errorf("config/deploy/base renders %d of %v; want one of each", len(out), kinds)
+		if n == 0 {
+			return nil, fmt.Errorf("config/deploy/base renders no %s", kind)
+		}
 	}
 	return out, nil
 }

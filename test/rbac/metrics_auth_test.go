@@ -17,8 +17,9 @@ import (
 )
 
 // TestChartMetricsEndpointAuth installs the RBAC the chart renders with
-// metrics.endpointAuth on (the token reviews' ClusterRole for the picker, the
-// metrics-reader ClusterRole bound to the reader listed in the values) and
+// metrics.endpointAuth at its default, on (the token reviews' ClusterRole
+// for the picker, the metrics-reader ClusterRole bound to the reader listed
+// in the values) and
 // runs a picker as the chart's ServiceAccount with the chart's metrics flag:
 // it passes its start-up check, and its metrics port answers the listed
 // reader's token 200, another account's 403 and no token 401.
@@ -32,7 +33,7 @@ serviceAccount: {name: %s}
 leaderElection: {enabled: false}
 provisionPickerServices: {enabled: false}
 metrics:
-  endpointAuth: {enabled: true, readers: [{name: %s, namespace: %s}]}
+  endpointAuth: {readers: [{name: %s, namespace: %s}]}
 `, account, reader, saNamespace)})
 	if err != nil {
 		t.Fatal(err)
