@@ -320,7 +320,8 @@ func TestMissingMetricsAuthPermissionIsNamed(t *testing.T) {
 
 // TestNamespacedInstallWithoutForbidden installs the chart's RBAC as it
 // renders with watchNamespaces (the ClusterRole bound by RoleBindings in
-// those namespaces only, the Role in the release's) and runs a second
+// those namespaces only, the Role in the release's, the cluster-scoped
+// token reviews of metrics authentication) and runs a second
 // picker as that ServiceAccount on them, with leader election and
 // provisioning on as the chart runs it (a follower of the stack's replica,
 // whose Lease it shares): it passes its permission check, turns ready
@@ -338,7 +339,16 @@ func TestNamespacedInstallWithoutForbidden(t *testing.T) {
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ClusterRoleBinding":
-			t.Fatalf("chart with watchNamespaces renders ClusterRoleBinding %s: access beyond the namespaces", o.GetName())
+			// The token reviews of --metrics-endpoint-auth (on by
+			// default) are cluster-scoped, and read nothing of a
+			// namespace; any other binding is access beyond them.
+			if ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name"); ref != release+"-poolpicker-metrics-auth" {
+				t.Fatalf("chart with watchNamespaces renders ClusterRoleBinding %s of %s: access beyond the namespaces", o.GetName(), ref)
+			}
+			if err := stack.Env.Client.Create(ctx, o.DeepCopy()); err != nil {
+				t.Fatalf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+			t.Cleanup(func() { _ = stack.Env.Client.Delete(context.Background(), o.DeepCopy()) })
 		case "RoleBinding":
 			if ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "kind"); ref == "ClusterRole" {
 				bindings++
@@ -365,7 +375,7 @@ func TestNamespacedInstallWithoutForbidden(t *testing.T) {
 	p := &localstack.Process{Path: stack.Picker.Path, Log: filepath.Join(t.TempDir(), "picker.log"), HealthAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		Args: []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=team-a,team-b",
 			"--picker-namespace=" + saNamespace, "--ha-enable-leader-election", "--provision-picker-services",
-			fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]), "--metrics-endpoint-auth=false"}}
+			fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2])}}
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
