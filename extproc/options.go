@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/poolpicker/poolpicker/flowcontrol"
 	"github.com/poolpicker/poolpicker/requestbody"
 )
 
@@ -179,6 +180,11 @@ type Options struct {
 	MaxModelLabels int
 	// Logger receives structured logs keyed pool and request. Zero: discard.
 	Logger logr.Logger
+	// FlowControl, when set, holds each request in its pool's queue while
+	// the pool is saturated (or, with a waiting room, has no endpoint) and
+	// releases it by priority band and flow. Nil: no flow control; a
+	// saturated pool sheds sheddable requests only.
+	FlowControl *flowcontrol.Controller
 	// Tracer starts one span per request (see tracing.go). Nil: no spans,
 	// and the pick path does no tracing work at all.
 	Tracer trace.Tracer

@@ -73,6 +73,9 @@ type Server struct {
 	// promptLimit is the most prompt bytes sched reads (PromptBytes); the
 	// body parser validates no more (it skims the rest).
 	promptLimit int
+	// flowHeader is FlowControl's flow header (lower case), read with the
+	// request headers; empty when none.
+	flowHeader string
 }
 
 // New returns a server answering for the pools in reg with sched's picks.
@@ -94,8 +97,12 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	}
 	// Series of pools and endpoints that go are deleted with them.
 	reg.AddObserver(m)
-	return &Server{opts: opts, reg: reg, sched: sched, metrics: m, limits: l, log: opts.Logger,
-		health: health.NewServer(), promptLimit: max(sched.PromptBytes(), 0)}, nil
+	s := &Server{opts: opts, reg: reg, sched: sched, metrics: m, limits: l, log: opts.Logger,
+		health: health.NewServer(), promptLimit: max(sched.PromptBytes(), 0)}
+	if opts.FlowControl != nil {
+		s.flowHeader = opts.FlowControl.FlowHeader()
+	}
+	return s, nil
 }
 
 // Ready reports readiness as served on the health port. With

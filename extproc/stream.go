@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/flowcontrol"
 	"github.com/poolpicker/poolpicker/internal/labelvalue"
 	"github.com/poolpicker/poolpicker/requestbody"
 	"github.com/poolpicker/poolpicker/scheduling"
@@ -38,6 +39,10 @@ const (
 	// the gateway waits for that answer before sending the body (BUFFERED,
 	// STREAMED); body chunks are held and the decision rides on the body answer.
 	stateBodyAfterAnswer
+	// stateQueued: the body is complete and the request waits in its
+	// pool's flow-control queue (or waiting room) until it may be
+	// scheduled; its deadline is the queue's TTL.
+	stateQueued
 	// stateForwarded: decision sent; the request may still send trailers,
 	// then the response phase may begin.
 	stateForwarded
@@ -47,7 +52,7 @@ const (
 	stateDone
 )
 
-var stateNames = [...]string{"await-headers", "hold-body", "body-after-answer", "forwarded", "response", "done"}
+var stateNames = [...]string{"await-headers", "hold-body", "body-after-answer", "queued", "forwarded", "response", "done"}
 
 func (s streamState) String() string { return stateNames[s] }
 
@@ -107,6 +112,7 @@ type stream struct {
 	pathWasSeen  bool
 	hasCLength   bool
 	objective    string
+	flow         string // the flow-control flow header's value
 	modelRewrite string
 	candidateIPs []string
 	resolveIn    resolveInput
@@ -134,6 +140,7 @@ type stream struct {
 	// Decision.
 	dest     string
 	counted  *datastore.Endpoint // endpoint holding this request's in-flight count
+	ticket   *flowcontrol.Ticket // flow control's hold, told of the pick and the end
 	picked   *scheduling.Result  // the decision, told the server's cached tokens at the end
 	finished bool
 
@@ -440,6 +447,8 @@ func (st *stream) readHeaders(hm *corev3.HeaderMap) {
 			if st.s.opts.EnableConformanceTestBehaviors {
 				st.candidateIPs = splitList(st.take(hv, name, maxIPListBytes))
 			}
+		case st.s.flowHeader:
+			st.flow = headerValue(hv)
 		}
 	}
 	if !st.pathWasSeen {
@@ -675,6 +684,13 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		sreq.Model = st.modelRewrite
 	}
 	st.setLabels(requested, sreq.Model)
+	if st.s.opts.FlowControl != nil {
+		if done, err := st.admit(); done {
+			return true, err
+		}
+		defer st.ticket.Picked() // a failed pick frees the queue too
+		sreq.Admitted = true
+	}
 	scheduleStart := time.Now()
 	res, err := st.s.sched.ScheduleDeferred(st.ctx, st.pool, sreq)
 	scheduleTime := time.Since(scheduleStart)
@@ -741,6 +757,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	// The count goes up as the decision leaves; close takes it down once.
 	st.counted, st.picked = res.Endpoints[0], res
 	st.counted.AddInFlight(1)
+	st.ticket.Picked()
 	st.s.metrics.routed(st.labels, res.Priority, st.bodyBytes)
 	if log := st.s.log.V(4); log.Enabled() { // the arguments cost allocations
 		log.Info("picked", "pool", st.poolName, "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", sreq.Model, "targetModel", target)
@@ -946,6 +963,7 @@ func (st *stream) finish(outcome string, completed bool) {
 		st.counted.AddInFlight(-1)
 		st.s.metrics.ended(st.labels)
 	}
+	st.ticket.Done()
 	if completed {
 		u, ok := st.usage.finish()
 		var ttft time.Duration

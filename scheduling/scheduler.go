@@ -246,7 +246,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 			saturated++
 		}
 	}
-	if cs.Priority < 0 && saturated == len(eps.Endpoints) {
+	if cs.Priority < 0 && !req.Admitted && saturated == len(eps.Endpoints) {
 		return nil, NewShedError("pool %s is saturated (every endpoint has at least %d waiting requests, KV cache at least %.0f%% used, or no fresh metrics); request of objective %q (priority %d) is sheddable",
 			pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, req.Objective, cs.Priority)
 	}

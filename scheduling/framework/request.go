@@ -36,6 +36,10 @@ type Request struct {
 	// Scores asks for Result.Scores (--emit-endpoint-scores); false leaves
 	// it nil, so the pick path allocates nothing for it.
 	Scores bool
+	// Admitted is set when flow control released the request against the
+	// pool's saturation (Scheduler.PoolSaturated): it is not shed again on
+	// the scrapes alone, which lag what flow control counts.
+	Admitted bool
 }
 
 // Result is the scheduler's decision.

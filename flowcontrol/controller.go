@@ -1,0 +1,206 @@
+package flowcontrol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// Reasons of the refusals (Error.Reason), also the reason label of
+// inference_extension_flow_control_rejected_total.
+const (
+	ReasonQueueTTLExpired    = "QueueTTLExpired"
+	ReasonQueueFull          = "QueueFull"
+	ReasonQueueBytesExceeded = "QueueBytesExceeded"
+	ReasonNoEndpointsTimeout = "NoEndpointsTimeout"
+	ReasonPoolRemoved        = "PoolRemoved"
+)
+
+// Error is a request flow control refuses: Code is the HTTP status to
+// answer (429 for a full queue or an expired wait, 503 when no endpoint
+// came), Reason one of the Reason constants.
+type Error struct {
+	Code    int
+	Reason  string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Reason + ": " + e.Message }
+
+// Request is what flow control knows of a request.
+type Request struct {
+	// ID is the request's x-request-id, for logs.
+	ID string
+	// Flow is the request's fairness key within its band: the value of
+	// Options.FlowHeader, else the objective. At most MaxFlowKeyBytes.
+	Flow string
+	// Priority is the objective's priority: the band.
+	Priority int
+	// Bytes is the request body the stream holds while it waits.
+	Bytes int64
+}
+
+// Controller queues the requests of every served pool; it is a
+// datastore.Observer (register it with Registry.AddObserver) so that an
+// endpoint set turning non-empty releases a pool's waiting room and a
+// removed pool's waiters are answered at once.
+type Controller struct {
+	opts       Options
+	m          *metrics
+	flowHeader string
+	// bytes is the body bytes queued over every pool (MaxQueuedBytes).
+	bytes atomic.Int64
+	// pools holds a *poolQueue per *datastore.Pool that had a request, so a
+	// pool removed and added again starts afresh.
+	pools sync.Map
+}
+
+var _ datastore.Observer = (*Controller)(nil)
+
+// New returns a controller; opts.Saturated is required.
+func New(opts Options) (*Controller, error) {
+	if opts.Saturated == nil {
+		return nil, errors.New("flowcontrol: a saturation detector (Options.Saturated) is required")
+	}
+	opts.setDefaults()
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("flowcontrol: registering metrics: %w", err)
+	}
+	return &Controller{opts: opts, m: m, flowHeader: strings.ToLower(opts.FlowHeader)}, nil
+}
+
+// FlowHeader is the lower-cased name of the header that names a request's
+// flow; empty when flows are objectives.
+func (c *Controller) FlowHeader() string { return c.flowHeader }
+
+// QueuedBytes is the body bytes queued over every pool now.
+func (c *Controller) QueuedBytes() int64 { return c.bytes.Load() }
+
+// Admit returns once req may be scheduled in pool: at once while the pool
+// has a free slot and nobody waits, else when the queue releases it. It
+// returns an *Error when the request is refused (queue full, TTL, no
+// endpoint within NoEndpointTTL), and ctx's error as soon as ctx is done
+// (the client went away): the request has left the queue then. The caller
+// calls Ticket.Picked once the request's in-flight count is added (or its
+// pick failed), and Ticket.Done once the request has finished.
+func (c *Controller) Admit(ctx context.Context, pool *datastore.Pool, req Request) (*Ticket, error) {
+	if len(req.Flow) > MaxFlowKeyBytes {
+		return nil, &Error{Code: http.StatusBadRequest, Reason: "BadRequest",
+			Message: fmt.Sprintf("flow header %s is longer than %d bytes", c.flowHeader, MaxFlowKeyBytes)}
+	}
+	pq := c.queue(pool)
+	if pq == nil {
+		return nil, errRemoved(pool)
+	}
+	if pool.Endpoints().Len() == 0 {
+		if c.opts.NoEndpointTTL == 0 {
+			// No waiting room: the scheduler answers 503 at once.
+			return &Ticket{pq: pq}, nil
+		}
+		if err := pq.awaitEndpoints(ctx, req); err != nil {
+			return nil, err
+		}
+	}
+	return pq.admit(ctx, req)
+}
+
+// Wake has pool's queue look at its saturation again: a scrape of one of
+// its servers was published. It returns at once.
+func (c *Controller) Wake(pool *datastore.Pool) {
+	if v, ok := c.pools.Load(pool); ok {
+		v.(*poolQueue).wake()
+	}
+}
+
+// EndpointsChanged implements datastore.Observer: new endpoints release
+// the waiting room and may free slots.
+func (c *Controller) EndpointsChanged(pool *datastore.Pool, _, _ []*datastore.Endpoint) { c.Wake(pool) }
+
+// PoolRemoved implements datastore.Observer: the pool's waiting requests
+// are answered 503 at once and its series deleted.
+func (c *Controller) PoolRemoved(pool *datastore.Pool) {
+	v, ok := c.pools.LoadAndDelete(pool)
+	if !ok {
+		return
+	}
+	v.(*poolQueue).remove()
+	c.m.forget(pool.Key.String())
+}
+
+func (c *Controller) queue(pool *datastore.Pool) *poolQueue {
+	if v, ok := c.pools.Load(pool); ok {
+		return v.(*poolQueue)
+	}
+	if pool.Removed() {
+		return nil
+	}
+	name := pool.Key.String()
+	v, loaded := c.pools.LoadOrStore(pool, &poolQueue{c: c, pool: pool, name: name, room: map[*roomWaiter]struct{}{},
+		roomGauge: c.m.waitingRoom.WithLabelValues(name)})
+	if !loaded && pool.Removed() {
+		// PoolRemoved may have run before the store: keep nothing for a
+		// pool that is gone.
+		c.pools.Delete(pool)
+		return nil
+	}
+	return v.(*poolQueue)
+}
+
+func (c *Controller) reserveBytes(n int64) bool {
+	for {
+		cur := c.bytes.Load()
+		if cur+n > c.opts.MaxQueuedBytes {
+			return false
+		}
+		if c.bytes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+func (c *Controller) releaseBytes(n int64) { c.bytes.Add(-n) }
+
+func errRemoved(pool *datastore.Pool) *Error {
+	return &Error{Code: http.StatusServiceUnavailable, Reason: ReasonPoolRemoved, Message: "pool " + pool.Key.String() + " is no longer served"}
+}
+
+// Ticket is an admitted request's hold on its pool's queue.
+type Ticket struct {
+	pq *poolQueue
+	// reserved: the queue released this request and waits for its pick
+	// before it releases the next.
+	reserved     bool
+	picked, done atomic.Bool
+}
+
+// Picked tells the queue the request's pick is over (its in-flight count
+// added, or the pick failed): the queue may release its next request.
+// Later calls do nothing; a nil Ticket does nothing.
+func (t *Ticket) Picked() {
+	if t == nil || !t.picked.CompareAndSwap(false, true) || !t.reserved {
+		return
+	}
+	pq := t.pq
+	pq.mu.Lock()
+	pq.reserved = false
+	pq.dispatchLocked()
+	pq.mu.Unlock()
+}
+
+// Done tells the queue the request finished (its in-flight count taken
+// down): a slot may be free. It implies Picked. Later calls do nothing; a
+// nil Ticket does nothing.
+func (t *Ticket) Done() {
+	if t == nil || !t.done.CompareAndSwap(false, true) {
+		return
+	}
+	t.Picked()
+	t.pq.wake()
+}

@@ -1,0 +1,81 @@
+package flowcontrol
+
+import (
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// Defaults of Options.
+const (
+	DefaultQueueTTL        = 30 * time.Second
+	DefaultMaxBandRequests = 1000
+	DefaultMaxBandBytes    = 64 << 20
+	DefaultMaxQueuedBytes  = 512 << 20
+	// MaxFlowKeyBytes bounds a flow's key (the flow header's value): longer
+	// values are refused with 400, so a client cannot make the queue keep
+	// arbitrary strings.
+	MaxFlowKeyBytes = 256
+)
+
+// Options configures a Controller. The zero value of every field means its
+// documented default; flags are bound to it in cmd/poolpicker.
+type Options struct {
+	// Saturated reports whether a pool has no free slot for one more
+	// request: the scheduler's saturation detector (scheduling's
+	// Scheduler.PoolSaturated). Required.
+	Saturated func(pool *datastore.Pool) bool
+
+	// QueueTTL is the longest a request waits in a pool's queue; then it is
+	// answered 429 (QueueTTLExpired). Zero: 30s.
+	QueueTTL time.Duration
+	// NoEndpointTTL is the longest a request to a pool without a ready
+	// endpoint waits for one (the waiting room); then it is answered 503
+	// (NoEndpointsTimeout). Zero: no waiting room; such a request is
+	// answered 503 at once, as without flow control.
+	NoEndpointTTL time.Duration
+	// MaxBandRequests bounds the requests queued in one band of one pool;
+	// one more is answered 429 (QueueFull). Zero: 1000.
+	MaxBandRequests int
+	// MaxBandBytes bounds the request body bytes queued in one band of one
+	// pool; one more is answered 429 (QueueFull). Zero: 64 MiB.
+	MaxBandBytes int64
+	// MaxQueuedBytes bounds the request body bytes queued (and in waiting
+	// rooms) over every pool of the process; one more is answered 429
+	// (QueueBytesExceeded). Zero: 512 MiB.
+	MaxQueuedBytes int64
+	// FlowHeader names the request header whose value is a request's flow
+	// within its band (fairness key), e.g. a tenant header the gateway sets.
+	// Empty: the flow is the request's objective.
+	FlowHeader string
+
+	// Waiting, when set, is told when a pool's waiting room turns from empty
+	// to occupied: something is waiting for an endpoint (an autoscaler's
+	// cue). Called with the pool queue's lock held: it must return at once.
+	Waiting func(pool *datastore.Pool)
+	// Registerer receives the flow-control metrics. Nil: a private registry.
+	Registerer prometheus.Registerer
+	// Logger receives the controller's logs (keys pool, request). Zero: discard.
+	Logger logr.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.QueueTTL <= 0 {
+		o.QueueTTL = DefaultQueueTTL
+	}
+	if o.NoEndpointTTL < 0 {
+		o.NoEndpointTTL = 0
+	}
+	if o.MaxBandRequests <= 0 {
+		o.MaxBandRequests = DefaultMaxBandRequests
+	}
+	if o.MaxBandBytes <= 0 {
+		o.MaxBandBytes = DefaultMaxBandBytes
+	}
+	if o.MaxQueuedBytes <= 0 {
+		o.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
+}
