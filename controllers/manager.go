@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -317,6 +318,17 @@ func (m *Manager) waitInitialSync(ctx context.Context) error {
 		case <-m.changed:
 		}
 	}
+}
+
+// PoolEvent records an Event on the served pool key (a Warning when
+// warning), such as flow control's note that requests wait for the pool's
+// first endpoint; nothing when the pool is not in the cache.
+func (m *Manager) PoolEvent(key datastore.PoolKey, warning bool, reason, note string) {
+	t := corev1.EventTypeNormal
+	if warning {
+		t = corev1.EventTypeWarning
+	}
+	m.poolEvent(key, t, reason, note)
 }
 
 // poolEvent records an Event on the pool, so that its owners see in

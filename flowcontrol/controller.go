@@ -131,7 +131,7 @@ func (c *Controller) PoolRemoved(pool *datastore.Pool) {
 		return
 	}
 	v.(*poolQueue).remove()
-	c.m.forget(pool.Key.String())
+	c.m.forget(pool.Key)
 }
 
 func (c *Controller) queue(pool *datastore.Pool) *poolQueue {
@@ -143,7 +143,7 @@ func (c *Controller) queue(pool *datastore.Pool) *poolQueue {
 	}
 	name := pool.Key.String()
 	v, loaded := c.pools.LoadOrStore(pool, &poolQueue{c: c, pool: pool, name: name, room: map[*roomWaiter]struct{}{},
-		roomGauge: c.m.waitingRoom.WithLabelValues(name)})
+		roomGauge: c.m.waitingRoom.WithLabelValues(pool.Key.Namespace, pool.Key.Name)})
 	if !loaded && pool.Removed() {
 		// PoolRemoved may have run before the store: keep nothing for a
 		// pool that is gone.

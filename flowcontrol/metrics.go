@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/poolpicker/poolpicker/datastore"
 )
 
 // Outcomes of a wait, the outcome label of the queue duration.
@@ -13,8 +15,8 @@ const (
 	outcomeCanceled   = "canceled"
 )
 
-// metrics are the controller's series, labelled by pool (namespace/name)
-// and band (the objective priority). Both are bounded by what the operator
+// metrics are the controller's series, labelled by pool (namespace and
+// pool, its name, as the request metrics) and band (the objective priority). Both are bounded by what the operator
 // configures: served pools and the priorities of their objectives. A
 // removed pool's series are deleted.
 type metrics struct {
@@ -34,28 +36,28 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		queueSize: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inference_extension_flow_control_queue_size",
 			Help: "Requests waiting in the picker's queue of a pool, per priority band.",
-		}, []string{"pool", "priority"}),
+		}, []string{"namespace", "pool", "priority"}),
 		queueBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inference_extension_flow_control_queue_bytes",
 			Help: "Request body bytes waiting in the picker's queue of a pool, per priority band.",
-		}, []string{"pool", "priority"}),
+		}, []string{"namespace", "pool", "priority"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inference_extension_flow_control_request_queue_duration_seconds",
 			Help:    "Time requests spent in a pool's queue, per priority band and outcome (dispatched, rejected, canceled).",
 			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"pool", "priority", "outcome"}),
+		}, []string{"namespace", "pool", "priority", "outcome"}),
 		dispatched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_extension_flow_control_dispatched_total",
 			Help: "Requests released from a pool's queue to the scheduler, per priority band.",
-		}, []string{"pool", "priority"}),
+		}, []string{"namespace", "pool", "priority"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_extension_flow_control_rejected_total",
 			Help: "Requests refused by flow control, per pool, priority band and reason (QueueTTLExpired, QueueFull, QueueBytesExceeded, NoEndpointsTimeout, PoolRemoved).",
-		}, []string{"pool", "priority", "reason"}),
+		}, []string{"namespace", "pool", "priority", "reason"}),
 		waitingRoom: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inference_extension_flow_control_waiting_room_requests",
 			Help: "Requests waiting for a pool without ready endpoints to get one (scale from zero).",
-		}, []string{"pool"}),
+		}, []string{"namespace", "pool"}),
 	}
 	for _, c := range []prometheus.Collector{m.queueSize, m.queueBytes, m.duration, m.dispatched, m.rejected, m.waitingRoom} {
 		if err := r.Register(c); err != nil {
@@ -70,30 +72,28 @@ type bandSeries struct {
 	size, bytes prometheus.Gauge
 	dispatched  prometheus.Counter
 	durations   [3]prometheus.Observer // by outcome index
-	pool, prio  string
 }
 
-func (m *metrics) band(pool string, priority int) bandSeries {
+func (m *metrics) band(pool datastore.PoolKey, priority int) bandSeries {
 	p := strconv.Itoa(priority)
 	return bandSeries{
-		size:       m.queueSize.WithLabelValues(pool, p),
-		bytes:      m.queueBytes.WithLabelValues(pool, p),
-		dispatched: m.dispatched.WithLabelValues(pool, p),
+		size:       m.queueSize.WithLabelValues(pool.Namespace, pool.Name, p),
+		bytes:      m.queueBytes.WithLabelValues(pool.Namespace, pool.Name, p),
+		dispatched: m.dispatched.WithLabelValues(pool.Namespace, pool.Name, p),
 		durations: [3]prometheus.Observer{
-			m.duration.WithLabelValues(pool, p, outcomeDispatched),
-			m.duration.WithLabelValues(pool, p, outcomeRejected),
-			m.duration.WithLabelValues(pool, p, outcomeCanceled),
+			m.duration.WithLabelValues(pool.Namespace, pool.Name, p, outcomeDispatched),
+			m.duration.WithLabelValues(pool.Namespace, pool.Name, p, outcomeRejected),
+			m.duration.WithLabelValues(pool.Namespace, pool.Name, p, outcomeCanceled),
 		},
-		pool: pool, prio: p,
 	}
 }
 
-func (m *metrics) reject(pool string, priority int, reason string) {
-	m.rejected.WithLabelValues(pool, strconv.Itoa(priority), reason).Inc()
+func (m *metrics) reject(pool datastore.PoolKey, priority int, reason string) {
+	m.rejected.WithLabelValues(pool.Namespace, pool.Name, strconv.Itoa(priority), reason).Inc()
 }
 
-func (m *metrics) forget(pool string) {
-	l := prometheus.Labels{"pool": pool}
+func (m *metrics) forget(pool datastore.PoolKey) {
+	l := prometheus.Labels{"namespace": pool.Namespace, "pool": pool.Name}
 	m.queueSize.DeletePartialMatch(l)
 	m.queueBytes.DeletePartialMatch(l)
 	m.duration.DeletePartialMatch(l)

@@ -102,13 +102,13 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 	b := pq.bandLocked(req.Priority)
 	if b.requests >= c.opts.MaxBandRequests || b.bytes+req.Bytes > c.opts.MaxBandBytes {
 		pq.mu.Unlock()
-		c.m.reject(pq.name, req.Priority, ReasonQueueFull)
+		c.m.reject(pq.pool.Key, req.Priority, ReasonQueueFull)
 		return nil, &Error{Code: http.StatusTooManyRequests, Reason: ReasonQueueFull,
 			Message: fmt.Sprintf("pool %s is saturated and its queue for priority %d is full (%d requests, %d bytes)", pq.name, req.Priority, b.requests, b.bytes)}
 	}
 	if !c.reserveBytes(req.Bytes) {
 		pq.mu.Unlock()
-		c.m.reject(pq.name, req.Priority, ReasonQueueBytesExceeded)
+		c.m.reject(pq.pool.Key, req.Priority, ReasonQueueBytesExceeded)
 		return nil, &Error{Code: http.StatusTooManyRequests, Reason: ReasonQueueBytesExceeded,
 			Message: fmt.Sprintf("pool %s is saturated and the picker holds its limit of %d queued bytes", pq.name, c.opts.MaxQueuedBytes)}
 	}
@@ -151,7 +151,7 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 		return nil, ctx.Err()
 	}
 	b.series.durations[1].Observe(time.Since(w.since).Seconds())
-	c.m.reject(pq.name, req.Priority, ReasonQueueTTLExpired)
+	c.m.reject(pq.pool.Key, req.Priority, ReasonQueueTTLExpired)
 	return nil, &Error{Code: http.StatusTooManyRequests, Reason: ReasonQueueTTLExpired,
 		Message: fmt.Sprintf("pool %s stayed saturated for the queue TTL of %v; request of priority %d not served", pq.name, c.opts.QueueTTL, req.Priority)}
 }
@@ -159,7 +159,7 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 // released is what a waiter gets once its ready channel closed.
 func (pq *poolQueue) released(w *waiter) (*Ticket, error) {
 	if w.state == stateRemoved {
-		pq.c.m.reject(pq.name, w.req.Priority, ReasonPoolRemoved)
+		pq.c.m.reject(pq.pool.Key, w.req.Priority, ReasonPoolRemoved)
 		return nil, errRemoved(pq.pool)
 	}
 	return &Ticket{pq: pq, reserved: true}, nil
@@ -181,7 +181,7 @@ func (pq *poolQueue) awaitEndpoints(ctx context.Context, req Request) error {
 	}
 	if !c.reserveBytes(req.Bytes) {
 		pq.mu.Unlock()
-		c.m.reject(pq.name, req.Priority, ReasonQueueBytesExceeded)
+		c.m.reject(pq.pool.Key, req.Priority, ReasonQueueBytesExceeded)
 		return &Error{Code: http.StatusTooManyRequests, Reason: ReasonQueueBytesExceeded,
 			Message: fmt.Sprintf("pool %s has no ready endpoint and the picker holds its limit of %d queued bytes", pq.name, c.opts.MaxQueuedBytes)}
 	}
@@ -225,7 +225,7 @@ func (pq *poolQueue) awaitEndpoints(ctx context.Context, req Request) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	c.m.reject(pq.name, req.Priority, ReasonNoEndpointsTimeout)
+	c.m.reject(pq.pool.Key, req.Priority, ReasonNoEndpointsTimeout)
 	return &Error{Code: http.StatusServiceUnavailable, Reason: ReasonNoEndpointsTimeout,
 		Message: fmt.Sprintf("pool %s has had no ready endpoint for the waiting room's TTL of %v", pq.name, c.opts.NoEndpointTTL)}
 }
@@ -315,7 +315,7 @@ func (pq *poolQueue) bandLocked(priority int) *band {
 			break
 		}
 	}
-	b := &band{priority: priority, flows: map[string]*flow{}, series: pq.c.m.band(pq.name, priority)}
+	b := &band{priority: priority, flows: map[string]*flow{}, series: pq.c.m.band(pq.pool.Key, priority)}
 	pq.bands = append(pq.bands, nil)
 	copy(pq.bands[i+1:], pq.bands[i:])
 	pq.bands[i] = b

@@ -3,9 +3,12 @@ package scheduling
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -30,7 +33,6 @@ const DestinationEndpointServedVerifierType = "destination-endpoint-served-verif
 var unimplementedFields = map[string]string{
 	"featureGates":       "poolpicker has no feature gates; every feature it has is on",
 	"dataLayer":          "model-server metrics are scraped by poolpicker's own scraper (--model-server-metrics-* flags, pool annotations)",
-	"flowControl":        "requests are not queued; sheddable requests are answered 429 when the pool is saturated (--saturation-* flags)",
 	"saturationDetector": "saturation is judged by queue depth and KV-cache use (--saturation-* flags)",
 	"requestHandler":     "request bodies are parsed as OpenAI JSON by poolpicker itself",
 	"parser":             "request bodies are parsed as OpenAI JSON by poolpicker itself",
@@ -141,15 +143,19 @@ func (p *inertPlugin) TypedName() TypedName { return p.name }
 
 // stripUnimplementedFields removes the upstream-only top-level fields from a
 // config document, returning the rest (as JSON) and one warning per field.
-func stripUnimplementedFields(data []byte) ([]byte, []string, error) {
+func stripUnimplementedFields(data []byte) ([]byte, flowControlSection, []string, error) {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(js, &doc); err != nil {
-		return nil, nil, fmt.Errorf("not a mapping: %w", err)
+		return nil, nil, nil, fmt.Errorf("not a mapping: %w", err)
 	}
+	// flowControl is read on its own: poolpicker's fields are checked, and
+	// upstream's others are warned about rather than refused.
+	fc := flowControlSection(doc["flowControl"])
+	delete(doc, "flowControl")
 	var warns []string
 	for _, field := range sortedKeys(unimplementedFields) {
 		if _, ok := doc[field]; ok {
@@ -158,7 +164,51 @@ func stripUnimplementedFields(data []byte) ([]byte, []string, error) {
 		}
 	}
 	out, err := json.Marshal(doc)
-	return out, warns, err
+	return out, fc, warns, err
+}
+
+// flowControlSection is the raw flowControl section of a config, if any.
+type flowControlSection json.RawMessage
+
+// read decodes the section: poolpicker's fields strictly, each other field
+// named in a warning.
+func (s flowControlSection) read() (*FlowControlConfig, []string, error) {
+	if len(s) == 0 || string(s) == "null" {
+		return nil, nil, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(s, &fields); err != nil {
+		return nil, nil, fmt.Errorf("not a mapping: %w", err)
+	}
+	known := map[string]bool{}
+	for _, f := range reflect.VisibleFields(reflect.TypeOf(FlowControlConfig{})) {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		known[name] = true
+	}
+	var warns []string
+	for _, k := range sortedKeys(fields) {
+		if !known[k] {
+			warns = append(warns, fmt.Sprintf("field flowControl.%s is not implemented and is ignored; poolpicker reads %s", k, strings.Join(sortedKeys(known), ", ")))
+			delete(fields, k)
+		}
+	}
+	b, _ := json.Marshal(fields)
+	c := &FlowControlConfig{}
+	if err := json.Unmarshal(b, c); err != nil {
+		return nil, nil, err
+	}
+	for name, d := range map[string]string{"queueTTL": c.QueueTTL, "noEndpointTTL": c.NoEndpointTTL} {
+		if d == "" {
+			continue
+		}
+		if v, err := time.ParseDuration(d); err != nil || v < 0 {
+			return nil, nil, fmt.Errorf("%s %q: want a non-negative duration such as 30s", name, d)
+		}
+	}
+	if c.MaxBandRequests < 0 || c.MaxBandBytes < 0 || c.MaxBytes < 0 {
+		return nil, nil, fmt.Errorf("maxBandRequests, maxBandBytes and maxBytes must not be negative")
+	}
+	return c, warns, nil
 }
 
 // resolveUpstreamTypes rewrites aliases to poolpicker types, drops inert

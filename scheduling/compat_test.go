@@ -49,9 +49,19 @@ func TestUpstreamConfigs(t *testing.T) {
 				}
 			}},
 		{name: "guide: feature gates, data layer, flow control", text: upstream(t, "guide-datalayer.yaml"),
-			wantWarns: []string{"field dataLayer is not implemented", "field featureGates is not implemented", "field flowControl is not implemented",
-				"field parser is not implemented", "field saturationDetector is not implemented", "metrics-data-source", "core-metrics-extractor"},
+			wantWarns: []string{"field dataLayer is not implemented", "field featureGates is not implemented",
+				"field parser is not implemented", "field saturationDetector is not implemented", "field flowControl.maxRequests is not implemented", "metrics-data-source", "core-metrics-extractor"},
 			wantProfiles: map[string][]string{"default": {"queue-scorer"}}},
+		{name: "flow control section", text: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nflowControl:\n  enabled: true\n  queueTTL: 5s\n  noEndpointTTL: 2m\n  maxBandRequests: 10\n  maxBytes: 1000\n  flowHeader: x-tenant\nplugins:\n- type: queue-scorer\n",
+			wantProfiles: map[string][]string{"default": {"queue-scorer"}},
+			check: func(t *testing.T, c *Config) {
+				fc := c.FlowControl
+				if fc == nil || fc.Enabled == nil || !*fc.Enabled || fc.QueueTTL != "5s" || fc.NoEndpointTTL != "2m" || fc.MaxBandRequests != 10 || fc.MaxBytes != 1000 || fc.FlowHeader != "x-tenant" {
+					t.Errorf("flowControl read as %+v", fc)
+				}
+			}},
+		{name: "flow control section: bad TTL", text: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nflowControl:\n  queueTTL: soon\nplugins:\n- type: queue-scorer\n",
+			wantErr: `flowControl: queueTTL "soon": want a non-negative duration`},
 		{name: "llm-d payload-agnostic: a plugin poolpicker lacks", text: upstream(t, "llm-d-router-payload-agnostic.yaml"),
 			wantErr: `unknown type "passthrough-parser"`},
 		{name: "alias", text: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: active-request-scorer\n",

@@ -82,10 +82,28 @@ type Config struct {
 	Kind               string        `json:"kind"`
 	Plugins            []PluginSpec  `json:"plugins"`
 	SchedulingProfiles []ProfileSpec `json:"schedulingProfiles,omitempty"`
+	// FlowControl is poolpicker's flow control (queues in the picker); nil
+	// when the config has no flowControl section.
+	FlowControl *FlowControlConfig `json:"flowControl,omitempty"`
 	// Warnings name what an upstream config asks that poolpicker reads past:
 	// unimplemented fields and plugins whose job poolpicker does itself,
 	// one line each, for the caller to log.
 	Warnings []string `json:"-"`
+}
+
+// FlowControlConfig is the config's flowControl section: what the
+// --flow-control-* flags set, for the flags not given on the command line.
+// Durations are Go durations ("30s"); unset fields keep the flags' values.
+// Fields of upstream's section that poolpicker does not read are reported
+// in Config.Warnings.
+type FlowControlConfig struct {
+	Enabled         *bool  `json:"enabled,omitempty"`
+	QueueTTL        string `json:"queueTTL,omitempty"`
+	NoEndpointTTL   string `json:"noEndpointTTL,omitempty"`
+	MaxBandRequests int    `json:"maxBandRequests,omitempty"`
+	MaxBandBytes    int64  `json:"maxBandBytes,omitempty"`
+	MaxBytes        int64  `json:"maxBytes,omitempty"`
+	FlowHeader      string `json:"flowHeader,omitempty"`
 }
 
 // PluginSpec declares one plugin instance.
@@ -147,7 +165,7 @@ func loadConfig(data []byte, reg *framework.Registry) (*Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fmt.Errorf("scheduling config: empty")
 	}
-	data, warns, err := stripUnimplementedFields(data)
+	data, fc, warns, err := stripUnimplementedFields(data)
 	if err != nil {
 		return nil, fmt.Errorf("scheduling config: %w", err)
 	}
@@ -156,6 +174,10 @@ func loadConfig(data []byte, reg *framework.Registry) (*Config, error) {
 		return nil, fmt.Errorf("scheduling config: %w", err)
 	}
 	cfg.Warnings = warns
+	if cfg.FlowControl, warns, err = fc.read(); err != nil {
+		return nil, fmt.Errorf("scheduling config: flowControl: %w", err)
+	}
+	cfg.Warnings = append(cfg.Warnings, warns...)
 	if err := cfg.complete(reg); err != nil {
 		return nil, fmt.Errorf("scheduling config: %w", err)
 	}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/poolpicker/poolpicker/datastore"
 )
 
 // Defaults of Options.
@@ -147,6 +149,10 @@ type Options struct {
 	// pool instead of the shared scheduler: the previous design, kept as the
 	// baseline of bench/scrape.
 	PerEndpointLoop bool
+	// Published, when set, is told of every scrape published on an
+	// endpoint of pool, on the scraping goroutine: flow control looks at the
+	// pool's saturation again. It must return at once.
+	Published func(pool *datastore.Pool)
 	// Registerer receives the pool aggregate gauges and scrape counters;
 	// nil registers nothing.
 	Registerer prometheus.Registerer

@@ -159,6 +159,9 @@ func (s *sub) published(m *Manager, met *datastore.Metrics, err error) {
 		return
 	}
 	s.ep.SetMetrics(met)
+	if f := m.opts.Published; f != nil {
+		f(s.pool)
+	}
 	if s.failing {
 		s.failing, s.lastErr = false, ""
 		m.log.V(2).Info("metrics scrape recovered", "pool", s.pool.Key.String(), "endpoint", s.ep.Address)

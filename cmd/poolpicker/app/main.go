@@ -71,6 +71,7 @@ type options struct {
 	extproc      extproc.Options
 	scrape       scrape.Options
 	scheduling   scheduling.Options
+	flowControl  flowControlOptions
 	ha           haOptions
 	logging      loggingOptions
 	compat       compatOptions
@@ -90,6 +91,7 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	bindTLSFlags(fs, &o.extproc)
 	bindScrapeFlags(fs, &o.scrape)
 	bindSchedulingFlags(fs, &o.scheduling)
+	bindFlowControlFlags(fs, &o.flowControl)
 	bindVersionFlag(fs, &o.printVersion)
 	bindHAFlags(fs, &o.controllers, &o.ha)
 	bindLoggingFlags(fs, &o.logging)
@@ -252,6 +254,15 @@ func build(o *options, log logr.Logger) (*components, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
+	cs := &components{reg: reg, metrics: metrics}
+	applyFlowControlConfig(&o.flowControl, cfg.FlowControl)
+	fc, err := newFlowController(&o.flowControl, sched, metrics, log.WithName("flowcontrol"), cs.poolWaiting)
+	if err != nil {
+		return nil, fmt.Errorf("flow control: %w", err)
+	}
+	if fc != nil {
+		o.scrape.Published, o.extproc.FlowControl = fc.Wake, fc
+	}
 	o.scrape.Registerer, o.scrape.Logger = metrics, log.WithName("scrape")
 	scraper, err := scrape.NewManager(o.scrape)
 	if err != nil {
@@ -260,12 +271,16 @@ func build(o *options, log logr.Logger) (*components, error) {
 	// Observers first: they must hear of every pool from its start.
 	reg.AddObserver(scraper)
 	reg.AddObserver(sched)
+	if fc != nil {
+		reg.AddObserver(fc)
+	}
 
 	o.extproc.Registerer, o.extproc.Logger = metrics, log.WithName("extproc")
-	cs := &components{reg: reg, metrics: metrics, scraper: scraper, waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+	cs.scraper = scraper
+	cs.waiting = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "poolpicker_waiting_for_api_server",
 		Help: "1 while start-up waits for the API server to answer (readiness NOT_SERVING; the reason is logged); 0 once it has.",
-	})}
+	})
 	metrics.MustRegister(cs.waiting)
 	o.extproc.PoolsSynced = func() bool {
 		m := cs.pools.Load()
@@ -387,6 +402,14 @@ func firstError(errs <-chan error) error {
 		return err
 	default:
 		return nil
+	}
+}
+
+// poolWaiting records on the pool that requests wait for its first ready
+// endpoint, for its owners and autoscalers that watch Events.
+func (cs *components) poolWaiting(pool *datastore.Pool) {
+	if m := cs.pools.Load(); m != nil {
+		m.PoolEvent(pool.Key, false, "RequestsWaiting", "requests wait in the picker for the pool's first ready endpoint (flow control's waiting room)")
 	}
 }
 

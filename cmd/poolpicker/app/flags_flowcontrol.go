@@ -1,0 +1,108 @@
+package app
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/flowcontrol"
+	"github.com/poolpicker/poolpicker/scheduling"
+)
+
+// flowControlOptions are the flow-control flags: whether it is on, and the
+// controller's options.
+type flowControlOptions struct {
+	enabled bool
+	opts    flowcontrol.Options
+	// given reports whether a flag was given on the command line.
+	given func(name string) bool
+}
+
+// Flow-control flag names, also the culprits of their errors.
+const (
+	flagFlowControl              = "flow-control"
+	flagFlowControlQueueTTL      = "flow-control-queue-ttl"
+	flagFlowControlNoEndpointTTL = "flow-control-no-endpoint-ttl"
+	flagFlowControlBandRequests  = "flow-control-max-band-requests"
+	flagFlowControlBandBytes     = "flow-control-max-band-bytes"
+	flagFlowControlQueuedBytes   = "flow-control-max-queued-bytes"
+	flagFlowControlFlowHeader    = "flow-control-flow-header"
+)
+
+// bindFlowControlFlags binds the flow-control flags to o; --help shows the
+// controller's defaults.
+func bindFlowControlFlags(fs *pflag.FlagSet, o *flowControlOptions) {
+	o.given = fs.Changed
+	fs.BoolVar(&o.enabled, flagFlowControl, false,
+		"Queue requests in the picker while their pool is saturated (see --saturation-queue-depth-threshold), in bands by objective priority, fairly between the flows of a band, instead of forwarding them into the model servers' queues. Also set by the config's flowControl.enabled.")
+	fs.DurationVar(&o.opts.QueueTTL, flagFlowControlQueueTTL, flowcontrol.DefaultQueueTTL,
+		"Longest a request waits in its pool's queue; then it is answered 429 (QueueTTLExpired). Keep it below the gateway's request timeout.")
+	fs.DurationVar(&o.opts.NoEndpointTTL, flagFlowControlNoEndpointTTL, 0,
+		"Longest a request to a pool without a ready endpoint waits for one (scale from zero); then it is answered 503 (NoEndpointsTimeout). 0: no waiting room, such requests are answered 503 at once.")
+	fs.IntVar(&o.opts.MaxBandRequests, flagFlowControlBandRequests, flowcontrol.DefaultMaxBandRequests,
+		"Most requests queued in one priority band of one pool; one more is answered 429 (QueueFull).")
+	fs.Int64Var(&o.opts.MaxBandBytes, flagFlowControlBandBytes, flowcontrol.DefaultMaxBandBytes,
+		"Most request body bytes queued in one priority band of one pool; one more is answered 429 (QueueFull).")
+	fs.Int64Var(&o.opts.MaxQueuedBytes, flagFlowControlQueuedBytes, flowcontrol.DefaultMaxQueuedBytes,
+		"Most request body bytes queued over every pool of the process, waiting rooms included; one more is answered 429 (QueueBytesExceeded).")
+	fs.StringVar(&o.opts.FlowHeader, flagFlowControlFlowHeader, "",
+		"Request header whose value is a request's flow within its band (flows of a band are served in turn), such as a tenant header the gateway sets. Empty: the flow is the request's objective.")
+}
+
+// applyFlowControlConfig takes the config's flowControl section for every
+// flag not given on the command line.
+func applyFlowControlConfig(o *flowControlOptions, c *scheduling.FlowControlConfig) {
+	if c == nil {
+		return
+	}
+	unset := func(name string) bool { return o.given == nil || !o.given(name) }
+	if c.Enabled != nil && unset(flagFlowControl) {
+		o.enabled = *c.Enabled
+	}
+	// The config's durations were checked when it was loaded.
+	if d, err := time.ParseDuration(c.QueueTTL); err == nil && unset(flagFlowControlQueueTTL) {
+		o.opts.QueueTTL = d
+	}
+	if d, err := time.ParseDuration(c.NoEndpointTTL); err == nil && unset(flagFlowControlNoEndpointTTL) {
+		o.opts.NoEndpointTTL = d
+	}
+	if c.MaxBandRequests > 0 && unset(flagFlowControlBandRequests) {
+		o.opts.MaxBandRequests = c.MaxBandRequests
+	}
+	if c.MaxBandBytes > 0 && unset(flagFlowControlBandBytes) {
+		o.opts.MaxBandBytes = c.MaxBandBytes
+	}
+	if c.MaxBytes > 0 && unset(flagFlowControlQueuedBytes) {
+		o.opts.MaxQueuedBytes = c.MaxBytes
+	}
+	if c.FlowHeader != "" && unset(flagFlowControlFlowHeader) {
+		o.opts.FlowHeader = c.FlowHeader
+	}
+}
+
+// newFlowController checks the flow-control options and builds the
+// controller over sched's saturation detector; nil when flow control is off.
+func newFlowController(o *flowControlOptions, sched *scheduling.Scheduler, metrics prometheus.Registerer, log logr.Logger, waiting func(*datastore.Pool)) (*flowcontrol.Controller, error) {
+	if !o.enabled {
+		return nil, nil
+	}
+	fo := o.opts
+	switch {
+	case fo.QueueTTL <= 0:
+		return nil, fmt.Errorf("--%s %v: must be positive", flagFlowControlQueueTTL, fo.QueueTTL)
+	case fo.NoEndpointTTL < 0:
+		return nil, fmt.Errorf("--%s %v: must not be negative", flagFlowControlNoEndpointTTL, fo.NoEndpointTTL)
+	case fo.MaxBandRequests < 1:
+		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlBandRequests, fo.MaxBandRequests)
+	case fo.MaxBandBytes < 1:
+		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlBandBytes, fo.MaxBandBytes)
+	case fo.MaxQueuedBytes < 1:
+		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlQueuedBytes, fo.MaxQueuedBytes)
+	}
+	fo.Saturated, fo.Registerer, fo.Logger, fo.Waiting = sched.PoolSaturated, metrics, log, waiting
+	return flowcontrol.New(fo)
+}
