@@ -243,6 +243,10 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	el = time.Since(t0).Seconds()
 	r.HotCPU = (proc.CPU(p.pid()) - pc) / el
 	r.HotPicks, r.HotPickRate = len(picks), float64(len(picks))/el
+	if c.Noisy > 0 && nHot > 1 {
+		// The other pools' figures: the noisy one's are left out.
+		picks = slices.DeleteFunc(picks, func(pk pick) bool { return pk.pool == hot[0] })
+	}
 	qs := make([]ageQuery, len(picks))
 	lat := make([]float64, len(picks))
 	for k, pk := range picks {

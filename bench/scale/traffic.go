@@ -135,6 +135,9 @@ func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate float
 	)
 	rng := rand.New(rand.NewPCG(uint64(len(hot)), uint64(time.Now().UnixNano())))
 	sem := make(chan struct{}, 64)
+	if c.Noisy > 0 && len(hot) > 1 {
+		rate *= (float64(len(hot)-1) + c.Noisy) / float64(len(hot))
+	}
 	end := time.Now().Add(d)
 	next := time.Now()
 	for {
@@ -152,6 +155,14 @@ func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate float
 			continue // 64 in flight: the picker is behind; count what it answers
 		}
 		pool := hot[rng.IntN(len(hot))]
+		if c.Noisy > 0 && len(hot) > 1 {
+			// The noisy pool, hot[0], weighs c.Noisy others.
+			if u := rng.Float64() * (float64(len(hot)-1) + c.Noisy); u < c.Noisy {
+				pool = hot[0]
+			} else {
+				pool = hot[1+min(int(u-c.Noisy), len(hot)-2)]
+			}
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			p, err := g.pick(ctx, c, pool)
