@@ -87,7 +87,7 @@ func (f *fleet) conn() *grpc.ClientConn {
 
 // startFleet starts fleet number n (its servers on 127.0.(20+n).2, .3, ...)
 // with the given number of poolpicker replicas.
-func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string, replicas int) (_ *fleet, err error) {
+func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string, replicas int, flowControl bool) (_ *fleet, err error) {
 	f := &fleet{spread: cfg.spread, rand: seeded(cfg.seed + 200)}
 	var stops []func()
 	f.stop = func() {
@@ -136,7 +136,7 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string
 	}
 
 	for r := 0; r < replicas; r++ {
-		rp, stop, err := startReplica(ctx, n, r, cfg, schedConfig, port, pods)
+		rp, stop, err := startReplica(ctx, n, r, cfg, schedConfig, flowControl, port, pods)
 		if err != nil {
 			return nil, err
 		}
@@ -153,7 +153,7 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string
 // startReplica starts replica r of fleet n in front of the fleet's pods, and
 // returns it once it has scraped every server (a cold start is not what
 // the sweep measures) with the function that stops it.
-func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig string, port int, pods []datastore.EndpointSource) (_ *replica, _ func(), err error) {
+func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig string, flowControl bool, port int, pods []datastore.EndpointSource) (_ *replica, _ func(), err error) {
 	var stops []func()
 	stop := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -169,7 +169,15 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	if err != nil {
 		return nil, nil, err
 	}
-	scraper, err := scrape.NewManager(scrape.Options{RefreshInterval: scaled(cfg.scrapeInterval, cfg.timeScale)})
+	fc, err := newFlowControl(flowControl, sched)
+	if err != nil {
+		return nil, nil, err
+	}
+	so := scrape.Options{RefreshInterval: scaled(cfg.scrapeInterval, cfg.timeScale)}
+	if fc != nil {
+		so.Published = fc.Wake
+	}
+	scraper, err := scrape.NewManager(so)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -177,9 +185,12 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	reg := datastore.NewRegistry()
 	reg.AddObserver(sched)
 	reg.AddObserver(scraper)
+	if fc != nil {
+		reg.AddObserver(fc)
+	}
 	pool := reg.Upsert(types.NamespacedName{Namespace: "bench", Name: "pool"}, &datastore.PoolSpec{
 		Selector: map[string]string{"app": "bench"}, TargetPorts: []int32{int32(port)}, PickerService: pickerService, PickerPort: pickerPort})
-	pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{objectiveCritical: 0, objectiveSheddable: -1}})
+	pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{objectiveCritical: 0, objectiveSheddable: -1, objectiveFlowA: 0, objectiveFlowB: 0}})
 	pool.SetPods(pods)
 	pool.SetSynced(true)
 
@@ -197,7 +208,7 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 		lis.Close()
 		return nil, nil, err
 	}
-	srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis})
+	srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, FlowControl: fc})
 	if err != nil {
 		lis.Close()
 		hlis.Close()
@@ -313,6 +324,7 @@ func scaled(d time.Duration, scale float64) time.Duration {
 type outcome struct {
 	status       int // 200, or the ext_proc ImmediateResponse's status
 	ttft, e2e    time.Duration
+	decided      time.Time // when the picker's answer came
 	promptTokens int
 	cachedTokens int
 	done         time.Time
@@ -349,6 +361,7 @@ func (f *fleet) send(ctx context.Context, start time.Time, id string, objective 
 	if err != nil {
 		return out, err
 	}
+	out.decided = time.Now()
 	if ir := r.GetImmediateResponse(); ir != nil {
 		out.status = int(ir.GetStatus().GetCode())
 		out.done = time.Now()

@@ -91,6 +91,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		return nil
 	})
 	fs.BoolVar(&c.parallel, "parallel", c.parallel, "run a point's routers at once, so the machine's load falls on them alike (false: one after the other)")
+	fairness := bindFlowFlags(fs)
 	verbose := fs.Bool("v", false, "print each server's counters after each run")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	svg := fs.String("svg", "", "write the plot (SVG) to this file")
@@ -150,6 +151,9 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "fleet: %d servers × %d slots, KV %d blocks × %d tokens; prompts %d+%d tokens, %d out; service %v at full hit, capacity %.1f req/s (simulated; time scale %g)\n",
 		c.servers, c.slots, c.kvBlocks, c.blockTokens, c.prefixTokens, c.suffixTokens, c.outputTokens, c.serviceTime().Round(time.Millisecond), c.capacity(), c.timeScale)
+	if *fairness > 0 {
+		return runFairness(context.Background(), &c, *fairness, stdout, stderr)
+	}
 	var all []result
 	for _, g := range c.groups {
 		for _, l := range c.loads {

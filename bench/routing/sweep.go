@@ -22,6 +22,8 @@ type router struct {
 	// replicas, when set, replaces the sweep's numbers of replicas for
 	// this router (a baseline that needs no replicas).
 	replicas []int
+	// flowControl runs the picker with flow control on (flow.go).
+	flowControl bool
 }
 
 const roundRobinConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -82,6 +84,7 @@ var allRouters = []router{
 	{name: "round-robin", config: roundRobinConfig, replicas: []int{1}},
 	{name: "least-queue", config: leastQueueConfig, replicas: []int{1}},
 	{name: "upstream-weights", config: upstreamConfig, replicas: []int{1}},
+	flowRouter,
 }
 
 // sweepConfig is the fleet, the workload and the points of a sweep. Every
@@ -267,7 +270,7 @@ func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64) ([]
 }
 
 func runRouter(ctx context.Context, c *sweepConfig, n int, r router, replicas int, reqs []request) (result, error) {
-	f, err := startFleet(ctx, n, c, r.config, replicas)
+	f, err := startFleet(ctx, n, c, r.config, replicas, r.flowControl)
 	if err != nil {
 		return result{}, err
 	}
