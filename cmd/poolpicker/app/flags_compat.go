@@ -59,9 +59,9 @@ func bindCompatFlags(fs *pflag.FlagSet, o *compatOptions) {
 	fs.BoolVar(&o.enableGRPCStreamMetrics, "enable-grpc-stream-metrics", false,
 		"llm-d router's ext_proc stream metrics. No effect (poolpicker's request metrics are always on); accepted with a warning when true.")
 	fs.StringVar(&o.metricsClientCAFile, "metrics-client-ca-file", "",
-		"llm-d router's client-certificate CA for the metrics endpoint. Not supported (metrics are served over plain HTTP); accepted with a warning.")
+		"PEM file of CA certificates: clients of the metrics port must present a certificate signed by one of them (mutual TLS). Needs --metrics-cert-dir.")
 	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "",
-		"llm-d router's metrics TLS certificate directory. Not supported (metrics are served over plain HTTP); accepted with a warning.")
+		"Directory holding tls.crt and tls.key: the metrics port serves HTTPS with them (reloaded when they change), with --tls-min-version and --tls-cipher-suites. Needs --metrics-endpoint-auth or --metrics-client-ca-file. Empty: plain HTTP.")
 	fs.BoolVar(&o.allowExperimentalPlugins, "allow-experimental-plugins", false,
 		"llm-d router's switch for alpha plugins. No effect: every plugin poolpicker has is available; accepted with a warning when true.")
 	fs.BoolVar(&o.tracing, "tracing", true,
@@ -96,8 +96,6 @@ var noEffectFlags = []noEffectFlag{
 	{"endpoint-selector", isEmpty, "pools are always read from InferencePool objects"},
 	{"endpoint-target-ports", isEmpty, "pools are always read from InferencePool objects"},
 	{"grpc-max-send-msg-size", never, "the ext_proc server sends messages up to gRPC's own limit (2 GiB)"},
-	{"metrics-cert-dir", isEmpty, "metrics are served over plain HTTP"},
-	{"metrics-client-ca-file", isEmpty, "metrics are served over plain HTTP"},
 	{"refresh-prometheus-metrics-interval", never, "pool gauges change when their pool does"},
 }
 

@@ -26,11 +26,11 @@ func TestCompatFlags(t *testing.T) {
 			"--pool-group=inference.networking.k8s.io", "--disable-endpoint-subset-filter=false"}},
 		{name: "each no-effect flag warns", args: []string{"--endpoint-selector=app=vllm",
 			"--endpoint-target-ports=8000,8001", "--disable-endpoint-subset-filter", "--refresh-prometheus-metrics-interval=1s",
-			"--enable-grpc-stream-metrics", "--metrics-client-ca-file=/ca.pem", "--metrics-cert-dir=/certs", "--allow-experimental-plugins",
+			"--enable-grpc-stream-metrics", "--allow-experimental-plugins",
 			"--grpc-max-send-msg-size=10MiB"},
 			wantWarns: []string{"--endpoint-selector=app=vllm",
 				"--endpoint-target-ports=[8000,8001]", "--disable-endpoint-subset-filter=true", "--refresh-prometheus-metrics-interval=1s",
-				"--enable-grpc-stream-metrics=true", "--metrics-client-ca-file=/ca.pem", "--metrics-cert-dir=/certs",
+				"--enable-grpc-stream-metrics=true",
 				"--allow-experimental-plugins=true", "--grpc-max-send-msg-size=10MiB"}},
 		{name: "health checking on the ext_proc port", args: []string{"--health-checking"}, check: func(t *testing.T, o *options) {
 			if !o.extproc.HealthOnGRPCPort {

@@ -43,22 +43,39 @@ func bindTLSFlags(fs *pflag.FlagSet, o *extproc.Options) {
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile,
 		"PEM file of CA certificates: ext_proc clients (gateways) must present a certificate signed by one of them, else the TLS handshake is refused (mutual TLS). Reloaded when it changes with --enable-cert-reload. Needs --secure-serving. Empty: no client certificate is asked for.")
 	fs.Var(&tlsVersionValue{p: &o.TLSMinVersion}, "tls-min-version",
-		"Lowest TLS version the ext_proc listener accepts: VersionTLS10, VersionTLS11, VersionTLS12 or VersionTLS13. Empty: VersionTLS12.")
+		"Lowest TLS version the ext_proc listener (and the metrics port with --metrics-cert-dir) accepts: VersionTLS10, VersionTLS11, VersionTLS12 or VersionTLS13. Empty: VersionTLS12.")
 	fs.Var(&cipherSuitesValue{p: &o.TLSCipherSuites}, "tls-cipher-suites",
-		"Comma-separated cipher suites the ext_proc listener accepts for TLS 1.2 and below (IANA names as Go's crypto/tls spells them, e.g. TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256). TLS 1.3's suites are not configurable. Empty: gRPC's default, Go's secure suites less those HTTP/2 forbids, which leaves none for TLS 1.0 and 1.1 (name a CBC suite to accept them).")
+		"Comma-separated cipher suites the ext_proc listener (and the metrics port with --metrics-cert-dir) accepts for TLS 1.2 and below (IANA names as Go's crypto/tls spells them, e.g. TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256). TLS 1.3's suites are not configurable. Empty: gRPC's default, Go's secure suites less those HTTP/2 forbids, which leaves none for TLS 1.0 and 1.1 (name a CBC suite to accept them).")
 }
 
-// completeTLS checks the TLS flags against --secure-serving.
+// completeTLS checks the TLS flags against --secure-serving, and the
+// metrics port's as upstream does.
 func completeTLS(o *options) error {
 	if o.extproc.Insecure && o.extproc.ClientCAFile != "" {
 		return errors.New("--client-ca-file needs --secure-serving (it is false): client certificates are a part of TLS")
 	}
+	if o.compat.metricsClientCAFile != "" && o.compat.metricsCertDir == "" {
+		return errors.New("--metrics-client-ca-file needs --metrics-cert-dir: client certificates are a part of TLS")
+	}
+	if o.compat.metricsCertDir != "" && o.compat.metricsClientCAFile == "" && !o.compat.metricsEndpointAuth {
+		return errors.New("--metrics-cert-dir with --metrics-endpoint-auth=false serves metrics over TLS to anyone: set --metrics-client-ca-file or leave --metrics-endpoint-auth on")
+	}
 	return nil
 }
 
+// metricsTLSFrom is the metrics port's TLS the flags ask for; nil: plain HTTP.
+func metricsTLSFrom(o *options) *metricsTLS {
+	if o.compat.metricsCertDir == "" {
+		return nil
+	}
+	return &metricsTLS{certDir: o.compat.metricsCertDir, clientCAFile: o.compat.metricsClientCAFile,
+		minVersion: o.extproc.TLSMinVersion, cipherSuites: o.extproc.TLSCipherSuites}
+}
+
 // tlsWarnings names the TLS flags set on the command line that change
-// nothing: with --secure-serving=false, or suites only TLS 1.3 negotiates
-// (or suites at all under --tls-min-version=VersionTLS13).
+// nothing: with --secure-serving=false and no --metrics-cert-dir, or suites
+// only TLS 1.3 negotiates (or suites at all under
+// --tls-min-version=VersionTLS13).
 func tlsWarnings(fs *pflag.FlagSet) []string {
 	changed := func(name string) (string, bool) {
 		f := fs.Lookup(name)
@@ -69,12 +86,14 @@ func tlsWarnings(fs *pflag.FlagSet) []string {
 	}
 	var out []string
 	if secure := fs.Lookup("secure-serving"); secure != nil && secure.Value.String() == "false" {
-		for _, name := range []string{"tls-min-version", "tls-cipher-suites"} {
-			if v, ok := changed(name); ok {
-				out = append(out, fmt.Sprintf("--%s=%s has no effect: ext_proc is served in plaintext (--secure-serving=false)", name, v))
+		if dir, _ := changed("metrics-cert-dir"); dir == "" {
+			for _, name := range []string{"tls-min-version", "tls-cipher-suites"} {
+				if v, ok := changed(name); ok {
+					out = append(out, fmt.Sprintf("--%s=%s has no effect: ext_proc is served in plaintext (--secure-serving=false), and metrics too (no --metrics-cert-dir)", name, v))
+				}
 			}
+			return out
 		}
-		return out
 	}
 	v, ok := changed("tls-cipher-suites")
 	if !ok {

@@ -43,6 +43,9 @@ func TestTLSFlags(t *testing.T) {
 			warns: []string{"--tls-min-version=VersionTLS13 has no effect: ext_proc is served in plaintext", "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 has no effect: ext_proc is served in plaintext"}},
 		{name: "client CA", args: []string{"--client-ca-file=/etc/ca/ca.crt"}, clientCA: "/etc/ca/ca.crt"},
 		{name: "client CA without TLS", args: []string{"--client-ca-file=/etc/ca/ca.crt", "--secure-serving=false"}, err: "--client-ca-file needs --secure-serving (it is false)"},
+		{name: "metrics client CA without a metrics certificate", args: []string{"--metrics-client-ca-file=/etc/ca/ca.crt"}, err: "--metrics-client-ca-file needs --metrics-cert-dir"},
+		{name: "metrics TLS without authentication", args: []string{"--metrics-cert-dir=/etc/metrics", "--metrics-endpoint-auth=false"}, err: "serves metrics over TLS to anyone"},
+		{name: "metrics TLS with token authentication", args: []string{"--metrics-cert-dir=/etc/metrics"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -300,6 +300,7 @@ func (cs *components) metricsServer(cfg *rest.Config, o *options, log logr.Logge
 	// requests) live in its global registry; serve both on one endpoint.
 	gatherers := renamingGatherer{g: prometheus.Gatherers{cs.metrics, crmetrics.Registry}, names: o.metricNames}
 	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.compat.enablePprof, log: log}
+	ms.tls = metricsTLSFrom(o)
 	if o.compat.metricsEndpointAuth {
 		var err error
 		if ms.filter, err = metricsAuthFilter(cfg); err != nil {

@@ -1,17 +1,23 @@
 package app
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -26,7 +32,49 @@ type metricsServer struct {
 	// filter authenticates and authorizes each request
 	// (--metrics-endpoint-auth). Nil: none.
 	filter metricsserver.Filter
-	log    logr.Logger
+	// tls, when set, serves HTTPS (--metrics-cert-dir). Nil: plain HTTP.
+	tls *metricsTLS
+	log logr.Logger
+}
+
+// metricsTLS is the metrics port's TLS, as the llm-d router's flags set
+// it: a certificate directory (tls.crt, tls.key; reloaded when the files
+// change, as controller-runtime's metrics server does), an optional CA whose
+// client certificates are required, and the ext_proc listener's version
+// floor and suites (--tls-min-version, --tls-cipher-suites).
+type metricsTLS struct {
+	certDir      string
+	clientCAFile string
+	minVersion   uint16
+	cipherSuites []uint16
+}
+
+// config builds the listener's TLS; the certificate watcher runs until ctx
+// ends.
+func (t *metricsTLS) config(ctx context.Context, log logr.Logger) (*tls.Config, error) {
+	w, err := certwatcher.New(filepath.Join(t.certDir, "tls.crt"), filepath.Join(t.certDir, "tls.key"))
+	if err != nil {
+		return nil, fmt.Errorf("metrics server: loading the certificate of --metrics-cert-dir %s: %w", t.certDir, err)
+	}
+	go func() {
+		if err := w.Start(ctx); err != nil {
+			log.Error(err, "metrics certificate watcher stopped")
+		}
+	}()
+	cfg := &tls.Config{MinVersion: cmp.Or(t.minVersion, tls.VersionTLS12), CipherSuites: t.cipherSuites,
+		GetCertificate: w.GetCertificate, NextProtos: []string{"http/1.1"}}
+	if t.clientCAFile != "" {
+		pem, err := os.ReadFile(t.clientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("metrics server: reading --metrics-client-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("metrics server: --metrics-client-ca-file %s holds no PEM certificate", t.clientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
 }
 
 // metricsAuthFilter is controller-runtime's metrics filter, as upstream's
@@ -76,6 +124,16 @@ func (s *metricsServer) Start(ctx context.Context) error {
 	lis, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return fmt.Errorf("metrics server: %w", err)
+	}
+	if s.tls != nil {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		cfg, err := s.tls.config(watchCtx, s.log)
+		if err != nil {
+			lis.Close()
+			return err
+		}
+		lis = tls.NewListener(lis, cfg)
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
