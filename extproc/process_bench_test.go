@@ -56,11 +56,20 @@ func (r *replayStream) Send(resp *extprocv3.ProcessingResponse) error {
 
 // BenchmarkProcess runs the server's handler on a chat request streamed in
 // 16 KiB chunks (FULL_DUPLEX_STREAMED), as bench/extproc sends it, with the
-// default scheduler over 50 pools of 8 endpoints.
+// default scheduler over 50 pools of 8 endpoints; scores=true adds the
+// endpoints' scores to the answer (--emit-endpoint-scores).
 func BenchmarkProcess(b *testing.B) {
-	for _, size := range []int{1 << 10, 64 << 10} {
-		b.Run(fmt.Sprintf("body=%dKiB", size>>10), func(b *testing.B) {
-			srv := benchServer(b, Options{})
+	for _, c := range []struct {
+		size   int
+		scores bool
+	}{{1 << 10, false}, {64 << 10, false}, {1 << 10, true}} {
+		size := c.size
+		name := fmt.Sprintf("body=%dKiB", size>>10)
+		if c.scores {
+			name += "/scores=true"
+		}
+		b.Run(name, func(b *testing.B) {
+			srv := benchServer(b, Options{EmitEndpointScores: c.scores})
 			body := requestbodytest.ChatBody(size, false)
 			msgs := []*extprocv3.ProcessingRequest{{
 				ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
