@@ -165,7 +165,11 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 			stop()
 		}
 	}()
-	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r)), Registry: upstreamRegistry()})
+	so := scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r)), Registry: upstreamRegistry()}
+	if flowControl {
+		so.QueueDepthThreshold = flowQueueDepth
+	}
+	sched, err := scheduling.New(nil, so)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -173,11 +177,11 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	if err != nil {
 		return nil, nil, err
 	}
-	so := scrape.Options{RefreshInterval: scaled(cfg.scrapeInterval, cfg.timeScale)}
+	sco := scrape.Options{RefreshInterval: scaled(cfg.scrapeInterval, cfg.timeScale)}
 	if fc != nil {
-		so.Published = fc.Wake
+		sco.Published = fc.Wake
 	}
-	scraper, err := scrape.NewManager(so)
+	scraper, err := scrape.NewManager(sco)
 	if err != nil {
 		return nil, nil, err
 	}

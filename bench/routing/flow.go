@@ -27,9 +27,15 @@ const (
 	objectiveFlowB = "flow-b"
 )
 
-// bindFlowFlags adds the fairness run's flag; its value is the offered
-// load of that run, 0 for none.
+// flowQueueDepth is the flow-control router's saturation threshold
+// (--saturation-queue-depth-threshold): the waiting requests a server may
+// hold before the picker holds the rest.
+var flowQueueDepth = scheduling.DefaultQueueDepthThreshold
+
+// bindFlowFlags adds the flow-control flags; the value returned is the
+// offered load of the fairness run, 0 for none.
 func bindFlowFlags(fs *flag.FlagSet) *float64 {
+	fs.IntVar(&flowQueueDepth, "flow-queue-depth", flowQueueDepth, "the poolpicker-flow-control router's --saturation-queue-depth-threshold: waiting requests a server holds before the picker queues the rest")
 	return fs.Float64("fairness-load", 0, "run only the fairness check of flow control: two objectives of equal priority offered 3:1 at this load (share of capacity, e.g. 3 for 300 %), on the first of -groups; prints each flow's share of the requests released while both were waiting")
 }
 
