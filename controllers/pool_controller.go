@@ -34,6 +34,7 @@ func (m *Manager) reconcilePool(ctx context.Context, req reconcile.Request) (rec
 	if err := m.mgr.GetClient().Get(ctx, key, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			m.forgetIgnored(key)
+			m.forgetConflicts(key)
 			m.unserve(ctx, key, "deleted or out of this picker's pool selection")
 			return reconcile.Result{}, nil
 		}

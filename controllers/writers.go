@@ -261,6 +261,14 @@ func (m *Manager) resolved(key datastore.PoolKey, kind string) {
 	}
 }
 
+// forgetConflicts clears the conflicts of a pool that is gone: they stand
+// in the way of nothing any more, and their series go with the pool.
+func (m *Manager) forgetConflicts(key datastore.PoolKey) {
+	for _, kind := range []string{"claim", "Service", "EndpointSlice"} {
+		m.resolved(key, kind)
+	}
+}
+
 type conflictKey struct {
 	pool datastore.PoolKey
 	kind string

@@ -286,3 +286,24 @@ func TestOnlyLeaderWritesAccepted(t *testing.T) {
 		follower.waitAccepted(t, o, metav1.ConditionTrue, v1alpha2.ReasonAccepted)
 	}
 }
+
+// A pool deleted while another shard holds its claim takes its conflict
+// series with it: conflicts of pools that are gone must not accumulate.
+func TestConflictForgottenWithPool(t *testing.T) {
+	ns := env.Namespace(t, "shardgone")
+	lbls := map[string]string{"app": "m"}
+	createPod(t, ns, "server", lbls, podState{ip: "10.34.0.1", ready: true})
+	createPool(t, ns, "pool", lbls, []int32{8000})
+	key := datastore.PoolKey{Namespace: ns, Name: "pool"}
+	nameA, nameB := uniquePickerName("shard-a"), uniquePickerName("shard-b")
+	a := start(t, nil, Options{Namespaces: []string{ns}, PickerName: nameA, PickerNamespace: "picker-system"})
+	a.waitEndpoints(t, key, "10.34.0.1:8000")
+	b := start(t, nil, Options{Namespaces: []string{ns}, PickerName: nameB, PickerNamespace: "picker-system"})
+	b.waitFor(t, "the later shard reporting the conflict", func() bool {
+		return testutil.ToFloat64(b.m.metrics.conflicts.WithLabelValues(ns, "pool", "claim")) == 1
+	})
+	deletePool(t, key)
+	b.waitFor(t, "the conflict series gone with the pool", func() bool {
+		return testutil.CollectAndCount(b.m.metrics.conflicts) == 0
+	})
+}
