@@ -373,3 +373,25 @@ func TestFlowControlWaitingRoom(t *testing.T) {
 		}
 	})
 }
+
+// TestFlowControlPoolRemoved: requests queued for a pool that goes away are
+// answered 503 at once, and the pool's series go with it.
+func TestFlowControlPoolRemoved(t *testing.T) {
+	fx := newFlowFixture(t, 1, flowcontrol.Options{})
+	ch := make(chan answer, 3)
+	first := fx.send(t, 0, "first", ch)
+	await(t, ch)
+	fx.send(t, 0, "queued", ch)
+	fx.queued(t, 0, 1)
+	fx.f.reg.Remove(fx.f.pools[0].Key)
+	if a := await(t, ch); a.name != "queued" || a.code != 503 || !strings.Contains(a.body, flowcontrol.ReasonPoolRemoved) {
+		t.Fatalf("want queued answered 503 %s, got %+v", flowcontrol.ReasonPoolRemoved, a)
+	}
+	if got := fx.fc.QueuedBytes(); got != 0 {
+		t.Fatalf("queued bytes %d after the pool went, want 0", got)
+	}
+	if got := fx.gauge("inference_extension_flow_control_queue_size", 0); got != 0 {
+		t.Fatalf("queue size series of a removed pool: %v", got)
+	}
+	first.finish(t)
+}
