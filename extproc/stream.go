@@ -448,7 +448,7 @@ func (st *stream) readHeaders(hm *corev3.HeaderMap) {
 				st.candidateIPs = splitList(st.take(hv, name, maxIPListBytes))
 			}
 		case st.s.flowHeader:
-			st.flow = headerValue(hv)
+			st.flow = st.take(hv, name, 0) // a flow-control queue key
 		}
 	}
 	if !st.pathWasSeen {
