@@ -395,3 +395,21 @@ func TestFlowControlPoolRemoved(t *testing.T) {
 	}
 	first.finish(t)
 }
+
+// The flow header keys a flow-control queue: an invalid value is refused
+// like every header read, before it is queued.
+func TestInvalidFlowHeader(t *testing.T) {
+	fx := newFlowFixture(t, 1, flowcontrol.Options{FlowHeader: "X-Tenant"})
+	for what, bad := range badValues {
+		t.Run(what, func(t *testing.T) {
+			g := fx.ts.open(t, authorityOf(0), nil)
+			g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions", hdr{"x-tenant", bad, true}), false), duplex, duplex))
+			_ = g.stream.Send(reqBody(completionBody("m", 1), true))
+			code, body := immediateCode(t, g.recv())
+			if msg := errorBodyOf(t, body).Error.Message; code != 400 || !strings.Contains(msg, "request header x-tenant ") {
+				t.Fatalf("status %d %s, want 400 naming x-tenant", code, body)
+			}
+		})
+	}
+	routeOnce(t, fx.ts, fx.f, 0)
+}
