@@ -335,3 +335,28 @@ func TestSubsetHintBound(t *testing.T) {
 		t.Fatalf("at the bound: routed to %s, want the hinted endpoint", got)
 	}
 }
+
+// A hint that names no single pool is answered 503 with a message that
+// quotes a few of its entries, not all of them: the message goes into the
+// response body and a log line.
+func TestUnresolvedSubsetHintMessageBounded(t *testing.T) {
+	f := newPools(t, 2, 1)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true})
+	vals := []*structpb.Value{
+		structpb.NewStringValue(f.pools[0].Endpoints().Endpoints[0].Address),
+		structpb.NewStringValue(f.pools[1].Endpoints().Endpoints[0].Address),
+	}
+	for i := len(vals); i < MaxSubsetHintEntries; i++ {
+		vals = append(vals, structpb.NewStringValue(fmt.Sprintf("10.%d.%d.%d:8000", i>>16, (i>>8)&255, i&255)))
+	}
+	m := withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex)
+	m.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespaceSubset: {Fields: map[string]*structpb.Value{
+		MetadataKeySubset: structpb.NewListValue(&structpb.ListValue{Values: vals})}}}}
+	g := ts.open(t, "unknown.example:9002", nil)
+	g.send(m)
+	code, body := immediateCode(t, g.recv())
+	want := fmt.Sprintf("and %d more", MaxSubsetHintEntries-listSummaryEntries)
+	if code != 503 || !strings.Contains(body, "owned by 2 pools") || !strings.Contains(body, want) || len(body) > 2048 {
+		t.Fatalf("got %d, %d bytes: %.300s; want 503 naming the two owners, %q, at most 2 KiB", code, len(body), body, want)
+	}
+}

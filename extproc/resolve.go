@@ -193,7 +193,7 @@ func resolvePool(reg *datastore.Registry, in *resolveInput) (*datastore.Pool, st
 		if len(owners) == 1 {
 			return owners[0], "subset-hint", nil
 		}
-		seen = append(seen, fmt.Sprintf("subset hint %v is owned by %d pools", in.subset, len(owners)))
+		seen = append(seen, fmt.Sprintf("subset hint %s is owned by %d pools", listSummary(in.subset), len(owners)))
 	}
 
 	// 4. A plain request header, only when trusted.
@@ -262,4 +262,17 @@ func errNotSynced(p *datastore.Pool) *httpError {
 	}
 	return &httpError{code: http.StatusServiceUnavailable, reason: "PoolNotSynced",
 		msg: fmt.Sprintf("InferencePool %s is unavailable: its pods are not listed yet", p.Key)}
+}
+
+// listSummaryEntries is how many entries of a list an error message quotes:
+// a hint may hold thousands, and the message goes into a response body and
+// a log line.
+const listSummaryEntries = 4
+
+// listSummary quotes the first entries of list and counts the rest.
+func listSummary(list []string) string {
+	if len(list) <= listSummaryEntries {
+		return fmt.Sprintf("%v", list)
+	}
+	return fmt.Sprintf("%v and %d more", list[:listSummaryEntries], len(list)-listSummaryEntries)
 }

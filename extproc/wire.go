@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -197,14 +198,12 @@ func structString(s *structpb.Struct, key string) (string, bool) {
 	case *structpb.Value_StringValue:
 		return k.StringValue, true
 	case *structpb.Value_ListValue:
-		out := ""
-		for i, e := range k.ListValue.GetValues() {
-			if i > 0 {
-				out += ","
-			}
-			out += e.GetStringValue()
+		vals := k.ListValue.GetValues()
+		parts := make([]string, len(vals))
+		for i, e := range vals {
+			parts[i] = e.GetStringValue()
 		}
-		return out, true
+		return strings.Join(parts, ","), true
 	}
 	return "", false
 }
