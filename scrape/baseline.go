@@ -35,7 +35,7 @@ func (m *Manager) startLoopLocked(ctx context.Context, s *server) {
 func (m *Manager) loop(s *server) {
 	defer m.inflight.Done()
 	defer close(s.done)
-	defer s.closeConn()
+	defer m.dropConn(s)
 	ticker := time.NewTicker(m.opts.RefreshInterval)
 	defer ticker.Stop()
 	for {
@@ -51,7 +51,7 @@ func (m *Manager) loop(s *server) {
 		if _, _, moved := m.publish(s, &met, err, m.opts.RefreshInterval); len(moved) > 0 {
 			// The endpoint's target changed: the loop follows it.
 			next := newServer(&m.opts, moved[0].target)
-			s.closeConn()
+			m.dropConn(s)
 			s.key, s.target, s.request = next.key, next.target, next.request
 		}
 		select {

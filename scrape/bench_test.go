@@ -65,7 +65,7 @@ func BenchmarkScrape(b *testing.B) {
 				p := reg.Upsert(datastore.PoolKey{Namespace: "ns", Name: "bench"}, &datastore.PoolSpec{TargetPorts: []int32{int32(s.port)}})
 				p.SetPods(pods(nil, s))
 				srv := newServer(&m.opts, buildTarget(&m.opts, p.Spec(), p.Endpoints().Endpoints[0]))
-				defer srv.closeConn()
+				defer m.dropConn(srv)
 				b.SetBytes(int64(len(page)))
 				b.ReportAllocs()
 				for b.Loop() {

@@ -45,6 +45,7 @@ func (m *Manager) get(ctx context.Context, s *server, buf *bytes.Buffer) ([]byte
 		return nil, transportFailure(t.url, err)
 	}
 	s.conn = c
+	m.kept.Add(1)
 	return m.exchange(ctx, s, buf, false)
 }
 
@@ -54,8 +55,7 @@ func (m *Manager) exchange(ctx context.Context, s *server, buf *bytes.Buffer, re
 	c := s.conn
 	defer func() {
 		if err != nil {
-			c.Close()
-			s.conn = nil
+			m.dropConn(s)
 		}
 	}()
 	if d, ok := ctx.Deadline(); ok {
@@ -111,8 +111,7 @@ func (m *Manager) exchange(ctx context.Context, s *server, buf *bytes.Buffer, re
 		return nil, m.readFailure(ctx, s, err, r.read)
 	}
 	if h.close {
-		c.Close()
-		s.conn = nil
+		m.dropConn(s)
 	}
 	return body, nil
 }

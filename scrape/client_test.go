@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
 )
 
@@ -68,7 +69,7 @@ func (rs *rawServer) target(t *testing.T, m *Manager) *server {
 	}
 	ep := &datastore.Endpoint{IP: host, Port: int32(p), Address: rs.ln.Addr().String()}
 	s := newServer(&m.opts, buildTarget(&m.opts, nil, ep))
-	t.Cleanup(s.closeConn)
+	t.Cleanup(func() { m.dropConn(s) })
 	return s
 }
 
@@ -182,7 +183,7 @@ func TestClientCancelled(t *testing.T) {
 	}
 	ep := &datastore.Endpoint{IP: ms.ip, Port: int32(ms.port), Address: ms.addr}
 	s := newServer(&m.opts, buildTarget(&m.opts, nil, ep))
-	defer s.closeConn()
+	defer m.dropConn(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	errs := make(chan error, 1)
 	go func() {
@@ -193,5 +194,28 @@ func TestClientCancelled(t *testing.T) {
 	cancel()
 	if err := <-errs; err == nil {
 		t.Fatal("a cancelled scrape succeeded")
+	}
+}
+
+// Idle servers keep no more than MaxIdleConns connections between them
+// (the process's file descriptors are finite); the others dial again.
+func TestIdleConnectionsBounded(t *testing.T) {
+	servers := startModelServers(t, 3)
+	for _, s := range servers {
+		s.servePage(t, vllmpage.State{Waiting: 1}, vllmpage.Options{})
+	}
+	h := newHarness(t, Options{RefreshInterval: 10 * time.Millisecond, IdleRefreshInterval: time.Hour, MaxIdleConns: 1})
+	h.addPool("pool", nil, servers[0].port, servers...)
+	seen := map[string]bool{}
+	h.await(t, "a good scrape of each server", func(ev scrapeEvent) bool {
+		seen[ev.address] = seen[ev.address] || ev.err == nil
+		return len(seen) == len(servers)
+	})
+	// A scrape's connection is given up when the scrape ends, just after
+	// its result is published.
+	poll.Until(t, 10*time.Second, "one connection kept", func() bool { return h.m.kept.Load() == 1 })
+	// And no more are dialled for idle servers meanwhile.
+	if n := h.m.kept.Load(); n > 1 {
+		t.Errorf("%d connections kept to idle servers, want 1", n)
 	}
 }

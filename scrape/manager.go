@@ -40,6 +40,8 @@ type Manager struct {
 
 	scrapes atomic.Uint64
 	errors  atomic.Uint64
+	// kept counts the http servers' kept connections.
+	kept atomic.Int64
 	// onScrape, when set before Start, hears of every finished scrape of
 	// every pool's endpoint (tests).
 	onScrape func(pool datastore.PoolKey, address string, err error)
@@ -193,7 +195,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.inflight.Wait()
 	m.mu.Lock()
 	for _, s := range m.servers {
-		s.closeConn()
+		m.dropConn(s)
 	}
 	m.mu.Unlock()
 	m.transport.CloseIdleConnections()
@@ -366,8 +368,10 @@ func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Durat
 	m.mu.Lock()
 	s.cancel()
 	s.running = false
-	if s.gone {
-		s.closeConn()
+	if s.gone || (!s.busy && m.kept.Load() > int64(m.opts.MaxIdleConns)) {
+		// An idle server gives its connection up past MaxIdleConns kept:
+		// a busy one keeps it, an idle one dials again next time.
+		m.dropConn(s)
 	}
 	close(s.done)
 	m.releaseLocked(s)
@@ -626,7 +630,7 @@ func (m *Manager) detachLocked(sb *sub) <-chan struct{} {
 		s.cancel()
 		return s.done
 	}
-	s.closeConn()
+	m.dropConn(s)
 	return nil
 }
 

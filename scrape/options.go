@@ -117,9 +117,11 @@ type Options struct {
 	// interval doubles from RefreshInterval with each failure in a row;
 	// zero means DefaultMaxErrorBackoff.
 	MaxErrorBackoff time.Duration
-	// MaxIdleConns bounds idle keep-alive connections across all https
-	// servers; zero means DefaultMaxIdleConns. An http server is scraped
-	// over a keep-alive connection of its own, closed when it leaves.
+	// MaxIdleConns bounds the keep-alive connections kept to idle servers
+	// (and, separately, the idle https connections); zero means
+	// DefaultMaxIdleConns. An http server is scraped over a connection of
+	// its own: a busy server always keeps it, an idle one past the bound
+	// closes it after each scrape and dials again the next time.
 	MaxIdleConns int
 	// MaxIdleConnsPerHost bounds idle connections to one https server; zero
 	// means DefaultMaxIdleConnsPerHost.

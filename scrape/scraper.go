@@ -72,11 +72,21 @@ func newServer(o *Options, t target) *server {
 	return s
 }
 
-// closeConn closes the kept connection of a server that no scrape uses.
-func (s *server) closeConn() {
-	if s.conn != nil {
-		s.conn.Close()
-		s.conn = nil
+// closeConn closes the kept connection of a server that no scrape uses,
+// reporting whether there was one.
+func (s *server) closeConn() bool {
+	if s.conn == nil {
+		return false
+	}
+	s.conn.Close()
+	s.conn = nil
+	return true
+}
+
+// dropConn closes s's kept connection and counts it off.
+func (m *Manager) dropConn(s *server) {
+	if s.closeConn() {
+		m.kept.Add(-1)
 	}
 }
 

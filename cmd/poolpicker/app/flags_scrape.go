@@ -23,7 +23,7 @@ func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
 	fs.Int64Var(&o.MaxBodyBytes, "metrics-max-body-bytes", scrape.DefaultMaxBodyBytes,
 		"Largest metrics page read; a larger one fails the scrape.")
 	fs.IntVar(&o.MaxIdleConns, "metrics-max-idle-conns", scrape.DefaultMaxIdleConns,
-		"Idle keep-alive connections kept to https model servers in all; keep it above the number of https endpoints (an http model server is scraped over a keep-alive connection of its own).")
+		"Keep-alive connections kept to idle model servers in all (busy ones always keep theirs; past it an idle server dials again for each scrape); each is a file descriptor.")
 	fs.StringVar(&o.Path, "model-server-metrics-path", scrape.DefaultPath,
 		"Metrics path of the model servers; a pool's "+scrape.AnnotationMetricsPath+" annotation overrides it.")
 	fs.Int32Var(&o.Port, "model-server-metrics-port", 0,
