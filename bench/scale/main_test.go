@@ -46,7 +46,10 @@ func TestSmallRun(t *testing.T) {
 	defer cleanup()
 	c := config{Pools: 20, Pods: 3, Namespaces: 2, HotShare: 0.1, HotRate: 50, FlipRate: 10, Servers: 2, Port: port,
 		settle: 2 * time.Second, idleWindow: 2 * time.Second, hotWindow: 3 * time.Second, flipWindow: 2 * time.Second,
-		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second}
+		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second,
+		// An idle server is scraped once at start, then every idle interval:
+		// at the default 30 s the 2 s idle window would see none.
+		PickerArgs: "--idle-refresh-metrics-interval=1s"}
 	r, err := runOne(ctx, c, bin)
 	if err != nil {
 		t.Fatal(err)
