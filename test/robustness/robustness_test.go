@@ -88,7 +88,7 @@ func run(m *testing.M) int {
 	// Built without -race: the suite measures the process's memory.
 	s, err := localstack.Start(context.Background(), localstack.Options{
 		Dir:         dir,
-		FirstIP:     "127.0.70.2",
+		FirstIP:     "127.0.80.2", // a range of its own: other packages start pods at the same time
 		GatewayAddr: "127.0.0.1:0",
 		GRPCPort:    ports[0], HealthPort: ports[1], MetricsPort: ports[2],
 		PickerArgs: []string{
