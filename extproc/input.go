@@ -20,11 +20,6 @@ const (
 	maxAddressBytes   = 64      // one "ip:port", IPv6 in brackets included
 )
 
-// MaxSubsetHintEntries is the longest subset hint (metadata_context
-// envoy.lb.subset_hint) taken; a longer one is answered 400. It lists
-// endpoints of one pool, pods times target ports (at most 8 per pool).
-const MaxSubsetHintEntries = 10_000
-
 // invalidValue is the 400 for a value the picker acts on that fails
 // labelvalue.Check; what names where the value came from.
 func invalidValue(what string, err error) *httpError {

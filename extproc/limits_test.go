@@ -306,7 +306,7 @@ func TestHeldBodyBudget(t *testing.T) {
 	})
 }
 
-// TestSubsetHintBound: a subset hint longer than MaxSubsetHintEntries is
+// TestSubsetHintBound: a subset hint longer than DefaultMaxSubsetHintEntries is
 // answered 400 naming the key and the bound; one at the bound is honoured.
 func TestSubsetHintBound(t *testing.T) {
 	f := newPools(t, 1, 2)
@@ -322,13 +322,19 @@ func TestSubsetHintBound(t *testing.T) {
 		return m
 	}
 	g := ts.open(t, authorityOf(0), nil)
-	g.send(hint(MaxSubsetHintEntries + 1))
+	g.send(hint(DefaultMaxSubsetHintEntries + 1))
 	code, body := immediateCode(t, g.recv())
 	if code != 400 || !strings.Contains(body, MetadataKeySubset) || !strings.Contains(body, "10000 allowed") {
 		t.Fatalf("over the bound: %d %s, want 400 naming the hint and its bound", code, body)
 	}
+	small := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true, MaxSubsetHintEntries: 3})
+	g = small.open(t, authorityOf(0), nil)
+	g.send(hint(4))
+	if code, body := immediateCode(t, g.recv()); code != 400 || !strings.Contains(body, "3 allowed (--max-subset-hint-entries)") {
+		t.Fatalf("over an operator's bound of 3: %d %s, want 400 naming the bound and its flag", code, body)
+	}
 	g = ts.open(t, authorityOf(0), nil)
-	g.send(hint(MaxSubsetHintEntries))
+	g.send(hint(DefaultMaxSubsetHintEntries))
 	g.send(reqBody(completionBody("m", 1), true))
 	hr := g.recv()
 	if got := destination(t, hr, hr.GetRequestHeaders().GetResponse().GetHeaderMutation()); !strings.HasPrefix(got, f.pools[0].Endpoints().Endpoints[0].Address) {
@@ -346,7 +352,7 @@ func TestUnresolvedSubsetHintMessageBounded(t *testing.T) {
 		structpb.NewStringValue(f.pools[0].Endpoints().Endpoints[0].Address),
 		structpb.NewStringValue(f.pools[1].Endpoints().Endpoints[0].Address),
 	}
-	for i := len(vals); i < MaxSubsetHintEntries; i++ {
+	for i := len(vals); i < DefaultMaxSubsetHintEntries; i++ {
 		vals = append(vals, structpb.NewStringValue(fmt.Sprintf("10.%d.%d.%d:8000", i>>16, (i>>8)&255, i&255)))
 	}
 	m := withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex)
@@ -355,7 +361,7 @@ func TestUnresolvedSubsetHintMessageBounded(t *testing.T) {
 	g := ts.open(t, "unknown.example:9002", nil)
 	g.send(m)
 	code, body := immediateCode(t, g.recv())
-	want := fmt.Sprintf("and %d more", MaxSubsetHintEntries-listSummaryEntries)
+	want := fmt.Sprintf("and %d more", DefaultMaxSubsetHintEntries-listSummaryEntries)
 	if code != 503 || !strings.Contains(body, "owned by 2 pools") || !strings.Contains(body, want) || len(body) > 2048 {
 		t.Fatalf("got %d, %d bytes: %.300s; want 503 naming the two owners, %q, at most 2 KiB", code, len(body), body, want)
 	}

@@ -95,10 +95,10 @@ func BenchmarkLinearBody(b *testing.B) {
 
 // BenchmarkLinearSubsetHint: ns per entry of a subset hint (metadata_context
 // envoy.lb.subset_hint, a list) of growing length, the pool's endpoints
-// among addresses that match none; past MaxSubsetHintEntries, the cost of
+// among addresses that match none; past DefaultMaxSubsetHintEntries, the cost of
 // its refusal.
 func BenchmarkLinearSubsetHint(b *testing.B) {
-	for _, n := range []int{100, 1_000, MaxSubsetHintEntries, 1_000_000} {
+	for _, n := range []int{100, 1_000, DefaultMaxSubsetHintEntries, 1_000_000} {
 		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
 			srv := benchServer(b, Options{})
 			vals := make([]*structpb.Value, 0, n)
@@ -112,7 +112,7 @@ func BenchmarkLinearSubsetHint(b *testing.B) {
 			msgs[0].MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespaceSubset: {Fields: map[string]*structpb.Value{
 				MetadataKeySubset: structpb.NewListValue(&structpb.ListValue{Values: vals})}}}}
 			b.ReportAllocs()
-			runReplay(b, srv, benchContexts()[:1], msgs, n > MaxSubsetHintEntries) // pool-0, whose endpoints the hint lists
+			runReplay(b, srv, benchContexts()[:1], msgs, n > DefaultMaxSubsetHintEntries) // pool-0, whose endpoints the hint lists
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/entry")
 		})
 	}

@@ -21,6 +21,9 @@ const (
 	DefaultBodyWaitTimeout     = 250 * time.Millisecond
 	DefaultHealthInterval      = time.Second
 	DefaultMaxModelLabels      = 64
+	// DefaultMaxSubsetHintEntries is far above a pool's endpoints (pods
+	// times at most 8 target ports).
+	DefaultMaxSubsetHintEntries = 10_000
 
 	DefaultMaxConcurrentStreams    = 5000
 	DefaultMaxHeldRequestBodyBytes = 256 << 20
@@ -178,6 +181,10 @@ type Options struct {
 	// MaxModelLabels caps the distinct model names used as metric label
 	// values; later names are counted as "other". Zero: 64.
 	MaxModelLabels int
+	// MaxSubsetHintEntries is the longest subset hint (metadata_context
+	// envoy.lb.subset_hint) taken; a longer one is answered 400, since each
+	// entry costs the pick a set insert. Zero: 10,000.
+	MaxSubsetHintEntries int
 	// Logger receives structured logs keyed pool and request. Zero: discard.
 	Logger logr.Logger
 	// FlowControl, when set, holds each request in its pool's queue while
@@ -229,6 +236,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxModelLabels <= 0 {
 		o.MaxModelLabels = DefaultMaxModelLabels
+	}
+	if o.MaxSubsetHintEntries <= 0 {
+		o.MaxSubsetHintEntries = DefaultMaxSubsetHintEntries
 	}
 	if o.NewBodyReader == nil {
 		o.NewBodyReader = newScanner

@@ -490,11 +490,11 @@ func (st *stream) readTags(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHe
 		}
 		if s, ok := mc.GetFilterMetadata()[MetadataNamespaceSubset]; ok {
 			if l, ok := structList(s, MetadataKeySubset); ok {
-				if len(l) > MaxSubsetHintEntries && st.badInput == nil {
+				if max := st.s.opts.MaxSubsetHintEntries; len(l) > max && st.badInput == nil {
 					// Each entry costs the pick a set insert; a pool's
 					// endpoints are far fewer.
 					st.badInput = &httpError{code: http.StatusBadRequest, reason: "InvalidSubsetHint",
-						msg: "subset hint " + MetadataKeySubset + " lists " + strconv.Itoa(len(l)) + " endpoints, more than the " + strconv.Itoa(MaxSubsetHintEntries) + " allowed"}
+						msg: "subset hint " + MetadataKeySubset + " lists " + strconv.Itoa(len(l)) + " endpoints, more than the " + strconv.Itoa(max) + " allowed (--max-subset-hint-entries)"}
 					l = nil
 				}
 				for _, a := range l {

@@ -28,6 +28,12 @@ func bindExtprocFlags(fs *pflag.FlagSet, o *extproc.Options) {
 	if o.MaxHeldRequestBodyBytes == 0 {
 		o.MaxHeldRequestBodyBytes = extproc.DefaultMaxHeldRequestBodyBytes
 	}
+	if o.MaxSubsetHintEntries == 0 {
+		o.MaxSubsetHintEntries = extproc.DefaultMaxSubsetHintEntries
+	}
+	if o.MaxModelLabels == 0 {
+		o.MaxModelLabels = extproc.DefaultMaxModelLabels
+	}
 	if o.RequestBodyStartTimeout == 0 {
 		o.RequestBodyStartTimeout = extproc.DefaultRequestBodyStartTimeout
 	}
@@ -47,6 +53,8 @@ func bindExtprocFlags(fs *pflag.FlagSet, o *extproc.Options) {
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body held for parsing; larger bodies are answered 413.")
 	fs.IntVar(&o.MaxConcurrentStreams, "max-concurrent-streams", o.MaxConcurrentStreams, "Most ext_proc streams open at once, over all connections and pools; a stream beyond it is refused with RESOURCE_EXHAUSTED. Negative: no limit.")
 	fs.Int64Var(&o.MaxHeldRequestBodyBytes, "max-held-request-body-bytes", o.MaxHeldRequestBodyBytes, "Budget of request-body bytes all streams hold until their decision (a body of several messages counts twice); a stream that would overspend it is answered 503. Negative: no budget.")
+	fs.IntVar(&o.MaxSubsetHintEntries, "max-subset-hint-entries", o.MaxSubsetHintEntries, "Longest subset hint (metadata_context envoy.lb.subset_hint) taken; a longer one is answered 400.")
+	fs.IntVar(&o.MaxModelLabels, "max-model-labels", o.MaxModelLabels, "Distinct model names used as metric label values, besides those the pools' InferenceModelRewrites name (always kept); later names are counted as \"other\".")
 	fs.DurationVar(&o.RequestBodyStartTimeout, "request-body-start-timeout", o.RequestBodyStartTimeout, "Longest wait from a stream's start to its first request body message, when the request has a body; then 408. Negative: no deadline.")
 	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", o.RequestBodyTimeout, "Longest time from a request body's first message to its end; then 408. Negative: no deadline.")
 	fs.DurationVar(&o.ResponseIdleTimeout, "response-idle-timeout", o.ResponseIdleTimeout, "Longest silence between messages of a stream once the request is forwarded; then the stream ends with DEADLINE_EXCEEDED. Negative: no deadline.")
