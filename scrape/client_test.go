@@ -219,3 +219,53 @@ func TestIdleConnectionsBounded(t *testing.T) {
 		t.Errorf("%d connections kept to idle servers, want 1", n)
 	}
 }
+
+// FuzzClientResponse gives the page reader any bytes a model server could
+// send: every scrape ends with a page or a scrape error, never a panic or a
+// hang, and a scrape whose exchange failed never keeps its connection.
+func FuzzClientResponse(f *testing.F) {
+	page := string(mustPage(f, vllmpage.State{Waiting: 4, Running: 1, KVCacheUsage: 0.25}, vllmpage.Options{MinBytes: -1}))
+	for _, s := range []struct {
+		response   string
+		closeAfter bool
+	}{
+		{"HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(page)) + "\r\n\r\n" + page, false},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(page)), 16) + ";x=y\r\n" + page + "\r\n0\r\nX-Trailer: 1\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + page, true},
+		{"HTTP/1.0 200 OK\r\n\r\n" + page, true},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", false},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n4\r\nabcd\r\n0\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n", false},
+		{"HTTP/1.1 200\r\n\r\n", true},
+		{"HTTP/1.1 204 No Content\r\n\r\n", false},
+		{"HTTP/1.1 200 OK\r\n X: folded\r\n\r\n", true},
+		{"", true},
+	} {
+		f.Add([]byte(s.response), s.closeAfter)
+	}
+	f.Fuzz(func(t *testing.T, response []byte, closeAfter bool) {
+		rs := startRawServer(t, closeAfter, string(response))
+		// The timeout ends a response that stops short of its length.
+		m, err := NewManager(Options{MaxBodyBytes: 64 << 10, Timeout: 250 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := rs.target(t, m)
+		for i := range 2 {
+			if _, err := m.fetch(context.Background(), s); err != nil {
+				var se *scrapeError
+				if !errors.As(err, &se) {
+					t.Fatalf("scrape %d: %v is not a scrape error", i, err)
+				}
+				// A page read whole that does not parse leaves the
+				// connection in step; any other failure may not.
+				if s.conn != nil && se.reason != "parse" && se.reason != "config" {
+					t.Fatalf("scrape %d failed (%v, %s) and kept its connection", i, err, se.reason)
+				}
+			}
+		}
+		if s.conn != nil {
+			s.conn.Close()
+		}
+	})
+}
