@@ -70,9 +70,6 @@ type Manager struct {
 	// time: those of a pool with requests in the last DemandWindow, and the
 	// others. A busy server due is scraped before an idle one.
 	busy, idle serverQueue
-	// unstarted are the per-endpoint loops (Options.PerEndpointLoop) made
-	// before Start.
-	unstarted []*server
 }
 
 type poolSubs struct {
@@ -178,12 +175,6 @@ func (m *Manager) Start(ctx context.Context) error {
 		return errors.New("scrape: manager already started")
 	}
 	m.ctx = ctx
-	for _, s := range m.unstarted {
-		if !s.gone {
-			m.startLoopLocked(ctx, s)
-		}
-	}
-	m.unstarted = nil
 	m.mu.Unlock()
 
 	m.dispatch(ctx)
@@ -423,7 +414,7 @@ func (m *Manager) backoff(n int) time.Duration {
 // (IdleRefreshInterval at once after the first scrape, prev zero).
 func (m *Manager) nextInterval(prev time.Duration, busy bool) time.Duration {
 	r, idle := m.opts.RefreshInterval, m.opts.IdleRefreshInterval
-	if busy || idle <= r || m.opts.PerEndpointLoop {
+	if busy || idle <= r {
 		return r
 	}
 	next := min(max(2*prev, r), idle)
@@ -474,7 +465,7 @@ func (m *Manager) publish(s *server, met *datastore.Metrics, err error, prev tim
 // request is routed meanwhile on their last values and the in-flight
 // counts, and its next ones on fresh values.
 func (m *Manager) PoolDemanded(pool *datastore.Pool, idle time.Duration) {
-	if m.opts.IdleRefreshInterval <= m.opts.RefreshInterval || m.opts.PerEndpointLoop || idle < m.opts.DemandWindow {
+	if m.opts.IdleRefreshInterval <= m.opts.RefreshInterval || idle < m.opts.DemandWindow {
 		return
 	}
 	now := time.Now()
@@ -576,10 +567,6 @@ func minTime(a, b time.Time) time.Time {
 // and scraped at once when new.
 func (m *Manager) attachLocked(sb *sub) {
 	t := sb.resolve(&m.opts)
-	if m.opts.PerEndpointLoop {
-		m.attachLoopLocked(sb, t)
-		return
-	}
 	key := t.key()
 	s := m.servers[key]
 	if s == nil {

@@ -147,10 +147,6 @@ type Options struct {
 	// DisableFastPath parses whole pages with expfmt instead of only the
 	// used families' lines: several times the CPU, for diagnosis.
 	DisableFastPath bool
-	// PerEndpointLoop runs a goroutine and a ticker per endpoint of each
-	// pool instead of the shared scheduler: the previous design, kept as the
-	// baseline of bench/scrape.
-	PerEndpointLoop bool
 	// Published, when set, is told of every scrape published on an
 	// endpoint of pool, on the scraping goroutine: flow control looks at the
 	// pool's saturation again. It must return at once.

@@ -6,16 +6,14 @@
 //
 // Modes: "scheduler" is the shared scrape scheduler with every pool busy;
 // "idle" the same with no pool getting requests, so that the servers decay
-// to -idle-interval; "loop" is the previous design, a goroutine and ticker
-// per endpoint of each pool, as the baseline (scrape.Options.PerEndpointLoop);
-// "expfmt" is the scheduler parsing whole pages with expfmt instead of the
+// to -idle-interval; "expfmt" is the scheduler parsing whole pages with expfmt instead of the
 // fast path; "nobudget" is the scheduler without its CPU budget (nor the
 // per-scrape CPU measurement's cost); "read" is the physical cost, the floor of the others: each
 // server's page read over a kept connection at the refresh interval, with
 // the least a client can do (write the GET, read the header and
 // Content-Length bytes), nothing parsed or published.
 //
-//	go run ./bench/scrape -endpoints 1000 -pools-per-server 2 -interval 50ms -duration 20s -modes loop,scheduler,loop,scheduler
+//	go run ./bench/scrape -endpoints 1000 -pools-per-server 2 -interval 50ms -duration 20s -modes read,scheduler,read,scheduler
 package main
 
 import (
@@ -50,7 +48,7 @@ func main() {
 	duration := flag.Duration("duration", 60*time.Second, "measured time per mode")
 	warmup := flag.Duration("warmup", 2*time.Second, "unmeasured time before each mode")
 	pageBytes := flag.Int("page-bytes", vllmpage.DefaultMinBytes, "smallest metrics page served")
-	modes := flag.String("modes", "loop,scheduler", "modes to measure, in order (the first is the baseline of the ratios): scheduler, nobudget, loop, expfmt, idle, read")
+	modes := flag.String("modes", "read,scheduler", "modes to measure, in order (the first is the baseline of the ratios): read, scheduler, nobudget, expfmt, idle")
 	poolsPerServer := flag.Int("pools-per-server", 1, "pools holding each model server")
 	idleInterval := flag.Duration("idle-interval", scrape.DefaultIdleRefreshInterval, "longest interval of an idle pool's servers (the idle mode)")
 	serve := flag.Bool("serve", false, "run as the model-server child")
@@ -144,8 +142,6 @@ func measure(mode string, endpoints, poolsPerServer, port int, interval, idleInt
 		opts.CPUBudget = -1
 	case "idle":
 		opts.IdleRefreshInterval, busy = idleInterval, false
-	case "loop":
-		opts.PerEndpointLoop = true
 	case "expfmt":
 		opts.DisableFastPath = true
 	default:
