@@ -1,7 +1,6 @@
 package scrape
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,20 +92,34 @@ func (b *budget) rate() float64 {
 	return b.cores / b.expected().Seconds()
 }
 
-// threadTimer measures the CPU time of the calling goroutine between start
-// and stop: the goroutine is locked to its thread meanwhile, whose CPU time
-// the kernel counts (RUSAGE_THREAD), system calls included.
-type threadTimer struct{ start time.Duration }
+// cpuClock adds up the CPU time a scrape spends on its goroutine: the
+// spans of it that cannot block (a read or write system call, the parse,
+// the publication), each read from the running thread's CPU clock. The
+// goroutine is not locked to a thread: a locked goroutine that blocks on
+// the network hands its processor to another thread and back, which cost
+// more than the scrape's parse. A span whose goroutine was preempted and
+// resumed on another thread reads two threads' clocks, so each span counts
+// at most its wall time.
+type cpuClock struct{ total time.Duration }
 
-func (t *threadTimer) begin() {
-	runtime.LockOSThread()
-	t.start = threadCPU()
+// span is a started measurement of cpuClock.
+type span struct {
+	cpu  time.Duration
+	wall time.Time
 }
 
-func (t *threadTimer) end() time.Duration {
-	d := threadCPU() - t.start
-	runtime.UnlockOSThread()
-	return max(d, 0)
+func (c *cpuClock) begin() span { return span{cpu: threadCPU(), wall: time.Now()} }
+
+func (c *cpuClock) end(sp span) {
+	d := threadCPU() - sp.cpu
+	c.total += min(max(d, 0), time.Since(sp.wall))
+}
+
+// take returns the time counted since the last take.
+func (c *cpuClock) take() time.Duration {
+	d := c.total
+	c.total = 0
+	return d
 }
 
 func threadCPU() time.Duration {

@@ -44,6 +44,12 @@ func (m *Manager) get(ctx context.Context, s *server, buf *bytes.Buffer) ([]byte
 	if err != nil {
 		return nil, transportFailure(t.url, err)
 	}
+	if sc, ok := c.(syscall.Conn); ok {
+		if s.raw, err = sc.SyscallConn(); err != nil {
+			c.Close()
+			return nil, transportFailure(t.url, err)
+		}
+	}
 	s.conn = c
 	m.kept.Add(1)
 	return m.exchange(ctx, s, buf, false)
@@ -67,13 +73,16 @@ func (m *Manager) exchange(ctx context.Context, s *server, buf *bytes.Buffer, re
 	// blocked read or write at once.
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) }) //nolint:errcheck // the read fails either way
 	defer stop()
-	if _, err := c.Write(s.request); err != nil {
+	sp := s.cpu.begin()
+	_, err = c.Write(s.request)
+	s.cpu.end(sp)
+	if err != nil {
 		if reused {
 			return nil, errReused
 		}
 		return nil, m.readFailure(ctx, s, err, 0)
 	}
-	r := responseReader{c: c, buf: buf}
+	r := responseReader{c: c, raw: s.raw, cpu: &s.cpu, buf: buf}
 	buf.Reset()
 	status, end, err := r.header()
 	if err != nil {
@@ -139,7 +148,11 @@ func (m *Manager) readFailure(ctx context.Context, s *server, err error, n int) 
 // responseReader reads a response from c into buf: the header first, then
 // the body in place behind it (a chunked body is decoded in place).
 type responseReader struct {
-	c    net.Conn
+	c net.Conn
+	// raw, when set, is c's descriptor: its reads are made and timed on
+	// cpu one system call at a time.
+	raw  syscall.RawConn
+	cpu  *cpuClock
 	buf  *bytes.Buffer
 	read int // bytes read from c
 }
@@ -150,7 +163,7 @@ func (r *responseReader) fill() error {
 		r.buf.Grow(32 << 10)
 	}
 	b := r.buf.AvailableBuffer()
-	n, err := r.c.Read(b[:cap(b)])
+	n, err := r.readInto(b[:cap(b)])
 	r.buf.Write(b[:n])
 	r.read += n
 	if n > 0 {
@@ -160,6 +173,39 @@ func (r *responseReader) fill() error {
 		err = io.ErrNoProgress
 	}
 	return err
+}
+
+// readInto is one Read of c. Through raw, the read system call is timed
+// alone: the wait for the page, while other goroutines run on the thread,
+// is not the scrape's CPU.
+func (r *responseReader) readInto(b []byte) (int, error) {
+	if r.raw == nil {
+		return r.c.Read(b)
+	}
+	var n int
+	var rerr error
+	err := r.raw.Read(func(fd uintptr) bool {
+		sp := r.cpu.begin()
+		for {
+			n, rerr = syscall.Read(int(fd), b)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		r.cpu.end(sp)
+		// Not ready: the runtime's poller waits (within c's deadline) and
+		// calls again.
+		return rerr != syscall.EAGAIN
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, rerr
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // header reads up to the end of the header; end is the offset of the body

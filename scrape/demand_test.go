@@ -94,3 +94,36 @@ func TestFreshnessFollowsDemand(t *testing.T) {
 		t.Error("a failing busy server's values are fresh past the staleness threshold")
 	}
 }
+
+// The request that ends an idle spell does not wait for the scraper: with
+// the scraper's lock held (as by a plan over every pool, or a busy
+// dispatcher), NoteRequest returns, and the pool's servers are scraped once
+// the lock is free.
+func TestDemandNeverWaitsForTheScraper(t *testing.T) {
+	s := startModelServers(t, 1)[0]
+	s.servePage(t, vllmpage.State{Waiting: 1}, vllmpage.Options{})
+	h := newHarness(t, Options{RefreshInterval: 20 * time.Millisecond, IdleRefreshInterval: time.Hour, DemandWindow: 100 * time.Millisecond})
+	p := h.addPool("pool", nil, s.port, s)
+	h.awaitSuccess(t, s.addr)
+	// Never requested: the first request is a demand.
+	ep := endpointOf(t, p, s.addr)
+	first := ep.Metrics().ScrapedAt
+
+	h.m.mu.Lock()
+	noted := make(chan struct{})
+	go func() {
+		p.NoteRequest(time.Now())
+		close(noted)
+	}()
+	select {
+	case <-noted:
+	case <-time.After(10 * time.Second):
+		h.m.mu.Unlock()
+		t.Fatal("NoteRequest waited for the scraper's lock")
+	}
+	h.m.mu.Unlock()
+	h.awaitSuccess(t, s.addr)
+	if got := ep.Metrics(); !got.ScrapedAt.After(first) {
+		t.Fatalf("the demanded pool's server was not scraped again (last scrape %v)", got.ScrapedAt)
+	}
+}

@@ -51,8 +51,18 @@ type Manager struct {
 	inflight sync.WaitGroup
 	// wake tells the dispatcher the head of the queue changed.
 	wake chan struct{}
-	// budget admits the scrapes at the rate Options.CPUBudget pays for.
-	budget *budget
+	// budget admits the scrapes at the rate Options.CPUBudget pays for;
+	// cpuSlots bounds the parses running at once to its whole cores (nil:
+	// no budget).
+	budget   *budget
+	cpuSlots chan struct{}
+
+	// demandMu guards demanded, the pools PoolDemanded heard of that the
+	// dispatcher has not handled yet: the request path appends to it and
+	// never waits for mu. ended is set when the dispatcher has returned.
+	demandMu sync.Mutex
+	demanded []*datastore.Pool
+	ended    bool
 
 	mu sync.Mutex
 	// ctx is Start's context; nil before Start.
@@ -130,6 +140,9 @@ func NewManager(opts Options) (*Manager, error) {
 		pools:   map[datastore.PoolKey]*poolSubs{},
 		servers: map[targetKey]*server{},
 	}
+	if opts.CPUBudget > 0 {
+		m.cpuSlots = make(chan struct{}, max(1, int(opts.CPUBudget)))
+	}
 	m.parsers = make(map[Engine]*sync.Pool, len(names))
 	for e, n := range names {
 		m.parsers[e] = &sync.Pool{New: func() any {
@@ -179,6 +192,9 @@ func (m *Manager) Start(ctx context.Context) error {
 
 	m.dispatch(ctx)
 
+	m.demandMu.Lock()
+	m.ended, m.demanded = true, nil
+	m.demandMu.Unlock()
 	m.mu.Lock()
 	m.stopped = true
 	m.mu.Unlock()
@@ -205,7 +221,11 @@ func (m *Manager) dispatch(ctx context.Context) {
 			return
 		}
 		now := time.Now()
+		demanded := m.takeDemanded()
 		m.mu.Lock()
+		for _, p := range demanded {
+			m.demandLocked(p, now)
+		}
 		if !now.Before(m.nextPlan) {
 			m.planLocked(now)
 			m.nextPlan = now.Add(planInterval)
@@ -336,8 +356,6 @@ func (m *Manager) unparkLocked(ps *poolSubs) {
 // to every endpoint resolving to it; interval was the time since the last.
 func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Duration) {
 	defer m.inflight.Done()
-	var cpu threadTimer
-	cpu.begin()
 	met, err := m.fetch(s.ctx, s)
 	// A cancelled scrape is no failure: its server left, or the manager
 	// stopped.
@@ -350,12 +368,14 @@ func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Durat
 		}
 		met.ScrapedAt = time.Now()
 		var moved []*sub
+		sp := s.cpu.begin()
 		interval, busy, moved = m.publish(s, &met, err, interval)
+		s.cpu.end(sp)
 		if len(moved) > 0 {
 			m.move(s, moved)
 		}
 	}
-	m.budget.charge(cpu.end(), expected)
+	m.budget.charge(s.cpu.take(), expected)
 	m.mu.Lock()
 	s.cancel()
 	s.running = false
@@ -461,16 +481,41 @@ func (m *Manager) publish(s *server, met *datastore.Metrics, err error, prev tim
 	return next, busy, moved
 }
 
-// PoolDemanded scrapes the servers of a pool that was idle at once: its
+// PoolDemanded has the servers of a pool that was idle scraped at once: its
 // request is routed meanwhile on their last values and the in-flight
-// counts, and its next ones on fresh values.
+// counts, and its next ones on fresh values. It is called on the request
+// path, so it only notes the pool for the dispatcher.
 func (m *Manager) PoolDemanded(pool *datastore.Pool, idle time.Duration) {
 	if m.opts.IdleRefreshInterval <= m.opts.RefreshInterval || idle < m.opts.DemandWindow {
 		return
 	}
-	now := time.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.demandMu.Lock()
+	if m.ended {
+		m.demandMu.Unlock()
+		return
+	}
+	m.demanded = append(m.demanded, pool)
+	first := len(m.demanded) == 1
+	m.demandMu.Unlock()
+	if first {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// takeDemanded returns the pools PoolDemanded noted since the last call.
+func (m *Manager) takeDemanded() []*datastore.Pool {
+	m.demandMu.Lock()
+	defer m.demandMu.Unlock()
+	d := m.demanded
+	m.demanded = nil
+	return d
+}
+
+// demandLocked queues the servers of a demanded pool for a scrape now.
+func (m *Manager) demandLocked(pool *datastore.Pool, now time.Time) {
 	ps := m.pools[pool.Key]
 	if ps == nil || ps.pool != pool {
 		return

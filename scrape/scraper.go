@@ -29,8 +29,12 @@ type server struct {
 	// request is the GET of an http target's page.
 	request []byte
 	// conn is the kept connection of an http target, used by the one
-	// scrape in flight and closed when the server goes.
+	// scrape in flight and closed when the server goes; raw is its file
+	// descriptor's, whose reads are timed one system call at a time.
 	conn net.Conn
+	raw  syscall.RawConn
+	// cpu is the CPU time of the scrape in flight (cpuClock).
+	cpu cpuClock
 
 	// Guarded by Manager.mu.
 	index int          // position in its queue; -1 when not queued
@@ -79,7 +83,7 @@ func (s *server) closeConn() bool {
 		return false
 	}
 	s.conn.Close()
-	s.conn = nil
+	s.conn, s.raw = nil, nil
 	return true
 }
 
@@ -231,9 +235,22 @@ func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, e
 	if err != nil {
 		return datastore.Metrics{}, err
 	}
+	// The parse is most of a scrape's CPU: at most cpuSlots run at once,
+	// so that the scrapes leave the other cores to the request path
+	// however many are in flight.
+	if m.cpuSlots != nil {
+		select {
+		case m.cpuSlots <- struct{}{}:
+			defer func() { <-m.cpuSlots }()
+		case <-parent.Done():
+			return datastore.Metrics{}, parent.Err()
+		}
+	}
 	p := m.parsers[t.engine].Get().(*Parser)
 	defer m.parsers[t.engine].Put(p)
+	sp := s.cpu.begin()
 	met, err := p.Parse(page)
+	s.cpu.end(sp)
 	if err != nil {
 		return datastore.Metrics{}, failure("parse", "GET %s (%s): %w", t.url, t.engine, err)
 	}
