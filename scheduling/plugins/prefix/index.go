@@ -46,6 +46,58 @@ type prefixIndex struct {
 	// first report, when hasMissShare is set).
 	missShare    atomic.Uint64
 	hasMissShare atomic.Bool
+
+	// loadShare is the pool's recent share of the servers' requests that
+	// this replica has in flight, a moving average (float64 bits; 0 until
+	// the first sample, when hasLoadShare is set): about 1 with one picker
+	// replica, 1/N with N replicas that the streams are spread over alike.
+	loadShare    atomic.Uint64
+	hasLoadShare atomic.Bool
+}
+
+// loadShareWeight is the weight of one sample in the moving average of
+// the replica's share of the load: about the last twenty rendezvous
+// choices.
+const loadShareWeight = 0.05
+
+// maxReplicaEstimate bounds the estimated number of replicas: a replica
+// that gets almost none of the streams would otherwise take the slack
+// without bound.
+const maxReplicaEstimate = 8
+
+// observeLoadShare folds one sample into the replica's share of the load:
+// own requests in flight on the scraped endpoints against the requests
+// the servers reported running and waiting. A sample with nothing
+// reported says nothing. Samples race; a lost update does not matter.
+func (x *prefixIndex) observeLoadShare(own, scraped int64) {
+	if scraped <= 0 {
+		return
+	}
+	// In flight counts a request from its pick until its response ends,
+	// a scrape only while the server has it, and the scrape lags: with one
+	// replica the ratio is about 1 and may exceed it.
+	share := min(float64(own)/float64(scraped), 1)
+	if !x.hasLoadShare.Load() {
+		x.loadShare.Store(math.Float64bits(share))
+		x.hasLoadShare.Store(true)
+		return
+	}
+	old := math.Float64frombits(x.loadShare.Load())
+	x.loadShare.Store(math.Float64bits(old + loadShareWeight*(share-old)))
+}
+
+// replicas is the estimated number of picker replicas sharing the pool's
+// streams: the inverse of the replica's share of the load, rounded, from
+// 1 to maxReplicaEstimate (1 before any sample).
+func (x *prefixIndex) replicas() int {
+	if !x.hasLoadShare.Load() {
+		return 1
+	}
+	share := math.Float64frombits(x.loadShare.Load())
+	if share*maxReplicaEstimate <= 1 {
+		return maxReplicaEstimate
+	}
+	return min(max(int(math.Round(1/share)), 1), maxReplicaEstimate)
 }
 
 // missShareWeight is the weight of one report in the pool's moving

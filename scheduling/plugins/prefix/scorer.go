@@ -91,6 +91,17 @@ type Params struct {
 	// RendezvousLoadSlack is how many more requests in flight than the
 	// least loaded candidate the rendezvous choice may carry. Zero: 1.
 	RendezvousLoadSlack int `json:"rendezvousLoadSlack"`
+	// RendezvousSlackPerReplica multiplies RendezvousLoadSlack by the
+	// number of picker replicas the scorer estimates share the pool's
+	// streams: the servers' scraped running and waiting requests over this
+	// replica's own requests in flight, a moving average, rounded, from 1
+	// to 8. Replicas bound the choice by views of the load that differ
+	// (each counts only its own requests between scrapes, and scrapes at
+	// its own instants), so they agree only when the slack is wide against
+	// those differences; one replica has nothing to agree with, and a
+	// narrow slack spreads its load better. False (the plugin default):
+	// RendezvousLoadSlack however many replicas there are.
+	RendezvousSlackPerReplica bool `json:"rendezvousSlackPerReplica"`
 }
 
 // RendezvousScore is what the rendezvous choice scores (RendezvousBlocks):
@@ -282,12 +293,24 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	}
 	key := fnvBytes(fnvString(fnvOffset, cs.TargetModel), req.Prompt[:n])
 	least := int64(math.MaxInt64)
+	var own, scraped int64
 	for i := range c {
 		least = min(least, candidateLoad(&c[i]))
+		if m := c[i].Metrics; m != nil {
+			own += max(c[i].Endpoint.InFlight(), 0)
+			scraped += int64(m.RunningRequests + m.WaitingRequests)
+		}
+	}
+	slack := int64(s.params.RendezvousLoadSlack)
+	if s.params.RendezvousSlackPerReplica {
+		if x := s.index(cs.Pool); x != nil {
+			x.observeLoadShare(own, scraped)
+			slack *= int64(x.replicas())
+		}
 	}
 	best, bestWeight := -1, uint64(0)
 	for i := range c {
-		if candidateLoad(&c[i])-least > int64(s.params.RendezvousLoadSlack) {
+		if candidateLoad(&c[i])-least > slack {
 			continue
 		}
 		if w := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address)); best < 0 || w > bestWeight {

@@ -691,3 +691,94 @@ func TestPrefixScorerRendezvous(t *testing.T) {
 		t.Fatalf("without rendezvousBlocks: scores %v", s)
 	}
 }
+
+func TestPrefixScorerRendezvousSlackPerReplica(t *testing.T) {
+	const params = `{"queueCostTokens": 128, "rendezvousBlocks": 4, "rendezvousLoadSlack": 2, "rendezvousSlackPerReplica": true}`
+	p := schedtest.Prompt("hot prefix", 2048)
+	chosen := func(f *prefixFixture) int {
+		for pod, v := range f.score(p, 0) {
+			if v == RendezvousScore {
+				return pod
+			}
+		}
+		t.Fatal("no rendezvous choice")
+		return 0
+	}
+	// load puts own requests in flight and a scrape of running requests
+	// on each pod (1-based, pod 0 unused).
+	load := func(f *prefixFixture, own, running []int) {
+		for pod := 1; pod < len(own); pod++ {
+			e := f.tp.Ep(t, pod)
+			e.AddInFlight(int64(own[pod]) - e.InFlight())
+			m := schedtest.Load(0, 0.1)
+			m.RunningRequests = running[pod]
+			e.SetMetrics(m)
+		}
+	}
+	cases := []struct {
+		name      string
+		own, runs func(first int) []int
+		replicas  int
+		moved     bool
+	}{{
+		// The servers report what this replica sent: one replica, slack 2;
+		// 3 more requests than the least loaded moves the choice.
+		name:     "one replica",
+		own:      func(first int) []int { v := make([]int, 5); v[first] = 3; return v },
+		runs:     func(first int) []int { v := make([]int, 5); v[first] = 3; return v },
+		replicas: 1, moved: true,
+	}, {
+		// The servers report twice what this replica has in flight: two
+		// replicas, slack 4; the same 3 requests keep it.
+		name: "two replicas",
+		own:  func(first int) []int { v := make([]int, 5); v[first] = 2; return v },
+		runs: func(first int) []int {
+			v := make([]int, 5)
+			v[first] = 3
+			v[1+first%4] = 1
+			return v
+		},
+		replicas: 2, moved: false,
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 4, params)
+			first := chosen(f)
+			load(f, c.own(first), c.runs(first))
+			got := chosen(f)
+			if r := f.index().replicas(); r != c.replicas {
+				t.Fatalf("estimated %d replicas, want %d", r, c.replicas)
+			}
+			if (got != first) != c.moved {
+				t.Fatalf("choice %d, first %d: moved %v, want %v", got, first, got != first, c.moved)
+			}
+			load(f, make([]int, 5), make([]int, 5))
+		})
+	}
+}
+
+func TestLoadShareEstimate(t *testing.T) {
+	cases := []struct {
+		name    string
+		samples [][2]int64 // own, scraped
+		want    int
+	}{
+		{"no sample", nil, 1},
+		{"nothing scraped", [][2]int64{{3, 0}}, 1},
+		{"one replica, scrape lagging", [][2]int64{{5, 4}, {4, 4}}, 1},
+		{"two replicas", [][2]int64{{3, 6}, {2, 4}, {4, 8}}, 2},
+		{"three replicas", [][2]int64{{2, 6}, {3, 9}}, 3},
+		{"none of the streams", [][2]int64{{0, 12}}, maxReplicaEstimate},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			x := newPrefixIndex()
+			for _, s := range c.samples {
+				x.observeLoadShare(s[0], s[1])
+			}
+			if got := x.replicas(); got != c.want {
+				t.Fatalf("replicas %d, want %d", got, c.want)
+			}
+		})
+	}
+}
