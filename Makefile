@@ -28,8 +28,13 @@ manifests: generate ## Regenerate the CRD manifests under config/crd/bases.
 	cp config/crd/bases/*.yaml charts/poolpicker/files/crds/
 
 .PHONY: verify
-verify: ## Fail when generated files are stale.
+verify: ## Fail when generated files are stale or a production package holds code only tests reach.
 	hack/verify-generated.sh
+	$(MAKE) deadcode
+
+.PHONY: deadcode
+deadcode: ## Fail when poolpicker's binary never reaches a function of a production package (hack/deadcode-allowlist.txt aside).
+	hack/verify-deadcode.sh
 
 .PHONY: control-plane
 control-plane: ## Build kube-apiserver and etcd into bin/ (only when missing or re-pinned).

@@ -1,5 +1,13 @@
 package requestbody
 
+// Parse reads a whole body with a Scanner, the reference the scanner's
+// tests compare a body fed in pieces against.
+func Parse(body []byte, kind Kind, promptLimit int) (*Request, error) {
+	sc := NewScanner(kind, promptLimit)
+	_ = sc.Feed(body, true) // the defect, if any, is Result's error
+	return sc.Result(body)
+}
+
 // ParseSkimming is Parse that also returns the byte ranges it only
 // skimmed, where a defect goes unnoticed.
 func ParseSkimming(body []byte, kind Kind, promptLimit int) (*Request, [][2]int, error) {

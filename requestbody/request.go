@@ -56,13 +56,6 @@ type Reader interface {
 	Result(body []byte) (*Request, error)
 }
 
-// Parse reads a whole body; see Scanner.
-func Parse(body []byte, kind Kind, promptLimit int) (*Request, error) {
-	sc := NewScanner(kind, promptLimit)
-	_ = sc.Feed(body, true) // the defect, if any, is Result's error
-	return sc.Result(body)
-}
-
 // Error is a request body the picker cannot read; it maps to a 400.
 type Error struct {
 	msg string

@@ -62,14 +62,6 @@ func (l *blockLRU) add(h uint64) {
 	l.pos[h] = i
 }
 
-// contains reports whether h is held, leaving its recency alone.
-func (l *blockLRU) contains(h uint64) bool {
-	_, ok := l.pos[h]
-	return ok
-}
-
-func (l *blockLRU) len() int { return len(l.pos) }
-
 // stampOf returns h's stamp (how recently it was used; larger is more
 // recent) and whether h is held.
 func (l *blockLRU) stampOf(h uint64) (uint64, bool) {

@@ -393,14 +393,6 @@ func (pe *prefixEndpoint) touchOrAdd(hashes []uint64) {
 	}
 }
 
-func (pe *prefixEndpoint) len() int {
-	pe.mu.Lock()
-	defer pe.mu.Unlock()
-	if pe.lru == nil {
-		return 0
-	}
-	return pe.lru.len()
-}
 
 func (x *prefixIndex) shard(h uint64) *indexShard { return &x.shards[h&(prefixShards-1)] }
 

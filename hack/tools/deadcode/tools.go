@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins deadcode, which `make deadcode` runs through `go run`, so
+// nothing has to be installed beforehand.
+package tools
+
+import (
+	_ "golang.org/x/tools/cmd/deadcode"
+)
