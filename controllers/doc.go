@@ -9,9 +9,3 @@
 // set in one atomic swap before the old watch stops, and a pool that is
 // deleted or stops being served has its watch stopped.
 package controllers
-
-// RBAC the reconcilers need (cluster-scoped, or per watched namespace):
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
-// +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch
-// +kubebuilder:rbac:groups=inference.networking.x-k8s.io,resources=inferenceobjectives;inferencemodelrewrites,verbs=get;list;watch
-// +kubebuilder:rbac:groups=inference.networking.x-k8s.io,resources=inferenceobjectives/status;inferencemodelrewrites/status,verbs=patch;update
