@@ -192,8 +192,8 @@ func (st *stream) loop() {
 // what the decision needs, while it is one frame deep. The decision path
 // (scanner, scheduler, protobuf marshalling of the answer) is deep enough
 // to outgrow a new goroutine's stack; growing there copies the stack by
-// doubling, frames and all, which cost about a tenth of the server's CPU
-// per 64 KiB request in bench/extproc.
+// doubling, frames and all, several times per stream (its cost is on the
+// performance page).
 //
 //go:noinline
 func growStack() {
@@ -555,8 +555,9 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 		st.joined = joinBuffer(st.cLength)
 	}
 	if need := len(*st.joined) + len(b.GetBody()); need > cap(*st.joined) {
-		// Double, where append grows a large slice by a quarter: a 16 MiB
-		// body in 1 KiB pieces allocated 80 MiB on its way up.
+		// Double, where append grows a large slice by a quarter: a large
+		// body in small pieces would be copied many more times on its way
+		// up.
 		grown := make([]byte, len(*st.joined), min(max(need, 2*cap(*st.joined)), st.s.opts.MaxRequestBodyBytes))
 		copy(grown, *st.joined)
 		*st.joined = grown
@@ -585,11 +586,12 @@ func (st *stream) onRequestTrailers() (bool, error) {
 }
 
 // joinBuffers recycles the buffers a body of several chunks is joined
-// into (*[]byte). A fresh zeroed 64 KiB per request, and the garbage
-// collections it brings, cost about a sixth of the round trip in
-// bench/extproc. The joined body is dead once the decision is sent: the
-// prompt is hashed before (Result.Commit included), a rewrite copies, and
-// the chunks, not the joined body, are what is forwarded.
+// into (*[]byte): a fresh zeroed buffer per request, and the garbage
+// collections it brings, cost a large share of the round trip (the
+// performance page has the figure). The joined body is dead once the
+// decision is sent: the prompt is hashed before (Result.Commit included),
+// a rewrite copies, and the chunks, not the joined body, are what is
+// forwarded.
 var joinBuffers sync.Pool
 
 // maxPooledJoinBytes bounds the buffers kept for reuse, so one huge body

@@ -116,8 +116,9 @@ func (sc *Scanner) Feed(b []byte, final bool) error {
 			}
 			// The rest of the member is not in yet. It is read again from
 			// its key, so only once its bytes have doubled: re-reading it
-			// at every chunk would cost the square of its length (a 4 MiB
-			// member in 1 KiB chunks, 25 s); doubling costs at most twice.
+			// at every chunk would cost the square of its length (the
+			// performance page has a 4 MiB member's cost); doubling costs
+			// at most twice.
 			sc.retryAt = len(b) + (len(b) - sc.i)
 			return nil
 		}
