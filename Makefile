@@ -43,6 +43,7 @@ control-plane: ## Build kube-apiserver and etcd into bin/ (only when missing or 
 .PHONY: test
 test: control-plane verify image ## Run every test (unit, API server, e2e, install, the image) with the race detector.
 	IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) IMAGE_REF=$(IMAGE):$(VERSION) KUBEBUILDER_ASSETS=$(BIN) go test -race -count=1 ./...
+	KUBEBUILDER_ASSETS=$(BIN) go -C bench test -race -count=1 ./...
 
 .PHONY: image
 image: ## Build the OCI image archive bin/poolpicker-image.tar without Docker (IMAGE, VERSION, ARCH override).
@@ -59,7 +60,7 @@ test-image: image ## Build the image and run only its test.
 
 .PHONY: run
 run: control-plane ## Run poolpicker locally: API server, sample pools, simulated model servers (ARGS="-v 2" passes flags).
-	go build -o $(BIN)/localdemo ./cmd/localdemo
+	go build -o $(BIN)/localdemo ./internal/cmd/localdemo
 	$(BIN)/localdemo $(ARGS)
 
 .PHONY: docs

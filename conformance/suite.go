@@ -25,7 +25,7 @@ import (
 	llmdv1alpha2 "github.com/poolpicker/poolpicker/api/llmd/v1alpha2"
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/internal/eppclient"
-	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 )
 
 // Part is the part of the contract a case checks.

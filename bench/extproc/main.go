@@ -2,7 +2,7 @@
 // headers + body in, destination out) against a no-op ext_proc server that
 // answers a fixed endpoint, in the same run, over real gRPC on loopback.
 //
-//	go run ./bench/extproc -requests 20000
+//	go -C bench run ./extproc -requests 20000
 //
 // The servers take turns in blocks of round trips (-rounds), so a change in
 // the machine's speed during the run falls on all of them alike. For each
@@ -15,7 +15,7 @@
 // requestbody's scanner, and the same API on gjson and on jsontext
 // (bench/bodyreader), so that the readers are compared by the same ratio:
 //
-//	go run ./bench/extproc -servers noop,scheduler -body-readers scanner,gjson,jsontext -body-kib 1,16,64
+//	go -C bench run ./extproc -servers noop,scheduler -body-readers scanner,gjson,jsontext -body-kib 1,16,64
 package main
 
 import (

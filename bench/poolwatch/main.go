@@ -4,8 +4,8 @@
 // process, and a baseline that caches every pod of the namespaces and
 // filters on the client, and reports RSS, heap, sync time and API requests.
 //
-//	go run ./bench/poolwatch -pools 1000 -pods 10
-//	go run ./bench/poolwatch -pools 10 -pods 10 -unrelated 20000
+//	go -C bench run ./poolwatch -pools 1000 -pods 10
+//	go -C bench run ./poolwatch -pools 10 -pods 10 -unrelated 20000
 package main
 
 import (

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 )
 
 // feedbackConfig is a prefix-only router whose index believes every

@@ -18,7 +18,7 @@ import (
 // requests wait in the picker, by priority band, while the pool is
 // saturated. Compared with "poolpicker" (shedding only) at the same point:
 //
-//	go run ./bench/routing -routers poolpicker,poolpicker-flow-control -groups 12,24 -loads 100,120
+//	go -C bench run ./routing -routers poolpicker,poolpicker-flow-control -groups 12,24 -loads 100,120
 var flowRouter = router{name: "poolpicker-flow-control", config: scheduling.DefaultConfigText, replicas: []int{1}, flowControl: true}
 
 // The equal-priority objectives of the fairness run, offered 3:1.

@@ -11,7 +11,7 @@
 // replica an ext_proc server with its own scraper, scheduler and prefix
 // index, the streams spread over them as a gateway spreads them (-spread).
 //
-//	go run ./bench/routing -time-scale 2 -requests 300 -svg site-src/images/routing-sweep.svg -markdown /tmp/routing.md -json /tmp/routing.json
+//	go -C bench run ./routing -time-scale 2 -requests 300 -svg ../site-src/images/routing-sweep.svg -markdown /tmp/routing.md -json /tmp/routing.json
 //
 // The servers run -time-scale times faster than the costs they simulate;
 // every figure is reported in simulated time. It prints TTFT p50/p90/p99,

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 

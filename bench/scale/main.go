@@ -14,9 +14,9 @@
 // its peak with the watches less its steady RSS with the objects alone, on a
 // server no earlier run has touched.
 //
-//	go run ./bench/scale -pools 100,300,1000,3000 -out bench/scale/results.json
-//	go run ./bench/scale -pools 10000 -picker-args=--kube-api-qps=300 -out bench/scale/results.json
-//	go run ./bench/scale -from-json bench/scale/results.json -svg site-src/images/scale.svg -markdown
+//	go -C bench run ./scale -pools 100,300,1000,3000 -out scale/results.json
+//	go -C bench run ./scale -pools 10000 -picker-args=--kube-api-qps=300 -out scale/results.json
+//	go -C bench run ./scale -from-json scale/results.json -svg ../site-src/images/scale.svg -markdown
 package main
 
 import (

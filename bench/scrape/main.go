@@ -13,7 +13,7 @@
 // the least a client can do (write the GET, read the header and
 // Content-Length bytes), nothing parsed or published.
 //
-//	go run ./bench/scrape -endpoints 1000 -pools-per-server 2 -interval 50ms -duration 20s -modes read,scheduler,read,scheduler
+//	go -C bench run ./scrape -endpoints 1000 -pools-per-server 2 -interval 50ms -duration 20s -modes read,scheduler,read,scheduler
 package main
 
 import (

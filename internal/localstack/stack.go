@@ -35,9 +35,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/poolpicker/poolpicker/devgateway"
+	"github.com/poolpicker/poolpicker/internal/devgateway"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/internal/testenv"
-	"github.com/poolpicker/poolpicker/modelsim"
 )
 
 // Defaults of Options.

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
-	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 )
 
 // The sample pools of config/samples/local.

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 )
 
 // noEndpointTTL is the waiting room's TTL in TestScaleFromZero: long enough

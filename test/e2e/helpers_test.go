@@ -23,10 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/poolpicker/poolpicker/devgateway"
+	"github.com/poolpicker/poolpicker/internal/devgateway"
 	"github.com/poolpicker/poolpicker/internal/localstack"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/internal/poll"
-	"github.com/poolpicker/poolpicker/modelsim"
 )
 
 var (

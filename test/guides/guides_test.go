@@ -19,7 +19,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/poolpicker/poolpicker/devgateway"
+	"github.com/poolpicker/poolpicker/internal/devgateway"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 

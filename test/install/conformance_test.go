@@ -19,8 +19,8 @@ import (
 	"github.com/poolpicker/poolpicker/internal/deploytest"
 	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/internal/localstack"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/internal/permissions"
-	"github.com/poolpicker/poolpicker/modelsim"
 )
 
 const (

@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
-	"github.com/poolpicker/poolpicker/devgateway"
 	"github.com/poolpicker/poolpicker/internal/deploytest"
+	"github.com/poolpicker/poolpicker/internal/devgateway"
 	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/permissions"
 	"github.com/poolpicker/poolpicker/internal/poll"

@@ -26,9 +26,9 @@ import (
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/internal/testenv"
-	"github.com/poolpicker/poolpicker/modelsim"
 )
 
 // The election of the outage tests: short, so that the tests are quick,

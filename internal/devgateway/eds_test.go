@@ -14,7 +14,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/poolpicker/poolpicker/datastore"
-	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 )
 
 // podNetwork routes the test's pod IPs 10.61.0.N to the loopback addresses

@@ -29,7 +29,7 @@ import (
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/internal/localstack"
-	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 )
 
 func main() {

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/poolpicker/poolpicker/devgateway"
+	"github.com/poolpicker/poolpicker/internal/devgateway"
 )
 
 func main() {

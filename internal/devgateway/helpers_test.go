@@ -30,9 +30,9 @@ import (
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/internal/testenv"
-	"github.com/poolpicker/poolpicker/modelsim"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 
-	"github.com/poolpicker/poolpicker/modelsim"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 )
 
 func main() {
