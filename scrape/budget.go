@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,8 +13,9 @@ import (
 // stream handling keep the rest of the cores: a bucket of CPU time filled
 // at Cores per second (up to a tenth of a second's worth), charged by each
 // scrape with the CPU time it took. A scrape is admitted while the bucket
-// is not empty, charged its expected cost then and the difference when it
-// ends. Without a budget (Cores zero) it only measures.
+// is not empty and charged the mean cost then; a timed one (one in
+// timedEvery) is charged the difference when it ends and moves the mean.
+// Without a budget (Cores zero) it only measures.
 type budget struct {
 	cores float64 // zero: unlimited
 
@@ -21,7 +23,7 @@ type budget struct {
 	tokens time.Duration // CPU time the scrapes may still spend; negative: owed
 	last   time.Time     // when tokens was last filled
 	// perScrape is the average CPU time of a scrape (an exponentially
-	// weighted mean over the last hundred or so).
+	// weighted mean over the last sixteen or so timed ones).
 	perScrape time.Duration
 
 	used   atomic.Int64 // CPU nanoseconds scrapes spent
@@ -64,16 +66,20 @@ func (b *budget) take() time.Duration {
 	return b.perScrape
 }
 
-// charge records a scrape's measured CPU time, admitted with the expected
-// cost.
-func (b *budget) charge(cost, expected time.Duration) {
+// charge records the CPU time of a scrape admitted with the expected
+// cost: measured, or, for a scrape that was not timed (timedEvery), the
+// expected cost itself.
+func (b *budget) charge(cost, expected time.Duration, measured bool) {
+	if !measured {
+		cost = expected
+	}
 	b.used.Add(int64(cost))
-	if b.cores <= 0 {
+	if !measured {
 		return
 	}
 	b.mu.Lock()
 	b.tokens -= cost - expected
-	b.perScrape += (cost - b.perScrape) / 64
+	b.perScrape += (cost - b.perScrape) / 16
 	b.mu.Unlock()
 }
 
@@ -92,15 +98,23 @@ func (b *budget) rate() float64 {
 	return b.cores / b.expected().Seconds()
 }
 
+// timedEvery is how many scrapes there are to one whose CPU time is
+// measured: reading a thread's CPU clock is a system call, a few of them a
+// scrape would cost a tenth of the scrape, and the budget needs the mean.
+const timedEvery = 8
+
 // cpuClock adds up the CPU time a scrape spends on its goroutine: the
-// spans of it that cannot block (a read or write system call, the parse,
-// the publication), each read from the running thread's CPU clock. The
+// spans of it that cannot block (a read or write system call, the parse),
+// each read from the running thread's CPU clock. The
 // goroutine is not locked to a thread: a locked goroutine that blocks on
 // the network hands its processor to another thread and back, which cost
 // more than the scrape's parse. A span whose goroutine was preempted and
 // resumed on another thread reads two threads' clocks, so each span counts
 // at most its wall time.
-type cpuClock struct{ total time.Duration }
+type cpuClock struct {
+	on    bool // this scrape is timed
+	total time.Duration
+}
 
 // span is a started measurement of cpuClock.
 type span struct {
@@ -108,23 +122,31 @@ type span struct {
 	wall time.Time
 }
 
-func (c *cpuClock) begin() span { return span{cpu: threadCPU(), wall: time.Now()} }
+// start begins a scrape, timed or not.
+func (c *cpuClock) start(timed bool) { c.on, c.total = timed, 0 }
+
+func (c *cpuClock) begin() span {
+	if !c.on {
+		return span{}
+	}
+	return span{cpu: threadCPU(), wall: time.Now()}
+}
 
 func (c *cpuClock) end(sp span) {
+	if !c.on {
+		return
+	}
 	d := threadCPU() - sp.cpu
 	c.total += min(max(d, 0), time.Since(sp.wall))
 }
 
-// take returns the time counted since the last take.
-func (c *cpuClock) take() time.Duration {
-	d := c.total
-	c.total = 0
-	return d
-}
-
+// threadCPU reads the running thread's CPU clock. The kernel has no fast
+// path for it (unlike the wall clock), and clock_gettime never blocks, so
+// it is a raw system call: without the runtime's bookkeeping for one that
+// may block, which cost as much again.
 func threadCPU() time.Duration {
 	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+	if _, _, errno := unix.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_THREAD_CPUTIME_ID, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
 		return 0
 	}
 	return time.Duration(ts.Nano())

@@ -40,6 +40,8 @@ type Manager struct {
 
 	scrapes atomic.Uint64
 	errors  atomic.Uint64
+	// started counts the scrapes begun: one in timedEvery is timed.
+	started atomic.Uint64
 	// kept counts the http servers' kept connections.
 	kept atomic.Int64
 	// onScrape, when set before Start, hears of every finished scrape of
@@ -356,6 +358,7 @@ func (m *Manager) unparkLocked(ps *poolSubs) {
 // to every endpoint resolving to it; interval was the time since the last.
 func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Duration) {
 	defer m.inflight.Done()
+	s.cpu.start(m.started.Add(1)%timedEvery == 1)
 	met, err := m.fetch(s.ctx, s)
 	// A cancelled scrape is no failure: its server left, or the manager
 	// stopped.
@@ -368,14 +371,12 @@ func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Durat
 		}
 		met.ScrapedAt = time.Now()
 		var moved []*sub
-		sp := s.cpu.begin()
 		interval, busy, moved = m.publish(s, &met, err, interval)
-		s.cpu.end(sp)
 		if len(moved) > 0 {
 			m.move(s, moved)
 		}
 	}
-	m.budget.charge(s.cpu.take(), expected)
+	m.budget.charge(s.cpu.total, expected, s.cpu.on)
 	m.mu.Lock()
 	s.cancel()
 	s.running = false

@@ -101,10 +101,12 @@ type Options struct {
 	// means DefaultMaxConcurrentScrapes.
 	MaxConcurrentScrapes int
 	// CPUBudget is the CPU the scrapes may use, in cores: scrapes are
-	// admitted at the rate it pays for (each measured by its thread's CPU
-	// time), so that picks and stream handling keep the rest of the cores.
-	// When it cannot pay for every busy server at RefreshInterval, busy
-	// pools share it by request rate. Zero means half of GOMAXPROCS;
+	// admitted at the rate it pays for (their mean cost, from one scrape
+	// in eight timed by its thread's CPU clock: the exchange's system calls
+	// and the parse), and at most its whole cores (at least one) of them
+	// parse at once, so that picks and stream handling keep the rest of the
+	// cores. When it cannot pay for every busy server at RefreshInterval,
+	// busy pools share it by request rate. Zero means half of GOMAXPROCS;
 	// negative means no budget.
 	CPUBudget float64
 	// MaxConcurrentScrapesPerPool bounds the scrapes in flight of one

@@ -84,7 +84,7 @@ func main() {
 	flag.StringVar(&c.PickerArgs, "picker-args", "", "Extra poolpicker flags, space-separated (for example --kube-api-qps=300).")
 	flag.Float64Var(&c.HotShare, "hot", 0.01, "Share of pools that receive traffic (at least one).")
 	flag.Float64Var(&c.HotRate, "hot-rate", 200, "Requests per second over all hot pools.")
-	flag.Float64Var(&c.Noisy, "noisy", 0, "Noisy neighbour: one hot pool gets this many times each other hot pool's traffic (the others keep theirs), and the hot figures are the other pools' (0: none).")
+	flag.Float64Var(&c.Noisy, "noisy", 0, "Noisy neighbour: after the hot window, two more, one with a hot pool's servers hanging until the scrape timeout, one with its traffic at this many times each other hot pool's; every hot figure is the other pools' (0: none).")
 	flag.Float64Var(&c.FlipRate, "flip-rate", 20, "Pod readiness flips per second during the pod-update phase (0: no such phase).")
 	flag.IntVar(&c.Servers, "servers", 4, "Model-server processes serving every pod address.")
 	flag.IntVar(&c.Port, "port", 28123, "Port of every model server (the pools' target port); it must be free on every loopback address.")

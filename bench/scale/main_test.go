@@ -46,7 +46,7 @@ func TestSmallRun(t *testing.T) {
 	defer cleanup()
 	c := config{Pools: 20, Pods: 3, Namespaces: 2, HotShare: 0.1, HotRate: 50, FlipRate: 10, Servers: 2, Port: port,
 		settle: 2 * time.Second, idleWindow: 2 * time.Second, hotWindow: 3 * time.Second, flipWindow: 2 * time.Second,
-		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second,
+		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second, Noisy: 50,
 		// An idle server is scraped once at start, then every idle interval:
 		// at the default 30 s the 2 s idle window would see none.
 		PickerArgs: "--idle-refresh-metrics-interval=1s"}
@@ -65,6 +65,18 @@ func TestSmallRun(t *testing.T) {
 		if !(v > 0) {
 			t.Errorf("%s = %v, want > 0", name, v)
 		}
+	}
+	// The noisy-neighbour windows: one pool's servers hung (its scrapes
+	// timed out), then its traffic at 50x; the other pool was measured in
+	// each.
+	if len(r.Neighbours) != 2 {
+		t.Fatalf("%d noisy-neighbour windows, want 2", len(r.Neighbours))
+	}
+	if hang := r.Neighbours[0]; hang.ScrapeTimeouts < 1 || hang.Picks == 0 || !(hang.AgeP99Ms > 0) {
+		t.Errorf("hanging neighbour: %+v, want timed-out scrapes and the other pool's picks", hang)
+	}
+	if loud := r.Neighbours[1]; loud.Picks <= r.HotPicks || !(loud.AgeP99Ms > 0) {
+		t.Errorf("50x neighbour: %d picks against %d quiet, want more; %+v", loud.Picks, r.HotPicks, loud)
 	}
 	if r.HotPools != 2 || r.ColdPicks != 5 {
 		t.Errorf("hot pools %d, cold picks %d; want 2 and 5", r.HotPools, r.ColdPicks)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -146,6 +147,8 @@ type pickerMetrics struct {
 	byMethod   map[string]float64
 	heapInuse  float64
 	goroutines float64
+	// timeouts are the scrapes that timed out, of every pool.
+	timeouts float64
 }
 
 func (p *picker) readMetrics(ctx context.Context) (pickerMetrics, error) {
@@ -169,6 +172,13 @@ func (p *picker) readMetrics(ctx context.Context) (pickerMetrics, error) {
 			v := s.GetCounter().GetValue()
 			m.requests += v
 			m.byMethod[label(s, "method")] += v
+		}
+	}
+	if f := fams["inference_pool_metrics_scrape_errors_total"]; f != nil {
+		for _, s := range f.GetMetric() {
+			if label(s, "reason") == "timeout" {
+				m.timeouts += s.GetCounter().GetValue()
+			}
 		}
 	}
 	m.heapInuse = gauge(fams["go_memstats_heap_inuse_bytes"])
@@ -217,6 +227,24 @@ func (p *picker) saveProfile(ctx context.Context, name, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// saveProfileFromStart is saveProfile as soon as poolpicker's metrics
+// server listens.
+func (p *picker) saveProfileFromStart(ctx context.Context, name, path string) error {
+	for {
+		err := p.saveProfile(ctx, name, path)
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return err
+		}
+		select {
+		case <-p.exited:
+			return fmt.Errorf("poolpicker exited: %s", p.log)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (p *picker) stop() {

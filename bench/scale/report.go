@@ -37,6 +37,10 @@ var rows = []row{
 	{"hot pick p99", func(r result) float64 { return r.HotPickP99Ms }, "ms"},
 	{"metric age p50 (hot picks)", func(r result) float64 { return r.MetricAgeP50Ms }, "ms"},
 	{"metric age p99 (hot picks)", func(r result) float64 { return r.MetricAgeP99Ms }, "ms"},
+	{"hanging neighbour: metric age p99 / quiet", neighbourRatio(0, true), "x"},
+	{"hanging neighbour: hot pick p99 / quiet", neighbourRatio(0, false), "x"},
+	{"noisy neighbour's traffic: metric age p99 / quiet", neighbourRatio(1, true), "x"},
+	{"noisy neighbour's traffic: hot pick p99 / quiet", neighbourRatio(1, false), "x"},
 	{"cold first pick p50", func(r result) float64 { return r.ColdPickP50Ms }, "ms"},
 	{"cold first pick p99", func(r result) float64 { return r.ColdPickP99Ms }, "ms"},
 	{"sync from start", func(r result) float64 { return r.SyncSec }, "s"},
@@ -49,6 +53,21 @@ var rows = []row{
 	{"kube-apiserver CPU idle", func(r result) float64 { return r.APIIdleCPU }, "cores"},
 	{"kube-apiserver CPU, pod updates", func(r result) float64 { return r.APIFlipCPU }, "cores"},
 	{"poolpicker CPU, pod updates", func(r result) float64 { return r.FlipPickerCPU }, "cores"},
+}
+
+// neighbourRatio reads the other pools' metric age (or pick) p99 with
+// noisy neighbour i against the quiet window's; 0 without it.
+func neighbourRatio(i int, age bool) func(result) float64 {
+	return func(r result) float64 {
+		if i >= len(r.Neighbours) {
+			return 0
+		}
+		n := r.Neighbours[i]
+		if age {
+			return n.AgeP99Ms / r.MetricAgeP99Ms
+		}
+		return n.PickP99Ms / r.HotPickP99Ms
+	}
 }
 
 // printReport prints a column per run and, for each run past 1,000 pools,

@@ -48,10 +48,14 @@ type result struct {
 	MetricAgeP50Ms float64 `json:"metricAgeP50Ms"`
 	MetricAgeP99Ms float64 `json:"metricAgeP99Ms"`
 	MetricAgeMaxMs float64 `json:"metricAgeMaxMs"`
-	ColdPicks      int     `json:"coldPicks"`
-	ColdPickP50Ms  float64 `json:"coldPickP50Ms"`
-	ColdPickP99Ms  float64 `json:"coldPickP99Ms"`
-	FlipPickerCPU  float64 `json:"flipPickerCPU,omitempty"`
+	// Neighbours are the hot windows with a noisy neighbour (-noisy): the
+	// other hot pools' figures with one pool's servers hanging, then with
+	// its traffic at Noisy times theirs.
+	Neighbours    []hotFigures `json:"neighbours,omitempty"`
+	ColdPicks     int          `json:"coldPicks"`
+	ColdPickP50Ms float64      `json:"coldPickP50Ms"`
+	ColdPickP99Ms float64      `json:"coldPickP99Ms"`
+	FlipPickerCPU float64      `json:"flipPickerCPU,omitempty"`
 
 	APISteadyRSS   int64   `json:"apiServerSteadyRSS"`
 	APIPeakSyncRSS int64   `json:"apiServerPeakRSSToSync"`
@@ -180,8 +184,20 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	defer p.stop()
 	peaks := samplePeaks(api, p.pid())
 	defer peaks.close()
+	syncProf := make(chan error, 1)
+	if c.profiles != "" {
+		// The first 30 s from start: the initial sync.
+		go func() {
+			syncProf <- p.saveProfileFromStart(ctx, "profile?seconds=30", fmt.Sprintf("%s.cpu-sync.%d%s", c.profiles, c.Pools, planSuffix(c.Plan)))
+		}()
+	} else {
+		syncProf <- nil
+	}
 	sync, err := p.waitReady(ctx, 15*time.Minute)
 	if err != nil {
+		return r, err
+	}
+	if err := <-syncProf; err != nil {
 		return r, err
 	}
 	r.SyncSec = sync.Seconds()
@@ -232,45 +248,55 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		return r, err
 	}
 	defer g.close()
-	if _, err := hotTraffic(ctx, g, c, hot, c.HotRate, c.hotWarmup); err != nil {
+	if _, err := hotTraffic(ctx, g, c, hot, c.HotRate, 0, c.hotWarmup); err != nil {
 		return r, fmt.Errorf("hot traffic warm-up: %w", err)
 	}
-	pc, t0 = proc.CPU(p.pid()), time.Now()
-	picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, c.hotWindow)
-	if err != nil {
-		return r, fmt.Errorf("hot traffic: %w", err)
-	}
-	el = time.Since(t0).Seconds()
-	r.HotCPU = (proc.CPU(p.pid()) - pc) / el
-	r.HotPicks, r.HotPickRate = len(picks), float64(len(picks))/el
-	if c.Noisy > 0 && nHot > 1 {
-		// The other pools' figures: the noisy one's are left out.
-		picks = slices.DeleteFunc(picks, func(pk pick) bool { return pk.pool == hot[0] })
-	}
-	qs := make([]ageQuery, len(picks))
-	lat := make([]float64, len(picks))
-	for k, pk := range picks {
-		qs[k] = ageQuery{Addr: pk.addr, At: pk.sent.UnixNano()}
-		lat[k] = ms(pk.latency)
-	}
-	served, err := servers.lastServed(qs)
+	// With noisy-neighbour runs, every hot figure is the other pools': the
+	// noisy one, hot[0], is left out of the quiet window too.
+	noisy := c.Noisy > 0 && nHot > 1
+	hf, err := measureHot(ctx, g, p, servers, c, hot, 0, noisy)
 	if err != nil {
 		return r, err
 	}
-	// The age of what a pick saw: from the last page its server sent
-	// before the request was sent to the answer (a scrape in flight when
-	// the request arrived counts as seen, so this errs at most by one
-	// page's parse time).
-	ages := make([]float64, 0, len(picks))
-	for k, pk := range picks {
-		if served[k] == 0 {
-			return r, fmt.Errorf("pod %d was picked before its server was ever scraped", pk.addr)
+	r.HotCPU, r.HotPicks, r.HotPickRate = hf.CPU, hf.Picks, hf.PickRate
+	r.HotPickP50Ms, r.HotPickP99Ms = hf.PickP50Ms, hf.PickP99Ms
+	r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.MetricAgeMaxMs = hf.AgeP50Ms, hf.AgeP99Ms, hf.AgeMaxMs
+	logf("hot: %d pools, %.0f picks/s, poolpicker %.3f cores, metric age p50 %.0f ms p99 %.0f ms, pick p99 %.1f ms", nHot, r.HotPickRate, r.HotCPU, r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.HotPickP99Ms)
+	if noisy {
+		// One pool's servers hang until the scrape timeout, its traffic
+		// as the others'; then its servers answer and its traffic is
+		// Noisy times theirs.
+		first := hot[0] * c.Pods
+		m0, err := p.readMetrics(ctx)
+		if err != nil {
+			return r, err
 		}
-		ages = append(ages, ms(pk.sent.Add(pk.latency).Sub(time.Unix(0, served[k]))))
+		if err := servers.hang(first, first+c.Pods); err != nil {
+			return r, err
+		}
+		hang, err := measureHot(ctx, g, p, servers, c, hot, 0, true)
+		if err != nil {
+			return r, fmt.Errorf("hanging neighbour: %w", err)
+		}
+		if err := servers.hang(0, 0); err != nil {
+			return r, err
+		}
+		m1, err := p.readMetrics(ctx)
+		if err != nil {
+			return r, err
+		}
+		hang.Case, hang.ScrapeTimeouts = "hanging", m1.timeouts-m0.timeouts
+		loud, err := measureHot(ctx, g, p, servers, c, hot, c.Noisy, true)
+		if err != nil {
+			return r, fmt.Errorf("%gx neighbour: %w", c.Noisy, err)
+		}
+		loud.Case = fmt.Sprintf("%gx traffic", c.Noisy)
+		r.Neighbours = []hotFigures{hang, loud}
+		for _, n := range r.Neighbours {
+			logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p99 %.1f ms (%.2fx quiet); %.0f scrapes timed out",
+				n.Case, n.AgeP99Ms, n.AgeP99Ms/r.MetricAgeP99Ms, n.PickP99Ms, n.PickP99Ms/r.HotPickP99Ms, n.ScrapeTimeouts)
+		}
 	}
-	r.HotPickP50Ms, r.HotPickP99Ms = percentile(lat, 50), percentile(lat, 99)
-	r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.MetricAgeMaxMs = percentile(ages, 50), percentile(ages, 99), percentile(ages, 100)
-	logf("hot: %d pools, %.0f picks/s, poolpicker %.3f cores, metric age p50 %.0f ms p99 %.0f ms", nHot, r.HotPickRate, r.HotCPU, r.MetricAgeP50Ms, r.MetricAgeP99Ms)
 
 	// Cold pools: never sent a request, idle since start; one first
 	// request each, one at a time.
@@ -335,6 +361,64 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	r.APIPeakRSS = max(peaks.peak(0, false), r.APIPeakSyncRSS, r.APIFlipPeakRSS)
 	logf("poolpicker RSS %.0f MiB (peak %.0f), heap %.0f MiB; kube-apiserver added %.0f MiB", mib(r.RSS), mib(r.PeakRSS), r.HeapInuse/(1<<20), mib(r.apiAdded()))
 	return r, nil
+}
+
+// hotFigures are one window of hot-pool traffic's figures.
+type hotFigures struct {
+	Case      string  `json:"case,omitempty"`
+	CPU       float64 `json:"pickerCPU"`
+	Picks     int     `json:"picks"`
+	PickRate  float64 `json:"picksPerSecond"`
+	PickP50Ms float64 `json:"pickP50Ms"`
+	PickP99Ms float64 `json:"pickP99Ms"`
+	AgeP50Ms  float64 `json:"metricAgeP50Ms"`
+	AgeP99Ms  float64 `json:"metricAgeP99Ms"`
+	AgeMaxMs  float64 `json:"metricAgeMaxMs"`
+	// ScrapeTimeouts are the scrapes that timed out in the window (the
+	// hanging servers').
+	ScrapeTimeouts float64 `json:"scrapeTimeouts,omitempty"`
+}
+
+// measureHot sends the hot pools hotWindow of traffic (hot[0] noisy times
+// the others' with noisy above zero) and returns the figures, hot[0]'s
+// picks left out when others is set.
+func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServers, c config, hot []int, noisy float64, others bool) (hotFigures, error) {
+	var f hotFigures
+	pc, t0 := proc.CPU(p.pid()), time.Now()
+	picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, noisy, c.hotWindow)
+	if err != nil {
+		return f, fmt.Errorf("hot traffic: %w", err)
+	}
+	el := time.Since(t0).Seconds()
+	f.CPU = (proc.CPU(p.pid()) - pc) / el
+	f.Picks, f.PickRate = len(picks), float64(len(picks))/el
+	if others {
+		picks = slices.DeleteFunc(picks, func(pk pick) bool { return pk.pool == hot[0] })
+	}
+	qs := make([]ageQuery, len(picks))
+	lat := make([]float64, len(picks))
+	for k, pk := range picks {
+		qs[k] = ageQuery{Addr: pk.addr, At: pk.sent.UnixNano()}
+		lat[k] = ms(pk.latency)
+	}
+	served, err := servers.lastServed(qs)
+	if err != nil {
+		return f, err
+	}
+	// The age of what a pick saw: from the last page its server sent
+	// before the request was sent to the answer (a scrape in flight when
+	// the request arrived counts as seen, so this errs at most by one
+	// page's parse time).
+	ages := make([]float64, 0, len(picks))
+	for k, pk := range picks {
+		if served[k] == 0 {
+			return f, fmt.Errorf("pod %d was picked before its server was ever scraped", pk.addr)
+		}
+		ages = append(ages, ms(pk.sent.Add(pk.latency).Sub(time.Unix(0, served[k]))))
+	}
+	f.PickP50Ms, f.PickP99Ms = percentile(lat, 50), percentile(lat, 99)
+	f.AgeP50Ms, f.AgeP99Ms, f.AgeMaxMs = percentile(ages, 50), percentile(ages, 99), percentile(ages, 100)
+	return f, nil
 }
 
 // flipPods makes pods of pools without traffic (the cold ones included) not ready and ready again, FlipRate

@@ -99,6 +99,10 @@ func serveModelServers(port string) error {
 	}
 	var log servedLog
 	var served atomic.Int64
+	// hang is the range of pod addresses [from, to) that answer no scrape:
+	// their requests are held until the scraper gives up.
+	var hang atomic.Pointer[[2]int]
+	hang.Store(&[2]int{})
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 		tcp, _ := local.(*net.TCPAddr)
@@ -108,6 +112,10 @@ func serveModelServers(port string) error {
 		}
 		if !ok || r.URL.Path != "/metrics" {
 			http.NotFound(w, r)
+			return
+		}
+		if h := hang.Load(); i >= h[0] && i < h[1] {
+			<-r.Context().Done()
 			return
 		}
 		n := served.Add(1)
@@ -136,6 +144,14 @@ func serveModelServers(port string) error {
 			}
 		}
 		json.NewEncoder(w).Encode(out) //nolint:errcheck
+	})
+	mux.HandleFunc("POST /hang", func(w http.ResponseWriter, r *http.Request) {
+		var h [2]int
+		if err := json.NewDecoder(r.Body).Decode(&h); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		hang.Store(&h)
 	})
 	mux.HandleFunc("GET /count", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, served.Load()) })
 	go http.Serve(ctl, mux) //nolint:errcheck
@@ -212,6 +228,26 @@ func (ms *modelServers) served() (int64, error) {
 		n += k
 	}
 	return n, nil
+}
+
+// hang has the pod addresses [from, to) hold every scrape until the
+// scraper gives up (from == to: none).
+func (ms *modelServers) hang(from, to int) error {
+	body, err := json.Marshal([2]int{from, to})
+	if err != nil {
+		return err
+	}
+	for _, a := range ms.ctl {
+		resp, err := http.Post("http://"+a+"/hang", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("model server %s: hang: %s", a, resp.Status)
+		}
+	}
+	return nil
 }
 
 // lastServed returns, for each query, the last time its address was served

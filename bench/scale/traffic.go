@@ -125,8 +125,9 @@ func cutComma(s string) (string, string, bool) {
 // hotTraffic sends requests to the hot pools as Poisson arrivals of rate
 // per second, each to a pool drawn at random (periodic arrivals would lock
 // in phase with the refresh interval and bias the metric age), for d, with
-// up to 64 in flight; it returns every pick.
-func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate float64, d time.Duration) ([]pick, error) {
+// up to 64 in flight; it returns every pick. With noisy above zero, hot[0]
+// gets noisy times each other pool's requests (the others keep theirs).
+func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate, noisy float64, d time.Duration) ([]pick, error) {
 	var (
 		mu       sync.Mutex
 		picks    []pick
@@ -135,8 +136,8 @@ func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate float
 	)
 	rng := rand.New(rand.NewPCG(uint64(len(hot)), uint64(time.Now().UnixNano())))
 	sem := make(chan struct{}, 64)
-	if c.Noisy > 0 && len(hot) > 1 {
-		rate *= (float64(len(hot)-1) + c.Noisy) / float64(len(hot))
+	if noisy > 0 && len(hot) > 1 {
+		rate *= (float64(len(hot)-1) + noisy) / float64(len(hot))
 	}
 	end := time.Now().Add(d)
 	next := time.Now()
@@ -155,12 +156,12 @@ func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate float
 			continue // 64 in flight: the picker is behind; count what it answers
 		}
 		pool := hot[rng.IntN(len(hot))]
-		if c.Noisy > 0 && len(hot) > 1 {
-			// The noisy pool, hot[0], weighs c.Noisy others.
-			if u := rng.Float64() * (float64(len(hot)-1) + c.Noisy); u < c.Noisy {
+		if noisy > 0 && len(hot) > 1 {
+			// The noisy pool, hot[0], weighs noisy others.
+			if u := rng.Float64() * (float64(len(hot)-1) + noisy); u < noisy {
 				pool = hot[0]
 			} else {
-				pool = hot[1+min(int(u-c.Noisy), len(hot)-2)]
+				pool = hot[1+min(int(u-noisy), len(hot)-2)]
 			}
 		}
 		wg.Go(func() {
