@@ -73,9 +73,11 @@ type Manager struct {
 	pools   map[datastore.PoolKey]*poolSubs
 	servers map[targetKey]*server
 	// nextPlan is when the busy pools' shares of the budget are set again;
-	// slowed counts the pools refreshed less often than RefreshInterval.
+	// slowed counts the pools refreshed less often than RefreshInterval,
+	// longest is the longest of their intervals.
 	nextPlan time.Time
 	slowed   int
+	longest  time.Duration
 	// budgetWait is when a due scrape began waiting for the budget.
 	budgetWait time.Time
 	// busy and idle are the servers waiting for their next scrape, by due

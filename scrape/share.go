@@ -49,7 +49,7 @@ func (m *Manager) planLocked(now time.Time) {
 	}
 	avail = max(avail, rate/10)
 	wasSlowed := m.slowed
-	m.slowed = 0
+	m.slowed, m.longest = 0, 0
 	if demand <= avail {
 		if wasSlowed > 0 {
 			m.log.Info("metrics scrape budget covers every busy model server again", "budgetCores", m.budget.cores, "scrapesPerSecond", int(rate), "busyDemandPerSecond", int(demand))
@@ -75,6 +75,7 @@ func (m *Manager) planLocked(now time.Time) {
 		}
 		w.ps.interval = time.Duration(w.need / share * float64(m.opts.RefreshInterval))
 		m.slowed++
+		m.longest = max(m.longest, w.ps.interval)
 	}
 	if wasSlowed == 0 {
 		m.log.Info("metrics scrape budget too small for every busy model server at the refresh interval; busy pools share it by request rate",

@@ -23,7 +23,7 @@ type statsCollector struct {
 	running  *prometheus.Desc
 	podQueue *prometheus.Desc
 
-	budgetCores, budgetUsed, budgetWait, budgetPerScrape, budgetRate, budgetSlowed *prometheus.Desc
+	budgetCores, budgetUsed, budgetWait, budgetPerScrape, budgetRate, budgetSlowed, budgetInterval *prometheus.Desc
 }
 
 func newStatsCollector(m *Manager) *statsCollector {
@@ -59,6 +59,8 @@ func newStatsCollector(m *Manager) *statsCollector {
 			"Metrics scrapes a second the CPU budget pays for at the average cost; 0 when unlimited.", nil, nil),
 		budgetSlowed: prometheus.NewDesc("poolpicker_scrape_budget_slowed_pools",
 			"Busy pools whose model servers the budget lets be scraped less often than --refresh-metrics-interval, sharing it by request rate.", nil, nil),
+		budgetInterval: prometheus.NewDesc("poolpicker_scrape_budget_busy_interval_max_seconds",
+			"The longest time between scrapes of a busy pool's model servers that the budget allows (--refresh-metrics-interval when it covers every busy server).", nil, nil),
 	}
 }
 
@@ -69,7 +71,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.queue
 	ch <- c.running
 	ch <- c.podQueue
-	for _, d := range []*prometheus.Desc{c.budgetCores, c.budgetUsed, c.budgetWait, c.budgetPerScrape, c.budgetRate, c.budgetSlowed} {
+	for _, d := range []*prometheus.Desc{c.budgetCores, c.budgetUsed, c.budgetWait, c.budgetPerScrape, c.budgetRate, c.budgetSlowed, c.budgetInterval} {
 		ch <- d
 	}
 }
@@ -79,7 +81,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.scrapes.Collect(ch)
 	b := c.m.budget
 	c.m.mu.Lock()
-	slowed := c.m.slowed
+	slowed, longest := c.m.slowed, max(c.m.longest, c.m.opts.RefreshInterval)
 	c.m.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(c.budgetCores, prometheus.GaugeValue, b.cores)
 	ch <- prometheus.MustNewConstMetric(c.budgetUsed, prometheus.CounterValue, time.Duration(b.used.Load()).Seconds())
@@ -87,6 +89,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.budgetPerScrape, prometheus.GaugeValue, b.expected().Seconds())
 	ch <- prometheus.MustNewConstMetric(c.budgetRate, prometheus.GaugeValue, b.rate())
 	ch <- prometheus.MustNewConstMetric(c.budgetSlowed, prometheus.GaugeValue, float64(slowed))
+	ch <- prometheus.MustNewConstMetric(c.budgetInterval, prometheus.GaugeValue, longest.Seconds())
 	now := time.Now()
 	for _, p := range c.m.scrapedPools() {
 		a, ok := aggregate(p, now, c.m.opts.StalenessThreshold)
