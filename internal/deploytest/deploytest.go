@@ -51,15 +51,17 @@ func goBinary() string {
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
-// build compiles hack/tools/manifests; the first build on a machine takes
-// minutes (Helm, kustomize), later ones are cache hits.
-func (t *Tool) build(ctx context.Context) (string, error) {
+// Build compiles hack/tools/manifests, once; Run builds it when Build was
+// not called. The first build on a machine takes minutes (Helm, kustomize),
+// later ones are cache hits, so it runs under no deadline: call it from
+// TestMain, before any test's clock starts.
+func (t *Tool) Build() (string, error) {
 	t.once.Do(func() {
 		if t.dir, t.err = os.MkdirTemp("", "poolpicker-manifests-"); t.err != nil {
 			return
 		}
 		t.path = filepath.Join(t.dir, "manifests")
-		cmd := exec.CommandContext(ctx, goBinary(), "build", "-o", t.path, ".")
+		cmd := exec.Command(goBinary(), "build", "-o", t.path, ".")
 		cmd.Dir = filepath.Join(t.root, "hack", "tools", "manifests")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.err = fmt.Errorf("deploytest: building hack/tools/manifests: %w\n%s", err, out)
@@ -70,7 +72,7 @@ func (t *Tool) build(ctx context.Context) (string, error) {
 
 // Run runs the tool with args and returns its standard output.
 func (t *Tool) Run(ctx context.Context, args ...string) ([]byte, error) {
-	path, err := t.build(ctx)
+	path, err := t.Build()
 	if err != nil {
 		return nil, err
 	}

@@ -275,10 +275,7 @@ func TestConformanceOverlayActsAsLwepp(t *testing.T) {
 	objs := renderConformance(t, ctx, "")
 	ensureNamespaces(t, ctx, objs)
 	dir := t.TempDir()
-	binary, err := localstack.BuildPicker(ctx, root, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	binary := pickerBinary
 
 	// The model servers' pods: three per Deployment, each on its own
 	// loopback address, serving every container port.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/poolpicker/poolpicker/internal/deploytest"
+	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
@@ -15,6 +16,8 @@ var (
 	env  *testenv.Env
 	tool *deploytest.Tool
 	root string
+	// pickerBinary is cmd/poolpicker, built once by TestMain.
+	pickerBinary string
 )
 
 func TestMain(m *testing.M) {
@@ -35,6 +38,22 @@ func TestMain(m *testing.M) {
 		}
 		tool = deploytest.NewTool(root)
 		defer tool.Close()
+		// The builds take what they take on a cold cache, outside every
+		// test's deadline.
+		if _, err := tool.Build(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		binDir, err := os.MkdirTemp("", "poolpicker-install-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(binDir)
+		if pickerBinary, err = localstack.BuildPicker(context.Background(), root, binDir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 		return testenv.RunMain(m, &env, testenv.Options{ExtraCRDDirs: []string{sm}})
 	}())
 }

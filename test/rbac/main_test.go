@@ -51,6 +51,25 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	dir, err := os.MkdirTemp("", "poolpicker-rbac-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// The builds take what they take on a cold cache; the deadline below is
+	// for the stack, not for them.
+	tool = deploytest.NewTool(root)
+	defer tool.Close()
+	if _, err := tool.Build(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	picker, err := localstack.BuildPicker(context.Background(), root, dir, "-race")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	upstream, err := deploytest.UpstreamCRDDir(ctx, root)
@@ -58,20 +77,12 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	dir, err := os.MkdirTemp("", "poolpicker-rbac-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
 	policy := filepath.Join(dir, "audit-policy.yaml")
 	auditLog = filepath.Join(dir, "audit.log")
 	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	tool = deploytest.NewTool(root)
-	defer tool.Close()
 	rbac, err := renderedRBAC(ctx, tool)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -93,8 +104,8 @@ func run(m *testing.M) int {
 		FirstPickerIP:  "127.0.71.2",
 		GatewayAddr:    "127.0.0.1:0",
 		GRPCPort:       ports[0], HealthPort: ports[1], MetricsPort: ports[2],
-		PickerBuildFlags: []string{"-race"},
-		PickerArgs:       []string{"-v=2"},
+		PickerBinary: picker,
+		PickerArgs:   []string{"-v=2"},
 		ControlPlane: testenv.Options{
 			CRDDirs:       []string{upstream},
 			APIServerArgs: map[string]string{"audit-policy-file": policy, "audit-log-path": auditLog},
