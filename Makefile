@@ -20,7 +20,7 @@ help: ## List the targets.
 
 .PHONY: generate
 generate: ## Regenerate deepcopy code of the API types.
-	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
 manifests: generate ## Regenerate the CRD manifests under config/crd/bases.

@@ -11,9 +11,10 @@ mkdir -p "$scratch/hack/tools" "$scratch/config/crd/bases"
 cp "$root/go.mod" "$root/go.sum" "$scratch/"
 cp -r "$root/api" "$scratch/api"
 cp -r "$root/hack/tools/controller-gen" "$scratch/hack/tools/"
+cp "$root/hack/boilerplate.go.txt" "$scratch/hack/"
 cd "$scratch"
 gen() { go run -modfile=hack/tools/controller-gen/go.mod sigs.k8s.io/controller-tools/cmd/controller-gen "$@"; }
-gen object paths=./api/...
+gen object:headerFile=hack/boilerplate.go.txt paths=./api/...
 gen crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 
 stale=0
