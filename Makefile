@@ -28,8 +28,9 @@ manifests: generate ## Regenerate the CRD manifests under config/crd/bases.
 	cp config/crd/bases/*.yaml charts/poolpicker/files/crds/
 
 .PHONY: verify
-verify: ## Fail when generated files are stale or a production package holds code only tests reach.
+verify: ## Fail when generated files are stale, a Go file lacks its license header, or a production package holds code only tests reach.
 	hack/verify-generated.sh
+	hack/verify-headers.sh
 	$(MAKE) deadcode
 
 .PHONY: deadcode
