@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package conformance checks an endpoint picker's side of the Inference
 // Extension's EPP protocol black-box, over its ext_proc and health ports,
 // with pools and pods it creates on a real API server and model servers it

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package controllers keeps poolpicker's datastore in step with the API
 // server: it decides which InferencePools this picker serves, runs one pod
 // watch per served pool scoped on the API server by the pool's selector and

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package datastore holds what poolpicker knows of the pools it serves: a
 // registry from pool key to Pool, each Pool's immutable endpoint snapshot
 // (pods × target ports) and, per endpoint, the latest model-server metrics and

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package extproc is poolpicker's gateway-facing side: an Envoy ext_proc v3
 // ExternalProcessor server that tells, per stream, which InferencePool a
 // request is for, asks the scheduler for an endpoint and hands the answer back

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package flowcontrol holds requests in the picker while their pool is
 // saturated or has no ready endpoint, and releases them by priority band and
 // fairly between the flows of a band.

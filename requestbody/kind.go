@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package requestbody reads what an OpenAI-style request body says to the
 // picker (its model, the start of its prompt, its stream flag) in one pass
 // while the body arrives, and rewrites its model.

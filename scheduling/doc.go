@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package scheduling picks, per pool and per request, the endpoint that should
 // serve the request and an ordered list of fallbacks: filters narrow the
 // candidates, weighted scorers rank them, a picker chooses; plugins are

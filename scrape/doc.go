@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package scrape keeps every endpoint's model-server metrics fresh: one
 // scheduler scrapes each model server's Prometheus /metrics page once per
 // interval, however many pools hold it, parses only the families the picker

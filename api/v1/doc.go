@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package v1 holds the Go types of InferencePool, API group
 // inference.networking.k8s.io version v1, written for poolpicker and kept
 // wire-compatible with the published Gateway API Inference Extension CRD:

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package v1alpha2 holds the Go types of InferenceObjective and
 // InferenceModelRewrite, API group inference.networking.x-k8s.io version
 // v1alpha2, written for poolpicker and wire-compatible with the published CRDs.

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package bodyreader implements requestbody.Reader on two maintained JSON
 // libraries, gjson and jsontext, so that bench/extproc can measure
 // requestbody.Scanner against them end to end.

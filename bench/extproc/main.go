@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command extproc-bench measures poolpicker's ext_proc round trip (request
 // headers + body in, destination out) against a no-op ext_proc server that
 // answers a fixed endpoint, in the same run, over real gRPC on loopback.

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command poolwatch measures what keeping pools' endpoints fresh costs the
 // picker process: it creates N pools × M pods (and optionally unrelated pods)
 // on a local API server, then runs the picker's pool controller in a child

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command routing measures routing quality: on a fleet of simulated model
 // servers (modelsim, real HTTP servers on their own loopback IPs, with a
 // block-level prefix cache and LRU eviction), traffic whose prompts share

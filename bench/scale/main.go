@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command scale holds poolpicker to its scale goals: N InferencePools × M
 // pods on a real API server, every pod on its own loopback address
 // (127.100.x.y) served by a few model-server processes with real-size vLLM

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package schedbench compares scheduling profiles on a simulated pool of
 // model servers: how much of each prompt the chosen server already had
 // cached, and how long requests waited.

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command scrape measures what poolpicker spends keeping many endpoints'
 // metrics fresh: it scrapes N model servers (a child process serving
 // real-size vLLM pages on loopback IPs 127.0.0.2, 127.0.0.3, ..., all on one

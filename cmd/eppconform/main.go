@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command eppconform runs the EPP conformance suite against an endpoint
 // picker: given its ext_proc address and a kubeconfig of the API server it
 // watches, it creates pools and pods in a namespace, runs model servers on

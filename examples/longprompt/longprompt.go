@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package longprompt is an example scheduling plugin written outside
 // poolpicker's module: a scorer that sends long prompts to the endpoints
 // whose pods carry a label (servers started with a long context, say) and

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package deploytest renders poolpicker's install manifests (the kustomize
 // tree of config/deploy and the Helm chart of charts/poolpicker) for tests,
 // through the pinned tool module hack/tools/manifests.

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package devgateway is a development and test gateway that routes OpenAI
 // requests to InferencePools through an endpoint picker the way an Envoy
 // gateway with the ext_proc filter in FULL_DUPLEX_STREAMED mode does; it is

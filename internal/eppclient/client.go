@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package eppclient plays a gateway's side of Envoy's ext_proc protocol
 // against an endpoint picker, in the stream shapes real gateways use, and
 // reports what the picker answered.

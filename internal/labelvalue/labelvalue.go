@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package labelvalue checks the values that clients, gateways, model servers
 // and objects supply before they become metric labels, log fields, span
 // attributes, header values or map keys: valid UTF-8, bounded in length,

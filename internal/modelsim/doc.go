@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package modelsim simulates an OpenAI-compatible model server (vLLM-like) on a
 // real socket, so that poolpicker can be run and tested end to end without GPUs.
 //

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package otlptest is an OTLP trace receiver on loopback for tests: a real
 // gRPC server implementing the collector's TraceService, keeping the spans
 // it is sent.

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package testenv starts a real control plane (etcd and kube-apiserver built
 // by `make control-plane`) with poolpicker's CRDs installed, for tests and
 // benchmarks that must talk to a real API server.

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package tracing builds the OpenTelemetry tracer provider of poolpicker from
 // the standard OTEL_* environment, with the upstream EPP's defaults.
 package tracing

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package vllmpage writes realistic model-server /metrics pages (vLLM, SGLang,
 // TensorRT-LLM) in the Prometheus text format, for tests, simulators and
 // benchmarks.

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package requestbodytest holds the behaviour every requestbody.Reader must
 // have, as a test suite, with the bodies its tests and benchmarks use.
 package requestbodytest

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package framework is poolpicker's public scheduling plugin API: the
 // extension points a plugin implements, the per-cycle state plugins share,
 // the request and result they see, and the registry that maps a config's

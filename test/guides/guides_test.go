@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package guides_test checks the gateway guides' objects against a real API
 // server with the Gateway API CRDs and poolpicker's CRDs installed.
 package guides_test

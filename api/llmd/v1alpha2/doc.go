@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package v1alpha2 holds the Go types of InferenceObjective and
 // InferenceModelRewrite in API group llm-d.ai version v1alpha2, where the
 // llm-d router serves them now, wire-compatible with its published CRDs. The

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package benchpod builds the pods the scale benchmarks create: shaped like
 // real vLLM pods, so that a full pod weighs in the API server and in a
 // client's cache what it would in a cluster.

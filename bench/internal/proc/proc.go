@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package proc reads what the benchmarks report about processes (resident
 // memory, CPU, children) from /proc.
 package proc

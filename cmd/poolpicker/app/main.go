@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package app is the poolpicker command as a library, so that a binary
 // can add scheduling plugins of its own: its main package imports them
 // (each registers itself with scheduling.Register) and calls Main.

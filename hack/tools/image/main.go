@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command image builds poolpicker's container image from a static binary,
 // without a container engine, as one archive that is both an OCI image
 // layout and a `docker save` archive; `image check` reads one back.

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command manifests renders and lints poolpicker's install manifests with
 // Helm's and kustomize's Go libraries, for the tests of test/install and
 // test/rbac (so these libraries stay out of poolpicker's module).

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command devgateway runs the development gateway: an HTTP server that routes
 // OpenAI requests to InferencePools through an endpoint picker, reading
 // Gateway API HTTPRoutes from the API server, as an Envoy gateway with the

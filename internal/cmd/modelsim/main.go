@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command modelsim runs one simulated OpenAI-compatible model server (vLLM-like
 // API and /metrics) on a given address, for running poolpicker locally and in
 // tests without GPUs. Flags are named like vLLM's where vLLM has one.

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package filter holds the built-in filters: the gateway's subset hint and
 // the conformance suite's endpoint selection.
 package filter

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package load holds the built-in load scorers: queue, running requests,
 // poolpicker's own in-flight count, and KV-cache use.
 package load

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 package prefix
 
 // blockLRU is a least-recently-used set of block hashes holding at most

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 package prefix
 
 import (
@@ -392,7 +395,6 @@ func (pe *prefixEndpoint) touchOrAdd(hashes []uint64) {
 		pe.idx.addHolder(h, pe)
 	}
 }
-
 
 func (x *prefixIndex) shard(h uint64) *indexShard { return &x.shards[h&(prefixShards-1)] }
 

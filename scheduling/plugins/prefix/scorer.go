@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Package prefix holds the built-in prefix-cache scorer and its index of
 // the prompt blocks each endpoint is believed to hold in its KV cache.
 package prefix

@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command poolpicker is poolpicker with the long-prompt-scorer plugin: the
 // whole of what an operator writes to build the picker with a plugin of
 // their own.

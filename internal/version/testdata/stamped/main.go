@@ -1,3 +1,6 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
 // Command stamped prints the build identity; version_test builds it with
 // -ldflags -X as `make image` builds poolpicker.
 package main
