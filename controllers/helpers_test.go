@@ -74,7 +74,6 @@ func startWith(t *testing.T, cfg *rest.Config, opts Options, before func(*Manage
 	r.reg.AddObserver(changeObserver{r.changes})
 	opts.Registry = r.reg
 	opts.Registerer = r.metrics
-	opts.ReflectorPodWatch = opts.ReflectorPodWatch || *reflectorPodWatch
 	opts.Logger = testLogger(t)
 	m, err := New(cfg, opts)
 	if err != nil {

@@ -189,7 +189,6 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	}
 	m.conflicts = map[conflictKey]string{}
 	m.noStreamingList.Store(opts.DisableStreamingLists)
-	m.noProtobufWatch.Store(opts.ClientGoWatchDecoder)
 	if err := m.setupPoolController(); err != nil {
 		return nil, err
 	}

@@ -122,23 +122,6 @@ type Options struct {
 	// QPS). Zero: streaming lists, where the API server offers them.
 	DisableStreamingLists bool
 
-	// ClientGoWatchDecoder decodes pod watches with client-go's
-	// watch.Interface, which spends a goroutine per watch and keeps a
-	// decode buffer sized to the largest pod (some 14 KB per pool after a
-	// streaming list), instead of on each watch's own goroutine with pooled
-	// buffers. Zero: the watch's goroutine, where the API server answers
-	// in protobuf. For comparison (bench/poolwatch's baseline).
-	ClientGoWatchDecoder bool
-	// ReflectorPodWatch runs each pool's own pod watch on client-go's
-	// Reflector (ListWatch, streaming list, resume, backoff) with a store
-	// of the stripped pods, instead of poolpicker's watch loop. For
-	// comparison only (bench/poolwatch's perpool-reflector mode): at 1,000
-	// pools it cost 1.46x the RSS, 1.51x the heap and 1.94x the goroutines
-	// of the loop (three goroutines and a decode buffer per watch where the
-	// loop has one goroutine and pooled buffers), and it cannot say when a
-	// burst of events ends, so its store publishes 2 ms after a change.
-	ReflectorPodWatch bool
-
 	// PodWatchPlan is how the pods of a namespace's served pools are
 	// watched: PodWatchPlanPerPool (a selector-scoped watch per pool),
 	// PodWatchPlanNamespace (one watch of the namespace's pods, filtered

@@ -120,7 +120,7 @@ func (sp *servedPool) ensure() {
 			sub = &nsSub{owner: sp, selector: sp.selector, match: sp.match, started: time.Now()}
 			sp.pending = sub
 		} else {
-			sp.pending = sp.m.startOwnWatch(sp, sp.selector)
+			sp.pending = sp.m.startPoolWatch(sp, sp.selector)
 		}
 		if !sp.replicas {
 			sp.m.metrics.watchStarts.WithLabelValues(sp.key.Namespace, sp.key.Name).Inc()

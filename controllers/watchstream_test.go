@@ -12,8 +12,10 @@ import (
 )
 
 // TestWatchDecoders runs a pool's endpoint changes through both watch
-// decoders (the watch's own goroutine, and client-go's watch.Interface),
-// under each plan, and counts what a pool costs in goroutines.
+// decoders (the watch's own goroutine, and client-go's watch.Interface,
+// which the watches fall back to when the API server answers a protobuf
+// watch in another encoding), under each plan, and counts what a pool
+// costs in goroutines.
 func TestWatchDecoders(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -35,7 +37,9 @@ func TestWatchDecoders(t *testing.T) {
 			sel := map[string]string{"app": "m"}
 			createPod(t, ns, "a", sel, ready("10.14.0.1"))
 			b := createPod(t, ns, "b", sel, podState{ip: "10.14.0.2"})
-			r := start(t, nil, Options{Namespaces: []string{ns}, ClientGoWatchDecoder: tc.clientGo, PodWatchPlan: tc.plan})
+			// The fallback is taken as if the API server had answered the
+			// first watch in JSON.
+			r := startWith(t, nil, Options{Namespaces: []string{ns}, PodWatchPlan: tc.plan}, func(m *Manager) { m.noProtobufWatch.Store(tc.clientGo) })
 			key := datastore.PoolKey{Namespace: ns, Name: "pool"}
 			createPool(t, ns, "pool", sel, []int32{8000})
 			r.waitEndpoints(t, key, "10.14.0.1:8000")

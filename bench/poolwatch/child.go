@@ -49,8 +49,8 @@ func runChild(f benchFlags) error {
 	done := make(chan error, 1)
 	t0 := time.Now()
 	switch f.child {
-	case "perpool", "perpool-clientgo", "perpool-reflector", "namespace", "auto":
-		opts := controllers.Options{Registry: reg, DisableStreamingLists: f.plainList, ClientGoWatchDecoder: f.child == "perpool-clientgo", ReflectorPodWatch: f.child == "perpool-reflector",
+	case "perpool", "namespace", "auto":
+		opts := controllers.Options{Registry: reg, DisableStreamingLists: f.plainList,
 			PodWatchPlan: map[string]controllers.PodWatchPlan{"namespace": controllers.PodWatchPlanNamespace, "auto": controllers.PodWatchPlanAuto}[f.child]}
 		if opts.PodWatchPlan == "" {
 			opts.PodWatchPlan = controllers.PodWatchPlanPerPool

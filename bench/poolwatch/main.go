@@ -45,7 +45,7 @@ func main() {
 	flag.IntVar(&f.pods, "pods", 10, "Ready pods per pool.")
 	flag.IntVar(&f.unrelated, "unrelated", 0, "Pods no pool selects, spread over the namespaces.")
 	flag.IntVar(&f.namespaces, "namespaces", 10, "Namespaces the pools and pods are spread over.")
-	flag.StringVar(&f.modes, "modes", "perpool,baseline,baseline-stripped", "Comma-separated runs: perpool (poolpicker's controllers, --pod-watch-plan=per-pool), namespace (the same with --pod-watch-plan=namespace: one watch per namespace, fanned out by selector), auto (--pod-watch-plan=auto), perpool-clientgo (the same decoding watches with client-go's watch.Interface, a goroutine and buffer per watch), perpool-reflector (the same with each pool's watch on client-go's Reflector), baseline (cache every pod of the namespaces, full objects, filter on the client), baseline-stripped (the same with poolpicker's pod transform).")
+	flag.StringVar(&f.modes, "modes", "perpool,baseline,baseline-stripped", "Comma-separated runs: perpool (poolpicker's controllers, --pod-watch-plan=per-pool), namespace (the same with --pod-watch-plan=namespace: one watch per namespace, fanned out by selector), auto (--pod-watch-plan=auto), baseline (cache every pod of the namespaces, full objects, filter on the client), baseline-stripped (the same with poolpicker's pod transform).")
 	flag.Float64Var(&f.qps, "qps", 50, "Client QPS of the measured process (poolpicker's --kube-api-qps default is 50).")
 	flag.IntVar(&f.burst, "burst", 100, "Client burst of the measured process (poolpicker's --kube-api-burst default is 100).")
 	flag.StringVar(&f.child, "child", "", "Internal: run one measured mode and print its result as JSON.")
