@@ -13,6 +13,8 @@ ARCH ?= $(shell go env GOARCH)
 IMAGE ?= ghcr.io/poolpicker/poolpicker
 IMAGE_ARCHIVE ?= $(BIN)/poolpicker-image.tar
 VERSION_PKG := github.com/poolpicker/poolpicker/internal/version
+# The reference EPP that bench/routing compares against (router reference-epp).
+REFERENCE_EPP_VERSION ?= v1.5.0
 
 .PHONY: help
 help: ## List the targets.
@@ -63,6 +65,15 @@ test-image: image ## Build the image and run only its test.
 run: control-plane ## Run poolpicker locally: API server, sample pools, simulated model servers (ARGS="-v 2" passes flags).
 	go build -o $(BIN)/localdemo ./internal/cmd/localdemo
 	$(BIN)/localdemo $(ARGS)
+
+.PHONY: reference-epp
+reference-epp: ## Build the reference EPP (the Inference Extension's cmd/epp at REFERENCE_EPP_VERSION) into bin/epp, for bench/routing only.
+	@# Built in its own module directory with its own go.mod and go.sum: it is
+	@# no dependency of any poolpicker module. (`go install ...@version` does
+	@# the same, but also asks the proxy for the module's version list.)
+	@dir=$$(cd / && go mod download -json sigs.k8s.io/gateway-api-inference-extension@$(REFERENCE_EPP_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	test -n "$$dir" || { echo "reference-epp: go mod download gave no module directory" >&2; exit 1; }; \
+	cd "$$dir" && GOWORK=off GOFLAGS=-mod=readonly go build -o $(BIN)/epp ./cmd/epp
 
 .PHONY: docs
 docs: ## Build the documentation site from site-src/ into site/ (needs Debian's mkdocs + mkdocs-material).

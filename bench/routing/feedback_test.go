@@ -58,7 +58,7 @@ func TestIndexLearnsFromReportedCachedTokens(t *testing.T) {
 	for n, tc := range cases {
 		t.Run(fmt.Sprintf("feedback=%t", tc.feedback), func(t *testing.T) {
 			ctx := context.Background()
-			f, err := startFleet(ctx, 10+n, &c, fmt.Sprintf(feedbackConfig, tc.feedback), 1, false)
+			f, err := startFleet(ctx, 10+n, &c, router{config: fmt.Sprintf(feedbackConfig, tc.feedback)}, 1)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -58,7 +58,8 @@ type fleet struct {
 	stop     func()
 }
 
-// replica is one poolpicker replica of a fleet.
+// replica is one poolpicker replica of a fleet (or the reference EPP,
+// whose scheduler is not reachable: sched nil).
 type replica struct {
 	sched *scheduling.Scheduler
 	conn  *grpc.ClientConn
@@ -90,7 +91,7 @@ func (f *fleet) conn() *grpc.ClientConn {
 
 // startFleet starts fleet number n (its servers on 127.0.(20+n).2, .3, ...)
 // with the given number of poolpicker replicas.
-func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string, replicas int, flowControl bool) (_ *fleet, err error) {
+func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas int) (_ *fleet, err error) {
 	f := &fleet{spread: cfg.spread, rand: seeded(cfg.seed + 200)}
 	var stops []func()
 	f.stop = func() {
@@ -138,8 +139,16 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, schedConfig string
 			UID: types.UID(fmt.Sprintf("uid-%d-%d", n, i)), IP: ip})
 	}
 
-	for r := 0; r < replicas; r++ {
-		rp, stop, err := startReplica(ctx, n, r, cfg, schedConfig, flowControl, port, pods)
+	if r.reference {
+		rp, stop, err := startReference(ctx, n, cfg, port, pods)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, stop)
+		f.replicas = append(f.replicas, rp)
+	}
+	for i := 0; i < replicas && !r.reference; i++ {
+		rp, stop, err := startReplica(ctx, n, i, cfg, r.config, r.flowControl, port, pods)
 		if err != nil {
 			return nil, err
 		}
@@ -290,6 +299,9 @@ func (f *fleet) sampleQueues(ctx context.Context, interval time.Duration) <-chan
 // summed over the replicas.
 func (f *fleet) agreement() (predicted, confirmed, over, observed int64) {
 	for _, r := range f.replicas {
+		if r.sched == nil {
+			continue
+		}
 		a := r.sched.PrefixAgreement()
 		predicted, confirmed, over, observed = predicted+a.PredictedTokens, confirmed+a.ConfirmedTokens, over+a.OverPredicted, observed+a.Observed
 	}

@@ -70,7 +70,7 @@ func runFairness(ctx context.Context, c *sweepConfig, load float64, stdout, stde
 			flows[i] = objectiveFlowB
 		}
 	}
-	f, err := startFleet(ctx, 0, c, flowRouter.config, 1, true)
+	f, err := startFleet(ctx, 0, c, flowRouter, 1)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -50,7 +50,8 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	groups := fs.String("groups", "6,12,24,48", "numbers of shared prefixes G, comma-separated")
 	loads := fs.String("loads", "50,80,100,120", "offered loads in percent of the fleet's capacity at full hit rate, comma-separated")
-	routers := fs.String("routers", "poolpicker,round-robin,least-queue,upstream-weights", "routers to compare, comma-separated")
+	routers := fs.String("routers", "poolpicker,round-robin,least-queue,upstream-weights,reference-epp", "routers to compare, comma-separated (reference-epp is left out, saying why, when its binary or the control plane is missing)")
+	fs.StringVar(&referenceBinary, "reference-epp", defaultReferenceBinary(), "the reference EPP's binary, for router reference-epp (`make reference-epp` builds it there)")
 	replicas := fs.String("replicas", "1,2,3", "numbers of poolpicker replicas poolpicker and each -router-config router run with, side by side, comma-separated: each replica has its own scraper, scheduler and prefix index (the baselines run one)")
 	fs.Func("spread", "how streams are spread over the replicas: round-robin (as a gateway's round robin over the picker Service) or random", func(v string) error {
 		switch m := spreadMode(v); m {
@@ -126,7 +127,8 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "-routers: %v\n", err)
 		return 2
 	}
-	c.routers = append(c.routers, extra...)
+	c.routers = append(dropReference(c.routers, stderr), extra...)
+	defer stopControlPlane()
 	if err := c.check(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2

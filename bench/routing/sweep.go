@@ -27,6 +27,9 @@ type router struct {
 	replicas []int
 	// flowControl runs the picker with flow control on (flow.go).
 	flowControl bool
+	// reference runs the reference EPP's binary instead of poolpicker
+	// (reference.go); config is unused.
+	reference bool
 }
 
 const roundRobinConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -88,6 +91,7 @@ var allRouters = []router{
 	{name: "least-queue", config: leastQueueConfig, replicas: []int{1}},
 	{name: "upstream-weights", config: upstreamConfig, replicas: []int{1}},
 	flowRouter,
+	referenceRouter,
 }
 
 // sweepConfig is the fleet, the workload and the points of a sweep. Every
@@ -273,7 +277,7 @@ func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64) ([]
 }
 
 func runRouter(ctx context.Context, c *sweepConfig, n int, r router, replicas int, reqs []request) (result, error) {
-	f, err := startFleet(ctx, n, c, r.config, replicas, r.flowControl)
+	f, err := startFleet(ctx, n, c, r, replicas)
 	if err != nil {
 		return result{}, err
 	}
