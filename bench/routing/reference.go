@@ -6,24 +6,28 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
 	"github.com/poolpicker/poolpicker/datastore"
-	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
@@ -207,32 +211,48 @@ func startReference(ctx context.Context, n int, cfg *sweepConfig, port int, pods
 		}
 	}
 
-	ports, err := localstack.FreePorts(3)
+	ports, err := freePorts(3)
 	if err != nil {
 		return nil, nil, err
 	}
 	grpcPort, healthPort, metricsPort := ports[0], ports[1], ports[2]
-	proc := &localstack.Process{
-		Path: referenceBinary,
-		Args: []string{
-			"--pool-name", "pool", "--pool-namespace", ns,
-			"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort), "--metrics-port", strconv.Itoa(metricsPort),
-			"--tracing=false", "--metrics-endpoint-auth=false",
-			"--refresh-metrics-interval", scaled(referenceRefreshInterval, cfg.timeScale).String(),
-			"--metrics-staleness-threshold", scaled(referenceStalenessThreshold, cfg.timeScale).String(),
-		},
-		// controller-runtime's config loader reads it; the binary has no
-		// --kubeconfig flag.
-		Env:        []string{"KUBECONFIG=" + filepath.Join(dir, "kubeconfig")},
-		Log:        filepath.Join(dir, ns+".log"),
-		HealthAddr: fmt.Sprintf("127.0.0.1:%d", healthPort),
-	}
-	if err := proc.Start(ctx); err != nil {
+	logPath := filepath.Join(dir, ns+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
 		return nil, nil, err
 	}
-	stops = append(stops, func() { _ = proc.Stop() })
+	cmd := exec.Command(referenceBinary,
+		"--pool-name", "pool", "--pool-namespace", ns,
+		"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort), "--metrics-port", strconv.Itoa(metricsPort),
+		"--tracing=false", "--metrics-endpoint-auth=false",
+		"--refresh-metrics-interval", scaled(referenceRefreshInterval, cfg.timeScale).String(),
+		"--metrics-staleness-threshold", scaled(referenceStalenessThreshold, cfg.timeScale).String())
+	// controller-runtime's config loader reads KUBECONFIG; the binary has
+	// no --kubeconfig flag.
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "kubeconfig"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// It dies with the harness: a killed sweep leaves no picker behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, nil, fmt.Errorf("%s: %w", referenceRouterName, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	stops = append(stops, func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	if err := waitServing(ctx, fmt.Sprintf("127.0.0.1:%d", healthPort), exited); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w\n--- %s ---\n%s", referenceRouterName, err, logPath, tailFile(logPath, 30))
+	}
 	if err := waitReadyPods(ctx, metricsPort, len(pods)); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w\n--- %s ---\n%s", referenceRouterName, err, proc.Log, tailFile(proc.Log, 30))
+		return nil, nil, fmt.Errorf("%s: %w\n--- %s ---\n%s", referenceRouterName, err, logPath, tailFile(logPath, 30))
 	}
 	// Its ext_proc server serves TLS with a self-signed certificate by
 	// default (--secure-serving), as a gateway reaches it.
@@ -244,6 +264,57 @@ func startReference(ctx context.Context, n int, cfg *sweepConfig, port int, pods
 	}
 	stops = append(stops, func() { conn.Close() })
 	return &replica{conn: conn}, stop, nil
+}
+
+// waitServing waits until the gRPC health service "readiness" at addr (the
+// reference EPP's health port, plaintext) reports SERVING, or the process
+// exits.
+func waitServing(ctx context.Context, addr string, exited <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	var last error
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		resp, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: "readiness"})
+		ccancel()
+		switch {
+		case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING:
+			return nil
+		case err == nil:
+			last = fmt.Errorf("readiness %s", resp.GetStatus())
+		default:
+			last = err
+		}
+		// Readiness is not pushed: poll, backing off.
+		select {
+		case <-exited:
+			return errors.New("exited before it was ready")
+		case <-ctx.Done():
+			return fmt.Errorf("not ready within 2 minutes: %v", last)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// freePorts returns n distinct TCP ports free on 127.0.0.1 at the time of
+// the call.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // waitReadyPods waits until the reference EPP's own gauge of the pool's

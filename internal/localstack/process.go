@@ -65,8 +65,6 @@ type Process struct {
 	Log string
 	// HealthAddr is the host:port of its gRPC health server.
 	HealthAddr string
-	// Env is added to this process's environment (KEY=value entries).
-	Env []string
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -93,9 +91,6 @@ func (p *Process) Start(ctx context.Context) error {
 	fmt.Fprintf(logf, "==== start %d: %s %q at %s\n", p.starts, p.Path, p.Args, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if len(p.Env) > 0 {
-		cmd.Env = append(os.Environ(), p.Env...)
-	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// Pdeathsig fires when the forking thread exits; the Go runtime retires
 	// only threads whose goroutine exits locked to them, which never
