@@ -49,7 +49,7 @@ const (
 // client talks to them over gRPC as a gateway does, spreading its streams
 // over the replicas (spread).
 type fleet struct {
-	servers  []*modelsim.Server
+	servers  []modelServer
 	replicas []*replica
 	spread   spreadMode
 	next     atomic.Uint64 // round robin's turn
@@ -111,26 +111,42 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 	}
 	var pods []datastore.EndpointSource
 	for i, ln := range lns {
-		s, err := modelsim.New(modelsim.Options{
-			Listener:         ln,
-			MaxNumSeqs:       cfg.slots,
-			BlockSizeTokens:  cfg.blockTokens,
-			NumGPUBlocks:     cfg.kvBlocks,
-			PrefillOverhead:  cfg.prefillOverhead,
-			PrefillPerToken:  cfg.prefillPerToken,
-			DecodePerToken:   cfg.decodePerToken,
-			LoadSlowdown:     cfg.loadSlowdown,
-			TimeScale:        cfg.timeScale,
-			Seed:             cfg.seed + uint64(i),
-			MetricsPageBytes: -1,
-			Name:             fmt.Sprintf("server-%d", i),
-		})
-		if err != nil {
-			ln.Close()
-			return nil, err
-		}
-		if err := s.Start(ctx); err != nil {
-			return nil, err
+		name := fmt.Sprintf("server-%d", i)
+		var s modelServer
+		if cfg.sim == simLLMD {
+			ls, err := startLLMD(ctx, cfg.llmdBin, cfg, ln, name, cfg.seed+uint64(i))
+			if err != nil {
+				for _, ln := range lns[i+1:] {
+					ln.Close()
+				}
+				return nil, err
+			}
+			s = ls
+		} else {
+			ms, err := modelsim.New(modelsim.Options{
+				Listener:         ln,
+				MaxNumSeqs:       cfg.slots,
+				BlockSizeTokens:  cfg.blockTokens,
+				NumGPUBlocks:     cfg.kvBlocks,
+				PrefillOverhead:  cfg.prefillOverhead,
+				PrefillPerToken:  cfg.prefillPerToken,
+				DecodePerToken:   cfg.decodePerToken,
+				LoadSlowdown:     cfg.loadSlowdown,
+				TimeScale:        cfg.timeScale,
+				Seed:             cfg.seed + uint64(i),
+				MetricsPageBytes: -1,
+				Name:             name,
+			})
+			if err != nil {
+				for _, ln := range lns[i:] {
+					ln.Close()
+				}
+				return nil, err
+			}
+			if err := ms.Start(ctx); err != nil {
+				return nil, err
+			}
+			s = simServer{ms}
 		}
 		stops = append(stops, s.Stop)
 		f.servers = append(f.servers, s)
@@ -282,8 +298,7 @@ func (f *fleet) sampleQueues(ctx context.Context, interval time.Duration) <-chan
 			}
 			least, most, sum := math.MaxInt, 0, 0
 			for _, s := range f.servers {
-				st := s.State()
-				q := st.Running + st.Waiting
+				q := s.queue()
 				least, most, sum = min(least, q), max(most, q), sum+q
 			}
 			spread += float64(most - least)

@@ -61,6 +61,8 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		}
 		return fmt.Errorf("want round-robin or random, got %q", v)
 	})
+	fs.StringVar(&c.sim, "sim", c.sim, "model-server simulator: modelsim (poolpicker's, in this process) or llm-d (the llm-d project's vLLM simulator, a process per server, from -llmd-sim-bin)")
+	fs.StringVar(&c.llmdBin, "llmd-sim-bin", "", "the llm-d-inference-sim binary, built from github.com/llm-d/llm-d-inference-sim (for -sim llm-d)")
 	fs.IntVar(&c.requests, "requests", c.requests, "requests per point and router")
 	fs.Float64Var(&c.warmup, "warmup", c.warmup, "leading share of each run's requests left out of the figures")
 	fs.Float64Var(&c.sheddable, "sheddable", c.sheddable, "share of requests whose objective is sheddable (priority -1)")
@@ -254,6 +256,8 @@ func (c *sweepConfig) check() error {
 		return fmt.Errorf("-slots, -kv-blocks, -block-size, -prefix-tokens, -suffix-tokens and -output-tokens must be positive")
 	case (c.prefixTokens+c.suffixTokens+c.outputTokens+c.blockTokens-1)/c.blockTokens > c.kvBlocks:
 		return fmt.Errorf("a request of %d tokens does not fit in %d KV blocks of %d tokens", c.prefixTokens+c.suffixTokens+c.outputTokens, c.kvBlocks, c.blockTokens)
+	case checkSim(c.sim, c.llmdBin) != nil:
+		return checkSim(c.sim, c.llmdBin)
 	case len(c.routers) == 0:
 		return fmt.Errorf("-routers: none given")
 	case len(c.routers)*len(c.replicas) > 200:

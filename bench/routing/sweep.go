@@ -113,6 +113,9 @@ type sweepConfig struct {
 	replicas []int
 	spread   spreadMode
 	parallel bool
+	// sim is the model servers' simulator (simModelsim, simLLMD), llmdBin
+	// the llm-d simulator's binary.
+	sim, llmdBin string
 }
 
 // defaultSweep is the fleet and traffic of the issue that motivated the
@@ -129,7 +132,7 @@ func defaultSweep() sweepConfig {
 		scrapeInterval: 100 * time.Millisecond, timeScale: 2,
 		requests: 500, warmup: 0.15, sheddable: 0.2, seed: 1,
 		groups: []int{6, 12, 24, 48}, loads: []float64{0.5, 0.8, 1.0, 1.2},
-		routers: allRouters, replicas: []int{1, 2, 3}, spread: spreadRoundRobin, parallel: true,
+		routers: allRouters, replicas: []int{1, 2, 3}, spread: spreadRoundRobin, parallel: true, sim: simModelsim,
 	}
 }
 
@@ -171,7 +174,7 @@ func workload(c *sweepConfig, groups int, load float64) []request {
 		at += time.Duration(rnd.ExpFloat64() / rate * float64(time.Second))
 		g := rnd.IntN(groups)
 		suffix := words(rnd, fmt.Sprintf(" question %d: ", i), c.suffixTokens*modelsim.BytesPerToken)
-		body := fmt.Sprintf(`{"model":%q,"prompt":"%s%s","max_tokens":%d,"stream":true,"stream_options":{"include_usage":true}}`,
+		body := fmt.Sprintf(`{"model":%q,"prompt":"%s%s","max_tokens":%d,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`,
 			modelsim.DefaultModel, prefixes[g], suffix, c.outputTokens)
 		reqs[i] = request{at: at, group: g, sheddable: rnd.Float64() < c.sheddable, body: []byte(body)}
 	}
@@ -324,9 +327,7 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, replicas in
 	sim := func(d time.Duration) time.Duration { return time.Duration(float64(d) * c.timeScale) }
 	res := result{router: r.name, replicas: replicas, wall: time.Since(start), queueSpread: q.spread, queueTotal: q.total}
 	for _, s := range f.servers {
-		st := s.Stats()
-		res.servers = append(res.servers, fmt.Sprintf("%s: %d served, %.2f cached, peak %d running %d waiting", s.Name(), st.Completed,
-			float64(st.CachedPromptTokens)/float64(max(st.PromptTokens, 1)), st.PeakRunning, st.PeakWaiting))
+		res.servers = append(res.servers, s.Name()+": "+s.summary())
 	}
 	res.predicted, res.confirmed, res.overPredicted, res.observed = f.agreement()
 	first := int(float64(len(reqs)) * c.warmup)

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestLLMDArgs checks the fleet's parameters as the llm-d simulator's
+// flags: costs divided by the time scale, the load factor of a full batch.
+func TestLLMDArgs(t *testing.T) {
+	c := defaultSweep()
+	c.timeScale = 2
+	args := llmdArgs(&c, 8123, 7)
+	flag := func(name string) string {
+		i := slices.Index(args, name)
+		if i < 0 || i+1 >= len(args) {
+			t.Fatalf("no %s in %v", name, args)
+		}
+		return args[i+1]
+	}
+	want := map[string]string{
+		"--port": "8123", "--max-num-seqs": "4", "--kv-cache-size": "450", "--block-size": "16",
+		"--prefill-overhead": "15ms", "--prefill-time-per-token": "500µs", "--inter-token-latency": "10ms",
+		"--time-factor-under-load": "1.15", "--latency-calculator": "per-token", "--seed": "7",
+	}
+	for k, v := range want {
+		if got := flag(k); got != v {
+			t.Errorf("%s %s, want %s", k, got, v)
+		}
+	}
+	if !slices.Contains(args, "--enable-kvcache=true") || !slices.Contains(args, "--force-dummy-tokenizer=true") {
+		t.Errorf("prefix cache or dummy tokenizer not enabled: %v", args)
+	}
+}
+
+func TestCheckSim(t *testing.T) {
+	cases := []struct {
+		sim, bin, err string
+	}{
+		{simModelsim, "", ""},
+		{simLLMD, "", "needs -llmd-sim-bin"},
+		{simLLMD, "/nonexistent/llm-d-inference-sim", "-llmd-sim-bin"},
+		{"vllm", "", `-sim "vllm"`},
+	}
+	for _, c := range cases {
+		err := checkSim(c.sim, c.bin)
+		if (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("checkSim(%q, %q) = %v, want %q", c.sim, c.bin, err, c.err)
+		}
+	}
+}
+
+// TestLLMDSweep runs one short point on the llm-d simulator, when
+// LLMD_SIM_BIN names its binary (built from its public source; the
+// performance page says how): every request served through one
+// poolpicker replica and two, usage read back, and prefix affinity far
+// above round robin's.
+func TestLLMDSweep(t *testing.T) {
+	bin := os.Getenv("LLMD_SIM_BIN")
+	if bin == "" {
+		t.Skip("LLMD_SIM_BIN not set")
+	}
+	c := quickSweep()
+	c.sim, c.llmdBin, c.requests, c.timeScale = simLLMD, bin, 100, 1
+	rs, err := runPoint(context.Background(), &c, 12, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]result{}
+	for _, r := range rs {
+		if r.failed > 0 || r.served == 0 {
+			t.Fatalf("%s: %d failed, %d served: %s", r.series(), r.failed, r.served, r.firstFailure)
+		}
+		by[r.series()] = r
+		t.Logf("%s: hit %.3f, TTFT p50 %v p90 %v", r.series(), r.hitRate, r.ttft50, r.ttft90)
+	}
+	if pp, rr := by["poolpicker"], by["round-robin"]; pp.hitRate < rr.hitRate+0.2 {
+		t.Errorf("poolpicker hit rate %.3f, round-robin %.3f", pp.hitRate, rr.hitRate)
+	}
+}
