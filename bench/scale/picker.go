@@ -152,6 +152,9 @@ type pickerMetrics struct {
 	goroutines float64
 	// timeouts are the scrapes that timed out, of every pool.
 	timeouts float64
+	// busyInterval is the longest interval the scrape budget allows a busy
+	// pool's servers, perScrape the scrapes' mean CPU cost (seconds).
+	busyInterval, perScrape float64
 }
 
 func (p *picker) readMetrics(ctx context.Context) (pickerMetrics, error) {
@@ -184,6 +187,8 @@ func (p *picker) readMetrics(ctx context.Context) (pickerMetrics, error) {
 			}
 		}
 	}
+	m.busyInterval = gauge(fams["poolpicker_scrape_budget_busy_interval_max_seconds"])
+	m.perScrape = gauge(fams["poolpicker_scrape_budget_cpu_per_scrape_seconds"])
 	m.heapInuse = gauge(fams["go_memstats_heap_inuse_bytes"])
 	m.goroutines = gauge(fams["go_goroutines"])
 	return m, nil

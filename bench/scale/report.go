@@ -40,6 +40,8 @@ var rows = []row{
 	{"hot pick p99", func(r result) float64 { return r.HotPickP99Ms }, "ms"},
 	{"metric age p50 (hot picks)", func(r result) float64 { return r.MetricAgeP50Ms }, "ms"},
 	{"metric age p99 (hot picks)", func(r result) float64 { return r.MetricAgeP99Ms }, "ms"},
+	{"longest busy interval the budget allows", func(r result) float64 { return r.BusyIntervalMs }, "ms"},
+	{"scrape CPU (budget's mean)", func(r result) float64 { return r.CPUPerScrapeUs }, "µs"},
 	{"hanging neighbour: metric age p99 / quiet", neighbourRatio(0, true), "x"},
 	{"hanging neighbour: hot pick p99 / quiet", neighbourRatio(0, false), "x"},
 	{"noisy neighbour's traffic: metric age p99 / quiet", neighbourRatio(1, true), "x"},

@@ -51,6 +51,8 @@ type result struct {
 	MetricAgeP50Ms float64 `json:"metricAgeP50Ms"`
 	MetricAgeP99Ms float64 `json:"metricAgeP99Ms"`
 	MetricAgeMaxMs float64 `json:"metricAgeMaxMs"`
+	BusyIntervalMs float64 `json:"busyIntervalMaxMs"`
+	CPUPerScrapeUs float64 `json:"cpuPerScrapeMicros"`
 	// Neighbours are the hot windows with a noisy neighbour (-noisy): the
 	// other hot pools' figures with one pool's servers hanging, then with
 	// its traffic at Noisy times theirs.
@@ -268,7 +270,9 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	r.HotCPU, r.HotPicks, r.HotPickRate = hf.CPU, hf.Picks, hf.PickRate
 	r.HotPickP50Ms, r.HotPickP99Ms = hf.PickP50Ms, hf.PickP99Ms
 	r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.MetricAgeMaxMs = hf.AgeP50Ms, hf.AgeP99Ms, hf.AgeMaxMs
-	logf("hot: %d pools, %.0f picks/s, poolpicker %.3f cores, metric age p50 %.0f ms p99 %.0f ms, pick p99 %.1f ms", nHot, r.HotPickRate, r.HotCPU, r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.HotPickP99Ms)
+	r.BusyIntervalMs, r.CPUPerScrapeUs = hf.BusyIntervalMs, hf.CPUPerScrapeUs
+	logf("hot: %d pools, %.0f picks/s, poolpicker %.3f cores, metric age p50 %.0f ms p99 %.0f ms (the budget allows busy pools %.0f ms at %.0f µs a scrape), pick p99 %.1f ms",
+		nHot, r.HotPickRate, r.HotCPU, r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.BusyIntervalMs, r.CPUPerScrapeUs, r.HotPickP99Ms)
 	if noisy {
 		// One pool's servers hang until the scrape timeout, its traffic
 		// as the others'; then its servers answer and its traffic is
@@ -388,6 +392,11 @@ type hotFigures struct {
 	AgeP50Ms  float64 `json:"metricAgeP50Ms"`
 	AgeP99Ms  float64 `json:"metricAgeP99Ms"`
 	AgeMaxMs  float64 `json:"metricAgeMaxMs"`
+	// BusyIntervalMs is the longest interval the scrape budget allowed a
+	// busy pool's servers at the window's end; CPUPerScrapeUs the scrapes'
+	// mean CPU cost as the budget measured it.
+	BusyIntervalMs float64 `json:"busyIntervalMaxMs"`
+	CPUPerScrapeUs float64 `json:"cpuPerScrapeMicros"`
 	// ScrapeTimeouts are the scrapes that timed out in the window (the
 	// hanging servers').
 	ScrapeTimeouts float64 `json:"scrapeTimeouts,omitempty"`
@@ -405,6 +414,12 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	}
 	el := time.Since(t0).Seconds()
 	f.CPU = (proc.CPU(p.pid()) - pc) / el
+	// The budget's plan at the window's end (set every second).
+	m, err := p.readMetrics(ctx)
+	if err != nil {
+		return f, err
+	}
+	f.BusyIntervalMs, f.CPUPerScrapeUs = m.busyInterval*1e3, m.perScrape*1e6
 	f.Picks, f.PickRate = len(picks), float64(len(picks))/el
 	if others {
 		picks = slices.DeleteFunc(picks, func(pk pick) bool { return pk.pool == hot[0] })

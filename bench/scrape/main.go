@@ -9,12 +9,13 @@
 //
 // Modes: "scheduler" is the shared scrape scheduler with every pool busy;
 // "idle" the same with no pool getting requests, so that the servers decay
-// to -idle-interval; "expfmt" is the scheduler parsing whole pages with expfmt instead of the
-// fast path; "nobudget" is the scheduler without its CPU budget (nor the
-// per-scrape CPU measurement's cost); "read" is the physical cost, the floor of the others: each
-// server's page read over a kept connection at the refresh interval, with
-// the least a client can do (write the GET, read the header and
-// Content-Length bytes), nothing parsed or published.
+// to -idle-interval; "expfmt" is the scheduler parsing whole pages with
+// expfmt instead of the fast path; "nobudget" is the scheduler without its
+// CPU budget (its scrapes still timed, one in eight); "read" is the
+// physical cost, the floor of the others: each server's page read over a
+// kept connection at the refresh interval, with the least a client can do
+// (write the GET, read the header and Content-Length bytes), nothing parsed
+// or published.
 //
 //	go -C bench run ./scrape -endpoints 1000 -pools-per-server 2 -interval 50ms -duration 20s -modes read,scheduler,read,scheduler
 package main
