@@ -119,3 +119,26 @@ func BenchmarkSetPods(b *testing.B) {
 		p.SetPods(pods)
 	}
 }
+
+// BenchmarkUpsertPools is a start's pool additions, one by one, each pool
+// behind its own picker Service (a Service per pool, as a shared picker
+// provisions them): the view is copy-on-write, so what each addition
+// copies decides whether a start is linear in the pools or quadratic.
+func BenchmarkUpsertPools(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		keys := make([]PoolKey, n)
+		specs := make([]*PoolSpec, n)
+		for i := range n {
+			keys[i] = PoolKey{Namespace: fmt.Sprintf("ns%d", i%10), Name: fmt.Sprintf("pool%d", i)}
+			specs[i] = &PoolSpec{TargetPorts: []int32{8000}, PickerService: fmt.Sprintf("epp-pool%d", i), PickerPort: 9002}
+		}
+		b.Run(fmt.Sprintf("pools=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				r := NewRegistry()
+				for i := range n {
+					r.Upsert(keys[i], specs[i])
+				}
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@
 package datastore
 
 import (
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
@@ -37,13 +38,110 @@ type PickerKey struct {
 	Port      int32
 }
 
-// registryView is an immutable view of the registry's pools and indexes.
+// registryView is an immutable view of the registry's pools and indexes,
+// each split into viewShards maps by key: a writer copies the view's shard
+// arrays and the one shard of each that it changes, so a start that adds
+// ten thousand pools one by one copies a few dozen entries each time, not
+// every pool.
 type registryView struct {
-	pools    map[PoolKey]*Pool
-	ordered  []*Pool
-	byPicker map[PickerKey][]*Pool
-	// byService ignores the port, for authorities that carry none.
-	byService map[PickerKey][]*Pool
+	n         int
+	pools     [viewShards]map[PoolKey]*Pool
+	byPicker  [viewShards]map[PickerKey][]*Pool
+	byService [viewShards]map[PickerKey][]*Pool // the port ignored, for authorities that carry none
+
+	// ordered is every pool in key order, sorted on the first call of
+	// Pools after a change.
+	orderOnce sync.Once
+	ordered   []*Pool
+}
+
+// viewShards is the number of shards of each of a view's maps.
+const viewShards = 256
+
+var shardSeed = maphash.MakeSeed()
+
+func shardOf[K comparable](k K) int { return int(maphash.Comparable(shardSeed, k) % viewShards) }
+
+func (v *registryView) pool(key PoolKey) (*Pool, bool) {
+	p, ok := v.pools[shardOf(key)][key]
+	return p, ok
+}
+
+// clone copies v's shard arrays (not the shards): the writer replaces the
+// shards it changes.
+func (v *registryView) clone() *registryView {
+	return &registryView{n: v.n, pools: v.pools, byPicker: v.byPicker, byService: v.byService}
+}
+
+// setPool puts p under its key, or removes the key when p is nil.
+func (v *registryView) setPool(key PoolKey, p *Pool) {
+	i := shardOf(key)
+	m := maps.Clone(v.pools[i])
+	if m == nil {
+		m = map[PoolKey]*Pool{}
+	}
+	_, had := m[key]
+	if p == nil {
+		delete(m, key)
+		if had {
+			v.n--
+		}
+	} else {
+		m[key] = p
+		if !had {
+			v.n++
+		}
+	}
+	v.pools[i] = m
+}
+
+// pickerKeys are the keys of p's picker indexes; ok is false when its spec
+// names no picker.
+func pickerKeys(p *Pool, s *PoolSpec) (pk, sk PickerKey, ok bool) {
+	if s.PickerService == "" {
+		return PickerKey{}, PickerKey{}, false
+	}
+	return PickerKey{Namespace: p.Key.Namespace, Service: s.PickerService, Port: s.PickerPort},
+		PickerKey{Namespace: p.Key.Namespace, Service: s.PickerService}, true
+}
+
+// index adds p (add) to, or removes it from, the picker lists of spec s.
+func (v *registryView) index(p *Pool, s *PoolSpec, add bool) {
+	pk, sk, ok := pickerKeys(p, s)
+	if !ok {
+		return
+	}
+	edit := func(shards *[viewShards]map[PickerKey][]*Pool, k PickerKey) {
+		i := shardOf(k)
+		m := maps.Clone(shards[i])
+		if m == nil {
+			m = map[PickerKey][]*Pool{}
+		}
+		if add {
+			m[k] = insertPool(m[k], p)
+		} else if ps := slices.DeleteFunc(slices.Clone(m[k]), func(q *Pool) bool { return q == p }); len(ps) > 0 {
+			m[k] = ps
+		} else {
+			delete(m, k)
+		}
+		shards[i] = m
+	}
+	edit(&v.byPicker, pk)
+	edit(&v.byService, sk)
+}
+
+// sorted is every pool in key order.
+func (v *registryView) sorted() []*Pool {
+	v.orderOnce.Do(func() {
+		v.ordered = make([]*Pool, 0, v.n)
+		for _, m := range v.pools {
+			for _, p := range m {
+				v.ordered = append(v.ordered, p)
+			}
+		}
+		slices.SortFunc(v.ordered, comparePools)
+	})
+	return v.ordered
 }
 
 // Registry maps pool keys to the pools this process serves. Lookups read an
@@ -65,7 +163,7 @@ type Registry struct {
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
 	r := &Registry{}
-	r.view.Store(&registryView{pools: map[PoolKey]*Pool{}, byPicker: map[PickerKey][]*Pool{}, byService: map[PickerKey][]*Pool{}})
+	r.view.Store(&registryView{})
 	return r
 }
 
@@ -90,24 +188,25 @@ func (r *Registry) observerList() []Observer {
 
 // Get returns the pool with the key.
 func (r *Registry) Get(key PoolKey) (*Pool, bool) {
-	p, ok := r.view.Load().pools[key]
-	return p, ok
+	return r.view.Load().pool(key)
 }
 
 // Pools returns the served pools ordered by key; the slice must not be modified.
-func (r *Registry) Pools() []*Pool { return r.view.Load().ordered }
+func (r *Registry) Pools() []*Pool { return r.view.Load().sorted() }
 
 // Len is the number of served pools.
-func (r *Registry) Len() int { return len(r.view.Load().pools) }
+func (r *Registry) Len() int { return r.view.Load().n }
 
 // ByPicker returns the pools whose endpointPickerRef is the Service
 // namespace/service; port 0 matches any port. The slice must not be modified.
 func (r *Registry) ByPicker(namespace, service string, port int32) []*Pool {
 	v := r.view.Load()
 	if port == 0 {
-		return v.byService[PickerKey{Namespace: namespace, Service: service}]
+		k := PickerKey{Namespace: namespace, Service: service}
+		return v.byService[shardOf(k)][k]
 	}
-	return v.byPicker[PickerKey{Namespace: namespace, Service: service, Port: port}]
+	k := PickerKey{Namespace: namespace, Service: service, Port: port}
+	return v.byPicker[shardOf(k)][k]
 }
 
 // ByEndpoint returns the pools that hold an endpoint with the address
@@ -122,9 +221,11 @@ func (r *Registry) ByEndpoint(address string) []*Pool {
 
 // AllSynced reports whether every served pool's endpoints reflect the API server.
 func (r *Registry) AllSynced() bool {
-	for _, p := range r.Pools() {
-		if !p.Synced() {
-			return false
+	for _, m := range r.view.Load().pools {
+		for _, p := range m {
+			if !p.Synced() {
+				return false
+			}
 		}
 	}
 	return true
@@ -136,45 +237,29 @@ func (r *Registry) Upsert(key PoolKey, spec *PoolSpec) *Pool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := r.view.Load()
-	p, ok := old.pools[key]
+	p, ok := old.pool(key)
 	if ok {
 		prev := p.Spec()
 		p.setSpec(spec)
 		if prev.PickerService == spec.PickerService && prev.PickerPort == spec.PickerPort {
 			return p
 		}
-	} else {
-		p = &Pool{Key: key, registry: r}
-		p.endpoints.Store(emptyEndpointSet)
-		p.policy.Store(&Policy{})
-		p.setSpec(spec)
-	}
-	if ok {
-		// The pool's picker changed: re-index every pool (rare).
-		pools := maps.Clone(old.pools)
-		pools[key] = p
-		r.view.Store(buildView(pools))
+		// The pool's picker changed: it moves between picker lists.
+		next := old.clone()
+		next.index(p, prev, false)
+		next.index(p, spec, true)
+		r.view.Store(next)
 		return p
 	}
-	r.view.Store(old.withPool(p))
+	p = &Pool{Key: key, registry: r}
+	p.endpoints.Store(emptyEndpointSet)
+	p.policy.Store(&Policy{})
+	p.setSpec(spec)
+	next := old.clone()
+	next.setPool(key, p)
+	next.index(p, spec, true)
+	r.view.Store(next)
 	return p
-}
-
-// withPool returns v with p, whose key v lacks, added. The ordered list and
-// p's picker lists get p at its place instead of being sorted and indexed
-// again: a start adds thousands of pools one by one, and a full rebuild
-// each time made that quadratic.
-func (v *registryView) withPool(p *Pool) *registryView {
-	n := &registryView{pools: maps.Clone(v.pools), ordered: insertPool(v.ordered, p), byPicker: v.byPicker, byService: v.byService}
-	n.pools[p.Key] = p
-	if s := p.Spec(); s.PickerService != "" {
-		pk := PickerKey{Namespace: p.Key.Namespace, Service: s.PickerService, Port: s.PickerPort}
-		sk := PickerKey{Namespace: p.Key.Namespace, Service: s.PickerService}
-		n.byPicker, n.byService = maps.Clone(v.byPicker), maps.Clone(v.byService)
-		n.byPicker[pk] = insertPool(v.byPicker[pk], p)
-		n.byService[sk] = insertPool(v.byService[sk], p)
-	}
-	return n
 }
 
 // insertPool returns a new slice of ps, ordered by key, with p at its place.
@@ -199,18 +284,15 @@ func comparePools(a, b *Pool) int {
 func (r *Registry) Remove(key PoolKey) {
 	r.mu.Lock()
 	old := r.view.Load()
-	p, ok := old.pools[key]
+	p, ok := old.pool(key)
 	if !ok {
 		r.mu.Unlock()
 		return
 	}
-	pools := make(map[PoolKey]*Pool, len(old.pools))
-	for k, v := range old.pools {
-		if k != key {
-			pools[k] = v
-		}
-	}
-	r.view.Store(buildView(pools))
+	next := old.clone()
+	next.setPool(key, nil)
+	next.index(p, p.Spec(), false)
+	r.view.Store(next)
 	r.mu.Unlock()
 
 	p.mu.Lock()
@@ -221,25 +303,6 @@ func (r *Registry) Remove(key PoolKey) {
 	for _, o := range r.observerList() {
 		o.PoolRemoved(p)
 	}
-}
-
-func buildView(pools map[PoolKey]*Pool) *registryView {
-	v := &registryView{pools: pools, byPicker: map[PickerKey][]*Pool{}, byService: map[PickerKey][]*Pool{}}
-	for _, p := range pools {
-		v.ordered = append(v.ordered, p)
-	}
-	slices.SortFunc(v.ordered, comparePools)
-	for _, p := range v.ordered {
-		s := p.Spec()
-		if s.PickerService == "" {
-			continue
-		}
-		pk := PickerKey{Namespace: p.Key.Namespace, Service: s.PickerService, Port: s.PickerPort}
-		v.byPicker[pk] = append(v.byPicker[pk], p)
-		sk := PickerKey{Namespace: p.Key.Namespace, Service: s.PickerService}
-		v.byService[sk] = append(v.byService[sk], p)
-	}
-	return v
 }
 
 // notifyEndpoints runs with p.mu held.
