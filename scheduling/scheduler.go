@@ -254,8 +254,11 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 			pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, req.Objective, cs.Priority)
 	}
 
-	prof := s.profileFor(pool)
 	cands := cy.candidates
+	if req.Released {
+		cands = keepFree(s, cands, now)
+	}
+	prof := s.profileFor(pool)
 	for i, f := range prof.filters {
 		start := prof.timers.start()
 		cands = f.Filter(ctx, cs, req, cands)

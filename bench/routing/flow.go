@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +54,7 @@ func newFlowControl(on bool, sched *scheduling.Scheduler) (*flowcontrol.Controll
 	if !on {
 		return nil, nil
 	}
-	return flowcontrol.New(flowcontrol.Options{Saturated: sched.PoolSaturated, QueueTTL: flowQueueTTL})
+	return flowcontrol.New(flowcontrol.Options{Saturated: sched.PoolSaturated, EndpointSaturated: sched.EndpointSaturated, QueueTTL: flowQueueTTL})
 }
 
 // runFairness offers flow A three requests for every one of flow B, both of
@@ -139,4 +140,36 @@ func bothBackloggedShares(arrived []time.Time, outs []outcome, flows []string) m
 		}
 	}
 	return served
+}
+
+// waitSplit says where the served requests waited, critical and sheddable
+// apart: p50 and p90 of the wait for the picker's answer (flow control's
+// queue; scheduling alone without it) and of the rest of TTFT (the
+// server's queue and prefill), in simulated seconds.
+func waitSplit(reqs []request, outs []outcome, errs []error, start time.Time, real, sim func(time.Duration) time.Duration) string {
+	var picker, server [2][]time.Duration // by sheddable
+	for i, r := range reqs {
+		if errs[i] != nil || outs[i].status != 200 {
+			continue
+		}
+		k := 0
+		if r.sheddable {
+			k = 1
+		}
+		w := outs[i].decided.Sub(start.Add(real(r.at)))
+		picker[k] = append(picker[k], sim(w))
+		server[k] = append(server[k], sim(outs[i].ttft-w))
+	}
+	var b strings.Builder
+	for k, name := range []string{"critical", "sheddable"} {
+		if len(picker[k]) == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s wait p50/p90 in the picker %s/%s s, then to the first token %s/%s s", name,
+			secs(quantile(picker[k], 0.5)), secs(quantile(picker[k], 0.9)), secs(quantile(server[k], 0.5)), secs(quantile(server[k], 0.9)))
+	}
+	return b.String()
 }

@@ -318,6 +318,9 @@ func printResults(w io.Writer, rs []result, header bool) {
 	}
 	tw.Flush()
 	for _, r := range rs {
+		if r.waits != "" {
+			fmt.Fprintf(w, "  %s: %s\n", r.series(), r.waits)
+		}
 		if r.firstFailure != "" {
 			fmt.Fprintf(w, "  %s: first failure: %s\n", r.series(), r.firstFailure)
 		}

@@ -221,6 +221,8 @@ type result struct {
 	wall                    time.Duration
 	requestsMeasure         int
 	servers                 []string // per-server counters, for -v
+	// waits is where the measured requests waited, by priority (flow.go).
+	waits string
 }
 
 // series names a router run with its number of replicas ("poolpicker",
@@ -382,6 +384,7 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, replicas in
 			}
 		}
 	}
+	res.waits = waitSplit(reqs[first:], outs[first:], errs[first:], start, real, sim)
 	res.ttft50, res.ttft90, res.ttft99 = quantile(ttft, 0.5), quantile(ttft, 0.9), quantile(ttft, 0.99)
 	res.e2e90, res.critTTFT90 = quantile(e2e, 0.9), quantile(crit, 0.9)
 	if prompt > 0 {

@@ -106,6 +106,7 @@ func newFlowController(o *flowControlOptions, sched *scheduling.Scheduler, metri
 	case fo.MaxQueuedBytes < 1:
 		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlQueuedBytes, fo.MaxQueuedBytes)
 	}
-	fo.Saturated, fo.Registerer, fo.Logger, fo.Waiting = sched.PoolSaturated, metrics, log, waiting
+	fo.Saturated, fo.EndpointSaturated = sched.PoolSaturated, sched.EndpointSaturated
+	fo.Registerer, fo.Logger, fo.Waiting = metrics, log, waiting
 	return flowcontrol.New(fo)
 }

@@ -1,0 +1,547 @@
+package flowcontrol_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/flowcontrol"
+	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/scheduling"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fixture is a controller over the real scheduler's saturation detector
+// and pools whose endpoints have a fresh scrape saying idle: with a
+// queue-depth threshold of 1, one request in flight takes an endpoint's
+// only slot, so a test frees a slot by finishing a request.
+type fixture struct {
+	reg   *datastore.Registry
+	sched *scheduling.Scheduler
+	c     *flowcontrol.Controller
+	prom  *prometheus.Registry
+}
+
+// newFixture builds the controller; with affinity, it releases by home
+// endpoint (Options.EndpointSaturated).
+func newFixture(t *testing.T, opts flowcontrol.Options, affinity bool) *fixture {
+	t.Helper()
+	sched, err := scheduling.New(nil, scheduling.Options{QueueDepthThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &fixture{reg: datastore.NewRegistry(), sched: sched, prom: prometheus.NewRegistry()}
+	fx.reg.AddObserver(sched)
+	opts.Saturated, opts.Registerer = sched.PoolSaturated, fx.prom
+	if affinity {
+		opts.EndpointSaturated = sched.EndpointSaturated
+	}
+	if fx.c, err = flowcontrol.New(opts); err != nil {
+		t.Fatal(err)
+	}
+	fx.reg.AddObserver(fx.c)
+	return fx
+}
+
+// pool adds pool name with n endpoints, each with an idle fresh scrape.
+func (fx *fixture) pool(name string, n int) *datastore.Pool {
+	p := fx.reg.Upsert(types.NamespacedName{Namespace: "ns", Name: name}, &datastore.PoolSpec{
+		Selector: map[string]string{"app": name}, TargetPorts: []int32{8000}, PickerService: "epp", PickerPort: 9002})
+	var pods []datastore.EndpointSource
+	for i := 0; i < n; i++ {
+		pods = append(pods, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("%s-%d", name, i)},
+			UID: types.UID(fmt.Sprintf("%s-uid-%d", name, i)), IP: fmt.Sprintf("10.0.0.%d", i+1)})
+	}
+	p.SetPods(pods)
+	p.SetSynced(true)
+	for _, e := range p.Endpoints().Endpoints {
+		e.SetMetrics(&datastore.Metrics{ScrapedAt: time.Now(), Interval: time.Hour})
+	}
+	return p
+}
+
+// admitted is a request flow control let through, holding the endpoint it
+// was placed on (as extproc holds the pick's in-flight count).
+type admitted struct {
+	name string
+	t    *flowcontrol.Ticket
+	e    *datastore.Endpoint
+	err  error
+}
+
+// admit runs Admit for req in its own goroutine, as a stream does; once
+// admitted, the request takes a slot (its home's when free, else the
+// first free endpoint's) and is picked. The result goes to out.
+func (fx *fixture) admit(ctx context.Context, p *datastore.Pool, name string, req flowcontrol.Request, out chan<- admitted) {
+	req.ID = name
+	go func() {
+		t, err := fx.c.Admit(ctx, p, req)
+		a := admitted{name: name, t: t, err: err}
+		if err == nil {
+			a.e = fx.place(p, req)
+			if a.e != nil {
+				a.e.AddInFlight(1)
+			}
+			t.Picked()
+		}
+		out <- a
+	}()
+}
+
+func (fx *fixture) place(p *datastore.Pool, req flowcontrol.Request) *datastore.Endpoint {
+	if req.Home != nil {
+		if h := req.Home(); h != nil && !fx.sched.EndpointSaturated(h) {
+			return h
+		}
+	}
+	for _, e := range p.Endpoints().Endpoints {
+		if !fx.sched.EndpointSaturated(e) {
+			return e
+		}
+	}
+	return nil
+}
+
+// finish ends an admitted request: its slot frees.
+func (a admitted) finish() {
+	if a.e != nil {
+		a.e.AddInFlight(-1)
+	}
+	a.t.Done()
+}
+
+// queued waits until p's queue holds n requests.
+func (fx *fixture) queued(t *testing.T, p *datastore.Pool, n int) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, fmt.Sprintf("%d requests queued in %s", n, p.Key), func() bool {
+		return fx.metric("inference_extension_flow_control_queue_size", p) == float64(n)
+	})
+}
+
+// metric sums the series of the named metric for pool p.
+func (fx *fixture) metric(name string, p *datastore.Pool) float64 {
+	mfs, err := fx.prom.Gather()
+	if err != nil {
+		return -1
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == p.Key.Namespace && labels["pool"] == p.Key.Name {
+				sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// fill admits one request per endpoint of p (each takes a slot) and returns
+// them.
+func (fx *fixture) fill(t *testing.T, p *datastore.Pool) []admitted {
+	t.Helper()
+	out := make(chan admitted, 1)
+	var got []admitted
+	for i := range p.Endpoints().Endpoints {
+		fx.admit(context.Background(), p, fmt.Sprintf("fill-%d", i), flowcontrol.Request{}, out)
+		a := <-out
+		if a.err != nil || a.e == nil {
+			t.Fatalf("filling %s: %+v", p.Key, a)
+		}
+		got = append(got, a)
+	}
+	if !fx.sched.PoolSaturated(p) {
+		t.Fatalf("pool %s not saturated after one request per endpoint", p.Key)
+	}
+	return got
+}
+
+type queuedReq struct {
+	name     string
+	flow     string
+	priority int
+}
+
+// TestReleaseOrder: requests queued while the pool is saturated leave by
+// band (highest priority first, in order of arrival within a flow) and in
+// turn between the flows of a band, whatever their arrival order; each
+// freed slot releases exactly one.
+func TestReleaseOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		reqs []queuedReq
+		want []string
+	}{
+		{
+			name: "bands",
+			reqs: []queuedReq{{"batch-1", "batch", -1}, {"std-1", "std", 0}, {"high-1", "high", 10}, {"std-2", "std", 0}, {"batch-2", "batch", -1}, {"high-2", "high", 10}},
+			want: []string{"high-1", "high-2", "std-1", "std-2", "batch-1", "batch-2"},
+		},
+		{
+			name: "flows in turn",
+			reqs: []queuedReq{{"a-1", "a", 0}, {"a-2", "a", 0}, {"a-3", "a", 0}, {"a-4", "a", 0}, {"a-5", "a", 0}, {"a-6", "a", 0}, {"b-1", "b", 0}, {"b-2", "b", 0}},
+			want: []string{"a-1", "b-1", "a-2", "b-2", "a-3", "a-4", "a-5", "a-6"},
+		},
+		{
+			name: "flows in turn within their band",
+			reqs: []queuedReq{{"a-1", "a", 0}, {"a-2", "a", 0}, {"low-1", "low", -1}, {"b-1", "b", 0}, {"a-3", "a", 0}, {"c-1", "c", 0}},
+			want: []string{"a-1", "b-1", "c-1", "a-2", "a-3", "low-1"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, flowcontrol.Options{}, false)
+			p := fx.pool("p", 1)
+			running := fx.fill(t, p)[0]
+			out := make(chan admitted, len(tc.reqs))
+			for i, r := range tc.reqs {
+				fx.admit(context.Background(), p, r.name, flowcontrol.Request{Flow: r.flow, Priority: r.priority, Bytes: 10}, out)
+				fx.queued(t, p, i+1)
+			}
+			if got := fx.c.QueuedBytes(); got != int64(10*len(tc.reqs)) {
+				t.Fatalf("queued bytes %d, want %d", got, 10*len(tc.reqs))
+			}
+			var order []string
+			for range tc.reqs {
+				running.finish()
+				running = <-out
+				if running.err != nil {
+					t.Fatalf("%s: %v", running.name, running.err)
+				}
+				order = append(order, running.name)
+				select {
+				case extra := <-out:
+					t.Fatalf("one freed slot released %s and %s", running.name, extra.name)
+				default:
+				}
+			}
+			running.finish()
+			if fmt.Sprint(order) != fmt.Sprint(tc.want) {
+				t.Fatalf("released %v, want %v", order, tc.want)
+			}
+			if got := fx.c.QueuedBytes(); got != 0 {
+				t.Fatalf("queued bytes %d after every release, want 0", got)
+			}
+			if got := fx.metric("inference_extension_flow_control_dispatched_total", p); got != float64(len(tc.reqs)) {
+				t.Fatalf("dispatched_total %v, want %d", got, len(tc.reqs))
+			}
+		})
+	}
+}
+
+// TestFairShares: two flows of one band, one offered three times the
+// other's requests, are served 1:1 while both have requests waiting.
+func TestFairShares(t *testing.T) {
+	fx := newFixture(t, flowcontrol.Options{}, false)
+	p := fx.pool("p", 1)
+	running := fx.fill(t, p)[0]
+	out := make(chan admitted, 40)
+	flows := map[string]string{}
+	for i := 0; i < 40; i++ {
+		f := "a"
+		if i%4 == 3 {
+			f = "b"
+		}
+		name := fmt.Sprintf("%s-%d", f, i)
+		flows[name] = f
+		fx.admit(context.Background(), p, name, flowcontrol.Request{Flow: f}, out)
+		fx.queued(t, p, i+1)
+	}
+	served := map[string]int{}
+	for i := 0; i < 20; i++ { // b has 10 waiting: both stay backlogged
+		running.finish()
+		running = <-out
+		served[flows[running.name]]++
+	}
+	if served["a"] != 10 || served["b"] != 10 {
+		t.Fatalf("while both flows waited: served %v, want 10 each", served)
+	}
+	for i := 0; i < 20; i++ {
+		running.finish()
+		running = <-out
+	}
+	running.finish()
+}
+
+// TestLimits: what exceeds a band's request or byte limit, or the
+// process-wide byte bound over every pool, is refused 429 with the reason,
+// and counted; other bands and pools are not held by it, and the bytes
+// come back when requests leave.
+func TestLimits(t *testing.T) {
+	type step struct {
+		pool     string
+		priority int
+		bytes    int64
+		reason   string // "" queued
+	}
+	for _, tc := range []struct {
+		name  string
+		opts  flowcontrol.Options
+		steps []step
+	}{
+		{
+			name:  "band requests",
+			opts:  flowcontrol.Options{MaxBandRequests: 2},
+			steps: []step{{"p", 0, 1, ""}, {"p", 0, 1, ""}, {"p", 0, 1, flowcontrol.ReasonQueueFull}, {"p", -1, 1, ""}, {"q", 0, 1, ""}},
+		},
+		{
+			name:  "band bytes",
+			opts:  flowcontrol.Options{MaxBandBytes: 100},
+			steps: []step{{"p", 0, 60, ""}, {"p", 0, 41, flowcontrol.ReasonQueueFull}, {"p", 0, 40, ""}, {"p", 1, 100, ""}},
+		},
+		{
+			name:  "process bytes over pools",
+			opts:  flowcontrol.Options{MaxQueuedBytes: 100},
+			steps: []step{{"p", 0, 60, ""}, {"q", 0, 41, flowcontrol.ReasonQueueBytesExceeded}, {"q", 0, 40, ""}, {"p", 5, 1, flowcontrol.ReasonQueueBytesExceeded}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, tc.opts, false)
+			pools := map[string]*datastore.Pool{"p": fx.pool("p", 1), "q": fx.pool("q", 1)}
+			var running []admitted
+			for _, p := range pools {
+				running = append(running, fx.fill(t, p)...)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			out := make(chan admitted, len(tc.steps))
+			queued := map[string]int{}
+			var want int64
+			for i, s := range tc.steps {
+				p := pools[s.pool]
+				fx.admit(ctx, p, fmt.Sprint(i), flowcontrol.Request{Priority: s.priority, Bytes: s.bytes}, out)
+				if s.reason == "" {
+					queued[s.pool]++
+					want += s.bytes
+					fx.queued(t, p, queued[s.pool])
+					continue
+				}
+				a := <-out
+				var fe *flowcontrol.Error
+				if !errors.As(a.err, &fe) || fe.Code != http.StatusTooManyRequests || fe.Reason != s.reason {
+					t.Fatalf("step %d (%+v): got %v, want 429 %s", i, s, a.err, s.reason)
+				}
+				if got := fx.metric("inference_extension_flow_control_rejected_total", p); got < 1 {
+					t.Fatalf("step %d: rejected_total %v, want it counted", i, got)
+				}
+			}
+			if got := fx.c.QueuedBytes(); got != want {
+				t.Fatalf("queued bytes %d, want %d", got, want)
+			}
+			cancel() // every queued client goes away
+			for _, n := range queued {
+				for ; n > 0; n-- {
+					if a := <-out; !errors.Is(a.err, context.Canceled) {
+						t.Fatalf("queued request %s: %v, want context.Canceled", a.name, a.err)
+					}
+				}
+			}
+			if got := fx.c.QueuedBytes(); got != 0 {
+				t.Fatalf("queued bytes %d after every client left, want 0", got)
+			}
+			for _, a := range running {
+				a.finish()
+			}
+		})
+	}
+}
+
+// TestQueueTTL: a request the pool does not release within the queue TTL
+// is answered 429 QueueTTLExpired, leaves the queue with its bytes, and the
+// expiry is counted; the next request still gets the freed slot.
+func TestQueueTTL(t *testing.T) {
+	fx := newFixture(t, flowcontrol.Options{QueueTTL: 50 * time.Millisecond}, false)
+	p := fx.pool("p", 1)
+	running := fx.fill(t, p)[0]
+	out := make(chan admitted, 1)
+	start := time.Now()
+	fx.admit(context.Background(), p, "late", flowcontrol.Request{Bytes: 7}, out)
+	a := <-out
+	var fe *flowcontrol.Error
+	if !errors.As(a.err, &fe) || fe.Code != http.StatusTooManyRequests || fe.Reason != flowcontrol.ReasonQueueTTLExpired {
+		t.Fatalf("got %v, want 429 %s", a.err, flowcontrol.ReasonQueueTTLExpired)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("refused after %v, before the TTL", waited)
+	}
+	if fx.c.QueuedBytes() != 0 || fx.metric("inference_extension_flow_control_queue_size", p) != 0 {
+		t.Fatalf("the expired request stayed queued: %d bytes", fx.c.QueuedBytes())
+	}
+	if got := fx.metric("inference_extension_flow_control_rejected_total", p); got != 1 {
+		t.Fatalf("rejected_total %v, want 1 (the expiry)", got)
+	}
+	running.finish()
+	fx.admit(context.Background(), p, "next", flowcontrol.Request{}, out)
+	if a := <-out; a.err != nil {
+		t.Fatalf("after the slot freed: %v", a.err)
+	} else {
+		a.finish()
+	}
+}
+
+// TestClientGone: a queued request whose client goes away leaves the queue
+// at once (its bytes released, counted as canceled) and does not take the
+// next slot from the request behind it.
+func TestClientGone(t *testing.T) {
+	fx := newFixture(t, flowcontrol.Options{}, false)
+	p := fx.pool("p", 1)
+	running := fx.fill(t, p)[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan admitted, 2)
+	fx.admit(ctx, p, "gone", flowcontrol.Request{Bytes: 5}, out)
+	fx.queued(t, p, 1)
+	fx.admit(context.Background(), p, "stays", flowcontrol.Request{Bytes: 5}, out)
+	fx.queued(t, p, 2)
+	cancel()
+	if a := <-out; a.name != "gone" || !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("got %s %v, want gone: context.Canceled", a.name, a.err)
+	}
+	fx.queued(t, p, 1)
+	if got := fx.c.QueuedBytes(); got != 5 {
+		t.Fatalf("queued bytes %d, want 5 (the request that stays)", got)
+	}
+	running.finish()
+	a := <-out
+	if a.name != "stays" || a.err != nil {
+		t.Fatalf("the freed slot went to %s (%v), want stays", a.name, a.err)
+	}
+	a.finish()
+}
+
+// TestWaitingRoom: a request to a pool without endpoints waits for one
+// (Options.Waiting told once, the gauge set) and goes on when pods come; a
+// request whose pods never come is answered 503 NoEndpointsTimeout after
+// the room's TTL.
+func TestWaitingRoom(t *testing.T) {
+	waiting := make(chan string, 4)
+	fx := newFixture(t, flowcontrol.Options{NoEndpointTTL: time.Minute, Waiting: func(p *datastore.Pool) { waiting <- p.Key.Name }}, false)
+	p := fx.pool("p", 0)
+	out := make(chan admitted, 2)
+	fx.admit(context.Background(), p, "first", flowcontrol.Request{Bytes: 3}, out)
+	fx.admit(context.Background(), p, "second", flowcontrol.Request{Bytes: 3}, out)
+	if got := <-waiting; got != "p" {
+		t.Fatalf("Waiting told of %s, want p", got)
+	}
+	poll.Until(t, 10*time.Second, "two requests in the waiting room", func() bool {
+		return fx.metric("inference_extension_flow_control_waiting_room_requests", p) == 2
+	})
+	p.SetPods([]datastore.EndpointSource{{Pod: types.NamespacedName{Namespace: "ns", Name: "p-0"}, UID: "p-uid-0", IP: "10.0.0.1"},
+		{Pod: types.NamespacedName{Namespace: "ns", Name: "p-1"}, UID: "p-uid-1", IP: "10.0.0.2"}})
+	for _, e := range p.Endpoints().Endpoints {
+		e.SetMetrics(&datastore.Metrics{ScrapedAt: time.Now(), Interval: time.Hour})
+	}
+	for i := 0; i < 2; i++ {
+		a := <-out
+		if a.err != nil || a.e == nil {
+			t.Fatalf("after pods came: %s %v", a.name, a.err)
+		}
+		defer a.finish()
+	}
+	if len(waiting) != 0 {
+		t.Fatalf("Waiting told again while the room was occupied")
+	}
+	if fx.metric("inference_extension_flow_control_waiting_room_requests", p) != 0 || fx.c.QueuedBytes() != 0 {
+		t.Fatalf("the room kept its requests")
+	}
+
+	short := newFixture(t, flowcontrol.Options{NoEndpointTTL: 30 * time.Millisecond}, false)
+	empty := short.pool("empty", 0)
+	short.admit(context.Background(), empty, "never", flowcontrol.Request{}, out)
+	var fe *flowcontrol.Error
+	if a := <-out; !errors.As(a.err, &fe) || fe.Code != http.StatusServiceUnavailable || fe.Reason != flowcontrol.ReasonNoEndpointsTimeout {
+		t.Fatalf("got %v, want 503 %s", a.err, flowcontrol.ReasonNoEndpointsTimeout)
+	}
+}
+
+// TestPoolsIsolated: one pool's backlog holds no request of another pool,
+// and a removed pool's queued requests are answered 503 PoolRemoved at once.
+func TestPoolsIsolated(t *testing.T) {
+	fx := newFixture(t, flowcontrol.Options{}, false)
+	busy, free := fx.pool("busy", 1), fx.pool("free", 1)
+	running := fx.fill(t, busy)
+	out := make(chan admitted, 8)
+	for i := 0; i < 5; i++ {
+		fx.admit(context.Background(), busy, fmt.Sprint("busy-", i), flowcontrol.Request{}, out)
+	}
+	fx.queued(t, busy, 5)
+	fx.admit(context.Background(), free, "free", flowcontrol.Request{}, out)
+	if a := <-out; a.name != "free" || a.err != nil {
+		t.Fatalf("got %s %v, want free admitted past the other pool's backlog", a.name, a.err)
+	} else {
+		a.finish()
+	}
+	fx.reg.Remove(busy.Key)
+	for i := 0; i < 5; i++ {
+		var fe *flowcontrol.Error
+		if a := <-out; !errors.As(a.err, &fe) || fe.Code != http.StatusServiceUnavailable || fe.Reason != flowcontrol.ReasonPoolRemoved {
+			t.Fatalf("%s: got %v, want 503 %s", a.name, a.err, flowcontrol.ReasonPoolRemoved)
+		}
+	}
+	if fx.c.QueuedBytes() != 0 {
+		t.Fatalf("queued bytes %d after the pool went", fx.c.QueuedBytes())
+	}
+	for _, a := range running {
+		a.finish()
+	}
+}
+
+// TestHomeAffinity: with Options.EndpointSaturated, a slot freed on an
+// endpoint goes to the oldest request that calls it home rather than to the
+// oldest request; a request whose home is busy waits while another
+// endpoint is free, until SpillBacklog requests wait for that home.
+func TestHomeAffinity(t *testing.T) {
+	fx := newFixture(t, flowcontrol.Options{}, true)
+	p := fx.pool("p", 2)
+	e0, e1 := p.Endpoints().Endpoints[0], p.Endpoints().Endpoints[1]
+	home := func(e *datastore.Endpoint) func() *datastore.Endpoint { return func() *datastore.Endpoint { return e } }
+	running := fx.fill(t, p) // one on each endpoint, in order
+	on := map[*datastore.Endpoint]admitted{e0: running[0], e1: running[1]}
+	out := make(chan admitted, 8)
+	fx.admit(context.Background(), p, "a", flowcontrol.Request{Home: home(e0)}, out)
+	fx.queued(t, p, 1)
+	fx.admit(context.Background(), p, "b", flowcontrol.Request{Home: home(e1)}, out)
+	fx.queued(t, p, 2)
+
+	on[e1].finish() // the younger request, at home on e1, takes its slot
+	if a := <-out; a.name != "b" || a.e != e1 {
+		t.Fatalf("e1's slot went to %s on %v, want b", a.name, a.e)
+	} else {
+		on[e1] = a
+	}
+	on[e1].finish()
+	fx.c.Wake(p) // returns once the queue has looked: a's home is busy
+	if n := fx.metric("inference_extension_flow_control_queue_size", p); n != 1 || len(out) != 0 {
+		t.Fatalf("with e1 free and a's home busy: %v queued, %d released; want a to wait", n, len(out))
+	}
+
+	for i := 2; i <= flowcontrol.SpillBacklog; i++ { // the backlog of e0 grows
+		fx.admit(context.Background(), p, fmt.Sprint("a", i), flowcontrol.Request{Home: home(e0)}, out)
+	}
+	a := <-out // the oldest spills to the free endpoint
+	if a.name != "a" || a.e != e1 {
+		t.Fatalf("with %d requests waiting for e0, e1's slot went to %s on %v, want a", flowcontrol.SpillBacklog, a.name, a.e)
+	}
+	fx.queued(t, p, flowcontrol.SpillBacklog-1)
+	a.finish()
+	on[e0].finish()
+	for i := 2; i <= flowcontrol.SpillBacklog; i++ {
+		a := <-out
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		a.finish()
+	}
+}
