@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,57 +32,31 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
-// Manager runs the pool, objective and rewrite reconcilers and the per-pool
-// pod watches, filling Options.Registry. Its controller-runtime cache holds
-// InferencePools (filtered on the API server by namespace, PoolSelector and,
-// in single-pool mode, name), InferenceObjectives and InferenceModelRewrites;
-// never pods.
+// Manager runs the reconcilers (PoolReconciler, PolicyReconciler,
+// ClaimReconciler and, with provisioning, ProvisionReconciler), the pod
+// sources that feed the served pools their pods, and leader election, over
+// one controller-runtime manager, filling Options.Registry. Its cache holds
+// InferencePools (filtered on the API server by namespace, PoolSelector
+// and, in single-pool mode, name), InferenceObjectives,
+// InferenceModelRewrites and the objects this deployment provisioned; never
+// pods.
 type Manager struct {
 	opts     Options
 	mgr      manager.Manager
 	registry *datastore.Registry
-	pods     *corev1client.CoreV1Client
 	metrics  *metrics
 	log      logr.Logger
-	events   events.EventRecorder
-	// poolEvents tells the policy reconciler that a pool started or stopped
-	// being served, so it publishes the new pool's policy.
-	poolEvents chan event.GenericEvent
 
-	// watchCtx parents every pod watch; set by Start before any reconcile.
-	watchCtx context.Context
-	watches  sync.WaitGroup
-
-	mu     sync.Mutex
-	served map[datastore.PoolKey]*servedPool
-	// plans are the watch plans of the namespaces with served pools, and
-	// nsWatches their namespace watches (namespace plan, or a switch under
-	// way).
-	plans     map[string]*namespacePlan
-	nsWatches map[string]*namespaceWatch
-	ignored   map[datastore.PoolKey]string // reason last logged, so each is logged once
-
-	leaderState
-	// replicas is the watch of this deployment's own pods (provisioning).
-	replicas *servedPool
-	// replicaEvents wakes the provisioning reconciler when the ready
-	// replicas change.
-	replicaEvents chan event.GenericEvent
-
-	// noStreamingList is set once the API server refused a streaming list.
-	noStreamingList atomic.Bool
-	// noProtobufWatch is set once the API server answered a protobuf watch
-	// in another encoding.
-	noProtobufWatch atomic.Bool
+	selection *selection
+	recorder  *poolRecorder
+	sources   *podSources
+	leader    *leadership
 
 	started     atomic.Bool
 	initialSync atomic.Bool
 	// changed is poked when a pool syncs or stops being served, waking
 	// waitInitialSync.
 	changed chan struct{}
-	// policyGroups are the API groups of objectives and rewrites read; set
-	// once before the policy controller starts.
-	policyGroups policyGroups
 }
 
 // Scheme returns the scheme the reconcilers read: core types and
@@ -171,35 +143,50 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("controllers: creating pod client: %w", err)
 	}
 	m := &Manager{
-		opts:       opts,
-		mgr:        mgr,
-		registry:   opts.Registry,
-		pods:       pods,
-		metrics:    met,
-		log:        opts.Logger,
-		poolEvents: make(chan event.GenericEvent, 1024),
-		served:     map[datastore.PoolKey]*servedPool{},
-		plans:      map[string]*namespacePlan{},
-		nsWatches:  map[string]*namespaceWatch{},
-		ignored:    map[datastore.PoolKey]string{},
-		changed:    make(chan struct{}, 1),
-		events:     mgr.GetEventRecorder("poolpicker"),
-		// Set before the policy controller starts.
-		policyGroups: groups,
+		opts:      opts,
+		mgr:       mgr,
+		registry:  opts.Registry,
+		metrics:   met,
+		log:       opts.Logger,
+		selection: newSelection(opts),
+		changed:   make(chan struct{}, 1),
 	}
-	m.conflicts = map[conflictKey]string{}
-	m.noStreamingList.Store(opts.DisableStreamingLists)
-	if err := m.setupPoolController(); err != nil {
-		return nil, err
+	m.recorder = &poolRecorder{cache: mgr.GetCache(), recorder: mgr.GetEventRecorder("poolpicker")}
+	m.sources = newPodSources(opts.Registry, pods, met, opts.Logger, m.recorder, opts, m.servablePools, m.signal)
+	m.recorder.ctx = m.sources.watchCtx
+	m.leader = &leadership{opts: opts, cfg: mgr.GetConfig(), recorderFor: mgr.GetEventRecorderFor, log: opts.Logger, metrics: met} //nolint:staticcheck // client-go's leader election records with the core Events API
+	cf := &conflicts{metrics: met, events: m.recorder, byKey: map[conflictKey]string{}}
+	policyEvents := make(chan event.GenericEvent, 1024)
+	policy := &PolicyReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), registry: opts.Registry,
+		groups: groups, leader: m.leader, pools: policyEvents}
+	m.leader.onElected = append(m.leader.onElected, func(ctx context.Context) {
+		if err := policy.requeue(ctx); err != nil && ctx.Err() == nil {
+			// The conditions are then written as objectives and pools next
+			// change; serving does not depend on them.
+			m.log.Error(err, "listing objectives and rewrites to write their Accepted conditions")
+		}
+	})
+	reconcilers := []interface{ SetupWithManager(manager.Manager) error }{
+		&PoolReconciler{client: mgr.GetClient(), selection: m.selection, sources: m.sources, events: m.recorder, conflicts: cf,
+			policy: policyEvents, maxConcurrentReconciles: opts.MaxConcurrentReconciles, ignored: map[datastore.PoolKey]string{}},
+		policy,
+		&ClaimReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), selection: m.selection, leader: m.leader, conflicts: cf,
+			provisioning: opts.ProvisionPickerServices, maxConcurrentReconciles: opts.MaxConcurrentReconciles},
 	}
-	if err := m.setupPolicyController(); err != nil {
-		return nil, err
+	if opts.ProvisionPickerServices {
+		reconcilers = append(reconcilers, &ProvisionReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), selection: m.selection,
+			leader: m.leader, conflicts: cf, sources: m.sources, pickerName: opts.PickerName, pickerNamespace: opts.PickerNamespace,
+			podSelector: opts.PickerPodSelector, port: opts.PickerPort, maxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	}
-	if err := m.setupWriters(); err != nil {
-		return nil, err
+	for _, r := range reconcilers {
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, err
+		}
 	}
-	if err := m.Add(manager.RunnableFunc(m.waitInitialSync)); err != nil {
-		return nil, err
+	for _, r := range []manager.Runnable{m.sources, m.leader, manager.RunnableFunc(m.waitInitialSync)} {
+		if err := m.Add(r); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -242,20 +229,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	if !m.started.CompareAndSwap(false, true) {
 		return errors.New("controllers: Manager started twice")
 	}
-	watchCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	m.watchCtx = watchCtx
 	err := m.mgr.Start(ctx)
 	// Reconcilers have ended (or failed to start): no new watch can begin.
-	cancel()
-	m.mu.Lock()
-	served := m.served
-	m.served = map[datastore.PoolKey]*servedPool{}
-	m.mu.Unlock()
-	for _, sp := range served {
-		sp.stop()
-	}
-	m.watches.Wait()
+	// The sources' runnable stops them when it ran; this is for a manager
+	// that failed before it.
+	m.sources.shutdown()
 	return err
 }
 
@@ -284,7 +262,7 @@ func (m *Manager) waitInitialSync(ctx context.Context) error {
 	}
 	want := map[datastore.PoolKey]bool{}
 	for i := range list.Items {
-		if ok, _ := m.serves(&list.Items[i]); ok {
+		if ok, _ := m.selection.serves(&list.Items[i]); ok {
 			want[datastore.PoolKey{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}] = true
 		}
 	}
@@ -299,7 +277,7 @@ func (m *Manager) waitInitialSync(ctx context.Context) error {
 				delete(want, key)
 				continue
 			}
-			if !ok && !m.isServed(key) && !m.inCache(ctx, key) {
+			if !ok && !m.sources.isServed(key) && !m.inCache(ctx, key) {
 				delete(want, key) // deleted or no longer served since
 				continue
 			}
@@ -330,16 +308,34 @@ func (m *Manager) PoolEvent(key datastore.PoolKey, warning bool, reason, note st
 	if warning {
 		t = corev1.EventTypeWarning
 	}
-	m.poolEvent(key, t, reason, note)
+	m.recorder.record(key, t, reason, note)
 }
 
-// poolEvent records an Event on the pool, so that its owners see in
-// `kubectl describe` what the picker makes of it.
-func (m *Manager) poolEvent(key datastore.PoolKey, eventType, reason, note string) {
+// IsLeader reports whether this replica holds the lease (always, without
+// leader election) and so runs the writers.
+func (m *Manager) IsLeader() bool { return m.leader.IsLeader() }
+
+func (m *Manager) inCache(ctx context.Context, key datastore.PoolKey) bool {
 	var pool v1.InferencePool
-	ctx := m.watchCtx
-	if ctx == nil || m.mgr.GetCache().Get(ctx, key, &pool) != nil {
-		return // gone, or the cache is stopping
+	if err := m.mgr.GetCache().Get(ctx, key, &pool); err != nil {
+		return false
 	}
-	m.events.Eventf(&pool, nil, eventType, reason, "Serve", "%s", note)
+	ok, _ := m.selection.serves(&pool)
+	return ok
+}
+
+// servablePools counts the pools of the namespace in the cache that this
+// picker would serve (an estimate: claims may still change it).
+func (m *Manager) servablePools(ctx context.Context, namespace string) int {
+	var list v1.InferencePoolList
+	if err := m.mgr.GetCache().List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return 0
+	}
+	n := 0
+	for i := range list.Items {
+		if ok, _ := m.selection.servesSpec(&list.Items[i]); ok {
+			n++
+		}
+	}
+	return n
 }

@@ -19,10 +19,9 @@ import (
 // once, however many pools the namespace holds. It lives while it has
 // subscriptions.
 //
-// Lock order: Manager.mu, then namespaceWatch.mu, then podWatch.mu or
-// servedPool.mu.
+// Its lock's place in the order: see podSources.
 type namespaceWatch struct {
-	m         *Manager
+	src       *podSources
 	namespace string
 	watch     *podWatch
 
@@ -74,7 +73,7 @@ func (s *nsSub) describe() string {
 func (s *nsSub) startedAt() time.Time { return s.started }
 func (s *nsSub) stop() {
 	if s.stopped.CompareAndSwap(false, true) {
-		s.owner.m.unsubscribe(s)
+		s.owner.src.unsubscribe(s)
 	}
 }
 
@@ -94,22 +93,22 @@ func (s *nsSub) matches(pod *endpointPod) bool {
 // subscribe joins sub to its namespace's watch, starting the watch if the
 // namespace has none. If the watch has listed, the pool gets its pods at
 // once.
-func (m *Manager) subscribe(sub *nsSub) {
+func (ps *podSources) subscribe(sub *nsSub) {
 	namespace := sub.owner.key.Namespace
-	m.mu.Lock()
-	ns := m.nsWatches[namespace]
+	ps.mu.Lock()
+	ns := ps.nsWatches[namespace]
 	if ns == nil {
-		ns = &namespaceWatch{m: m, namespace: namespace, subs: map[*nsSub]struct{}{}, bySelectorLabel: map[string]map[*nsSub]struct{}{}}
-		ns.watch = m.newWatch(namespace, "", ns, m.log.WithValues("namespace", namespace))
-		m.nsWatches[namespace] = ns
-		m.runWatch(ns.watch)
+		ns = &namespaceWatch{src: ps, namespace: namespace, subs: map[*nsSub]struct{}{}, bySelectorLabel: map[string]map[*nsSub]struct{}{}}
+		ns.watch = ps.newWatch(namespace, "", ns, ps.log.WithValues("namespace", namespace))
+		ps.nsWatches[namespace] = ns
+		ps.runWatch(ns.watch)
 	}
 	ns.mu.Lock()
-	m.mu.Unlock()
+	ps.mu.Unlock()
 	if sub.stopped.Load() {
 		ns.mu.Unlock()
 		// Stopped before it joined: the watch may now have no one.
-		m.closeIfUnused(ns)
+		ps.closeIfUnused(ns)
 		return
 	}
 	sub.ns = ns
@@ -145,10 +144,10 @@ func (m *Manager) subscribe(sub *nsSub) {
 
 // unsubscribe removes sub from its watch, and stops the watch when no
 // subscription is left.
-func (m *Manager) unsubscribe(sub *nsSub) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ns := m.nsWatches[sub.owner.key.Namespace]
+func (ps *podSources) unsubscribe(sub *nsSub) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	ns := ps.nsWatches[sub.owner.key.Namespace]
 	if ns == nil {
 		return
 	}
@@ -165,27 +164,27 @@ func (m *Manager) unsubscribe(sub *nsSub) {
 		}
 	}
 	sub.members = nil
-	m.closeLocked(ns)
+	ps.closeLocked(ns)
 }
 
-func (m *Manager) closeIfUnused(ns *namespaceWatch) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+func (ps *podSources) closeIfUnused(ns *namespaceWatch) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	m.closeLocked(ns)
+	ps.closeLocked(ns)
 }
 
-// closeLocked stops ns if no subscription is left. Called with m.mu and
+// closeLocked stops ns if no subscription is left. Called with ps.mu and
 // ns.mu held.
-func (m *Manager) closeLocked(ns *namespaceWatch) {
+func (ps *podSources) closeLocked(ns *namespaceWatch) {
 	if len(ns.subs) > 0 || ns.closed {
 		return
 	}
 	ns.closed = true
 	ns.watch.cancel()
-	if m.nsWatches[ns.namespace] == ns {
-		delete(m.nsWatches, ns.namespace)
+	if ps.nsWatches[ns.namespace] == ns {
+		delete(ps.nsWatches, ns.namespace)
 	}
 }
 

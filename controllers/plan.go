@@ -7,10 +7,6 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	v1 "github.com/poolpicker/poolpicker/api/v1"
 )
 
 // PodWatchPlan is how the pods of a namespace's served pools are watched.
@@ -47,26 +43,26 @@ func (p PodWatchPlan) valid() bool {
 // follows. A namespace's pools share it.
 type namespacePlan struct {
 	// pools is the number of served pools of the namespace; guarded by
-	// Manager.mu.
+	// podSources.mu.
 	pools int
 	// namespaceWatch: the namespace plan is in force. Written under
-	// Manager.mu; read by the pools under their own lock.
+	// podSources.mu; read by the pools under their own lock.
 	namespaceWatch atomic.Bool
 }
 
 // joinPlanLocked counts a newly served pool in its namespace and returns
 // the namespace's plan, and whether the plan switched to the namespace
-// watch (so the namespace's other pools must move). Called with m.mu held.
-func (m *Manager) joinPlanLocked(ctx context.Context, namespace string) (*namespacePlan, bool) {
-	p := m.plans[namespace]
+// watch (so the namespace's other pools must move). Called with ps.mu held.
+func (ps *podSources) joinPlanLocked(ctx context.Context, namespace string) (*namespacePlan, bool) {
+	p := ps.plans[namespace]
 	fresh := p == nil
 	if fresh {
 		p = &namespacePlan{}
-		m.plans[namespace] = p
+		ps.plans[namespace] = p
 	}
 	p.pools++
 	want, inCache := false, 0
-	switch m.opts.PodWatchPlan {
+	switch ps.plan {
 	case PodWatchPlanNamespace:
 		want = true
 	case PodWatchPlanAuto:
@@ -74,66 +70,50 @@ func (m *Manager) joinPlanLocked(ctx context.Context, namespace string) (*namesp
 		// pool cache at start), so that a namespace of a thousand pools
 		// does not start its first pools' own watches only to drop them.
 		if fresh {
-			inCache = m.servablePoolsLocked(ctx, namespace)
+			inCache = ps.countServable(ctx, namespace)
 		}
-		want = p.namespaceWatch.Load() || max(p.pools, inCache) >= m.opts.NamespaceWatchThreshold
+		want = p.namespaceWatch.Load() || max(p.pools, inCache) >= ps.threshold
 	}
 	switched := want && !p.namespaceWatch.Load()
 	if switched {
 		p.namespaceWatch.Store(true)
-		m.log.Info("watching the namespace's pods once for all its pools", "namespace", namespace, "plan", m.opts.PodWatchPlan,
+		ps.log.Info("watching the namespace's pods once for all its pools", "namespace", namespace, "plan", ps.plan,
 			"servedPools", p.pools, "poolsInCache", inCache)
 	}
 	return p, switched && !fresh
 }
 
 // leavePlanLocked uncounts a pool that is no longer served and reports
-// whether the namespace switched back to per-pool watches. Called with m.mu
+// whether the namespace switched back to per-pool watches. Called with ps.mu
 // held.
-func (m *Manager) leavePlanLocked(namespace string) bool {
-	p := m.plans[namespace]
+func (ps *podSources) leavePlanLocked(namespace string) bool {
+	p := ps.plans[namespace]
 	if p == nil {
 		return false
 	}
 	p.pools--
 	if p.pools <= 0 {
-		delete(m.plans, namespace)
+		delete(ps.plans, namespace)
 		return false
 	}
-	if m.opts.PodWatchPlan != PodWatchPlanAuto || !p.namespaceWatch.Load() || p.pools > m.opts.NamespaceWatchThreshold/2 {
+	if ps.plan != PodWatchPlanAuto || !p.namespaceWatch.Load() || p.pools > ps.threshold/2 {
 		return false
 	}
 	p.namespaceWatch.Store(false)
-	m.log.Info("watching the namespace's pools' pods each on its own again", "namespace", namespace, "pools", p.pools)
+	ps.log.Info("watching the namespace's pools' pods each on its own again", "namespace", namespace, "pools", p.pools)
 	return true
 }
 
-// servablePoolsLocked counts the pools of the namespace in the cache that
-// this picker would serve (an estimate: claims may still change it).
-func (m *Manager) servablePoolsLocked(ctx context.Context, namespace string) int {
-	var list v1.InferencePoolList
-	if err := m.mgr.GetCache().List(ctx, &list, client.InNamespace(namespace)); err != nil {
-		return 0
-	}
-	n := 0
-	for i := range list.Items {
-		if ok, _ := m.servesSpec(&list.Items[i]); ok {
-			n++
-		}
-	}
-	return n
-}
-
 // replan moves every served pool of the namespace to its current plan.
-func (m *Manager) replan(namespace string) {
-	m.mu.Lock()
+func (ps *podSources) replan(namespace string) {
+	ps.mu.Lock()
 	var pools []*servedPool
-	for key, sp := range m.served {
+	for key, sp := range ps.served {
 		if key.Namespace == namespace {
 			pools = append(pools, sp)
 		}
 	}
-	m.mu.Unlock()
+	ps.mu.Unlock()
 	for _, sp := range pools {
 		sp.ensure()
 	}

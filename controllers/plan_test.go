@@ -172,8 +172,8 @@ func TestNamespacePlanStartsFromCache(t *testing.T) {
 
 // namespaceWatched reports whether the namespace plan is in force in ns.
 func (m *Manager) namespaceWatched(ns string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.plans[ns]
+	m.sources.mu.Lock()
+	defer m.sources.mu.Unlock()
+	p := m.sources.plans[ns]
 	return p != nil && p.namespaceWatch.Load()
 }

@@ -39,7 +39,7 @@ import (
 // (namespace plan).
 type servedPool struct {
 	key datastore.PoolKey
-	m   *Manager
+	src *podSources
 	// replicas marks the watch of this deployment's own pods, which is no
 	// served pool: it has no pool metrics and no Events, and it is always
 	// watched on its own.
@@ -120,21 +120,21 @@ func (sp *servedPool) ensure() {
 			sub = &nsSub{owner: sp, selector: sp.selector, match: sp.match, started: time.Now()}
 			sp.pending = sub
 		} else {
-			sp.pending = sp.m.startPoolWatch(sp, sp.selector)
+			sp.pending = sp.src.startPoolWatch(sp, sp.selector)
 		}
 		if !sp.replicas {
-			sp.m.metrics.watchStarts.WithLabelValues(sp.key.Namespace, sp.key.Name).Inc()
+			sp.src.metrics.watchStarts.WithLabelValues(sp.key.Namespace, sp.key.Name).Inc()
 		}
 	}
 	sp.mu.Unlock()
 	stopSources(stops)
 	if sub != nil {
-		sp.m.subscribe(sub)
+		sp.src.subscribe(sub)
 	}
 }
 
 // stop ends the pool's sources; watch goroutines end on their own and
-// Manager.Start waits for them.
+// podSources.Start waits for them.
 func (sp *servedPool) stop() {
 	sp.mu.Lock()
 	sp.stopped = true
@@ -174,10 +174,10 @@ func (sp *servedPool) update(src podSource, pods []datastore.EndpointSource) (re
 	sp.clearFailureLocked()
 	sp.publishLocked(pods)
 	sp.pool.SetSynced(true)
-	sp.m.signal()
+	sp.src.signal()
 	took := time.Since(src.startedAt())
-	sp.m.metrics.syncSeconds.Observe(took.Seconds())
-	sp.m.log.V(2).Info("pod source synced", "pool", sp.key.String(), "source", src.describe(),
+	sp.src.metrics.syncSeconds.Observe(took.Seconds())
+	sp.src.log.V(2).Info("pod source synced", "pool", sp.key.String(), "source", src.describe(),
 		"endpoints", sp.pool.Endpoints().Len(), "duration", took)
 	return old
 }
@@ -196,19 +196,19 @@ func (sp *servedPool) failed(src podSource, what string, err error) {
 	sp.pool.SetSyncError(reason)
 	synced := sp.pool.Synced()
 	if !sp.replicas {
-		sp.m.metrics.syncFailing.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(1)
+		sp.src.metrics.syncFailing.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(1)
 	}
 	sp.mu.Unlock()
 	// waitInitialSync counts a pool that failed as done: readiness must not
 	// wait for one broken pool.
-	sp.m.signal()
+	sp.src.signal()
 	if first {
 		msg := "its requests are refused until its pods are listed"
 		if synced {
 			msg = "it keeps serving the endpoints last listed"
 		}
-		sp.m.log.Error(err, "cannot list or watch a pool's pods; "+msg, "pool", sp.key.String(), "source", src.describe())
-		sp.m.poolEvent(sp.key, corev1.EventTypeWarning, "PodsNotListed", reason+"; "+msg)
+		sp.src.log.Error(err, "cannot list or watch a pool's pods; "+msg, "pool", sp.key.String(), "source", src.describe())
+		sp.src.events.record(sp.key, corev1.EventTypeWarning, "PodsNotListed", reason+"; "+msg)
 	}
 }
 
@@ -223,18 +223,18 @@ func (sp *servedPool) recovered(src podSource) {
 
 func (sp *servedPool) clearFailureLocked() {
 	if sp.pool.SyncError() != "" {
-		sp.m.log.Info("pool's pods listed again", "pool", sp.key.String())
+		sp.src.log.Info("pool's pods listed again", "pool", sp.key.String())
 	}
 	sp.pool.SetSyncError("")
 	if !sp.replicas {
-		sp.m.metrics.syncFailing.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(0)
+		sp.src.metrics.syncFailing.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(0)
 	}
 }
 
 func (sp *servedPool) publishLocked(pods []datastore.EndpointSource) {
 	sp.pool.SetPods(pods)
 	if !sp.replicas {
-		sp.m.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods)))
+		sp.src.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods)))
 	}
 }
 
@@ -288,7 +288,7 @@ type watchSink interface {
 // stream (plus the HTTP/2 stream's writer): the pods are a map owned by that
 // goroutine, handed to the sink after each burst of events.
 type podWatch struct {
-	m         *Manager
+	src       *podSources
 	namespace string
 	selector  string
 	sink      watchSink
@@ -381,27 +381,32 @@ func endpointSources(pods map[string]*endpointPod) []datastore.EndpointSource {
 
 // startPoolWatch starts a pool's own watch of the pods of its namespace
 // matching selector.
-func (m *Manager) startPoolWatch(sp *servedPool, selector string) *poolWatch {
+func (ps *podSources) startPoolWatch(sp *servedPool, selector string) *poolWatch {
 	pw := &poolWatch{owner: sp}
-	pw.podWatch = m.newWatch(sp.key.Namespace, selector, pw, m.log.WithValues("pool", sp.key.String(), "selector", selector))
-	m.runWatch(pw.podWatch)
+	pw.podWatch = ps.newWatch(sp.key.Namespace, selector, pw, ps.log.WithValues("pool", sp.key.String(), "selector", selector))
+	ps.runWatch(pw.podWatch)
 	return pw
 }
 
 // newWatch makes a watch of the namespace's pods matching selector (all of
 // them when empty), reporting to sink; runWatch starts it.
-func (m *Manager) newWatch(namespace, selector string, sink watchSink, log logr.Logger) *podWatch {
-	return &podWatch{m: m, namespace: namespace, selector: selector, sink: sink, log: log,
-		pods: m.pods.Pods(namespace), rest: m.pods.RESTClient(), started: time.Now()}
+func (ps *podSources) newWatch(namespace, selector string, sink watchSink, log logr.Logger) *podWatch {
+	return &podWatch{src: ps, namespace: namespace, selector: selector, sink: sink, log: log,
+		pods: ps.pods.Pods(namespace), rest: ps.pods.RESTClient(), started: time.Now()}
 }
 
-func (m *Manager) runWatch(w *podWatch) {
-	ctx, cancel := context.WithCancel(m.watchCtx)
+func (ps *podSources) runWatch(w *podWatch) {
+	ctx, cancel := context.WithCancel(ps.watchCtx)
 	w.cancel = cancel
+	ps.runMu.RLock()
+	defer ps.runMu.RUnlock()
+	if ps.closed {
+		return // stopping: its context is done already
+	}
 	w.log.V(2).Info("starting pod watch")
-	m.metrics.liveWatches.Inc()
-	m.watches.Go(func() {
-		defer m.metrics.liveWatches.Dec()
+	ps.metrics.liveWatches.Inc()
+	ps.watches.Go(func() {
+		defer ps.metrics.liveWatches.Dec()
 		w.run(ctx)
 	})
 }
@@ -424,7 +429,7 @@ const (
 // thousand pools cost a rate-limited client at start. A server without
 // streaming lists gets a plain list.
 func (w *podWatch) run(ctx context.Context) {
-	m, log := w.m, w.log
+	ps, log := w.src, w.log
 	var (
 		pods    map[string]*endpointPod
 		rv      string
@@ -454,7 +459,7 @@ func (w *podWatch) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds())
 		opts := metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}
-		streaming := rv == "" && !m.noStreamingList.Load()
+		streaming := rv == "" && !ps.noStreamingList.Load()
 		if streaming {
 			pods = map[string]*endpointPod{}
 			opts.SendInitialEvents = ptr.To(true)
@@ -478,10 +483,10 @@ func (w *podWatch) run(ctx context.Context) {
 				return
 			case errors.Is(err, errNotProtobuf):
 				log.Info("the API server answered a protobuf watch in another encoding; decoding watches with client-go instead")
-				m.noProtobufWatch.Store(true)
+				ps.noProtobufWatch.Store(true)
 			case streaming && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) && strings.Contains(err.Error(), "sendInitialEvents")):
 				log.Info("the API server does not offer streaming lists; listing instead", "err", err.Error())
-				m.noStreamingList.Store(true)
+				ps.noStreamingList.Store(true)
 			case expired(err):
 				rv = ""
 			default:
@@ -510,7 +515,7 @@ func (w *podWatch) run(ctx context.Context) {
 // open starts a watch with opts: decoded on this goroutine unless the API
 // server does not answer in protobuf.
 func (w *podWatch) open(ctx context.Context, opts metav1.ListOptions) (eventSource, error) {
-	if !w.m.noProtobufWatch.Load() {
+	if !w.src.noProtobufWatch.Load() {
 		return openStreamEvents(ctx, w.rest, w.namespace, opts)
 	}
 	wi, err := w.pods.Watch(ctx, opts)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -42,11 +43,31 @@ func poolRefName(ref v1alpha2.PoolObjectReference) []string {
 	return []string{string(ref.Name)}
 }
 
-func (m *Manager) setupPolicyController() error {
+// PolicyReconciler publishes each served pool's InferenceObjectives and
+// InferenceModelRewrites (of the API groups the API server serves) to its
+// datastore pool on every replica and, on the leader, sets their Accepted
+// condition. It is keyed by pool: one reconcile publishes the pool's whole
+// policy.
+type PolicyReconciler struct {
+	// client reads the caches and writes status; apiReader asks whether a
+	// pool that is not served exists.
+	client    client.Client
+	apiReader client.Reader
+	registry  *datastore.Registry
+	groups    policyGroups
+	leader    *leadership
+	// pools carries the pools that started or stopped being served, and
+	// those a new leader looks at again.
+	pools chan event.GenericEvent
+}
+
+// SetupWithManager indexes objectives and rewrites by pool and adds the
+// reconciler to mgr.
+func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
-	groups := m.policyGroups
-	m.log.Info("reading InferenceObjectives and InferenceModelRewrites", v1alpha2.GroupVersion.Group, groups.xk8s, llmdv1alpha2.GroupVersion.Group, groups.llmd)
-	idx := m.mgr.GetFieldIndexer()
+	groups := r.groups
+	mgr.GetLogger().Info("reading InferenceObjectives and InferenceModelRewrites", v1alpha2.GroupVersion.Group, groups.xk8s, llmdv1alpha2.GroupVersion.Group, groups.llmd)
+	idx := mgr.GetFieldIndexer()
 	indexes := map[client.Object]client.IndexerFunc{}
 	if groups.xk8s {
 		indexes[&v1alpha2.InferenceObjective{}] = func(o client.Object) []string {
@@ -91,21 +112,20 @@ func (m *Manager) setupPolicyController() error {
 	})
 	// Keyed by pool: one reconcile publishes the pool's whole policy and
 	// sets the Accepted condition of every object referring to it.
-	b := ctrl.NewControllerManagedBy(m.mgr).Named("inferencepolicy")
+	b := ctrl.NewControllerManagedBy(mgr).Named("inferencepolicy")
 	for obj := range indexes {
 		b = b.Watches(obj, toPool)
 	}
-	return b.WatchesRawSource(source.Channel(m.poolEvents, toPool)).
-		Complete(reconcile.Func(m.reconcilePolicy))
+	return b.WatchesRawSource(source.Channel(r.pools, toPool)).Complete(r)
 }
 
-// reconcilePolicy publishes the objectives and rewrites of one pool and, on
+// Reconcile publishes the objectives and rewrites of one pool and, on
 // the leader, sets their Accepted condition: True when this picker serves
 // the pool, False (PoolNotFound) when no such pool exists. A pool that
 // exists but is served by another picker is that picker's to report on.
-func (m *Manager) reconcilePolicy(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.NamespacedName
-	objectives, rewrites, objs, err := m.listPolicy(ctx, key)
+	objectives, rewrites, objs, err := r.listPolicy(ctx, key)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -113,10 +133,10 @@ func (m *Manager) reconcilePolicy(ctx context.Context, req reconcile.Request) (r
 	// Every replica publishes the policy; only the leader writes the
 	// Accepted conditions (a newly elected one looks at every pool again:
 	// requeuePolicy).
-	ctx, done, leader := m.leading(ctx)
+	ctx, done, leader := r.leader.leading(ctx)
 	defer done()
 	var cond metav1.Condition
-	if pool, ok := m.registry.Get(key); ok {
+	if pool, ok := r.registry.Get(key); ok {
 		pool.SetPolicy(buildPolicy(objectives, rewrites))
 		if !leader {
 			return reconcile.Result{}, nil
@@ -129,7 +149,7 @@ func (m *Manager) reconcilePolicy(ctx context.Context, req reconcile.Request) (r
 		}
 		meta := &metav1.PartialObjectMetadata{}
 		meta.SetGroupVersionKind(v1.GroupVersion.WithKind("InferencePool"))
-		err := m.mgr.GetAPIReader().Get(ctx, key, meta)
+		err := r.apiReader.Get(ctx, key, meta)
 		switch {
 		case apierrors.IsNotFound(err):
 			cond = metav1.Condition{Type: v1alpha2.ConditionAccepted, Status: metav1.ConditionFalse, Reason: v1alpha2.ReasonPoolNotFound,
@@ -143,20 +163,20 @@ func (m *Manager) reconcilePolicy(ctx context.Context, req reconcile.Request) (r
 
 	var errs []error
 	for _, o := range objs {
-		errs = append(errs, m.setAccepted(ctx, o.obj, o.conds, cond))
+		errs = append(errs, r.setAccepted(ctx, o.obj, o.conds, cond))
 	}
 	return reconcile.Result{}, errors.Join(errs...)
 }
 
 // setAccepted patches obj's status when its Accepted condition differs;
 // conds points into obj.
-func (m *Manager) setAccepted(ctx context.Context, obj client.Object, conds *[]metav1.Condition, cond metav1.Condition) error {
+func (r *PolicyReconciler) setAccepted(ctx context.Context, obj client.Object, conds *[]metav1.Condition, cond metav1.Condition) error {
 	cond.ObservedGeneration = obj.GetGeneration()
 	orig := obj.DeepCopyObject().(client.Object)
 	if !meta.SetStatusCondition(conds, cond) {
 		return nil
 	}
-	if err := m.mgr.GetClient().Status().Patch(ctx, obj, client.MergeFrom(orig)); err != nil {
+	if err := r.client.Status().Patch(ctx, obj, client.MergeFrom(orig)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -208,18 +228,18 @@ func buildPolicy(objectives []v1alpha2.InferenceObjective, rewrites []v1alpha2.I
 	return pol
 }
 
-// requeuePolicy wakes the policy reconciler for every pool an objective or
-// rewrite refers to, so that a newly elected leader writes the Accepted
-// conditions that were left to it while it followed.
-func (m *Manager) requeuePolicy(ctx context.Context) error {
-	c := m.mgr.GetCache()
+// requeue wakes the reconciler for every pool an objective or rewrite
+// refers to, so that a newly elected leader writes the Accepted conditions
+// that were left to it while it followed.
+func (r *PolicyReconciler) requeue(ctx context.Context) error {
+	c := r.client
 	keys := map[datastore.PoolKey]bool{}
 	add := func(ns string, names []string) {
 		for _, n := range names {
 			keys[datastore.PoolKey{Namespace: ns, Name: n}] = true
 		}
 	}
-	if m.policyGroups.xk8s {
+	if r.groups.xk8s {
 		var ol v1alpha2.InferenceObjectiveList
 		var rl v1alpha2.InferenceModelRewriteList
 		if err := c.List(ctx, &ol); err != nil {
@@ -235,7 +255,7 @@ func (m *Manager) requeuePolicy(ctx context.Context) error {
 			add(r.Namespace, poolRefName(r.Spec.PoolRef))
 		}
 	}
-	if m.policyGroups.llmd {
+	if r.groups.llmd {
 		var ol llmdv1alpha2.InferenceObjectiveList
 		var rl llmdv1alpha2.InferenceModelRewriteList
 		if err := c.List(ctx, &ol); err != nil {
@@ -252,7 +272,7 @@ func (m *Manager) requeuePolicy(ctx context.Context) error {
 		}
 	}
 	for key := range keys {
-		m.poolChanged(ctx, key)
+		wakePolicy(ctx, r.pools, key)
 	}
 	return nil
 }

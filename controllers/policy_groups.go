@@ -78,13 +78,13 @@ type policyObject struct {
 // the pool key, as inference.networking.x-k8s.io values for buildPolicy
 // (llm-d.ai ones last, so they win an objective name defined in both), and
 // every object for its condition.
-func (m *Manager) listPolicy(ctx context.Context, key datastore.PoolKey) ([]v1alpha2.InferenceObjective, []v1alpha2.InferenceModelRewrite, []policyObject, error) {
-	c := m.mgr.GetClient()
+func (r *PolicyReconciler) listPolicy(ctx context.Context, key datastore.PoolKey) ([]v1alpha2.InferenceObjective, []v1alpha2.InferenceModelRewrite, []policyObject, error) {
+	c := r.client
 	opts := []client.ListOption{client.InNamespace(key.Namespace), client.MatchingFields{poolRefIndex: key.Name}}
 	var objectives []v1alpha2.InferenceObjective
 	var rewrites []v1alpha2.InferenceModelRewrite
 	var objs []policyObject
-	if m.policyGroups.xk8s {
+	if r.groups.xk8s {
 		var ol v1alpha2.InferenceObjectiveList
 		if err := c.List(ctx, &ol, opts...); err != nil {
 			return nil, nil, nil, err
@@ -101,7 +101,7 @@ func (m *Manager) listPolicy(ctx context.Context, key datastore.PoolKey) ([]v1al
 			objs = append(objs, policyObject{&rl.Items[i], &rl.Items[i].Status.Conditions})
 		}
 	}
-	if m.policyGroups.llmd {
+	if r.groups.llmd {
 		var ol llmdv1alpha2.InferenceObjectiveList
 		if err := c.List(ctx, &ol, opts...); err != nil {
 			return nil, nil, nil, err

@@ -7,46 +7,69 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
-func (m *Manager) setupPoolController() error {
-	return ctrl.NewControllerManagedBy(m.mgr).
-		For(&v1.InferencePool{}).
-		Named("inferencepool").
-		WithOptions(controller.Options{MaxConcurrentReconciles: m.opts.MaxConcurrentReconciles}).
-		Complete(reconcile.Func(m.reconcilePool))
+// PoolReconciler makes the served state of each InferencePool match the
+// API server: served (in the registry, fed its pods by a source for its
+// current selector) or not served at all, with the reason logged once and,
+// for a pool this picker would serve but cannot, an Event on it.
+type PoolReconciler struct {
+	// client reads the pool cache.
+	client    client.Client
+	selection *selection
+	sources   *podSources
+	events    *poolRecorder
+	conflicts *conflicts
+	// policy wakes the policy reconciler for a pool that started or
+	// stopped being served, so that it publishes the new pool's policy.
+	policy                  chan<- event.GenericEvent
+	maxConcurrentReconciles int
+
+	mu      sync.Mutex
+	ignored map[datastore.PoolKey]string // reason last logged, so each is logged once
 }
 
-// reconcilePool makes the served state of one pool match the API server:
-// served with a watch for its current selector, or not served at all.
-func (m *Manager) reconcilePool(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+// SetupWithManager adds the reconciler to mgr.
+func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.InferencePool{}).
+		Named("inferencepool").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.maxConcurrentReconciles}).
+		Complete(r)
+}
+
+// Reconcile serves the pool with a watch for its current selector, or
+// stops serving it.
+func (r *PoolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.NamespacedName
 	var pool v1.InferencePool
-	if err := m.mgr.GetClient().Get(ctx, key, &pool); err != nil {
+	if err := r.client.Get(ctx, key, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			m.forgetIgnored(key)
-			m.forgetConflicts(key)
-			m.unserve(ctx, key, "deleted or out of this picker's pool selection")
+			r.forgetIgnored(key)
+			r.conflicts.forget(ctx, key)
+			r.unserve(ctx, key, "deleted or out of this picker's pool selection")
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
 	}
-	ok, reason := m.serves(&pool)
+	ok, reason := r.selection.serves(&pool)
 	if !ok {
-		m.logIgnored(key, reason)
-		m.unserve(ctx, key, reason)
+		r.logIgnored(ctx, key, reason)
+		r.unserve(ctx, key, reason)
 		return reconcile.Result{}, nil
 	}
 	// The CRD, like upstream's, does not check label keys; a key that is no
@@ -54,71 +77,62 @@ func (m *Manager) reconcilePool(ctx context.Context, req reconcile.Request) (rec
 	// starts a second requirement), so such a pool is reported, not watched.
 	if _, err := labels.ValidatedSelectorFromSet(matchLabels(&pool)); err != nil {
 		reason := fmt.Sprintf("spec.selector.matchLabels is not a valid label selector: %v", err)
-		if m.logIgnored(key, reason) {
-			m.poolEvent(key, corev1.EventTypeWarning, "InvalidSelector", reason+"; the pool is not served until it is fixed")
+		if r.logIgnored(ctx, key, reason) {
+			r.events.record(key, corev1.EventTypeWarning, "InvalidSelector", reason+"; the pool is not served until it is fixed")
 		}
-		m.unserve(ctx, key, reason)
+		r.unserve(ctx, key, reason)
 		return reconcile.Result{}, nil
 	}
-	m.forgetIgnored(key)
+	r.forgetIgnored(key)
 	spec, selector := poolSpec(&pool)
-	m.serve(ctx, key, spec, selector, matchLabels(&pool))
+	if r.sources.serve(ctx, key, spec, selector, matchLabels(&pool)) {
+		log.FromContext(ctx).Info("serving pool", "pool", key.String(), "selector", selector, "targetPorts", spec.TargetPorts)
+		r.poolChanged(ctx, key)
+	}
 	return reconcile.Result{}, nil
 }
 
-// serves says whether this picker serves the pool, and if not, why: the
-// pool is for it (servesSpec) and no other deployment claimed it.
-func (m *Manager) serves(pool *v1.InferencePool) (bool, string) {
-	if ok, reason := m.servesSpec(pool); !ok {
-		return false, reason
+func (r *PoolReconciler) unserve(ctx context.Context, key datastore.PoolKey, reason string) {
+	if !r.sources.unserve(key) {
+		return
 	}
-	if other, conflict := m.claimedByOther(pool); conflict {
-		return false, fmt.Sprintf("claimed by poolpicker %s (annotation %s), not this deployment %s", other, ClaimAnnotation, m.claimID())
-	}
-	return true, ""
+	log.FromContext(ctx).Info("stopped serving pool", "pool", key.String(), "reason", reason)
+	r.poolChanged(ctx, key)
 }
 
-// servesSpec says whether the pool is for this picker on its own terms.
-// Namespace, pool label and single-pool filters are applied by the API
-// server; they are checked again here so that a pool reaching the
-// reconciler some other way is never served by mistake.
-func (m *Manager) servesSpec(pool *v1.InferencePool) (bool, string) {
-	if m.opts.PoolName != "" && (pool.Name != m.opts.PoolName || pool.Namespace != m.opts.PoolNamespace) {
-		return false, "not the pool named by the single-pool options"
+// poolChanged wakes the policy reconciler for the pool.
+func (r *PoolReconciler) poolChanged(ctx context.Context, key datastore.PoolKey) {
+	wakePolicy(ctx, r.policy, key)
+}
+
+// wakePolicy sends the pool to the policy reconciler's channel source.
+func wakePolicy(ctx context.Context, policy chan<- event.GenericEvent, key datastore.PoolKey) {
+	obj := &v1.InferencePool{}
+	obj.Namespace, obj.Name = key.Namespace, key.Name
+	select {
+	case policy <- event.GenericEvent{Object: obj}:
+	case <-ctx.Done():
 	}
-	if m.opts.PoolName == "" && len(m.opts.Namespaces) > 0 && !slices.Contains(m.opts.Namespaces, pool.Namespace) {
-		return false, "namespace not watched"
+}
+
+// logIgnored logs why the pool is not served, once per reason; it reports
+// whether the reason is new.
+func (r *PoolReconciler) logIgnored(ctx context.Context, key datastore.PoolKey, reason string) bool {
+	r.mu.Lock()
+	last, seen := r.ignored[key]
+	r.ignored[key] = reason
+	r.mu.Unlock()
+	if seen && last == reason {
+		return false
 	}
-	if m.opts.PoolSelector != "" {
-		sel, _ := labels.Parse(m.opts.PoolSelector)
-		if !sel.Matches(labels.Set(pool.Labels)) {
-			return false, "labels do not match the pool selector"
-		}
-	}
-	ref := pool.Spec.EndpointPickerRef
-	if ref == nil {
-		if len(m.opts.PickerServices) > 0 {
-			return false, fmt.Sprintf("spec.endpointPickerRef is unset and this picker serves only pools naming its Services %v", m.opts.PickerServices)
-		}
-	} else {
-		if ref.Group != nil && *ref.Group != "" {
-			return false, fmt.Sprintf("spec.endpointPickerRef group %q is not the core group", *ref.Group)
-		}
-		if ref.Kind != "" && ref.Kind != "Service" {
-			return false, fmt.Sprintf("spec.endpointPickerRef kind %q is not Service", ref.Kind)
-		}
-		if len(m.opts.PickerServices) > 0 && !slices.Contains(m.opts.PickerServices, string(ref.Name)) {
-			return false, fmt.Sprintf("spec.endpointPickerRef names Service %q, not one of this picker's %v", ref.Name, m.opts.PickerServices)
-		}
-	}
-	if len(pool.Spec.Selector.MatchLabels) == 0 {
-		// An empty selector would watch every pod of the namespace.
-		return false, "spec.selector.matchLabels is empty"
-	}
-	if len(pool.Spec.TargetPorts) == 0 {
-		return false, "spec.targetPorts is empty"
-	}
-	return true, ""
+	log.FromContext(ctx).Info("ignoring pool", "pool", key.String(), "reason", reason)
+	return true
+}
+
+func (r *PoolReconciler) forgetIgnored(key datastore.PoolKey) {
+	r.mu.Lock()
+	delete(r.ignored, key)
+	r.mu.Unlock()
 }
 
 func matchLabels(pool *v1.InferencePool) map[string]string {
@@ -148,101 +162,4 @@ func poolSpec(pool *v1.InferencePool) (*datastore.PoolSpec, string) {
 		}
 	}
 	return spec, labels.SelectorFromSet(sel).String()
-}
-
-func (m *Manager) serve(ctx context.Context, key datastore.PoolKey, spec *datastore.PoolSpec, selector string, match labels.Set) {
-	m.mu.Lock()
-	sp, existed := m.served[key]
-	switched := false
-	if !existed {
-		sp = &servedPool{key: key, m: m}
-		sp.plan, switched = m.joinPlanLocked(ctx, key.Namespace)
-		m.served[key] = sp
-	}
-	// Set under mu: concurrent reconciles would otherwise publish counts
-	// out of order and leave a stale value.
-	m.metrics.servedPools.Set(float64(len(m.served)))
-	m.mu.Unlock()
-
-	// Upsert publishes the spec; a target-port change recomputes the
-	// endpoints from the pods the active watch already has.
-	pool := m.registry.Upsert(key, spec)
-	sp.mu.Lock()
-	sp.pool = pool
-	sp.mu.Unlock()
-	sp.setSelector(selector, match)
-	if switched {
-		m.replan(key.Namespace)
-	}
-	if !existed {
-		m.log.Info("serving pool", "pool", key.String(), "selector", selector, "targetPorts", spec.TargetPorts)
-		m.poolChanged(ctx, key)
-	}
-}
-
-func (m *Manager) unserve(ctx context.Context, key datastore.PoolKey, reason string) {
-	m.mu.Lock()
-	sp, ok := m.served[key]
-	delete(m.served, key)
-	switched := ok && m.leavePlanLocked(key.Namespace)
-	m.metrics.servedPools.Set(float64(len(m.served)))
-	m.mu.Unlock()
-	if !ok {
-		return
-	}
-	sp.stop()
-	if switched {
-		m.replan(key.Namespace)
-	}
-	m.registry.Remove(key)
-	m.metrics.forget(key.Namespace, key.Name)
-	m.log.Info("stopped serving pool", "pool", key.String(), "reason", reason)
-	m.signal()
-	m.poolChanged(ctx, key)
-}
-
-func (m *Manager) isServed(key datastore.PoolKey) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, ok := m.served[key]
-	return ok
-}
-
-func (m *Manager) inCache(ctx context.Context, key datastore.PoolKey) bool {
-	var pool v1.InferencePool
-	if err := m.mgr.GetCache().Get(ctx, key, &pool); err != nil {
-		return false
-	}
-	ok, _ := m.serves(&pool)
-	return ok
-}
-
-// poolChanged wakes the policy reconciler for the pool.
-func (m *Manager) poolChanged(ctx context.Context, key datastore.PoolKey) {
-	obj := &v1.InferencePool{}
-	obj.Namespace, obj.Name = key.Namespace, key.Name
-	select {
-	case m.poolEvents <- event.GenericEvent{Object: obj}:
-	case <-ctx.Done():
-	}
-}
-
-// logIgnored logs why the pool is not served, once per reason; it reports
-// whether the reason is new.
-func (m *Manager) logIgnored(key datastore.PoolKey, reason string) bool {
-	m.mu.Lock()
-	last, seen := m.ignored[key]
-	m.ignored[key] = reason
-	m.mu.Unlock()
-	if seen && last == reason {
-		return false
-	}
-	m.log.Info("ignoring pool", "pool", key.String(), "reason", reason)
-	return true
-}
-
-func (m *Manager) forgetIgnored(key datastore.PoolKey) {
-	m.mu.Lock()
-	delete(m.ignored, key)
-	m.mu.Unlock()
 }

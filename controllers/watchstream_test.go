@@ -39,7 +39,7 @@ func TestWatchDecoders(t *testing.T) {
 			b := createPod(t, ns, "b", sel, podState{ip: "10.14.0.2"})
 			// The fallback is taken as if the API server had answered the
 			// first watch in JSON.
-			r := startWith(t, nil, Options{Namespaces: []string{ns}, PodWatchPlan: tc.plan}, func(m *Manager) { m.noProtobufWatch.Store(tc.clientGo) })
+			r := startWith(t, nil, Options{Namespaces: []string{ns}, PodWatchPlan: tc.plan}, func(m *Manager) { m.sources.noProtobufWatch.Store(tc.clientGo) })
 			key := datastore.PoolKey{Namespace: ns, Name: "pool"}
 			createPool(t, ns, "pool", sel, []int32{8000})
 			r.waitEndpoints(t, key, "10.14.0.1:8000")
