@@ -64,10 +64,13 @@ type Manager struct {
 
 	// demandMu guards demanded, the pools PoolDemanded heard of that the
 	// dispatcher has not handled yet: the request path appends to it and
-	// never waits for mu. ended is set when the dispatcher has returned.
-	demandMu sync.Mutex
-	demanded []*datastore.Pool
-	ended    bool
+	// never waits for mu. ended is set when the dispatcher has returned;
+	// demandTimer wakes the dispatcher demandDelay after the first pool
+	// noted.
+	demandMu    sync.Mutex
+	demanded    []*datastore.Pool
+	ended       bool
+	demandTimer *time.Timer
 
 	mu sync.Mutex
 	// ctx is Start's context; nil before Start.
@@ -147,6 +150,8 @@ func NewManager(opts Options) (*Manager, error) {
 		pools:   map[datastore.PoolKey]*poolSubs{},
 		servers: map[targetKey]*server{},
 	}
+	m.demandTimer = time.AfterFunc(time.Hour, m.wakeDispatcher)
+	m.demandTimer.Stop()
 	if opts.CPUBudget > 0 {
 		m.cpuSlots = make(chan struct{}, max(1, int(opts.CPUBudget)))
 	}
@@ -201,6 +206,7 @@ func (m *Manager) Start(ctx context.Context) error {
 
 	m.demandMu.Lock()
 	m.ended, m.demanded = true, nil
+	m.demandTimer.Stop()
 	m.demandMu.Unlock()
 	m.mu.Lock()
 	m.stopped = true
@@ -490,7 +496,8 @@ func (m *Manager) publish(s *server, met *datastore.Metrics, err error, prev tim
 // PoolDemanded has the servers of a pool that was idle scraped at once: its
 // request is routed meanwhile on their last values and the in-flight
 // counts, and its next ones on fresh values. It is called on the request
-// path, so it only notes the pool for the dispatcher.
+// path, so it only notes the pool for the dispatcher, which it wakes
+// demandDelay later.
 func (m *Manager) PoolDemanded(pool *datastore.Pool, idle time.Duration) {
 	if m.opts.IdleRefreshInterval <= m.opts.RefreshInterval || idle < m.opts.DemandWindow {
 		return
@@ -501,13 +508,22 @@ func (m *Manager) PoolDemanded(pool *datastore.Pool, idle time.Duration) {
 		return
 	}
 	m.demanded = append(m.demanded, pool)
-	first := len(m.demanded) == 1
+	if len(m.demanded) == 1 {
+		// Not at once: the dispatcher and the scrapes it starts would
+		// take the cores from the request being picked.
+		m.demandTimer.Reset(demandDelay)
+	}
 	m.demandMu.Unlock()
-	if first {
-		select {
-		case m.wake <- struct{}{}:
-		default:
-		}
+}
+
+// demandDelay is how long after the first request of an idle pool its
+// servers' scrapes start: after that request's answer has gone.
+const demandDelay = time.Millisecond
+
+func (m *Manager) wakeDispatcher() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
 	}
 }
 
