@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,17 +38,8 @@ import (
 // fewest requests in flight (ties by address), then up to two fallbacks in
 // the same order. It applies the pool's first rewrite target and sheds
 // requests whose objective has a negative priority. It asks for the whole
-// prompt, so the server validates every body in full. Like the real
-// scheduler it leaves work for Result.Commit: with commits set, it counts
-// the results committed.
-type leastInFlight struct {
-	commits *commitCounter
-}
-
-// commitCounter counts Result.Commit calls of a test scheduler's results.
-type commitCounter struct{ n atomic.Int64 }
-
-func (c *commitCounter) Commit(*scheduling.Result) { c.n.Add(1) }
+// prompt, so the server validates every body in full.
+type leastInFlight struct{}
 
 func (leastInFlight) PromptBytes() int { return math.MaxInt }
 
@@ -84,11 +74,7 @@ func (l leastInFlight) ScheduleDeferred(_ context.Context, pool *datastore.Pool,
 	if ts := pol.Rewrites[req.Model]; len(ts) > 0 {
 		target = ts[0].Model
 	}
-	res := &scheduling.Result{Endpoints: cands[:min(3, len(cands))], TargetModel: target, Profile: "test"}
-	if l.commits != nil {
-		res.Defer(l.commits)
-	}
-	return res, nil
+	return &scheduling.Result{Endpoints: cands[:min(3, len(cands))], TargetModel: target, Profile: "test"}, nil
 }
 
 // poolFixture is a registry of pools; pool i lives in namespace ns-(i%5),

@@ -5,6 +5,7 @@ package extproc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -21,27 +22,51 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
-// panicky is a scheduler whose plugins panic on cue, by model name: a
-// request for "panic-pick" panics while picking, one for "panic-commit"
-// in Result.Commit, after its decision is sent and its in-flight count
-// taken. Every other request is picked by leastInFlight.
-type panicky struct{ leastInFlight }
+// panicky is a scheduling plugin that panics on cue, by target model: a
+// request for "panic-pick" panics while picking (Score), one for
+// "panic-commit" in Result.Commit (PostPick), after its decision is sent
+// and its in-flight count taken.
+type panicky struct{}
 
-type panicCommitter struct{}
+const panickyType = "panicky"
 
-func (panicCommitter) Commit(*scheduling.Result) { panic("test: a post-pick plugin panics") }
+func (panicky) TypedName() framework.TypedName {
+	return framework.TypedName{Type: panickyType, Name: panickyType}
+}
 
-func (p panicky) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
-	if req.Model == "panic-pick" {
+func (panicky) Score(_ context.Context, cs *framework.CycleState, _ *framework.Request, _ []framework.Candidate, _ []float64) {
+	if cs.TargetModel == "panic-pick" {
 		panic("test: a scorer panics")
 	}
-	res, err := p.leastInFlight.ScheduleDeferred(ctx, pool, req)
-	if err == nil && req.Model == "panic-commit" {
-		res.Defer(panicCommitter{})
+}
+
+func (panicky) PostPick(_ context.Context, cs *framework.CycleState, _ *framework.Request, _ *framework.Result) {
+	if cs.TargetModel == "panic-commit" {
+		panic("test: a post-pick plugin panics")
 	}
-	return res, err
+}
+
+// newPanickyPools is newPools with a real scheduler whose one scorer is
+// panicky.
+func newPanickyPools(t testing.TB, n, podsPerPool int) (*poolFixture, *scheduling.Scheduler) {
+	t.Helper()
+	plugins := scheduling.NewRegistry()
+	if err := plugins.Register(panickyType, func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return panicky{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	sched, err := scheduling.New(nil, scheduling.Options{Registry: plugins, ConfigText: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: " + panickyType + "\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &poolFixture{reg: datastore.NewRegistry()}
+	f.reg.AddObserver(sched)
+	for i := 0; i < n; i++ {
+		f.add(i, poolNS(i), poolName(i), poolSvc(i), 9002, podsPerPool)
+	}
+	return f, sched
 }
 
 // statusOf reads the stream until it ends and returns its status code
@@ -85,8 +110,8 @@ func route(ts *testServer, t testing.TB, p int, model string) (string, error) {
 // releases the in-flight count; streams running at the same time, in the
 // same and other pools, are routed.
 func TestPanicEndsOnlyItsStream(t *testing.T) {
-	f := newPools(t, 4, 2)
-	ts := startServer(t, f.reg, panicky{}, Options{Insecure: true})
+	f, sched := newPanickyPools(t, 4, 2)
+	ts := startServer(t, f.reg, sched, Options{Insecure: true})
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 100)

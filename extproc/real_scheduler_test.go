@@ -5,10 +5,12 @@ package extproc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
 // newRealScheduler builds the project's scheduler with its default profile,
@@ -222,23 +225,47 @@ func TestRealScheduler(t *testing.T) {
 	eventually(t, "in-flight counts back to 0", func() bool { return f.totalInFlight() == 0 })
 }
 
-// promptRecorder schedules like leastInFlight, reads only the first limit
-// bytes of prompts (as scheduling.Scheduler says with PromptBytes), and
-// keeps the prompts it was given.
+// promptRecorder is a scheduling plugin that reads only the first limit
+// bytes of the prompt, records the prompts it is handed and counts the
+// picks committed to it (PostPick).
 type promptRecorder struct {
-	leastInFlight
 	limit   int
 	mu      sync.Mutex
 	prompts []string
+	commits atomic.Int64
+}
+
+const promptRecorderType = "prompt-recorder"
+
+func (r *promptRecorder) TypedName() framework.TypedName {
+	return framework.TypedName{Type: promptRecorderType, Name: promptRecorderType}
 }
 
 func (r *promptRecorder) PromptBytes() int { return r.limit }
 
-func (r *promptRecorder) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
+func (r *promptRecorder) Score(_ context.Context, _ *framework.CycleState, req *framework.Request, _ []framework.Candidate, _ []float64) {
 	r.mu.Lock()
 	r.prompts = append(r.prompts, string(req.Prompt))
 	r.mu.Unlock()
-	return r.leastInFlight.ScheduleDeferred(ctx, pool, req)
+}
+
+func (r *promptRecorder) PostPick(context.Context, *framework.CycleState, *framework.Request, *framework.Result) {
+	r.commits.Add(1)
+}
+
+// newRecordingScheduler is a real scheduler whose one scorer is rec.
+func newRecordingScheduler(t testing.TB, reg *datastore.Registry, rec *promptRecorder) *scheduling.Scheduler {
+	t.Helper()
+	plugins := scheduling.NewRegistry()
+	if err := plugins.Register(promptRecorderType, func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return rec, nil }); err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduling.New(nil, scheduling.Options{Registry: plugins, ConfigText: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: " + promptRecorderType + "\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.AddObserver(s)
+	return s
 }
 
 // TestPromptBytesLimit: the server hands the scheduler only the prompt
@@ -246,9 +273,14 @@ func (r *promptRecorder) ScheduleDeferred(ctx context.Context, pool *datastore.P
 func TestPromptBytesLimit(t *testing.T) {
 	for _, limit := range []int{0, 10, 1 << 20} {
 		t.Run(strconv.Itoa(limit), func(t *testing.T) {
-			f := newPools(t, 1, 2)
-			rec := &promptRecorder{leastInFlight: leastInFlight{commits: &commitCounter{}}, limit: limit}
-			ts := startServer(t, f.reg, rec, Options{Insecure: true})
+			reg := datastore.NewRegistry()
+			rec := &promptRecorder{limit: limit}
+			sched := newRecordingScheduler(t, reg, rec)
+			f := &poolFixture{reg: reg}
+			for _, e := range f.add(0, poolNS(0), poolName(0), poolSvc(0), 9002, 2).Endpoints().Endpoints {
+				e.SetMetrics(&datastore.Metrics{KVCacheUsage: 0.1, ScrapedAt: time.Now().Add(time.Hour)})
+			}
+			ts := startServer(t, f.reg, sched, Options{Insecure: true})
 			content := strings.Repeat("long \\\"prompt\\\" ", 2000)
 			body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + content + `"}]}`)
 			g := ts.open(t, authorityOf(0), nil)
@@ -283,7 +315,7 @@ func TestPromptBytesLimit(t *testing.T) {
 				t.Fatalf("scheduler got prompts of %d bytes, want one of %d", len(rec.prompts[0]), len(want))
 			}
 			// The server runs the deferred part of the pick once it has answered.
-			eventually(t, "the pick committed once", func() bool { return rec.commits.n.Load() == 1 })
+			eventually(t, "the pick committed once", func() bool { return rec.commits.Load() == 1 })
 		})
 	}
 }

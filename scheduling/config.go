@@ -141,8 +141,9 @@ func DefaultConfig() *Config {
 	return cfg
 }
 
-// LoadConfigFile reads and checks the config at path, with DefaultRegistry.
-func LoadConfigFile(path string) (*Config, error) { return loadConfigFile(path, DefaultRegistry) }
+// LoadConfigFile reads and checks the config at path, with the built-in
+// plugins (Options.LoadConfig takes a registry).
+func LoadConfigFile(path string) (*Config, error) { return loadConfigFile(path, builtinRegistry) }
 
 func loadConfigFile(path string, reg *framework.Registry) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -161,8 +162,8 @@ func loadConfigFile(path string, reg *framework.Registry) (*Config, error) {
 // profile references and weights. Every error names the culprit. A config
 // without schedulingProfiles gets one profile named "default" that refers to
 // every plugin, in order, each scorer with weight 1. Plugin types resolve
-// with DefaultRegistry.
-func LoadConfig(data []byte) (*Config, error) { return loadConfig(data, DefaultRegistry) }
+// to the built-in plugins (Options.LoadConfig takes a registry).
+func LoadConfig(data []byte) (*Config, error) { return loadConfig(data, builtinRegistry) }
 
 func loadConfig(data []byte, reg *framework.Registry) (*Config, error) {
 	if len(bytes.TrimSpace(data)) == 0 {

@@ -4,7 +4,10 @@
 package scheduling
 
 import (
+	"context"
+
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
@@ -24,7 +27,7 @@ func (s *Scheduler) prefixScorers() []*prefix.Scorer {
 func (s *Scheduler) prefixBlocks(pool *datastore.Pool) int {
 	n := 0
 	for _, ps := range s.prefixScorers() {
-		n += ps.IndexedBlocks(pool)
+		n += ps.IndexedBlocks(framework.PoolOf(pool))
 	}
 	return n
 }
@@ -32,7 +35,7 @@ func (s *Scheduler) prefixBlocks(pool *datastore.Pool) int {
 // prefixHolds reports whether any index entry or LRU of the pool names e.
 func (s *Scheduler) prefixHolds(pool *datastore.Pool, e *datastore.Endpoint) bool {
 	for _, ps := range s.prefixScorers() {
-		if ps.Holds(pool, e) {
+		if ps.Holds(framework.PoolOf(pool), framework.EndpointOf(e)) {
 			return true
 		}
 	}
@@ -46,4 +49,12 @@ func (s *Scheduler) prefixPools() int {
 		n += ps.IndexedPools()
 	}
 	return n
+}
+
+// Schedule is ScheduleDeferred with its post-pick step run before it
+// returns, as a caller that commits at once does.
+func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Request) (*Result, error) {
+	res, err := s.ScheduleDeferred(ctx, pool, req)
+	res.Commit()
+	return res, err
 }

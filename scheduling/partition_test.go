@@ -29,7 +29,7 @@ func TestPartitionKnown(t *testing.T) {
 	want := []int{1, 4, 5, 0, 2, 3}
 	for i, j := range want {
 		if c[i].Endpoint != orig[j].Endpoint {
-			t.Fatalf("position %d holds %s, want %s (stable order)", i, c[i].Endpoint.Address, orig[j].Endpoint.Address)
+			t.Fatalf("position %d holds %s, want %s (stable order)", i, c[i].Endpoint.Address(), orig[j].Endpoint.Address())
 		}
 	}
 }

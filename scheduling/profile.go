@@ -84,7 +84,7 @@ func buildProfiles(cfg *Config, opts Options) (*builtConfig, error) {
 		if !ok {
 			return nil, fmt.Errorf("plugin %q: unknown type %q", spec.Name, spec.Type)
 		}
-		p, err := factory(spec.Name, spec.Parameters)
+		p, err := factory(spec.Name, spec.Parameters, opts.handle(spec.Type, spec.Name))
 		if err != nil {
 			return nil, fmt.Errorf("plugin %q (type %s): %w", spec.Name, spec.Type, err)
 		}
@@ -148,21 +148,21 @@ func buildProfiles(cfg *Config, opts Options) (*builtConfig, error) {
 		var front []framework.Filter
 		if !hasSubset {
 			if implicitSubset == nil {
-				implicitSubset, _ = filter.NewSubset(SubsetFilterType, nil)
+				implicitSubset, _ = filter.NewSubset(SubsetFilterType, nil, opts.handle(SubsetFilterType, SubsetFilterType))
 				b.plugins = append(b.plugins, implicitSubset)
 			}
 			front = append(front, implicitSubset.(framework.Filter))
 		}
 		if opts.EnableConformanceTestFilter && !hasConformance {
 			if implicitConformance == nil {
-				implicitConformance, _ = filter.NewConformanceTest(ConformanceTestFilterType, nil)
+				implicitConformance, _ = filter.NewConformanceTest(ConformanceTestFilterType, nil, opts.handle(ConformanceTestFilterType, ConformanceTestFilterType))
 				b.plugins = append(b.plugins, implicitConformance)
 			}
 			front = append(front, implicitConformance.(framework.Filter))
 		}
 		prof.filters = append(front, prof.filters...)
 		if prof.picker == nil {
-			p, _ := picker.NewMaxScore(MaxScorePickerType, nil)
+			p, _ := picker.NewMaxScore(MaxScorePickerType, nil, opts.handle(MaxScorePickerType, MaxScorePickerType))
 			prof.picker = p.(framework.Picker)
 			b.plugins = append(b.plugins, p)
 		}

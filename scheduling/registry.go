@@ -19,7 +19,6 @@ import (
 // extension points, in package framework.
 type (
 	Request   = framework.Request
-	Result    = framework.Result
 	Error     = framework.Error
 	TypedName = framework.TypedName
 )
@@ -45,7 +44,7 @@ func NewShedError(format string, args ...any) *Error {
 // Built-in plugin type names. Where the reference EPP has a plugin of the
 // same purpose, the name is the reference's, so its configs read the same
 // here. site-src/scheduling.md lists them (a test keeps the list equal to
-// DefaultRegistry's types).
+// NewRegistry's types).
 const (
 	SubsetFilterType             = filter.SubsetType
 	ConformanceTestFilterType    = filter.ConformanceTestType
@@ -62,15 +61,15 @@ const (
 	SingleProfileHandlerType     = "single-profile-handler"
 )
 
-// DefaultRegistry resolves the plugin types of configs (LoadConfig, and
-// New unless Options.Registry says otherwise): the built-in plugins, the
-// upstream types poolpicker accepts without using, and every plugin
-// registered with Register.
-var DefaultRegistry = NewRegistry()
+// builtinRegistry resolves the plugin types of configs when no registry is
+// given (LoadConfig, and New without Options.Registry): the built-in
+// plugins only. Nothing registers into it.
+var builtinRegistry = NewRegistry()
 
 // NewRegistry returns a registry of the built-in plugins (and the upstream
-// types accepted as inert), for a caller that adds its own without
-// touching DefaultRegistry.
+// types accepted as inert): the one place they are registered. A program
+// adds its own plugins to it (poolpicker's command: app.WithPlugin) and
+// hands it to New in Options.Registry.
 func NewRegistry() *framework.Registry {
 	r := framework.NewRegistry()
 	for t, f := range map[string]framework.Factory{
@@ -91,7 +90,7 @@ func NewRegistry() *framework.Registry {
 		mustRegister(r, t, f)
 	}
 	for t := range inertPluginTypes {
-		mustRegister(r, t, func(name string, _ json.RawMessage) (framework.Plugin, error) {
+		mustRegister(r, t, func(name string, _ json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 			return &inertPlugin{name: TypedName{Type: t, Name: name}}, nil
 		})
 	}
@@ -104,17 +103,14 @@ func mustRegister(r *framework.Registry, typeName string, f framework.Factory) {
 	}
 }
 
-// Register adds a plugin type to DefaultRegistry, so that configs may name
-// it: call it from the plugin package's init function, and import that
-// package into the binary (site-src/plugins.md). A type already registered
-// (a built-in one included) is an error.
-func Register(typeName string, f framework.Factory) error {
-	return DefaultRegistry.Register(typeName, f)
+// PluginTypes lists the plugin types a config may name with r (nil: the
+// built-in plugins), upstream aliases included, sorted.
+func PluginTypes(r *framework.Registry) []string {
+	if r == nil {
+		r = builtinRegistry
+	}
+	return pluginTypes(r)
 }
-
-// PluginTypes lists the plugin types a config may name with
-// DefaultRegistry, upstream aliases included, sorted.
-func PluginTypes() []string { return pluginTypes(DefaultRegistry) }
 
 func pluginTypes(r *framework.Registry) []string {
 	types := r.Types()
@@ -130,7 +126,7 @@ func pluginTypes(r *framework.Registry) []string {
 // so the handler has nothing to do.
 type singleProfileHandler struct{ name TypedName }
 
-func newSingleProfileHandler(name string, params json.RawMessage) (framework.Plugin, error) {
+func newSingleProfileHandler(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
-	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
 // Defaults of Options.
@@ -66,9 +66,16 @@ type Options struct {
 	// the call (Filter, Scorer, Picker). Resolving it up front keeps a label
 	// lookup off the pick path. Nil: plugins are not timed.
 	PluginDuration func(extensionPoint string, plugin TypedName) func(time.Duration)
-	// Registry resolves the config's plugin types. Nil: DefaultRegistry,
-	// the built-in plugins and whatever registered itself with Register.
+	// Registry resolves the config's plugin types. Nil: the built-in
+	// plugins (NewRegistry).
 	Registry *framework.Registry
+	// BaseContext returns the context of the plugins' Handle: done when
+	// the scheduler's owner stops. Nil: context.Background.
+	BaseContext func() context.Context
+	// Registerer is where plugins register their metrics
+	// (Handle.MetricsRegisterer). Nil: a registry of the scheduler's own,
+	// served nowhere.
+	Registerer prometheus.Registerer
 }
 
 // Extension points as upstream's plugin duration metric names them.
@@ -101,7 +108,16 @@ func (o *Options) registry() *framework.Registry {
 	if o.Registry != nil {
 		return o.Registry
 	}
-	return DefaultRegistry
+	return builtinRegistry
+}
+
+// handle is the Handle of the plugin instance name of type typ.
+func (o *Options) handle(typ, name string) framework.Handle {
+	ctx := context.Background()
+	if o.BaseContext != nil {
+		ctx = o.BaseContext()
+	}
+	return framework.NewHandle(ctx, o.Logger.WithName(typ).WithValues("plugin", name), o.Registerer)
 }
 
 // LoadConfig returns the config the options name: ConfigFile, ConfigText,
@@ -126,7 +142,7 @@ func (o *Options) LoadConfig() (*Config, error) {
 type Scheduler struct {
 	opts      Options
 	built     *builtConfig
-	observers []datastore.Observer
+	observers []framework.PoolObserver
 	states    sync.Pool // *cycle
 	// pools holds per-pool scheduler state (*poolState) keyed by *Pool, so a
 	// pool removed and added again starts afresh.
@@ -145,6 +161,9 @@ var _ datastore.Observer = (*Scheduler)(nil)
 // Options.LoadConfig), with its own plugin instances.
 func New(cfg *Config, opts Options) (*Scheduler, error) {
 	opts.setDefaults()
+	if opts.Registerer == nil {
+		opts.Registerer = prometheus.NewRegistry()
+	}
 	if cfg == nil {
 		var err error
 		if cfg, err = opts.LoadConfig(); err != nil {
@@ -157,7 +176,7 @@ func New(cfg *Config, opts Options) (*Scheduler, error) {
 	}
 	s := &Scheduler{opts: opts, built: built}
 	for _, p := range built.plugins {
-		if o, ok := p.(datastore.Observer); ok {
+		if o, ok := p.(framework.PoolObserver); ok {
 			s.observers = append(s.observers, o)
 		}
 	}
@@ -186,26 +205,20 @@ func (s *Scheduler) PromptBytes() int {
 // DefaultProfile names the profile of pools that name none.
 func (s *Scheduler) DefaultProfile() string { return s.built.defaultProfile }
 
-// Schedule picks the endpoints for req in pool: the primary, then up to
-// MaxEndpoints-1 fallbacks, in order. It applies the pool's model rewrite
-// (Result.TargetModel), refuses a sheddable request (priority < 0) with a
-// 429 Error when every endpoint is saturated or unknown, and answers a 503
-// Error when no endpoint is eligible. Endpoints whose load is unknown come
-// after every endpoint whose load is known. It does not touch in-flight
-// counts: the caller adds and removes the request. The post-pick plugins
-// have run when it returns (see ScheduleDeferred).
-func (s *Scheduler) Schedule(ctx context.Context, pool *datastore.Pool, req *Request) (*Result, error) {
-	res, err := s.ScheduleDeferred(ctx, pool, req)
-	res.Commit()
-	return res, err
-}
-
-// ScheduleDeferred is Schedule without the post-pick step, which learns
-// from the pick (the prefix-cache scorer records the prompt's blocks for
-// the primary endpoint): the caller runs it with Result.Commit once the
-// decision is on its way, so that work is off the request's latency path.
-// req, with its Prompt, must stay unchanged until then. A Result never
-// committed only loses what the plugins would have learned.
+// ScheduleDeferred picks the endpoints for req in pool: the primary, then
+// up to MaxEndpoints-1 fallbacks, in order. It applies the pool's model
+// rewrite (Result.TargetModel), refuses a sheddable request (priority < 0)
+// with a 429 Error when every endpoint is saturated or unknown, and answers
+// a 503 Error when no endpoint is eligible. Endpoints whose load is unknown
+// come after every endpoint whose load is known. It does not touch
+// in-flight counts: the caller adds and removes the request.
+//
+// The post-pick step, where plugins learn from the pick (the prefix-cache
+// scorer records the prompt's blocks for the primary endpoint), is left to
+// the caller, who runs it with Result.Commit once the decision is on its
+// way, so that work is off the request's latency path. req, with its
+// Prompt, must stay unchanged until then. A Result never committed only
+// loses what the plugins would have learned.
 func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *Request) (*Result, error) {
 	if pool == nil {
 		return nil, NewNoEndpointsError("no pool given")
@@ -238,13 +251,13 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	// pool's servers; this one is picked on what is known meanwhile.
 	pool.NoteRequest(now)
 	saturated := 0
-	cs.Endpoints = eps
+	cs.Endpoints = framework.EndpointSetOf(eps)
 	for i, e := range eps.Endpoints {
 		m := e.Metrics()
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
 		}
-		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: e, Metrics: m, Index: i})
+		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: m, Index: i})
 		if c := &cy.candidates[len(cy.candidates)-1]; !c.Known() || cs.Saturated(c) {
 			saturated++
 		}
@@ -310,7 +323,13 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	box := newResult(len(picked))
 	res := &box.res
 	for _, i := range picked {
-		res.Endpoints = append(res.Endpoints, cands[i].Endpoint)
+		// By the candidate's position in the snapshot, not its view: the
+		// caller gets the endpoint itself, which plugins never hold.
+		idx := cands[i].Index
+		if idx < 0 || idx >= len(eps.Endpoints) {
+			return nil, NewNoEndpointsError("pool %s: a plugin of profile %q left a candidate with index %d of %d endpoints", pool.Key, prof.name, idx, len(eps.Endpoints))
+		}
+		res.Endpoints = append(res.Endpoints, eps.Endpoints[idx])
 	}
 	res.TargetModel, res.ModelRewrite = cs.TargetModel, cy.modelRewrite
 	res.Profile = prof.name
@@ -318,12 +337,12 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	if req.Scores {
 		res.Scores = make(map[string]float64, len(cands))
 		for i := range cands {
-			res.Scores[cands[i].Endpoint.Address] = totals[i]
+			res.Scores[cands[i].Endpoint.Address()] = totals[i]
 		}
 	}
 	if len(prof.postPickers) > 0 {
 		box.commit = pendingCommit{s: s, ctx: ctx, cy: cy, req: req, postPickers: prof.postPickers}
-		res.Defer(&box.commit)
+		res.pending = &box.commit
 		committing = true
 	}
 	if l := s.opts.Logger.V(4); l.Enabled() {
@@ -331,27 +350,6 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 			"endpoint", res.Endpoints[0].Address, "fallbacks", len(res.Endpoints)-1, "targetModel", res.TargetModel)
 	}
 	return res, nil
-}
-
-// PrefixAgreement is how the prefix index's predictions compared with the
-// cached tokens the servers reported (Result.ObserveCachedTokens), summed
-// over the scheduler's prefix-cache scorers since it started.
-type PrefixAgreement = prefix.Agreement
-
-// PrefixAgreement sums the prefix-cache scorers' predictions against the
-// servers' reports.
-func (s *Scheduler) PrefixAgreement() PrefixAgreement {
-	var a PrefixAgreement
-	for _, p := range s.built.plugins {
-		if ps, ok := p.(*prefix.Scorer); ok {
-			b := ps.Agreement()
-			a.Observed += b.Observed
-			a.OverPredicted += b.OverPredicted
-			a.PredictedTokens += b.PredictedTokens
-			a.ConfirmedTokens += b.ConfirmedTokens
-		}
-	}
-	return a
 }
 
 // cycle is a scheduling cycle's state, recycled between Schedule calls:
@@ -384,11 +382,20 @@ type pendingCommit struct {
 	postPickers []framework.PostPicker
 }
 
-// Commit implements framework.Committer: the post-pick plugins run, then
-// the cycle's state is recycled.
-func (p *pendingCommit) Commit(r *Result) {
+// commit runs the post-pick plugins on r's view, then recycles the
+// cycle's state.
+func (p *pendingCommit) commit(r *Result) {
+	seen := &r.seen
+	seen.Endpoints = r.views[:0]
+	if len(r.Endpoints) > len(r.views) {
+		seen.Endpoints = make([]framework.Endpoint, 0, len(r.Endpoints))
+	}
+	for _, e := range r.Endpoints {
+		seen.Endpoints = append(seen.Endpoints, framework.EndpointOf(e))
+	}
+	seen.TargetModel, seen.ModelRewrite, seen.Profile, seen.Priority = r.TargetModel, r.ModelRewrite, r.Profile, r.Priority
 	for _, pp := range p.postPickers {
-		pp.PostPick(p.ctx, &p.cy.CycleState, p.req, r)
+		pp.PostPick(p.ctx, &p.cy.CycleState, p.req, seen)
 	}
 	p.s.recycle(p.cy)
 	// The Result outlives the commit (it hears the server's cached tokens
@@ -400,9 +407,12 @@ func (p *pendingCommit) Commit(r *Result) {
 // commit at once.
 type resultBox struct {
 	res    Result
-	buf    [DefaultMaxEndpoints + 1]*datastore.Endpoint
+	buf    [resultRoom]*datastore.Endpoint
 	commit pendingCommit
 }
+
+// resultRoom is the endpoints a Result holds without another allocation.
+const resultRoom = DefaultMaxEndpoints + 1
 
 func newResult(n int) *resultBox {
 	b := &resultBox{}
@@ -452,8 +462,12 @@ func (s *Scheduler) poolState(pool *datastore.Pool) *poolState {
 // EndpointsChanged implements datastore.Observer: plugins drop what they
 // keep for endpoints that left.
 func (s *Scheduler) EndpointsChanged(pool *datastore.Pool, added, removed []*datastore.Endpoint) {
+	if len(s.observers) == 0 {
+		return
+	}
+	p, a, r := framework.PoolOf(pool), endpointViews(added), endpointViews(removed)
 	for _, o := range s.observers {
-		o.EndpointsChanged(pool, added, removed)
+		o.EndpointsChanged(p, a, r)
 	}
 }
 
@@ -461,8 +475,19 @@ func (s *Scheduler) EndpointsChanged(pool *datastore.Pool, added, removed []*dat
 func (s *Scheduler) PoolRemoved(pool *datastore.Pool) {
 	s.pools.Delete(pool)
 	for _, o := range s.observers {
-		o.PoolRemoved(pool)
+		o.PoolRemoved(framework.PoolOf(pool))
 	}
+}
+
+func endpointViews(eps []*datastore.Endpoint) []framework.Endpoint {
+	if len(eps) == 0 {
+		return nil
+	}
+	out := make([]framework.Endpoint, len(eps))
+	for i, e := range eps {
+		out[i] = framework.EndpointOf(e)
+	}
+	return out
 }
 
 // partitionKnown moves candidates with known load before the others,

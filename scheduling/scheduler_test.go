@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -779,28 +781,37 @@ func (p *pinScorer) TypedName() TypedName { return p.name }
 
 func (p *pinScorer) Score(_ context.Context, _ *framework.CycleState, _ *Request, c []framework.Candidate, scores []float64) {
 	for i := range c {
-		if c[i].Endpoint.Address == p.address {
+		if c[i].Endpoint.Address() == p.address {
 			scores[i] = 1
 		}
 	}
 }
 
-// pickCounter is a plugin that only hears of picks.
+// pickCounter is a plugin that only hears of picks, and counts them in a
+// metric it registers through its factory's handle.
 type pickCounter struct {
-	name TypedName
-	n    atomic.Int64
+	name    TypedName
+	n       atomic.Int64
+	primary atomic.Pointer[string]
+	picks   prometheus.Counter
 }
 
 func (p *pickCounter) TypedName() TypedName { return p.name }
 
-func (p *pickCounter) PostPick(context.Context, *framework.CycleState, *Request, *Result) { p.n.Add(1) }
+func (p *pickCounter) PostPick(_ context.Context, _ *framework.CycleState, _ *Request, res *framework.Result) {
+	p.n.Add(1)
+	a := res.Endpoints[0].Address()
+	p.primary.Store(&a)
+	p.picks.Inc()
+}
 
 // TestOptionsRegistry: a registry of the caller's own adds plugin types
-// for the schedulers built with it, and leaves DefaultRegistry alone.
+// for the schedulers built with it, and leaves the built-in one alone; a
+// factory gets a handle whose registerer is Options.Registerer.
 func TestOptionsRegistry(t *testing.T) {
 	const pinType = "pin-scorer"
 	r := NewRegistry()
-	err := r.Register(pinType, func(name string, raw json.RawMessage) (framework.Plugin, error) {
+	err := r.Register(pinType, func(name string, raw json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 		var p struct {
 			Address string `json:"address"`
 		}
@@ -813,20 +824,21 @@ func TestOptionsRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	counter := &pickCounter{name: TypedName{Type: "pick-counter", Name: "pick-counter"}}
-	if err := r.Register("pick-counter", func(string, json.RawMessage) (framework.Plugin, error) { return counter, nil }); err != nil {
+	if err := r.Register("pick-counter", func(_ string, _ json.RawMessage, h framework.Handle) (framework.Plugin, error) {
+		counter.picks = prometheus.NewCounter(prometheus.CounterOpts{Name: "test_picks_total", Help: "Picks heard."})
+		return counter, h.MetricsRegisterer().Register(counter.picks)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Register(QueueScorerType, load.NewQueue); err == nil {
 		t.Fatal("a built-in type registered twice")
 	}
-	if err := Register(QueueScorerType, load.NewQueue); err == nil {
-		t.Fatal("a built-in type registered twice in DefaultRegistry")
-	}
 	tp := newTestPool(t, 4, nil)
 	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
 	want := tp.Ep(t, 3)
 	cfg := header + "plugins:\n- type: pin-scorer\n  parameters: {address: \"" + want.Address + "\"}\n- type: queue-scorer\n- type: pick-counter\n"
-	s, err := New(nil, Options{Registry: r, ConfigText: cfg, Rand: schedtest.SeededRand(1)})
+	metrics := prometheus.NewRegistry()
+	s, err := New(nil, Options{Registry: r, ConfigText: cfg, Rand: schedtest.SeededRand(1), Registerer: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -840,8 +852,17 @@ func TestOptionsRegistry(t *testing.T) {
 	if n := counter.n.Load(); n != 20 {
 		t.Fatalf("post-pick-only plugin heard of %d picks, want 20", n)
 	}
+	if got := counter.primary.Load(); got == nil || *got != want.Address {
+		t.Fatalf("post-pick plugin saw primary %v, want %s", got, want.Address)
+	}
+	if n, err := testutil.GatherAndCount(metrics, "test_picks_total"); err != nil || n != 1 {
+		t.Fatalf("the plugin's metric in Options.Registerer: %d series, %v", n, err)
+	}
+	if v := testutil.ToFloat64(counter.picks); v != 20 {
+		t.Fatalf("the plugin's metric counted %v picks, want 20", v)
+	}
 	if _, err := New(nil, Options{ConfigText: cfg}); err == nil || !strings.Contains(err.Error(), `unknown type "pin-scorer"`) {
-		t.Fatalf("DefaultRegistry read the other registry's type: %v", err)
+		t.Fatalf("the built-in registry read the other registry's type: %v", err)
 	}
 	bad := header + "plugins:\n- type: pin-scorer\n  parameters: {adress: x}\n"
 	if _, err := New(nil, Options{Registry: r, ConfigText: bad}); err == nil || !strings.Contains(err.Error(), `plugin "pin-scorer" (type pin-scorer): parameters: json: unknown field "adress"`) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/poolpicker/poolpicker/internal/modelsim"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
 // feedbackConfig is a prefix-only router whose index believes every
@@ -79,13 +80,13 @@ func TestIndexLearnsFromReportedCachedTokens(t *testing.T) {
 					t.Fatalf("server cached tokens %v: want the returning P1 and P0 to miss", cached)
 				}
 			}
-			a := f.replicas[0].sched.PrefixAgreement()
-			if a.Observed != int64(len(sequence)) {
-				t.Fatalf("%d reports observed, want %d", a.Observed, len(sequence))
+			a := gatherCounters(f.replicas[0].metrics)
+			if a[prefix.MetricPredictions] != int64(len(sequence)) {
+				t.Fatalf("%d reports observed, want %d", a[prefix.MetricPredictions], len(sequence))
 			}
-			if a.OverPredicted != tc.overPredicted {
+			if a[prefix.MetricOverPredictions] != tc.overPredicted {
 				t.Fatalf("over-predicted %d, want %d (confirmed %d of %d predicted tokens; server cached %v)",
-					a.OverPredicted, tc.overPredicted, a.ConfirmedTokens, a.PredictedTokens, cached)
+					a[prefix.MetricOverPredictions], tc.overPredicted, a[prefix.MetricConfirmedTokens], a[prefix.MetricPredictedTokens], cached)
 			}
 		})
 	}

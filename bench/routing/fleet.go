@@ -22,6 +22,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,6 +31,7 @@ import (
 	"github.com/poolpicker/poolpicker/extproc"
 	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 	"github.com/poolpicker/poolpicker/scrape"
 )
 
@@ -59,10 +61,13 @@ type fleet struct {
 }
 
 // replica is one poolpicker replica of a fleet (or the reference EPP,
-// whose scheduler is not reachable: sched nil).
+// whose scheduler is not reachable: sched and metrics nil).
 type replica struct {
 	sched *scheduling.Scheduler
-	conn  *grpc.ClientConn
+	// metrics holds the scheduler's plugin metrics (the prefix index's
+	// predictions against the servers' reports).
+	metrics *prometheus.Registry
+	conn    *grpc.ClientConn
 }
 
 // spreadMode is how the client spreads streams over the replicas.
@@ -193,7 +198,8 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 			stop()
 		}
 	}()
-	so := scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r)), Registry: upstreamRegistry()}
+	metrics := prometheus.NewRegistry()
+	so := scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r)), Registry: upstreamRegistry(), Registerer: metrics}
 	if flowControl {
 		so.QueueDepthThreshold = flowQueueDepth
 	}
@@ -213,7 +219,7 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	if err != nil {
 		return nil, nil, err
 	}
-	rp := &replica{sched: sched}
+	rp := &replica{sched: sched, metrics: metrics}
 	reg := datastore.NewRegistry()
 	reg.AddObserver(sched)
 	reg.AddObserver(scraper)
@@ -310,17 +316,37 @@ func (f *fleet) sampleQueues(ctx context.Context, interval time.Duration) <-chan
 }
 
 // agreement is the prefix index's predicted cached tokens against what the
-// servers reported (scheduling.Scheduler.PrefixAgreement).
-// summed over the replicas.
+// servers reported, summed over the replicas: the prefix-cache scorer's
+// prediction metrics.
 func (f *fleet) agreement() (predicted, confirmed, over, observed int64) {
 	for _, r := range f.replicas {
-		if r.sched == nil {
+		if r.metrics == nil {
 			continue
 		}
-		a := r.sched.PrefixAgreement()
-		predicted, confirmed, over, observed = predicted+a.PredictedTokens, confirmed+a.ConfirmedTokens, over+a.OverPredicted, observed+a.Observed
+		a := gatherCounters(r.metrics)
+		predicted += a[prefix.MetricPredictedTokens]
+		confirmed += a[prefix.MetricConfirmedTokens]
+		over += a[prefix.MetricOverPredictions]
+		observed += a[prefix.MetricPredictions]
 	}
 	return predicted, confirmed, over, observed
+}
+
+// gatherCounters sums each counter of g over its series.
+func gatherCounters(g prometheus.Gatherer) map[string]int64 {
+	out := map[string]int64{}
+	mfs, err := g.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if c := m.GetCounter(); c != nil {
+				out[mf.GetName()] += int64(c.GetValue())
+			}
+		}
+	}
+	return out
 }
 
 // listenSamePort binds count listeners on 127.0.(20+n).2, .3, ... sharing one

@@ -60,7 +60,7 @@ type upstreamPrefix struct {
 	lrus    map[datastore.EndpointKey]*simplelru.LRU[uint64, struct{}]
 }
 
-func newUpstreamPrefix(name string, params json.RawMessage) (framework.Plugin, error) {
+func newUpstreamPrefix(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}

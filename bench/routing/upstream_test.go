@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -33,7 +34,7 @@ func TestUpstreamPrefix(t *testing.T) {
 		// Blocks of 8 tokens (32 characters); 10 of them per server.
 		e.SetMetrics(&datastore.Metrics{BlockSize: 8, NumBlocks: 10, ScrapedAt: time.Now()})
 	}
-	p, err := newUpstreamPrefix("prefix", nil)
+	p, err := newUpstreamPrefix("prefix", nil, framework.NewHandle(t.Context(), logr.Discard(), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,12 +45,12 @@ func TestUpstreamPrefix(t *testing.T) {
 		cs.TargetModel = "m"
 		var c []framework.Candidate
 		for i, e := range eps {
-			c = append(c, framework.Candidate{Endpoint: e, Metrics: e.Metrics(), Index: i})
+			c = append(c, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: e.Metrics(), Index: i})
 		}
 		scores := make([]float64, len(c))
 		s.Score(context.Background(), cs, &framework.Request{Prompt: pr}, c, scores)
 		if record != nil {
-			s.PostPick(context.Background(), cs, &framework.Request{Prompt: pr}, &framework.Result{Endpoints: []*datastore.Endpoint{record}})
+			s.PostPick(context.Background(), cs, &framework.Request{Prompt: pr}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(record)}})
 		}
 		return scores
 	}

@@ -186,10 +186,11 @@ func simulate(t testing.TB, config string, ticks int) simResult {
 			c := rnd.IntN(simConversations)
 			turns[c] = turns[c]%simMaxTurns + 1
 			p := append(append([]byte{}, system[c%simGroups]...), history[c][:turns[c]*simTurnBytes]...)
-			res, err := sched.Schedule(context.Background(), pool, &scheduling.Request{Model: "m", Prompt: p})
+			res, err := sched.ScheduleDeferred(context.Background(), pool, &scheduling.Request{Model: "m", Prompt: p})
 			if err != nil {
 				t.Fatal(err)
 			}
+			res.Commit()
 			s := byAddr[res.Endpoints[0].Address]
 			s.ep.AddInFlight(1)
 			hashes := blockHashes(p)

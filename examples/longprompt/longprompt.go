@@ -4,8 +4,9 @@
 // Package longprompt is an example scheduling plugin written outside
 // poolpicker's module: a scorer that sends long prompts to the endpoints
 // whose pods carry a label (servers started with a long context, say) and
-// keeps short prompts off them. Importing the package registers its type,
-// long-prompt-scorer, so a config file can name it.
+// keeps short prompts off them. A binary adds its type, long-prompt-scorer,
+// with app.WithPlugin(longprompt.Type, longprompt.New), so that a config
+// file can name it.
 package longprompt
 
 import (
@@ -13,7 +14,6 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
@@ -38,16 +38,10 @@ type Params struct {
 	Label string `json:"label"`
 }
 
-func init() {
-	// A type registered twice is an error: better to stop at start-up than
-	// to run with whichever plugin registered last.
-	if err := scheduling.Register(Type, New); err != nil {
-		panic(err)
-	}
-}
-
 // Scorer scores 1 the endpoints that suit the request's length: marked
-// ones for a long prompt, unmarked ones for a short one.
+// ones for a long prompt, unmarked ones for a short one. It sees each
+// candidate through a read-only view (framework.Endpoint): labels, address,
+// metrics and in-flight count to read, nothing to write.
 type Scorer struct {
 	name   framework.TypedName
 	params Params
@@ -60,8 +54,9 @@ var (
 )
 
 // New is the plugin's factory: it builds an instance from the parameters
-// of its config entry and names a bad one.
-func New(name string, raw json.RawMessage) (framework.Plugin, error) {
+// of its config entry and names a bad one. This scorer needs nothing of
+// the handle (a logger, a metrics registerer, the scheduler's context).
+func New(name string, raw json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	var p Params
 	if err := framework.DecodeParams(raw, &p); err != nil {
 		return nil, err
@@ -90,7 +85,7 @@ func (s *Scorer) PromptBytes() int { return s.params.MinPromptBytes }
 func (s *Scorer) Score(_ context.Context, _ *framework.CycleState, req *framework.Request, candidates []framework.Candidate, scores []float64) {
 	long := len(req.Prompt) >= s.params.MinPromptBytes
 	for i, c := range candidates {
-		if (c.Endpoint.Labels[s.params.Label] == "true") == long {
+		if (c.Endpoint.Labels()[s.params.Label] == "true") == long {
 			scores[i] = 1
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +26,7 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
 	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
 func TestFactory(t *testing.T) {
@@ -40,7 +42,7 @@ func TestFactory(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, err := longprompt.New("x", json.RawMessage(c.params))
+			p, err := longprompt.New("x", json.RawMessage(c.params), framework.NewHandle(t.Context(), logr.Discard(), nil))
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
@@ -55,14 +57,26 @@ func TestFactory(t *testing.T) {
 			}
 		})
 	}
-	// Registered once, by the package's init: a second registration of the
-	// type is refused.
-	if err := scheduling.Register(longprompt.Type, longprompt.New); err == nil {
+	// A second registration of the type is refused.
+	r := plugins(t)
+	if err := r.Register(longprompt.Type, longprompt.New); err == nil {
 		t.Fatal("registering the type again succeeded")
 	}
-	if _, err := scheduling.LoadConfig([]byte("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: long-prompt-scorer\n  parameters: {minPromptBytes: -5}\n")); err == nil || !strings.Contains(err.Error(), "long-prompt-scorer") {
+	o := scheduling.Options{Registry: r, ConfigText: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: long-prompt-scorer\n  parameters: {minPromptBytes: -5}\n"}
+	if _, err := o.LoadConfig(); err == nil || !strings.Contains(err.Error(), "long-prompt-scorer") {
 		t.Fatalf("a bad parameter in a config: %v, want an error naming the plugin", err)
 	}
+}
+
+// plugins are the built-in plugins and long-prompt-scorer, as
+// app.WithPlugin(longprompt.Type, longprompt.New) makes them.
+func plugins(t *testing.T) *framework.Registry {
+	t.Helper()
+	r := scheduling.NewRegistry()
+	if err := r.Register(longprompt.Type, longprompt.New); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 const (
@@ -104,7 +118,7 @@ func server(t *testing.T, reg *datastore.Registry, path string) (*scheduling.Sch
 	t.Helper()
 	var mu sync.Mutex
 	rnd := rand.New(rand.NewPCG(1, 2))
-	sched, err := scheduling.New(nil, scheduling.Options{ConfigFile: path, Rand: func() uint64 {
+	sched, err := scheduling.New(nil, scheduling.Options{ConfigFile: path, Registry: plugins(t), Rand: func() uint64 {
 		mu.Lock()
 		defer mu.Unlock()
 		return rnd.Uint64()

@@ -27,16 +27,26 @@ func (t TypedName) String() string {
 // point (Filter, Scorer, Picker, PostPicker) whose interface it implements;
 // keep to one job per plugin. One instance is shared by every profile and
 // every pool, so plugins keep per-pool state keyed by pool and per-request
-// state in the CycleState. A plugin that also implements
-// datastore.Observer hears of endpoints and pools that leave, to drop what
-// it keeps for them.
+// state in the CycleState. A plugin that also implements PoolObserver
+// hears of endpoints and pools that leave, to drop what it keeps for them.
 type Plugin interface {
 	TypedName() TypedName
 }
 
+// PoolObserver is implemented by plugins that keep state per pool or per
+// endpoint: the scheduler tells them, synchronously and in order per pool,
+// of endpoints that came and went and of pools that left. It must return
+// quickly.
+type PoolObserver interface {
+	// EndpointsChanged is called after the pool's endpoint set was swapped.
+	EndpointsChanged(pool Pool, added, removed []Endpoint)
+	// PoolRemoved is called after the pool left the registry.
+	PoolRemoved(pool Pool)
+}
+
 // Candidate is one endpoint considered in a scheduling cycle.
 type Candidate struct {
-	Endpoint *datastore.Endpoint
+	Endpoint Endpoint
 	// Metrics is the endpoint's latest scrape when it is fresh; nil when the
 	// endpoint's load is unknown (never scraped, or staler than the
 	// scheduler's metrics staleness). Scorers treat nil as unknown, never
@@ -128,13 +138,13 @@ type Saturation struct {
 // in package variables.
 type CycleState struct {
 	// Pool is the pool being scheduled.
-	Pool *datastore.Pool
+	Pool Pool
 	// TargetModel is the request's model after the pool's rewrite rules.
 	TargetModel string
 	// Priority is the request's priority from its InferenceObjective.
 	Priority int
 	// Endpoints is the pool's endpoint snapshot the cycle schedules from.
-	Endpoints *datastore.EndpointSet
+	Endpoints EndpointSet
 
 	cycle      uint64
 	entries    []stateEntry
@@ -148,7 +158,7 @@ type CycleState struct {
 func NewCycleState(pool *datastore.Pool, sat Saturation, rand func() uint64) *CycleState {
 	cs := &CycleState{}
 	cs.Begin(pool, sat, rand)
-	cs.Endpoints = pool.Endpoints()
+	cs.Endpoints = cs.Pool.Endpoints()
 	return cs
 }
 
@@ -157,7 +167,7 @@ func NewCycleState(pool *datastore.Pool, sat Saturation, rand func() uint64) *Cy
 // TargetModel and Priority.
 func (cs *CycleState) Begin(pool *datastore.Pool, sat Saturation, rand func() uint64) {
 	cs.cycle++
-	cs.Pool = pool
+	cs.Pool = PoolOf(pool)
 	cs.TargetModel = ""
 	cs.Priority = 0
 	cs.saturation = sat
@@ -167,8 +177,8 @@ func (cs *CycleState) Begin(pool *datastore.Pool, sat Saturation, rand func() ui
 // End drops the cycle's references to request data, so a recycled state
 // pins nothing.
 func (cs *CycleState) End() {
-	cs.Pool = nil
-	cs.Endpoints = nil
+	cs.Pool = Pool{}
+	cs.Endpoints = EndpointSet{}
 	cs.TargetModel = ""
 }
 

@@ -5,24 +5,68 @@ package framework
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"sync"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Factory builds a plugin instance named name from the parameters of its
-// config entry (the YAML converted to JSON; nil when the entry has none).
-// A bad parameter is an error that names it; the caller adds the plugin's
-// name and type. Factories run when a config is loaded and again for each
-// scheduler built from it, so they must not register anything globally.
-type Factory func(name string, params json.RawMessage) (Plugin, error)
+// config entry (the YAML converted to JSON; nil when the entry has none),
+// with h for what it needs of the scheduler it joins, as kube-scheduler's
+// PluginFactory. A bad parameter is an error that names it; the caller
+// adds the plugin's name and type. Factories run when a config is loaded
+// (to check it, with a handle whose registerer is thrown away) and again
+// for each scheduler built from it, so they keep nothing in package
+// variables.
+type Factory func(name string, params json.RawMessage, h Handle) (Plugin, error)
+
+// Handle is what a factory gets of the scheduler it builds a plugin for.
+type Handle interface {
+	// Context is done when the scheduler's owner stops: a plugin that starts
+	// a goroutine ends it then.
+	Context() context.Context
+	// Logger is the scheduler's logger, named for the plugin instance.
+	Logger() logr.Logger
+	// MetricsRegisterer registers the plugin's metrics where the process
+	// serves its own. One scheduler builds each instance once; a config
+	// with two instances of a type registers the type's metrics twice, so
+	// label them by instance name or share them (AlreadyRegisteredError).
+	MetricsRegisterer() prometheus.Registerer
+}
+
+// NewHandle returns a Handle of ctx, logger and registerer, as a scheduler
+// builds for its plugins and as a plugin's tests call its factory. A nil
+// ctx is context.Background(); a nil registerer is a registry of its own.
+func NewHandle(ctx context.Context, logger logr.Logger, registerer prometheus.Registerer) Handle {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if registerer == nil {
+		registerer = prometheus.NewRegistry()
+	}
+	return &handle{ctx: ctx, log: logger, reg: registerer}
+}
+
+type handle struct {
+	ctx context.Context
+	log logr.Logger
+	reg prometheus.Registerer
+}
+
+func (h *handle) Context() context.Context                 { return h.ctx }
+func (h *handle) Logger() logr.Logger                      { return h.log }
+func (h *handle) MetricsRegisterer() prometheus.Registerer { return h.reg }
 
 // Registry maps plugin type names, as a config's plugins[].type gives
-// them, to factories. It is safe for concurrent use; plugins register from
-// an init function, before any config is read.
+// them, to factories. It is safe for concurrent use; a program fills it
+// before it reads a config (poolpicker's command: app.WithPlugin).
 type Registry struct {
 	mu        sync.RWMutex
 	factories map[string]Factory

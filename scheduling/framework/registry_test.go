@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/go-logr/logr"
 )
 
 type namedPlugin struct{ name TypedName }
@@ -17,7 +19,7 @@ type namedPlugin struct{ name TypedName }
 func (p *namedPlugin) TypedName() TypedName { return p.name }
 
 func factoryOf(typ string) Factory {
-	return func(name string, params json.RawMessage) (Plugin, error) {
+	return func(name string, params json.RawMessage, _ Handle) (Plugin, error) {
 		if err := NoParams(params); err != nil {
 			return nil, err
 		}
@@ -57,7 +59,7 @@ func TestRegistry(t *testing.T) {
 	if !ok {
 		t.Fatal("registered factory not found")
 	}
-	p, err := f("mine", nil)
+	p, err := f("mine", nil, NewHandle(t.Context(), logr.Discard(), nil))
 	if err != nil || p.TypedName() != (TypedName{Type: "b-scorer", Name: "mine"}) {
 		t.Fatalf("factory built %v, %v", p, err)
 	}
@@ -131,10 +133,6 @@ func TestErrorSentinels(t *testing.T) {
 	}
 }
 
-type countingCommitter struct{ n int }
-
-func (c *countingCommitter) Commit(*Result) { c.n++ }
-
 type recordingObserver struct {
 	got []int
 	ref any
@@ -145,17 +143,9 @@ func (o *recordingObserver) ObserveCachedTokens(p *CachePrediction, cached int) 
 	o.ref = p.Ref
 }
 
-func TestResultCommitAndPrediction(t *testing.T) {
-	c := &countingCommitter{}
+func TestResultPrediction(t *testing.T) {
 	r := &Result{}
-	r.Defer(c)
-	r.Commit()
-	r.Commit()
-	if c.n != 1 {
-		t.Fatalf("committed %d times, want 1", c.n)
-	}
 	var nilResult *Result
-	nilResult.Commit()
 	nilResult.ObserveCachedTokens(5)
 
 	first, second := &recordingObserver{}, &recordingObserver{}

@@ -6,8 +6,6 @@ package framework
 import (
 	"fmt"
 	"net/http"
-
-	"github.com/poolpicker/poolpicker/datastore"
 )
 
 // Request is what the scheduler needs of one inference request; extproc
@@ -51,13 +49,15 @@ type Request struct {
 	Released bool
 }
 
-// Result is the scheduler's decision.
+// Result is the scheduler's decision as the post-pick plugins see it
+// (PostPicker), through read-only views; the scheduler's caller gets its
+// own result with the endpoints to send the request to.
 type Result struct {
-	// Endpoints are the primary endpoint then fallbacks, in order; never empty
-	// when the error is nil.
-	Endpoints []*datastore.Endpoint
-	// TargetModel is the model to write into the body: Model after the pool's
-	// rewrite rules, equal to Model when none applied.
+	// Endpoints are the primary endpoint then fallbacks, in order; never
+	// empty.
+	Endpoints []Endpoint
+	// TargetModel is the model written into the body: Request.Model after
+	// the pool's rewrite rules.
 	TargetModel string
 	// ModelRewrite names the InferenceModelRewrite that chose TargetModel;
 	// empty when none applied.
@@ -67,40 +67,10 @@ type Result struct {
 	// Priority is the request's priority from its InferenceObjective (0 when
 	// none); below zero means sheddable.
 	Priority int
-	// Scores maps the "ip:port" of every endpoint the scorers scored (every
-	// candidate the filters left, picked or not) to its total: the sum of
-	// each scorer's score (0..1) times its weight. Only when Request.Scores.
-	Scores map[string]float64
 
-	// pending is the post-pick step left to Commit.
-	pending Committer
 	// prediction is what a post-picker predicted of the primary endpoint's
 	// cached prompt tokens.
 	prediction CachePrediction
-}
-
-// Committer is the rest of a scheduling cycle that a scheduler leaves for
-// its caller to run with Result.Commit.
-type Committer interface {
-	Commit(r *Result)
-}
-
-// Defer makes the first Result.Commit call c: a scheduler leaves there the
-// post-pick step (what plugins learn from the pick) for its caller to run
-// once the decision is on its way.
-func (r *Result) Defer(c Committer) { r.pending = c }
-
-// Commit runs what the scheduler deferred (the post-pick plugins) and lets
-// it recycle the cycle's state. The caller of a scheduler calls it once it
-// has answered; only the first call does anything, a nil Result or one
-// with nothing deferred is a no-op. Not safe for concurrent use.
-func (r *Result) Commit() {
-	if r == nil || r.pending == nil {
-		return
-	}
-	p := r.pending
-	r.pending = nil
-	p.Commit(r)
 }
 
 // CachePredictionObserver hears how many prompt tokens the primary
@@ -136,8 +106,9 @@ func (r *Result) Predict(p CachePrediction) bool {
 // ObserveCachedTokens tells the post-picker that predicted the primary
 // endpoint's cache (Predict) how many prompt tokens the endpoint reported
 // serving from its prefix cache (the usage's
-// prompt_tokens_details.cached_tokens), after Commit. Call it at most once,
-// only with a count the server reported; a nil Result ignores it.
+// prompt_tokens_details.cached_tokens). The scheduler's caller calls it,
+// through its own result, after the post-pick plugins ran; only the first
+// call after a prediction does anything, and a nil Result ignores it.
 func (r *Result) ObserveCachedTokens(cachedTokens int) {
 	if r == nil || r.prediction.Observer == nil {
 		return

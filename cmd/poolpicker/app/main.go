@@ -2,8 +2,8 @@
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
 // Package app is the poolpicker command as a library, so that a binary
-// can add scheduling plugins of its own: its main package imports them
-// (each registers itself with scheduling.Register) and calls Main.
+// can add scheduling plugins of its own:
+// app.NewCommand(app.WithPlugin(type, factory)).Main().
 package app
 
 import (
@@ -13,11 +13,9 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -34,6 +32,7 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
 	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 	"github.com/poolpicker/poolpicker/scrape"
 )
 
@@ -50,17 +49,6 @@ const (
 	defaultKubeAPIQPS   = 50
 	defaultKubeAPIBurst = 100
 )
-
-// Main runs poolpicker with the process's flags until SIGTERM or SIGINT,
-// then exits with its status: 2 for bad flags or configuration (nothing
-// was started), 1 for a failure while running. The scheduling plugin types
-// a config may name are those registered before it is called.
-func Main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := run(ctx, os.Args[1:], os.Stderr)
-	stop()
-	os.Exit(code)
-}
 
 // options is everything the flags set.
 type options struct {
@@ -102,10 +90,13 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	return fs
 }
 
-// run parses args, wires the components and runs them until ctx is
-// cancelled. It returns the process exit code.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+// run parses args, wires the components, with plugins resolving the
+// scheduling config's plugin types, and runs them until ctx is cancelled.
+// It returns the process exit code.
+func run(ctx context.Context, args []string, stderr io.Writer, plugins *framework.Registry) int {
 	var o options
+	o.scheduling.Registry = plugins
+	o.scheduling.BaseContext = func() context.Context { return ctx }
 	fs := newFlagSet(stderr, &o)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -231,7 +222,7 @@ func build(o *options, log logr.Logger) (*components, error) {
 	metrics.MustRegister(newBuildInfoGauge(), newExtensionInfoGauge())
 	var err error
 
-	o.scheduling.Logger = log.WithName("scheduling")
+	o.scheduling.Logger, o.scheduling.Registerer = log.WithName("scheduling"), metrics
 	if o.scheduling.PluginDuration, err = newPluginDurations(metrics); err != nil {
 		return nil, err
 	}

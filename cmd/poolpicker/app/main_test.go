@@ -256,7 +256,7 @@ func TestRunEndsEveryGoroutine(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	var stderr syncBuffer
-	go func() { done <- run(ctx, pickerArgs(ns, ports), &stderr) }()
+	go func() { done <- NewCommand().Run(ctx, pickerArgs(ns, ports), &stderr) }()
 	waitMetrics(t, ports[2], fmt.Sprintf(`inference_pool_ready_pods{name="pool",namespace="%s"} 1`, ns))
 	cancel()
 	select {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -123,7 +124,7 @@ func Candidates(pool *datastore.Pool) []framework.Candidate {
 		if !m.Fresh(now, MetricsStaleness) {
 			m = nil
 		}
-		out = append(out, framework.Candidate{Endpoint: e, Metrics: m, Index: i})
+		out = append(out, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: m, Index: i})
 	}
 	return out
 }
@@ -145,7 +146,7 @@ func Build(t testing.TB, typ string, f framework.Factory, params string) framewo
 	if params != "" {
 		raw = []byte(params)
 	}
-	p, err := f(typ, raw)
+	p, err := f(typ, raw, framework.NewHandle(t.Context(), logr.Discard(), nil))
 	if err != nil {
 		t.Fatalf("%s: %v", typ, err)
 	}
@@ -163,4 +164,24 @@ func ApproxEqual(a, b []float64) bool {
 		}
 	}
 	return true
+}
+
+// Observer has o hear of reg's endpoint and pool changes through views,
+// as a scheduler tells its plugins.
+func Observer(o framework.PoolObserver) datastore.Observer { return observer{o} }
+
+type observer struct{ o framework.PoolObserver }
+
+func (a observer) EndpointsChanged(pool *datastore.Pool, added, removed []*datastore.Endpoint) {
+	a.o.EndpointsChanged(framework.PoolOf(pool), views(added), views(removed))
+}
+
+func (a observer) PoolRemoved(pool *datastore.Pool) { a.o.PoolRemoved(framework.PoolOf(pool)) }
+
+func views(eps []*datastore.Endpoint) []framework.Endpoint {
+	out := make([]framework.Endpoint, len(eps))
+	for i, e := range eps {
+		out[i] = framework.EndpointOf(e)
+	}
+	return out
 }

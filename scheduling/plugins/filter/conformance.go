@@ -20,7 +20,7 @@ type conformanceTestFilter struct{ name framework.TypedName }
 
 // NewConformanceTest is the factory of header-based-testing-filter, which
 // takes no parameters.
-func NewConformanceTest(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewConformanceTest(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}
@@ -34,7 +34,7 @@ func (f *conformanceTestFilter) Filter(_ context.Context, _ *framework.CycleStat
 		return c
 	}
 	return filterInPlace(c, func(x *framework.Candidate) bool {
-		return conformanceSelects(req.CandidateIPs, x.Endpoint.IP, x.Endpoint.Address)
+		return conformanceSelects(req.CandidateIPs, x.Endpoint.IP(), x.Endpoint.Address())
 	})
 }
 

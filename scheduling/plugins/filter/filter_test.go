@@ -48,7 +48,7 @@ func TestFilters(t *testing.T) {
 			for _, i := range c.want {
 				found := false
 				for _, g := range got {
-					found = found || g.Endpoint.Address == addr(i)
+					found = found || g.Endpoint.Address() == addr(i)
 				}
 				if !found {
 					t.Fatalf("pod %d filtered out", i)

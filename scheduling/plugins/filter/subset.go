@@ -28,7 +28,7 @@ type subsetFilter struct {
 }
 
 // NewSubset is the factory of subset-filter, which takes no parameters.
-func NewSubset(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewSubset(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func (f *subsetFilter) Filter(_ context.Context, cs *framework.CycleState, req *
 		return c
 	}
 	if len(req.Subset) <= smallSubset {
-		return filterInPlace(c, func(x *framework.Candidate) bool { return containsString(req.Subset, x.Endpoint.Address) })
+		return filterInPlace(c, func(x *framework.Candidate) bool { return containsString(req.Subset, x.Endpoint.Address()) })
 	}
 	set, _ := cs.Reuse(f.key).(map[string]struct{})
 	if set == nil {
@@ -56,7 +56,7 @@ func (f *subsetFilter) Filter(_ context.Context, cs *framework.CycleState, req *
 	for _, a := range req.Subset {
 		set[a] = struct{}{}
 	}
-	out := filterInPlace(c, func(x *framework.Candidate) bool { _, ok := set[x.Endpoint.Address]; return ok })
+	out := filterInPlace(c, func(x *framework.Candidate) bool { _, ok := set[x.Endpoint.Address()]; return ok })
 	clear(set) // the request's strings must not outlive it
 	return out
 }

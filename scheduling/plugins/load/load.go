@@ -29,7 +29,7 @@ const (
 type queueScorer struct{ name framework.TypedName }
 
 // NewQueue is the factory of queue-scorer, which takes no parameters.
-func NewQueue(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewQueue(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ type runningRequestsScorer struct{ name framework.TypedName }
 
 // NewRunningRequests is the factory of running-requests-size-scorer, which
 // takes no parameters.
-func NewRunningRequests(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewRunningRequests(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ type inFlightScorer struct{ name framework.TypedName }
 
 // NewInFlight is the factory of in-flight-scorer, which takes no
 // parameters.
-func NewInFlight(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewInFlight(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ type kvCacheScorer struct{ name framework.TypedName }
 
 // NewKVCacheUtilization is the factory of kv-cache-utilization-scorer,
 // which takes no parameters.
-func NewKVCacheUtilization(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewKVCacheUtilization(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}

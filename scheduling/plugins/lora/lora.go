@@ -42,7 +42,7 @@ type loraAffinityScorer struct{ name framework.TypedName }
 
 // NewAffinity is the factory of lora-affinity-scorer, which takes no
 // parameters.
-func NewAffinity(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewAffinity(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	if err := framework.NoParams(params); err != nil {
 		return nil, err
 	}

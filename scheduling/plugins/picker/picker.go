@@ -53,7 +53,7 @@ type maxScorePicker struct {
 
 // NewMaxScore is the factory of max-score-picker (parameter
 // maxNumOfEndpoints, as every picker).
-func NewMaxScore(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewMaxScore(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	p, err := decodePickerParams(params)
 	if err != nil {
 		return nil, err
@@ -99,7 +99,7 @@ type randomPicker struct {
 }
 
 // NewRandom is the factory of random-picker.
-func NewRandom(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewRandom(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	p, err := decodePickerParams(params)
 	if err != nil {
 		return nil, err
@@ -138,7 +138,7 @@ type weightedRandomPicker struct {
 }
 
 // NewWeightedRandom is the factory of weighted-random-picker.
-func NewWeightedRandom(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewWeightedRandom(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	p, err := decodePickerParams(params)
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ type roundRobinPicker struct {
 }
 
 // NewRoundRobin is the factory of round-robin-picker.
-func NewRoundRobin(name string, params json.RawMessage) (framework.Plugin, error) {
+func NewRoundRobin(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
 	p, err := decodePickerParams(params)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
 
@@ -39,13 +39,13 @@ func BenchmarkPrefixIndexBytesPerBlock(b *testing.B) {
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
-				x := s.index(tp.Pool)
+				x := s.index(framework.PoolOf(tp.Pool))
 				for i, e := range eps {
 					group := i / holders
 					for j := range hashes {
 						hashes[j] = uint64(group)<<32 | uint64(j)
 					}
-					pe := x.endpointFor(tp.Pool, e, 1000000)
+					pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(e), 1000000)
 					pe.record(hashes, 1000000, 0)
 				}
 				runtime.GC()
@@ -75,11 +75,11 @@ func BenchmarkPrefixDropEndpoint(b *testing.B) {
 		b.StopTimer()
 		s := build(b, "")
 		tp := schedtest.NewPool(b, 2)
-		x := s.index(tp.Pool)
+		x := s.index(framework.PoolOf(tp.Pool))
 		e := tp.Pool.Endpoints().Endpoints[0]
-		x.endpointFor(tp.Pool, e, DefaultLRUCapacityPerServer).record(hashes, DefaultLRUCapacityPerServer, 0)
+		x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(e), DefaultLRUCapacityPerServer).record(hashes, DefaultLRUCapacityPerServer, 0)
 		b.StartTimer()
-		x.drop([]*datastore.Endpoint{e})
+		x.drop([]framework.Endpoint{framework.EndpointOf(e)})
 		b.StopTimer()
 		if x.blocks() != 0 {
 			b.Fatal("blocks left after drop")
@@ -112,7 +112,7 @@ func BenchmarkRecord(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				x := newPrefixIndex()
-				pe := x.endpointFor(tp.Pool, tp.Pool.Endpoints().Endpoints[0], capacity)
+				pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), capacity)
 				pe.record(randomBlocks(rnd, 20000), capacity, 0)
 				prompts := make([][]uint64, 64)
 				last := randomBlocks(rnd, blocks)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
 // prefixShards is the number of lock shards of a pool's block index; a
@@ -128,13 +129,13 @@ func (x *prefixIndex) recentMissShare() float64 {
 // alignedView maps positions of an EndpointSet to endpoint states (nil
 // where an endpoint has none); immutable.
 type alignedView struct {
-	set     *datastore.EndpointSet
+	set     framework.EndpointSet
 	version uint64
 	states  []*prefixEndpoint
 }
 
 // statesFor returns the endpoint states aligned with set.
-func (x *prefixIndex) statesFor(set *datastore.EndpointSet) []*prefixEndpoint {
+func (x *prefixIndex) statesFor(set framework.EndpointSet) []*prefixEndpoint {
 	version := x.version.Load()
 	if v := x.aligned.Load(); v != nil && v.set == set && v.version == version {
 		return v.states
@@ -143,7 +144,7 @@ func (x *prefixIndex) statesFor(set *datastore.EndpointSet) []*prefixEndpoint {
 	// marked older than its contents, which the next call rebuilds.
 	m := *x.endpoints.Load()
 	v := &alignedView{set: set, version: version, states: make([]*prefixEndpoint, set.Len())}
-	for i, e := range set.Endpoints {
+	for i, e := range set.All() {
 		v.states[i] = m[e.Key()]
 	}
 	x.aligned.Store(v)
@@ -208,7 +209,7 @@ func (x *prefixIndex) lookup(key datastore.EndpointKey) *prefixEndpoint {
 // endpointFor returns e's state, creating it when e is still in the pool.
 // It returns nil for an endpoint that left the pool (or a removed pool), so
 // a pick racing a removal leaves nothing behind.
-func (x *prefixIndex) endpointFor(pool *datastore.Pool, e *datastore.Endpoint, capacity int) *prefixEndpoint {
+func (x *prefixIndex) endpointFor(pool framework.Pool, e framework.Endpoint, capacity int) *prefixEndpoint {
 	key := e.Key()
 	if pe := x.lookup(key); pe != nil {
 		return pe
@@ -225,7 +226,7 @@ func (x *prefixIndex) endpointFor(pool *datastore.Pool, e *datastore.Endpoint, c
 	// The pool swaps its endpoint set before it tells observers, and the
 	// observer takes mu: if e is still in the set here, its removal (if
 	// any) is yet to be heard and will find this state.
-	if now, ok := pool.Endpoints().Get(e.Address); !ok || now.Key() != key {
+	if now, ok := pool.Endpoints().Get(e.Address()); !ok || now.Key() != key {
 		return nil
 	}
 	pe := &prefixEndpoint{key: key, idx: x, capacity: capacity}
@@ -252,7 +253,7 @@ func (x *prefixIndex) endpointFor(pool *datastore.Pool, e *datastore.Endpoint, c
 // writer lock held, so it is quick: the index is swept once per shard, not
 // once per block, and mu (which a pick of a new endpoint needs) is not held
 // while sweeping.
-func (x *prefixIndex) drop(removed []*datastore.Endpoint) {
+func (x *prefixIndex) drop(removed []framework.Endpoint) {
 	x.mu.Lock()
 	cur := *x.endpoints.Load()
 	var gone []*prefixEndpoint

@@ -8,12 +8,14 @@ package prefix
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
-	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
@@ -138,14 +140,55 @@ type Scorer struct {
 	// any seed will do; a random one means a client cannot craft prompts
 	// whose blocks collide.
 	seed maphash.Seed
-	// indexes maps *datastore.Pool to its *prefixIndex; a removed pool's
+	// indexes maps a framework.Pool to its *prefixIndex; a removed pool's
 	// entry is deleted (PoolRemoved), and one re-added starts empty.
 	indexes sync.Map
-	// agreement sums the index's predictions against the servers' reports
-	// (Result.ObserveCachedTokens).
-	agreement struct {
-		observed, overPredicted, predictedTokens, confirmedTokens atomic.Int64
+	// agreement counts the index's predictions against the servers'
+	// reports (Result.ObserveCachedTokens).
+	agreement agreement
+}
+
+// agreement is the scorer's series of the prediction metrics.
+type agreement struct {
+	observed, overPredicted, predictedTokens, confirmedTokens prometheus.Counter
+}
+
+// Names of the prediction metrics, labelled by plugin instance.
+const (
+	MetricPredictions     = "poolpicker_prefix_cache_predictions_total"
+	MetricOverPredictions = "poolpicker_prefix_cache_overpredictions_total"
+	MetricPredictedTokens = "poolpicker_prefix_cache_predicted_tokens_total"
+	MetricConfirmedTokens = "poolpicker_prefix_cache_confirmed_tokens_total"
+)
+
+// newAgreement registers the prediction metrics with r, or joins those an
+// instance of the scorer registered there before, and returns name's series.
+func newAgreement(r prometheus.Registerer, name string) (agreement, error) {
+	var a agreement
+	for _, m := range []struct {
+		c          *prometheus.Counter
+		name, help string
+	}{
+		{&a.observed, MetricPredictions, "Reports of cached prompt tokens from the primary endpoint of a pick the prefix index predicted (usage prompt_tokens_details.cached_tokens)."},
+		{&a.overPredicted, MetricOverPredictions, "Reports of fewer cached prompt tokens than the prefix index predicted, beyond a block's rounding."},
+		{&a.predictedTokens, MetricPredictedTokens, "Prompt tokens the prefix index predicted cached on the primary endpoint, over the reports."},
+		{&a.confirmedTokens, MetricConfirmedTokens, "Of the predicted prompt tokens, those the servers reported cached."},
+	} {
+		vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: m.name, Help: m.help}, []string{"plugin"})
+		if err := r.Register(vec); err != nil {
+			var dup prometheus.AlreadyRegisteredError
+			existing, ok := vec, false
+			if errors.As(err, &dup) {
+				existing, ok = dup.ExistingCollector.(*prometheus.CounterVec)
+			}
+			if !ok {
+				return agreement{}, fmt.Errorf("registering %s: %w", m.name, err)
+			}
+			vec = existing
+		}
+		*m.c = vec.WithLabelValues(name)
 	}
+	return a, nil
 }
 
 var (
@@ -153,12 +196,12 @@ var (
 	_ framework.PostPicker              = (*Scorer)(nil)
 	_ framework.PromptReader            = (*Scorer)(nil)
 	_ framework.CachePredictionObserver = (*Scorer)(nil)
-	_ datastore.Observer                = (*Scorer)(nil)
+	_ framework.PoolObserver            = (*Scorer)(nil)
 )
 
 // New is the factory of prefix-cache-scorer; its parameters are
 // Params' fields, each with its documented default.
-func New(name string, raw json.RawMessage) (framework.Plugin, error) {
+func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin, error) {
 	var p Params
 	if err := framework.DecodeParams(raw, &p); err != nil {
 		return nil, err
@@ -190,7 +233,11 @@ func New(name string, raw json.RawMessage) (framework.Plugin, error) {
 			*b = &t
 		}
 	}
-	return &Scorer{name: framework.TypedName{Type: Type, Name: name}, key: framework.StateKey(Type + "/" + name), params: p, seed: maphash.MakeSeed()}, nil
+	a, err := newAgreement(h.MetricsRegisterer(), name)
+	if err != nil {
+		return nil, err
+	}
+	return &Scorer{name: framework.TypedName{Type: Type, Name: name}, key: framework.StateKey(Type + "/" + name), params: p, seed: maphash.MakeSeed(), agreement: a}, nil
 }
 
 func (s *Scorer) TypedName() framework.TypedName { return s.name }
@@ -316,7 +363,7 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		if candidateLoad(&c[i])-least > slack {
 			continue
 		}
-		if w := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address)); best < 0 || w > bestWeight {
+		if w := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address())); best < 0 || w > bestWeight {
 			best, bestWeight = i, w
 		}
 	}
@@ -360,37 +407,16 @@ func (s *Scorer) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens 
 	if p.PromptTokens > 0 {
 		pe.idx.observeMiss(1 - min(float64(cachedTokens)/float64(p.PromptTokens), 1))
 	}
-	s.agreement.observed.Add(1)
-	s.agreement.predictedTokens.Add(int64(predicted))
-	s.agreement.confirmedTokens.Add(int64(min(cachedTokens, predicted)))
+	s.agreement.observed.Inc()
+	s.agreement.predictedTokens.Add(float64(predicted))
+	s.agreement.confirmedTokens.Add(float64(min(cachedTokens, predicted)))
 	slack := 2 * max(blockTokens, 16)
 	if cachedTokens+slack >= predicted {
 		return
 	}
-	s.agreement.overPredicted.Add(1)
+	s.agreement.overPredicted.Inc()
 	if *s.params.UsageFeedback {
 		pe.forgetUsedBefore(p.Mark)
-	}
-}
-
-// Agreement is how the scorer's predictions compared with the cached tokens
-// the servers reported (Result.ObserveCachedTokens) since it was built.
-type Agreement struct {
-	// Observed is the reports received; OverPredicted those with fewer
-	// cached tokens than predicted (beyond a block's rounding).
-	Observed, OverPredicted int64
-	// PredictedTokens is the prompt tokens the index predicted cached;
-	// ConfirmedTokens the part of them the servers reported cached.
-	PredictedTokens, ConfirmedTokens int64
-}
-
-// Agreement returns the scorer's predictions against the servers' reports.
-func (s *Scorer) Agreement() Agreement {
-	return Agreement{
-		Observed:        s.agreement.observed.Load(),
-		OverPredicted:   s.agreement.overPredicted.Load(),
-		PredictedTokens: s.agreement.predictedTokens.Load(),
-		ConfirmedTokens: s.agreement.confirmedTokens.Load(),
 	}
 }
 
@@ -452,7 +478,7 @@ func (s *Scorer) capacity(m *datastore.Metrics) int {
 }
 
 // index returns the pool's index, creating it unless the pool is removed.
-func (s *Scorer) index(pool *datastore.Pool) *prefixIndex {
+func (s *Scorer) index(pool framework.Pool) *prefixIndex {
 	if v, ok := s.indexes.Load(pool); ok {
 		return v.(*prefixIndex)
 	}
@@ -470,7 +496,7 @@ func (s *Scorer) index(pool *datastore.Pool) *prefixIndex {
 }
 
 // EndpointsChanged drops the LRUs and index entries of endpoints that left.
-func (s *Scorer) EndpointsChanged(pool *datastore.Pool, _, removed []*datastore.Endpoint) {
+func (s *Scorer) EndpointsChanged(pool framework.Pool, _, removed []framework.Endpoint) {
 	if len(removed) == 0 {
 		return
 	}
@@ -480,7 +506,7 @@ func (s *Scorer) EndpointsChanged(pool *datastore.Pool, _, removed []*datastore.
 }
 
 // PoolRemoved drops the pool's whole index.
-func (s *Scorer) PoolRemoved(pool *datastore.Pool) {
+func (s *Scorer) PoolRemoved(pool framework.Pool) {
 	if v, ok := s.indexes.LoadAndDelete(pool); ok {
 		v.(*prefixIndex).markRemoved()
 	}

@@ -90,7 +90,7 @@ type prefixFixture struct {
 func newPrefixFixture(t *testing.T, pods int, params string) *prefixFixture {
 	s := build(t, params)
 	tp := schedtest.NewPool(t, pods)
-	tp.Reg.AddObserver(s)
+	tp.Reg.AddObserver(schedtest.Observer(s))
 	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
 	return &prefixFixture{t: t, tp: tp, s: s}
 }
@@ -106,19 +106,19 @@ func (f *prefixFixture) score(p []byte, record int) []float64 {
 	out := make([]float64, len(f.tp.Pods)+1)
 	for i := 1; i < len(out); i++ {
 		for j, c := range cands {
-			if c.Endpoint.Address == schedtest.PodSource(i).IP+":8000" {
+			if c.Endpoint.Address() == schedtest.PodSource(i).IP+":8000" {
 				out[i] = scores[j]
 			}
 		}
 	}
 	if record > 0 {
-		f.s.PostPick(ctx, cs, &framework.Request{Prompt: p}, &framework.Result{Endpoints: []*datastore.Endpoint{f.tp.Ep(f.t, record)}})
+		f.s.PostPick(ctx, cs, &framework.Request{Prompt: p}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(f.tp.Ep(f.t, record))}})
 	}
 	return out
 }
 
 func (f *prefixFixture) index() *prefixIndex {
-	v, ok := f.s.indexes.Load(f.tp.Pool)
+	v, ok := f.s.indexes.Load(framework.PoolOf(f.tp.Pool))
 	if !ok {
 		return nil
 	}
@@ -325,7 +325,7 @@ func TestPrefixDropsDepartedEndpoints(t *testing.T) {
 	// A pick of the departed endpoint recorded late creates nothing.
 	cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
 	f.s.Score(ctx, cs, &framework.Request{Prompt: shared}, schedtest.Candidates(f.tp.Pool), make([]float64, 2))
-	f.s.PostPick(ctx, cs, &framework.Request{Prompt: shared}, &framework.Result{Endpoints: []*datastore.Endpoint{gone}})
+	f.s.PostPick(ctx, cs, &framework.Request{Prompt: shared}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(gone)}})
 	if f.index().lookup(gone.Key()) != nil {
 		t.Fatal("late record of a departed endpoint created state")
 	}
@@ -358,7 +358,7 @@ func TestPrefixCycleStateReuse(t *testing.T) {
 		t.Fatal("state of the previous cycle readable after reset")
 	}
 	// No Score this cycle (e.g. the profile has no prompt): PostPick records nothing.
-	f.s.PostPick(ctx, cs, &framework.Request{}, &framework.Result{Endpoints: []*datastore.Endpoint{f.tp.Ep(t, 1)}})
+	f.s.PostPick(ctx, cs, &framework.Request{}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(f.tp.Ep(t, 1))}})
 	if n := f.index().blocks(); n != 0 {
 		t.Fatalf("index holds %d blocks from a stale cycle", n)
 	}
@@ -478,7 +478,7 @@ func TestIndexMatch(t *testing.T) {
 func TestRecordKeepsPrefixes(t *testing.T) {
 	tp := schedtest.NewPool(t, 1)
 	x := newPrefixIndex()
-	pe := x.endpointFor(tp.Pool, tp.Pool.Endpoints().Endpoints[0], 100)
+	pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), 100)
 	rnd := rand.New(rand.NewPCG(3, 4))
 	var prompts [][]uint64
 	for i := 0; i < 40; i++ {
@@ -520,7 +520,7 @@ func TestRecordAgainstTouchingEachBlock(t *testing.T) {
 	const capacity = 64
 	tp := schedtest.NewPool(t, 1)
 	x := newPrefixIndex()
-	pe := x.endpointFor(tp.Pool, tp.Pool.Endpoints().Endpoints[0], capacity)
+	pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), capacity)
 	ref, _ := simplelru.NewLRU[uint64, struct{}](capacity, nil)
 	rnd := rand.New(rand.NewPCG(7, 8))
 	var prompts [][]uint64

@@ -3,13 +3,13 @@
 
 package prefix
 
-import "github.com/poolpicker/poolpicker/datastore"
+import "github.com/poolpicker/poolpicker/scheduling/framework"
 
 // What the scorer's index holds, for tests of what it keeps and drops
 // (the scheduler's pool and endpoint removal) and for diagnostics.
 
 // IndexedBlocks counts the distinct blocks indexed for the pool.
-func (s *Scorer) IndexedBlocks(pool *datastore.Pool) int {
+func (s *Scorer) IndexedBlocks(pool framework.Pool) int {
 	if v, ok := s.indexes.Load(pool); ok {
 		return v.(*prefixIndex).blocks()
 	}
@@ -24,7 +24,7 @@ func (s *Scorer) IndexedPools() int {
 }
 
 // Holds reports whether any index entry or LRU of the pool names e.
-func (s *Scorer) Holds(pool *datastore.Pool, e *datastore.Endpoint) bool {
+func (s *Scorer) Holds(pool framework.Pool, e framework.Endpoint) bool {
 	v, ok := s.indexes.Load(pool)
 	if !ok {
 		return false

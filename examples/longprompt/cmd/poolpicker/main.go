@@ -7,9 +7,10 @@
 package main
 
 import (
+	"example.com/longprompt"
 	"github.com/poolpicker/poolpicker/cmd/poolpicker/app"
-
-	_ "example.com/longprompt" // registers long-prompt-scorer
 )
 
-func main() { app.Main() }
+func main() {
+	app.NewCommand(app.WithPlugin(longprompt.Type, longprompt.New)).Main()
+}

@@ -1,0 +1,133 @@
+package framework
+
+import (
+	"iter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// Plugins see pools and endpoints through the read-only views below, never
+// the datastore's own objects: what a plugin may not change (the pods of a
+// pool, an endpoint's metrics or in-flight count, a pool's sync state), it
+// cannot reach. A view is one pointer wide and read through its getters, so
+// handing views to plugins costs the pick path nothing: no copy, no
+// allocation. The values a getter returns (a metrics snapshot, a spec, a
+// label map) are shared with every other reader and must not be modified.
+
+// Endpoint is a read-only view of one endpoint of a pool: one target port
+// of one ready pod. The zero Endpoint is the view of no endpoint: IsZero
+// reports it, and its getters must not be called.
+type Endpoint struct{ e *datastore.Endpoint }
+
+// EndpointOf returns the view of e, for a scheduler handing e to plugins
+// and for tests of plugins.
+func EndpointOf(e *datastore.Endpoint) Endpoint { return Endpoint{e: e} }
+
+// IsZero reports whether the view is of no endpoint.
+func (e Endpoint) IsZero() bool { return e.e == nil }
+
+// Address is "ip:port", the value sent to the gateway.
+func (e Endpoint) Address() string { return e.e.Address }
+
+// IP is the pod IP.
+func (e Endpoint) IP() string { return e.e.IP }
+
+// Port is the target port.
+func (e Endpoint) Port() int32 { return e.e.Port }
+
+// Pod is the namespace/name of the pod.
+func (e Endpoint) Pod() types.NamespacedName { return e.e.Pod }
+
+// PodUID tells a recreated pod with the same name apart.
+func (e Endpoint) PodUID() types.UID { return e.e.PodUID }
+
+// Labels are the pod's labels; shared, never to be modified.
+func (e Endpoint) Labels() map[string]string { return e.e.Labels }
+
+// Key identifies the endpoint across snapshots: the pod UID and the port.
+func (e Endpoint) Key() datastore.EndpointKey { return e.e.Key() }
+
+// Metrics returns the endpoint's latest scrape, or nil when it was never
+// scraped; the snapshot is immutable. A Candidate's Metrics is this one
+// when it is fresh enough to schedule on.
+func (e Endpoint) Metrics() *datastore.Metrics { return e.e.Metrics() }
+
+// InFlight is the number of requests poolpicker sent to the endpoint and
+// has not yet seen finish; it moves while a plugin reads it.
+func (e Endpoint) InFlight() int64 { return e.e.InFlight() }
+
+// EndpointSet is a read-only view of a pool's endpoint snapshot, sorted by
+// address. Two views are == when they view the same snapshot, so a plugin
+// may cache what it derived from one and check it with ==.
+type EndpointSet struct{ s *datastore.EndpointSet }
+
+// EndpointSetOf returns the view of s.
+func EndpointSetOf(s *datastore.EndpointSet) EndpointSet { return EndpointSet{s: s} }
+
+// Len is the number of endpoints.
+func (s EndpointSet) Len() int { return s.s.Len() }
+
+// At returns the i-th endpoint, 0 <= i < Len().
+func (s EndpointSet) At(i int) Endpoint { return Endpoint{e: s.s.Endpoints[i]} }
+
+// All yields each endpoint with its position, in order.
+func (s EndpointSet) All() iter.Seq2[int, Endpoint] {
+	return func(yield func(int, Endpoint) bool) {
+		if s.s == nil {
+			return
+		}
+		for i, e := range s.s.Endpoints {
+			if !yield(i, Endpoint{e: e}) {
+				return
+			}
+		}
+	}
+}
+
+// Get returns the endpoint with address "ip:port", if in the set.
+func (s EndpointSet) Get(address string) (Endpoint, bool) {
+	e, ok := s.s.Get(address)
+	return Endpoint{e: e}, ok
+}
+
+// Pool is a read-only view of one served InferencePool. Views of one pool
+// are ==, so a plugin keeps per-pool state in a map keyed by Pool; a pool
+// removed and added again is another pool. The zero Pool is the view of no
+// pool: IsZero reports it, and its getters must not be called.
+type Pool struct{ p *datastore.Pool }
+
+// PoolOf returns the view of p, for a scheduler handing p to plugins and
+// for tests of plugins.
+func PoolOf(p *datastore.Pool) Pool { return Pool{p: p} }
+
+// IsZero reports whether the view is of no pool.
+func (p Pool) IsZero() bool { return p.p == nil }
+
+// Key is the pool's namespace/name.
+func (p Pool) Key() datastore.PoolKey { return p.p.Key }
+
+// Spec returns the pool's current spec; immutable.
+func (p Pool) Spec() *datastore.PoolSpec { return p.p.Spec() }
+
+// Endpoints returns the pool's current endpoint snapshot.
+func (p Pool) Endpoints() EndpointSet { return EndpointSet{s: p.p.Endpoints()} }
+
+// Synced reports whether the pool's pod watch has listed at least once.
+func (p Pool) Synced() bool { return p.p.Synced() }
+
+// Policy returns the pool's objectives and rewrites; immutable, never nil.
+func (p Pool) Policy() *datastore.Policy { return p.p.Policy() }
+
+// Removed reports whether the pool has left the registry: a plugin holding
+// state for it may drop it.
+func (p Pool) Removed() bool { return p.p.Removed() }
+
+// Requests is the number of requests recorded for the pool.
+func (p Pool) Requests() uint64 { return p.p.Requests() }
+
+// LastRequest is when a request for the pool was last recorded (to within
+// 100 ms); zero when none was.
+func (p Pool) LastRequest() time.Time { return p.p.LastRequest() }

@@ -1,0 +1,63 @@
+package scheduling
+
+import (
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+)
+
+// Result is the scheduler's decision, for its caller: the endpoints to
+// send the request to, which the caller counts the request against. The
+// post-pick plugins see it through a read-only view (framework.Result).
+type Result struct {
+	// Endpoints are the primary endpoint then fallbacks, in order; never empty
+	// when the error is nil.
+	Endpoints []*datastore.Endpoint
+	// TargetModel is the model to write into the body: Model after the pool's
+	// rewrite rules, equal to Model when none applied.
+	TargetModel string
+	// ModelRewrite names the InferenceModelRewrite that chose TargetModel;
+	// empty when none applied.
+	ModelRewrite string
+	// Profile names the scheduling profile that ran.
+	Profile string
+	// Priority is the request's priority from its InferenceObjective (0 when
+	// none); below zero means sheddable.
+	Priority int
+	// Scores maps the "ip:port" of every endpoint the scorers scored (every
+	// candidate the filters left, picked or not) to its total: the sum of
+	// each scorer's score (0..1) times its weight. Only when Request.Scores.
+	Scores map[string]float64
+
+	// pending is the post-pick step left to Commit.
+	pending *pendingCommit
+	// seen is the result as the post-pick plugins saw it, and holds what
+	// one of them predicted (framework.Result.Predict); views is room for
+	// its endpoints.
+	seen  framework.Result
+	views [resultRoom]framework.Endpoint
+}
+
+// Commit runs what the scheduler deferred (the post-pick plugins) and lets
+// it recycle the cycle's state. The caller of a scheduler calls it once it
+// has answered; only the first call does anything, a nil Result or one
+// with nothing deferred is a no-op. Not safe for concurrent use.
+func (r *Result) Commit() {
+	if r == nil || r.pending == nil {
+		return
+	}
+	p := r.pending
+	r.pending = nil
+	p.commit(r)
+}
+
+// ObserveCachedTokens tells the post-pick plugin that predicted the
+// primary endpoint's prefix cache how many prompt tokens the endpoint
+// reported serving from it (the usage's prompt_tokens_details.cached_tokens),
+// after Commit. Call it at most once, only with a count the server
+// reported; a nil Result ignores it.
+func (r *Result) ObserveCachedTokens(cachedTokens int) {
+	if r == nil {
+		return
+	}
+	r.seen.ObserveCachedTokens(cachedTokens)
+}
