@@ -111,7 +111,7 @@ type FlowControlConfig struct {
 
 // PluginSpec declares one plugin instance.
 type PluginSpec struct {
-	// Type is a registered plugin type (PluginTypes).
+	// Type is a registered plugin type (Options.Registry).
 	Type string `json:"type"`
 	// Name is what profiles refer to; empty means Type.
 	Name string `json:"name,omitempty"`
@@ -140,10 +140,6 @@ func DefaultConfig() *Config {
 	}
 	return cfg
 }
-
-// LoadConfigFile reads and checks the config at path, with the built-in
-// plugins (Options.LoadConfig takes a registry).
-func LoadConfigFile(path string) (*Config, error) { return loadConfigFile(path, builtinRegistry) }
 
 func loadConfigFile(path string, reg *framework.Registry) (*Config, error) {
 	data, err := os.ReadFile(path)

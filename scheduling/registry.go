@@ -103,15 +103,6 @@ func mustRegister(r *framework.Registry, typeName string, f framework.Factory) {
 	}
 }
 
-// PluginTypes lists the plugin types a config may name with r (nil: the
-// built-in plugins), upstream aliases included, sorted.
-func PluginTypes(r *framework.Registry) []string {
-	if r == nil {
-		r = builtinRegistry
-	}
-	return pluginTypes(r)
-}
-
 func pluginTypes(r *framework.Registry) []string {
 	types := r.Types()
 	for t := range pluginTypeAliases {
