@@ -45,7 +45,7 @@ func (s *Scheduler) EndpointSaturated(e *datastore.Endpoint) bool {
 func keepFree(s *Scheduler, cands []framework.Candidate, now time.Time) []framework.Candidate {
 	free := 0
 	for i := range cands {
-		if !s.endpointSaturated(cands[i].Endpoint, now) {
+		if e := cands[i].Endpoint; !s.saturated(e.InFlight(), e.Metrics(), now) {
 			cands[free] = cands[i]
 			free++
 		}
@@ -59,8 +59,13 @@ func keepFree(s *Scheduler, cands []framework.Candidate, now time.Time) []framew
 }
 
 func (s *Scheduler) endpointSaturated(e *datastore.Endpoint, now time.Time) bool {
-	inFlight := int(e.InFlight())
-	m := e.Metrics()
+	return s.saturated(e.InFlight(), e.Metrics(), now)
+}
+
+// saturated is the rule of PoolSaturated for an endpoint with inFlight
+// requests from this picker and m its last scrape.
+func (s *Scheduler) saturated(n int64, m *datastore.Metrics, now time.Time) bool {
+	inFlight := int(n)
 	if !m.Fresh(now, s.opts.MetricsStaleness) {
 		return inFlight >= s.opts.QueueDepthThreshold
 	}
