@@ -13,6 +13,9 @@
 // Poolpicker runs with 1, 2 and 3 replicas side by side (-replicas), each
 // replica an ext_proc server with its own scraper, scheduler and prefix
 // index, the streams spread over them as a gateway spreads them (-spread).
+// With -sim llm-d the servers are the llm-d project's vLLM simulator
+// instead (-llmd-sim-bin; see llmdsim.go), a second simulator written
+// independently of modelsim.
 //
 //	go -C bench run ./routing -time-scale 2 -requests 300 -svg ../site-src/images/routing-sweep.svg -markdown /tmp/routing.md -json /tmp/routing.json
 //
