@@ -127,6 +127,11 @@ func newHarness(t *testing.T, opts Options) *harness {
 	if opts.Registerer == nil {
 		opts.Registerer = h.prom
 	}
+	if opts.IdleRefreshInterval == 0 {
+		// Every server every RefreshInterval, busy or not, unless the test
+		// is about idle servers.
+		opts.IdleRefreshInterval = -1
+	}
 	m, err := NewManager(opts)
 	if err != nil {
 		t.Fatal(err)

@@ -345,7 +345,7 @@ func TestTargetAnnotations(t *testing.T) {
 	t.Cleanup(tlsServer.Close)
 	tlsPort := ln.Addr().(*net.TCPAddr).Port
 
-	h := newHarness(t, Options{InsecureSkipVerify: true})
+	h := newHarness(t, Options{})
 	// Target port 1 serves nothing: the annotation's port is scraped.
 	custom := h.addPool("custom", map[string]string{AnnotationMetricsPath: "/custom/metrics", AnnotationMetricsPort: strconv.Itoa(s.port)}, 1, s)
 	plain := h.addPool("plain", nil, s.port, s)

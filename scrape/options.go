@@ -20,9 +20,9 @@ const (
 	// DefaultDemandWindow is how long after its last request a pool counts
 	// as busy, its servers scraped every RefreshInterval.
 	DefaultDemandWindow = 5 * time.Second
-	// DefaultIdleRefreshInterval is what the binary's
-	// --idle-refresh-metrics-interval defaults to: 50,000 idle endpoints cost
-	// about 1,700 scrapes a second.
+	// DefaultIdleRefreshInterval is the longest interval of an idle
+	// server (--idle-refresh-metrics-interval's default too): 50,000 idle
+	// endpoints cost about 1,700 scrapes a second.
 	DefaultIdleRefreshInterval = 30 * time.Second
 	// DefaultTimeout bounds one scrape.
 	DefaultTimeout = time.Second
@@ -83,8 +83,9 @@ type Options struct {
 	// pool's last request its servers' interval doubles from RefreshInterval
 	// up to it, and the pool's next request has them scraped at once while
 	// it is routed on their last values, valid for two intervals, and
-	// poolpicker's in-flight counts. Zero (or not above RefreshInterval)
-	// scrapes every server every RefreshInterval, busy or not.
+	// poolpicker's in-flight counts. Zero means DefaultIdleRefreshInterval;
+	// negative (or not above RefreshInterval) scrapes every server every
+	// RefreshInterval, busy or not.
 	IdleRefreshInterval time.Duration
 	// DemandWindow is how long after its last request a pool counts as busy;
 	// zero means DefaultDemandWindow.
@@ -144,9 +145,10 @@ type Options struct {
 	// Scheme is http or https; empty means DefaultScheme. A pool's
 	// AnnotationMetricsScheme overrides it.
 	Scheme string
-	// InsecureSkipVerify skips verifying model servers' certificates over
-	// https (they are usually self-signed).
-	InsecureSkipVerify bool
+	// VerifyServerCertificates verifies model servers' certificates over
+	// https against the system's roots. Zero skips verification: model
+	// servers' certificates are usually self-signed.
+	VerifyServerCertificates bool
 	// MetricNames rename the default engine's (vLLM's) metrics.
 	MetricNames MetricNameOverrides
 	// DisableFastPath parses whole pages with expfmt instead of only the
@@ -171,6 +173,9 @@ type Options struct {
 func (o *Options) setDefaults() {
 	if o.RefreshInterval <= 0 {
 		o.RefreshInterval = DefaultRefreshInterval
+	}
+	if o.IdleRefreshInterval == 0 {
+		o.IdleRefreshInterval = DefaultIdleRefreshInterval
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout

@@ -211,7 +211,8 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	if err != nil {
 		return nil, nil, err
 	}
-	sco := scrape.Options{RefreshInterval: scaled(cfg.scrapeInterval, cfg.timeScale)}
+	// Every server every interval, as a busy fleet is scraped.
+	sco := scrape.Options{RefreshInterval: scaled(cfg.scrapeInterval, cfg.timeScale), IdleRefreshInterval: -1}
 	if fc != nil {
 		sco.Published = fc.Wake
 	}

@@ -138,7 +138,7 @@ func measure(mode string, endpoints, poolsPerServer, port int, interval, idleInt
 	if mode == "read" {
 		return measureRead(endpoints, port, interval, duration, warmup)
 	}
-	opts := scrape.Options{RefreshInterval: interval}
+	opts := scrape.Options{RefreshInterval: interval, IdleRefreshInterval: -1}
 	busy := true
 	switch mode {
 	case "scheduler":

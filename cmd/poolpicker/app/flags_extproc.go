@@ -11,59 +11,27 @@ import (
 	"github.com/poolpicker/poolpicker/extproc"
 )
 
-// bindExtprocFlags binds the ext_proc server's flags to o.
+// bindExtprocFlags binds the ext_proc server's flags to o; each flag's
+// default is the Options field's (its zero value's meaning).
 func bindExtprocFlags(fs *pflag.FlagSet, o *extproc.Options) {
-	if o.GRPCPort == 0 {
-		o.GRPCPort = extproc.DefaultGRPCPort
-	}
-	if o.HealthPort == 0 {
-		o.HealthPort = extproc.DefaultHealthPort
-	}
-	if o.MaxRequestBodyBytes == 0 {
-		o.MaxRequestBodyBytes = extproc.DefaultMaxRequestBodyBytes
-	}
-	if o.DrainTimeout == 0 {
-		o.DrainTimeout = extproc.DefaultDrainTimeout
-	}
-	if o.MaxConcurrentStreams == 0 {
-		o.MaxConcurrentStreams = extproc.DefaultMaxConcurrentStreams
-	}
-	if o.MaxHeldRequestBodyBytes == 0 {
-		o.MaxHeldRequestBodyBytes = extproc.DefaultMaxHeldRequestBodyBytes
-	}
-	if o.MaxSubsetHintEntries == 0 {
-		o.MaxSubsetHintEntries = extproc.DefaultMaxSubsetHintEntries
-	}
-	if o.MaxModelLabels == 0 {
-		o.MaxModelLabels = extproc.DefaultMaxModelLabels
-	}
-	if o.RequestBodyStartTimeout == 0 {
-		o.RequestBodyStartTimeout = extproc.DefaultRequestBodyStartTimeout
-	}
-	if o.RequestBodyTimeout == 0 {
-		o.RequestBodyTimeout = extproc.DefaultRequestBodyTimeout
-	}
-	if o.ResponseIdleTimeout == 0 {
-		o.ResponseIdleTimeout = extproc.DefaultResponseIdleTimeout
-	}
-	fs.IntVar(&o.GRPCPort, "grpc-port", o.GRPCPort, "Port of the ext_proc gRPC server gateways connect to.")
-	fs.IntVar(&o.HealthPort, "grpc-health-port", o.HealthPort, "Port of the gRPC health server (liveness, readiness, envoy.service.ext_proc.v3.ExternalProcessor); always plaintext.")
+	fs.IntVar(&o.GRPCPort, "grpc-port", extproc.DefaultGRPCPort, "Port of the ext_proc gRPC server gateways connect to.")
+	fs.IntVar(&o.HealthPort, "grpc-health-port", extproc.DefaultHealthPort, "Port of the gRPC health server (liveness, readiness, envoy.service.ext_proc.v3.ExternalProcessor); always plaintext.")
 	secure := fs.VarPF(&invertedBool{p: &o.Insecure}, "secure-serving", "", "Serve ext_proc over TLS (ALPN h2; versions and suites: --tls-min-version, --tls-cipher-suites; client certificates: --client-ca-file).")
 	secure.DefValue = "true"
 	secure.NoOptDefVal = "true"
 	fs.StringVar(&o.CertPath, "cert-path", o.CertPath, "Directory holding tls.crt and tls.key for ext_proc TLS; empty makes a self-signed certificate at start.")
 	fs.BoolVar(&o.EnableCertReload, "enable-cert-reload", o.EnableCertReload, "Reload --cert-path's files and --client-ca-file when they change.")
-	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest request body held for parsing; larger bodies are answered 413.")
-	fs.IntVar(&o.MaxConcurrentStreams, "max-concurrent-streams", o.MaxConcurrentStreams, "Most ext_proc streams open at once, over all connections and pools; a stream beyond it is refused with RESOURCE_EXHAUSTED. Negative: no limit.")
-	fs.Int64Var(&o.MaxHeldRequestBodyBytes, "max-held-request-body-bytes", o.MaxHeldRequestBodyBytes, "Budget of request-body bytes all streams hold until their decision (a body of several messages counts twice); a stream that would overspend it is answered 503. Negative: no budget.")
-	fs.IntVar(&o.MaxSubsetHintEntries, "max-subset-hint-entries", o.MaxSubsetHintEntries, "Longest subset hint (metadata_context envoy.lb.subset_hint) taken; a longer one is answered 400.")
-	fs.IntVar(&o.MaxModelLabels, "max-model-labels", o.MaxModelLabels, "Distinct model names used as metric label values, besides those the pools' InferenceModelRewrites name (always kept); later names are counted as \"other\".")
-	fs.DurationVar(&o.RequestBodyStartTimeout, "request-body-start-timeout", o.RequestBodyStartTimeout, "Longest wait from a stream's start to its first request body message, when the request has a body; then 408. Negative: no deadline.")
-	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", o.RequestBodyTimeout, "Longest time from a request body's first message to its end; then 408. Negative: no deadline.")
-	fs.DurationVar(&o.ResponseIdleTimeout, "response-idle-timeout", o.ResponseIdleTimeout, "Longest silence between messages of a stream once the request is forwarded; then the stream ends with DEADLINE_EXCEEDED. Negative: no deadline.")
+	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", extproc.DefaultMaxRequestBodyBytes, "Largest request body held for parsing; larger bodies are answered 413.")
+	fs.IntVar(&o.MaxConcurrentStreams, "max-concurrent-streams", extproc.DefaultMaxConcurrentStreams, "Most ext_proc streams open at once, over all connections and pools; a stream beyond it is refused with RESOURCE_EXHAUSTED. Negative: no limit.")
+	fs.Int64Var(&o.MaxHeldRequestBodyBytes, "max-held-request-body-bytes", extproc.DefaultMaxHeldRequestBodyBytes, "Budget of request-body bytes all streams hold until their decision (a body of several messages counts twice); a stream that would overspend it is answered 503. Negative: no budget.")
+	fs.IntVar(&o.MaxSubsetHintEntries, "max-subset-hint-entries", extproc.DefaultMaxSubsetHintEntries, "Longest subset hint (metadata_context envoy.lb.subset_hint) taken; a longer one is answered 400.")
+	fs.IntVar(&o.MaxModelLabels, "max-model-labels", extproc.DefaultMaxModelLabels, "Distinct model names used as metric label values, besides those the pools' InferenceModelRewrites name (always kept); later names are counted as \"other\".")
+	fs.DurationVar(&o.RequestBodyStartTimeout, "request-body-start-timeout", extproc.DefaultRequestBodyStartTimeout, "Longest wait from a stream's start to its first request body message, when the request has a body; then 408. Negative: no deadline.")
+	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", extproc.DefaultRequestBodyTimeout, "Longest time from a request body's first message to its end; then 408. Negative: no deadline.")
+	fs.DurationVar(&o.ResponseIdleTimeout, "response-idle-timeout", extproc.DefaultResponseIdleTimeout, "Longest silence between messages of a stream once the request is forwarded; then the stream ends with DEADLINE_EXCEEDED. Negative: no deadline.")
 	fs.BoolVar(&o.TrustPoolHeader, "trust-pool-header", o.TrustPoolHeader, "Let the request header x-gateway-inference-pool name the pool. Only when the gateway sets it and strips client copies: clients can forge headers.")
 	fs.BoolVar(&o.EnableConformanceTestBehaviors, "enable-conformance-test-behaviors", o.EnableConformanceTestBehaviors, "Honour the conformance suite's test-epp-endpoint-selection header and echo the served endpoint. Never in production.")
-	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "How long to let open streams finish on shutdown before cutting them.")
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", extproc.DefaultDrainTimeout, "How long to let open streams finish on shutdown before cutting them.")
 }
 
 // invertedBool is a bool flag stored negated: the flag says

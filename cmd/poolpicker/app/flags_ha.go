@@ -55,20 +55,3 @@ func bindHAFlags(fs *pflag.FlagSet, o *controllers.Options, ha *haOptions) {
 	fs.StringVar(&ha.bindAddress, "bind-address", ha.bindAddress,
 		"IP address the ext_proc, health and metrics servers listen on. Empty: all interfaces.")
 }
-
-// applyServingDefaults makes serving opt-in: a deployment given no rule of
-// its own (--pool-selector, --pool-name, --epp-service-name) serves only the
-// pools labelled poolpicker.io/picker=<--picker-name>. An explicit
-// --pool-selector="" serves every pool.
-func applyServingDefaults(fs *pflag.FlagSet, o *options) {
-	c := &o.controllers
-	if !fs.Changed("pool-selector") && c.PoolName == "" && len(c.PickerServices) == 0 {
-		c.PoolSelector = controllers.PickerLabel + "=" + c.PickerName
-	}
-	o.extproc.DrainGracePeriod = o.ha.drainGracePeriod
-	o.extproc.BindAddress = o.ha.bindAddress
-	c.PickerPort = int32(o.extproc.GRPCPort)
-	// Bounds the controllers' stop, which follows the ext_proc drain: as
-	// long as the drain itself may take.
-	c.GracefulShutdownTimeout = o.ha.drainGracePeriod + o.extproc.DrainTimeout + 10*time.Second
-}

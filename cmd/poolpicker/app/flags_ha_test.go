@@ -31,7 +31,7 @@ func TestServingIsOptIn(t *testing.T) {
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			applyServingDefaults(fs, &o)
+			derive(&o, deriveInputs{poolSelectorSet: fs.Changed("pool-selector")})
 			if o.controllers.PoolSelector != tt.wantSelector {
 				t.Fatalf("pool selector %q, want %q", o.controllers.PoolSelector, tt.wantSelector)
 			}
@@ -50,7 +50,7 @@ func TestHAFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	applyServingDefaults(fs, &o)
+	derive(&o, deriveInputs{poolSelectorSet: fs.Changed("pool-selector")})
 	c := o.controllers
 	if !c.LeaderElection || !c.ProvisionPickerServices || c.PickerNamespace != "poolpicker-system" || c.PickerPort != 9100 || c.LeaseDuration != 4*time.Second {
 		t.Fatalf("controllers options %+v", c)

@@ -4,6 +4,8 @@
 package app
 
 import (
+	"time"
+
 	"github.com/spf13/pflag"
 
 	"github.com/poolpicker/poolpicker/scrape"
@@ -15,7 +17,8 @@ import (
 func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
 	fs.DurationVar(&o.RefreshInterval, "refresh-metrics-interval", scrape.DefaultRefreshInterval,
 		"Time between two scrapes of a model server's metrics while one of its pools had a request in the last 5 s.")
-	fs.DurationVar(&o.IdleRefreshInterval, "idle-refresh-metrics-interval", scrape.DefaultIdleRefreshInterval,
+	o.IdleRefreshInterval = scrape.DefaultIdleRefreshInterval
+	fs.Var(zeroDisablesDuration{&o.IdleRefreshInterval}, "idle-refresh-metrics-interval",
 		"Longest time between two scrapes of a model server none of whose pools had a request in the last 5 s: its interval doubles up to this, its last values stay valid for two intervals, and a pool's first request has its servers scraped at once. 0 scrapes every server every --refresh-metrics-interval.")
 	fs.DurationVar(&o.StalenessThreshold, "metrics-staleness-threshold", scrape.DefaultStalenessThreshold,
 		"Age past which an endpoint's metrics are stale; an endpoint with stale or no metrics has unknown load and is not picked on load.")
@@ -33,8 +36,9 @@ func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
 		"Metrics port of the model servers; 0 means each endpoint's target port. A pool's "+scrape.AnnotationMetricsPort+" annotation overrides it.")
 	fs.StringVar(&o.Scheme, "model-server-metrics-scheme", scrape.DefaultScheme,
 		"Scheme of the model servers' metrics, http or https; a pool's "+scrape.AnnotationMetricsScheme+" annotation overrides it.")
-	fs.BoolVar(&o.InsecureSkipVerify, "model-server-metrics-https-insecure-skip-verify", true,
+	skip := fs.VarPF(&invertedBool{p: &o.VerifyServerCertificates}, "model-server-metrics-https-insecure-skip-verify", "",
 		"Skip verifying model servers' certificates over https (they are usually self-signed).")
+	skip.DefValue, skip.NoOptDefVal = "true", "true"
 	vllm := scrape.DefaultMetricNames()
 	const engines = " Names the default (vLLM) engine's metric, as name or name{label=value,...}; pods and pools that name another engine" +
 		" (label " + scrape.LabelEngineType + " or " + scrape.LabelModelServerEngine + ") use that engine's names."
@@ -49,3 +53,29 @@ func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
 	fs.StringVar(&o.MetricNames.CacheInfo, "cache-info-metric", vllm.CacheInfo.String(),
 		"Info gauge of a model server's KV-cache geometry ("+vllm.BlockSizeLabel+", "+vllm.NumBlocksLabel+")."+engines)
 }
+
+// zeroDisablesDuration is a duration flag whose 0 means "off", stored as
+// the negative value its Options field takes for off (zero there is the
+// default).
+type zeroDisablesDuration struct{ p *time.Duration }
+
+func (d zeroDisablesDuration) String() string {
+	if d.p == nil || *d.p < 0 {
+		return "0s"
+	}
+	return d.p.String()
+}
+
+func (d zeroDisablesDuration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if v <= 0 {
+		v = -1
+	}
+	*d.p = v
+	return nil
+}
+
+func (zeroDisablesDuration) Type() string { return "duration" }

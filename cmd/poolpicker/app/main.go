@@ -116,10 +116,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, plugins *framewor
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("unexpected arguments %q: poolpicker takes flags only", fs.Args()))
 	}
-	applyServingDefaults(fs, &o)
 	if err := completeCompat(&o, os.Getenv); err != nil {
 		return usageError(err)
 	}
+	schedCfg, err := o.scheduling.LoadConfig()
+	if err != nil {
+		return usageError(fmt.Errorf("scheduler: %w", err))
+	}
+	deriveWarnings := derive(&o, deriveInputs{poolSelectorSet: fs.Changed("pool-selector"), conformancePlugins: schedCfg.UsesConformanceTestPlugins()})
 	if err := validate(&o); err != nil {
 		return usageError(err)
 	}
@@ -128,13 +132,16 @@ func run(ctx context.Context, args []string, stderr io.Writer, plugins *framewor
 	defer klog.Flush()
 	ctrl.SetLogger(log)
 	logCompatWarnings(log, fs)
+	for _, w := range deriveWarnings {
+		log.Info("WARNING: "+w, "warning", true)
+	}
 	stopTracing, err := startTracing(ctx, &o, log)
 	if err != nil {
 		return usageError(err)
 	}
 	defer stopTracing()
 
-	comps, err := build(&o, log)
+	comps, err := build(&o, schedCfg, log)
 	if err != nil {
 		return usageError(err)
 	}
@@ -212,9 +219,11 @@ type components struct {
 	waiting prometheus.Gauge
 }
 
-// build makes the scheduler, scraper and ext_proc server over one registry
-// and one Prometheus registry.
-func build(o *options, log logr.Logger) (*components, error) {
+// build makes the scheduler (from cfg, the loaded scheduling config),
+// scraper and ext_proc server over one registry and one Prometheus
+// registry. The options are derived already (derive); what build adds to
+// them is wiring: loggers, registerers and the parts it made.
+func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, error) {
 	reg := datastore.NewRegistry()
 	// Go runtime and process collectors are in controller-runtime's
 	// registry, served beside this one.
@@ -226,24 +235,9 @@ func build(o *options, log logr.Logger) (*components, error) {
 	if o.scheduling.PluginDuration, err = newPluginDurations(metrics); err != nil {
 		return nil, err
 	}
-	cfg, err := o.scheduling.LoadConfig()
-	if err != nil {
-		return nil, fmt.Errorf("scheduler: %w", err)
-	}
 	for _, w := range cfg.Warnings {
 		log.Info("WARNING: scheduling config: "+w, "warning", true)
 	}
-	// Upstream's conformance manifests turn the conformance-test behaviours
-	// on by naming the conformance plugins in their config, not by a flag.
-	if cfg.UsesConformanceTestPlugins() && !o.extproc.EnableConformanceTestBehaviors {
-		log.Info("WARNING: the scheduling config names conformance-test plugins, so conformance-test behaviours are on: clients can choose their endpoint (never in production)", "warning", true)
-		o.extproc.EnableConformanceTestBehaviors = true
-	}
-	// One knob each: the scraper's staleness threshold decides when the
-	// scheduler treats an endpoint as unknown, and the conformance switch
-	// enables both the ext_proc echo and the candidate filter.
-	o.scheduling.MetricsStaleness = o.scrape.StalenessThreshold
-	o.scheduling.EnableConformanceTestFilter = o.extproc.EnableConformanceTestBehaviors
 	sched, err := newScheduler(o.scheduling, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/poolpicker/poolpicker/internal/version"
+	"github.com/poolpicker/poolpicker/scheduling"
 )
 
 // TestVersionFlagPrintsAndExits runs the built binary with --version: it
@@ -39,7 +40,7 @@ func TestBuildInfoMetric(t *testing.T) {
 	if err := newFlagSet(io.Discard, &o).Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	cs, err := build(&o, logr.Discard())
+	cs, err := build(&o, scheduling.DefaultConfig(), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
