@@ -14,6 +14,10 @@ import (
 	"time"
 )
 
+// pickerBinary is cmd/poolpicker, built once by TestMain: a build takes what
+// it takes on a cold cache, outside the test's deadline.
+var pickerBinary string
+
 func TestMain(m *testing.M) {
 	// The harness starts its model servers as copies of its own binary.
 	if port := os.Getenv(roleEnv); port != "" {
@@ -23,7 +27,16 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(func() int {
+		bin, cleanup, err := buildPicker(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer cleanup()
+		pickerBinary = bin
+		return m.Run()
+	}())
 }
 
 // TestSmallRun runs the whole harness at 20 pools: a real API server, the
@@ -42,11 +55,7 @@ func TestSmallRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin, cleanup, err := buildPicker(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cleanup()
+	bin := pickerBinary
 	c := config{Pools: 20, Pods: 3, Namespaces: 2, HotShare: 0.1, HotRate: 50, FlipRate: 10, Servers: 2, Port: port,
 		settle: 2 * time.Second, idleWindow: 2 * time.Second, hotWindow: 3 * time.Second, flipWindow: 2 * time.Second,
 		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second, Noisy: 50,

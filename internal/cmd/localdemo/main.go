@@ -59,6 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.MetricsPort, "metrics-port", localstack.DefaultMetricsPort, "poolpicker's metrics port")
 	pickerArgs := fs.String("poolpicker-args", "", "extra poolpicker flags, space-separated (e.g. \"-v=4\")")
 	buildFlags := fs.String("poolpicker-build-flags", "", "extra go build flags for poolpicker, space-separated (e.g. \"-race\")")
+	fs.StringVar(&o.PickerBinary, "poolpicker-binary", "", "a poolpicker binary to run (default: build ./cmd/poolpicker)")
 	verbosity := fs.Int("v", 0, "log verbosity of the demo and the gateway (2: pods and route changes, 4: every request)")
 	if err := fs.Parse(args); err != nil {
 		return err

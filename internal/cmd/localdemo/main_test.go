@@ -19,8 +19,35 @@ import (
 	"testing"
 	"time"
 
+	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/internal/testenv"
 )
+
+// pickerBinary is cmd/poolpicker, race-built once by TestMain: a build takes
+// what it takes on a cold cache, outside the test's deadlines.
+var pickerBinary string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		dir, err := os.MkdirTemp("", "localdemo-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if pickerBinary, err = localstack.BuildPicker(context.Background(), root, dir, "-race"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}())
+}
 
 // syncBuffer is a bytes.Buffer safe for the demo's writes and the test's reads.
 type syncBuffer struct {
@@ -117,8 +144,7 @@ func TestDemoServesPrintedCommandsAndStopsEverything(t *testing.T) {
 			fmt.Sprintf("--gateway-addr=127.0.0.1:%d", ports[0]),
 			fmt.Sprintf("--grpc-port=%d", ports[1]), fmt.Sprintf("--grpc-health-port=%d", ports[2]), fmt.Sprintf("--metrics-port=%d", ports[3]),
 			"--first-ip=127.0.60.2",
-			// Reuses the race-built packages of `make test`.
-			"--poolpicker-build-flags=-race",
+			"--poolpicker-binary=" + pickerBinary,
 		}, &out, io.Discard)
 	}()
 	defer func() {
