@@ -38,17 +38,16 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/bench/bodyreader"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/requestbody"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
@@ -445,13 +444,13 @@ func decision() *extprocv3.ProcessingResponse {
 // body in buffer-sized pieces.
 const chunkBytes = 16 << 10
 
-// session is one server's share of a row: its connections, the messages
+// session is one server's share of a row: its gateway client, the request
 // it is sent, and what was measured so far.
 type session struct {
 	t        *target
-	conns    []*grpc.ClientConn
-	headers  *extprocv3.ProcessingRequest
-	msgs     []*extprocv3.ProcessingRequest
+	client   *eppclient.Client
+	req      eppclient.Request
+	pools    int
 	lat      []time.Duration
 	cpu      time.Duration
 	elapsed  time.Duration
@@ -459,32 +458,17 @@ type session struct {
 }
 
 func newSession(t *target, body []byte, cfg config) (*session, error) {
-	ss := &session{t: t}
-	// One connection per pool authority, as each pool's gateway cluster is
-	// its own connection; streams go round-robin over pools.
-	for i := 0; i < cfg.pools; i++ {
-		c, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithAuthority(fmt.Sprintf("epp-%d.ns-%d.svc:9002", i, i%10)))
-		if err != nil {
-			ss.close()
-			return nil, err
-		}
-		ss.conns = append(ss.conns, c)
-	}
-	ss.headers = &extprocv3.ProcessingRequest{
-		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
-		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/chat/completions")},
-			{Key: ":authority", RawValue: []byte("gw.example")}, {Key: "content-type", RawValue: []byte("application/json")},
-			{Key: "content-length", RawValue: []byte(fmt.Sprint(len(body)))}}}}},
-	}
-	for off := 0; off < len(body); off += chunkBytes {
-		end := min(off+chunkBytes, len(body))
-		ss.msgs = append(ss.msgs, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body[off:end], EndOfStream: end == len(body)}}})
-	}
+	// The client keeps one connection per pool authority, as each pool's
+	// gateway cluster is its own connection; streams go round-robin over
+	// pools.
+	ss := &session{t: t, client: eppclient.New(t.addr, eppclient.Options{}), pools: cfg.pools}
+	ss.req = eppclient.Request{Shape: eppclient.FullDuplex, Body: body, Chunks: (len(body) + chunkBytes - 1) / chunkBytes,
+		Headers: []eppclient.Header{{Key: ":method", Value: "POST"}, {Key: ":path", Value: "/v1/chat/completions"},
+			{Key: ":authority", Value: "gw.example"}, {Key: "content-type", Value: "application/json"},
+			{Key: "content-length", Value: fmt.Sprint(len(body))}}}
 	// Warm up connections and code paths.
 	for i := 0; i < min(200, cfg.requests); i++ {
-		if _, err := roundTrip(ss.conns[i%len(ss.conns)], ss.headers, ss.msgs); err != nil {
+		if _, err := ss.roundTrip(i); err != nil {
 			ss.close()
 			return nil, err
 		}
@@ -492,11 +476,7 @@ func newSession(t *target, body []byte, cfg config) (*session, error) {
 	return ss, nil
 }
 
-func (ss *session) close() {
-	for _, c := range ss.conns {
-		c.Close()
-	}
-}
+func (ss *session) close() { _ = ss.client.Close() }
 
 // measure runs n more round trips, conc at a time, and adds their
 // latencies, CPU and wall time to the session's.
@@ -520,7 +500,7 @@ func (ss *session) measure(n, conc int) error {
 				if int(i) >= n {
 					return
 				}
-				d, err := roundTrip(ss.conns[(ss.requests+int(i))%len(ss.conns)], ss.headers, ss.msgs)
+				d, err := ss.roundTrip(ss.requests + int(i))
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -551,46 +531,23 @@ func (ss *session) row(body, conc int) row {
 		p50: lat[len(lat)/2], p99: lat[len(lat)*99/100], cpuPerReq: ss.cpu / time.Duration(ss.requests)}
 }
 
-// roundTrip runs one stream as a full-duplex gateway does and returns the
-// time from the first message to the destination answer; it then drains
-// the body answers and closes the stream.
-func roundTrip(c *grpc.ClientConn, headers *extprocv3.ProcessingRequest, body []*extprocv3.ProcessingRequest) (time.Duration, error) {
+// roundTrip runs the i-th stream, on pool i's authority, as a full-duplex
+// gateway does and returns the time from opening it to the destination
+// answer; the client then drains the body answers and closes the stream.
+func (ss *session) roundTrip(i int) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	start := time.Now()
-	s, err := extprocv3.NewExternalProcessorClient(c).Process(ctx)
+	req := ss.req
+	p := i % ss.pools
+	req.Authority = fmt.Sprintf("epp-%d.ns-%d.svc:9002", p, p%10)
+	res, err := ss.client.Do(ctx, req)
 	if err != nil {
 		return 0, err
 	}
-	if err := s.Send(headers); err != nil {
-		return 0, err
+	if res.Destination == "" {
+		return 0, fmt.Errorf("no destination: %+v", res)
 	}
-	for _, m := range body {
-		if err := s.Send(m); err != nil {
-			return 0, err
-		}
-	}
-	r, err := s.Recv()
-	if err != nil {
-		return 0, err
-	}
-	d := time.Since(start)
-	hm := r.GetRequestHeaders().GetResponse().GetHeaderMutation()
-	if len(hm.GetSetHeaders()) == 0 || len(hm.GetSetHeaders()[0].GetHeader().GetRawValue()) == 0 {
-		return 0, fmt.Errorf("no destination in %v", r)
-	}
-	for range body {
-		if _, err := s.Recv(); err != nil {
-			return 0, err
-		}
-	}
-	if err := s.CloseSend(); err != nil {
-		return 0, err
-	}
-	if _, err := s.Recv(); err != io.EOF {
-		return 0, fmt.Errorf("want EOF, got %v", err)
-	}
-	return d, nil
+	return res.Decided, nil
 }
 
 func cpuTime() time.Duration {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -179,6 +180,10 @@ type Result struct {
 	ResponseHeaders map[string]string
 	// Answers counts the picker's messages.
 	Answers int
+	// Decided is the time from opening the stream to the answer that
+	// carried the destination or the immediate response: the latency a
+	// gateway waits before it can forward the request.
+	Decided time.Duration
 }
 
 // Endpoints are the destinations in order (primary, then fallbacks).
@@ -201,11 +206,12 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 	if req.PoolTag != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataKeyPoolTag, req.PoolTag)
 	}
+	start := time.Now()
 	s, err := extprocv3.NewExternalProcessorClient(cc).Process(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		return nil, err
 	}
-	st := &stream{s: s, res: &Result{ResponseHeaders: map[string]string{}}}
+	st := &stream{s: s, start: start, res: &Result{ResponseHeaders: map[string]string{}}}
 	if err := st.request(req); err != nil {
 		return st.res, err
 	}
@@ -225,8 +231,9 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 }
 
 type stream struct {
-	s   extprocv3.ExternalProcessor_ProcessClient
-	res *Result
+	s     extprocv3.ExternalProcessor_ProcessClient
+	start time.Time
+	res   *Result
 }
 
 // recv reads one answer and notes what it says.
@@ -245,6 +252,7 @@ func (st *stream) recv(phase string) (*extprocv3.ProcessingResponse, error) {
 	switch r := m.GetResponse().(type) {
 	case *extprocv3.ProcessingResponse_ImmediateResponse:
 		st.res.Immediate = r.ImmediateResponse
+		st.res.Decided = time.Since(st.start)
 	case *extprocv3.ProcessingResponse_RequestHeaders:
 		common = r.RequestHeaders.GetResponse()
 	case *extprocv3.ProcessingResponse_RequestBody:
@@ -259,6 +267,7 @@ func (st *stream) recv(phase string) (*extprocv3.ProcessingResponse, error) {
 		if strings.HasPrefix(phase, "request") {
 			if k == HeaderDestination && st.res.Destination == "" {
 				st.res.Destination, st.res.DestinationIn = v, phase
+				st.res.Decided = time.Since(st.start)
 			}
 		} else {
 			st.res.ResponseHeaders[k] = v

@@ -18,13 +18,10 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/internal/otlptest"
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
 )
@@ -142,10 +139,7 @@ func TestDashboardMetricsExported(t *testing.T) {
 	// Pool gauges need a scrape of the model server.
 	waitMetrics(t, ports[2], fmt.Sprintf(`inference_pool_average_queue_size{name="pool",namespace="%s"} 1`, ns))
 
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", ports[0]), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := eppclient.New(fmt.Sprintf("127.0.0.1:%d", ports[0]), eppclient.Options{})
 	defer conn.Close()
 	gateway(t, conn, []byte(`{"model":"m","prompt":"hello"}`), []byte(`{"choices":[{"text":"hi"}],"usage":{"prompt_tokens":2,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":1}}}`))
 	gateway(t, conn, []byte(`{"model":"m","prompt":"hello","stream":true}`), []byte("data: {\"choices\":[{\"text\":\"hi\"}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":4}}\n\ndata: [DONE]\n\n"))
@@ -252,51 +246,28 @@ func seriesCount(page, name string) int {
 }
 
 // gateway plays one full-duplex ext_proc stream: request headers and body,
-// then (when the picker routed it) response headers and body.
-func gateway(t *testing.T, conn *grpc.ClientConn, reqBody, respBody []byte) {
+// then (when the picker routed it) response headers and body. A nil
+// respBody is a request the picker must refuse.
+func gateway(t *testing.T, c *eppclient.Client, reqBody, respBody []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	req := eppclient.Request{Shape: eppclient.FullDuplex, Body: reqBody}
+	if respBody != nil {
+		contentType := "application/json"
+		if bytes.HasPrefix(respBody, []byte("data:")) {
+			contentType = "text/event-stream" // a streamed response
+		}
+		req.Response = &eppclient.Response{Status: 200, Headers: []eppclient.Header{{Key: "content-type", Value: contentType}}, Body: respBody}
+	}
+	res, err := c.Do(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/completions")}}}
-	send := func(m *extprocv3.ProcessingRequest) {
-		if err := s.Send(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: hdrs}}})
-	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: reqBody, EndOfStream: true}}})
-	first, err := s.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if respBody == nil {
-		if first.GetImmediateResponse() == nil {
-			t.Fatalf("bad body not refused: %v", first)
-		}
-		return
-	}
-	if _, err := s.Recv(); err != nil { // the body answer
-		t.Fatal(err)
-	}
-	contentType := "application/json"
-	if bytes.HasPrefix(respBody, []byte("data:")) {
-		contentType = "text/event-stream" // a streamed response
-	}
-	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}, {Key: "content-type", RawValue: []byte(contentType)}}}}}})
-	if _, err := s.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: respBody, EndOfStream: true}}})
-	if _, err := s.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	_ = s.CloseSend()
-	if _, err := s.Recv(); err != io.EOF {
-		t.Fatalf("stream did not end: %v", err)
+	switch {
+	case respBody == nil && res.Immediate == nil:
+		t.Fatalf("bad body not refused: %+v", res)
+	case respBody != nil && res.Destination == "":
+		t.Fatalf("request not routed: %+v", res)
 	}
 }
