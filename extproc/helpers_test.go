@@ -5,14 +5,12 @@ package extproc
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"math"
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,13 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
@@ -132,13 +129,12 @@ type testServer struct {
 	srv        *Server
 	addr       string
 	healthAddr string
-	tls        bool
 	prom       *prometheus.Registry
 	cancel     context.CancelFunc
 	done       chan error
-
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	// client dials the server as a gateway does, one connection per
+	// :authority.
+	client *eppclient.Client
 }
 
 func startServer(t testing.TB, reg *datastore.Registry, sched Scheduler, opts Options) *testServer {
@@ -164,19 +160,15 @@ func startServer(t testing.TB, reg *datastore.Registry, sched Scheduler, opts Op
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ts := &testServer{srv: srv, addr: lis.Addr().String(), healthAddr: hlis.Addr().String(), tls: !opts.Insecure, prom: prom, cancel: cancel, done: make(chan error, 1), conns: map[string]*grpc.ClientConn{}}
+	ts := &testServer{srv: srv, addr: lis.Addr().String(), healthAddr: hlis.Addr().String(), prom: prom, cancel: cancel, done: make(chan error, 1),
+		client: eppclient.New(lis.Addr().String(), eppclient.Options{TLS: !opts.Insecure})}
 	go func() { ts.done <- srv.Start(ctx) }()
 	t.Cleanup(func() { ts.stop(t) })
 	return ts
 }
 
 func (ts *testServer) stop(t testing.TB) {
-	ts.mu.Lock()
-	for _, c := range ts.conns {
-		c.Close()
-	}
-	ts.conns = map[string]*grpc.ClientConn{}
-	ts.mu.Unlock()
+	_ = ts.client.Close()
 	ts.cancel()
 	select {
 	case err := <-ts.done:
@@ -192,28 +184,10 @@ func (ts *testServer) stop(t testing.TB) {
 // (empty: the dial address).
 func (ts *testServer) conn(t testing.TB, authority string) *grpc.ClientConn {
 	t.Helper()
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	if c, ok := ts.conns[authority]; ok {
-		return c
-	}
-	var opts []grpc.DialOption
-	if ts.tls {
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})))
-	} else {
-		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	}
-	if authority != "" {
-		opts = append(opts, grpc.WithAuthority(authority))
-	}
-	// Envoy takes answers of any size (a streamed body mutation echoes a
-	// whole chunk); gRPC clients stop at 4 MiB unless told otherwise.
-	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-	c, err := grpc.NewClient(ts.addr, opts...)
+	c, err := ts.client.Conn(authority)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts.conns[authority] = c
 	return c
 }
 

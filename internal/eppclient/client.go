@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -113,7 +114,9 @@ func (c *Client) Conn(authority string) (*grpc.ClientConn, error) {
 	if c.opts.TLS {
 		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // as gateways dial pickers
 	}
-	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	// Envoy takes answers of any size (a streamed body mutation echoes a
+	// whole chunk); gRPC clients stop at 4 MiB unless told otherwise.
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32))}
 	if authority != "" {
 		dopts = append(dopts, grpc.WithAuthority(authority))
 	}
