@@ -15,20 +15,15 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
@@ -67,7 +62,10 @@ type replica struct {
 	// metrics holds the scheduler's plugin metrics (the prefix index's
 	// predictions against the servers' reports).
 	metrics *prometheus.Registry
-	conn    *grpc.ClientConn
+	// client dials the replica with authority, the :authority its pool's
+	// gateway uses.
+	client    *eppclient.Client
+	authority string
 }
 
 // spreadMode is how the client spreads streams over the replicas.
@@ -82,16 +80,16 @@ const (
 	spreadRandom spreadMode = "random"
 )
 
-// conn is the replica the next stream goes to.
-func (f *fleet) conn() *grpc.ClientConn {
+// nextReplica is the replica the next stream goes to.
+func (f *fleet) nextReplica() *replica {
 	n := uint64(len(f.replicas))
 	if n == 1 {
-		return f.replicas[0].conn
+		return f.replicas[0]
 	}
 	if f.spread == spreadRandom {
-		return f.replicas[f.rand()%n].conn
+		return f.replicas[f.rand()%n]
 	}
-	return f.replicas[(f.next.Add(1)-1)%n].conn
+	return f.replicas[(f.next.Add(1)-1)%n]
 }
 
 // startFleet starts fleet number n (its servers on 127.0.(20+n).2, .3, ...)
@@ -258,12 +256,8 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	go func() { _ = srv.Start(ectx); close(served) }()
 	stops = append(stops, func() { ecancel(); <-served })
 
-	rp.conn, err = grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithAuthority(fmt.Sprintf("%s.bench.svc:%d", pickerService, pickerPort)))
-	if err != nil {
-		return nil, nil, err
-	}
-	stops = append(stops, func() { rp.conn.Close() })
+	rp.client, rp.authority = eppclient.New(lis.Addr().String(), eppclient.Options{}), fmt.Sprintf("%s.bench.svc:%d", pickerService, pickerPort)
+	stops = append(stops, func() { _ = rp.client.Close() })
 
 	// The pool is in demand meanwhile (NoteRequest), so a scrape that
 	// failed on a starved machine is retried at once rather than after
@@ -398,105 +392,67 @@ type outcome struct {
 // request's arrival, from which TTFT and end-to-end time count.
 func (f *fleet) send(ctx context.Context, start time.Time, id string, objective string, body []byte) (outcome, error) {
 	var out outcome
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	s, err := extprocv3.NewExternalProcessorClient(f.conn()).Process(ctx)
+	rp := f.nextReplica()
+	req := eppclient.Request{Shape: eppclient.FullDuplex, Authority: rp.authority, Body: body, Headers: []eppclient.Header{
+		{Key: ":method", Value: "POST"}, {Key: ":path", Value: "/v1/completions"},
+		{Key: ":authority", Value: "gateway.bench"}, {Key: "content-type", Value: "application/json"},
+		{Key: "content-length", Value: strconv.Itoa(len(body))}, {Key: "x-request-id", Value: id},
+		{Key: "x-gateway-inference-objective", Value: objective}}}
+	// The request goes to the endpoint the picker named, and its response
+	// back through the stream (so poolpicker sees it finish and reads its
+	// usage), as the gateway sends it.
+	req.Forward = func(ctx context.Context, res *eppclient.Result) (*eppclient.Response, error) {
+		dest := res.Endpoints()[0]
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+dest+"/v1/completions", bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		hreq.Header.Set("content-type", "application/json")
+		resp, err := f.http.Do(hreq)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			return nil, fmt.Errorf("request %s: %s answered %d: %s", id, dest, resp.StatusCode, b)
+		}
+		var all bytes.Buffer
+		br := bufio.NewReader(resp.Body)
+		for {
+			line, err := br.ReadBytes('\n')
+			all.Write(line)
+			if out.ttft == 0 && bytes.HasPrefix(line, []byte("data: {")) {
+				out.ttft = time.Since(start)
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		out.e2e = time.Since(start)
+		out.done = time.Now()
+		out.status = http.StatusOK
+		if out.promptTokens, out.cachedTokens, err = usageOf(all.Bytes()); err != nil {
+			return nil, fmt.Errorf("request %s: %w", id, err)
+		}
+		return &eppclient.Response{Status: http.StatusOK, Headers: []eppclient.Header{{Key: "content-type", Value: "text/event-stream"}}, Body: all.Bytes()}, nil
+	}
+	opened := time.Now()
+	res, err := rp.client.Do(ctx, req)
 	if err != nil {
 		return out, err
 	}
-	headers := &extprocv3.ProcessingRequest{
-		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED, ResponseBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
-		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-			{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte("/v1/completions")},
-			{Key: ":authority", RawValue: []byte("gateway.bench")}, {Key: "content-type", RawValue: []byte("application/json")},
-			{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))}, {Key: "x-request-id", RawValue: []byte(id)},
-			{Key: "x-gateway-inference-objective", RawValue: []byte(objective)}}}}},
-	}
-	if err := s.Send(headers); err != nil {
-		return out, err
-	}
-	if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: body, EndOfStream: true}}}); err != nil {
-		return out, err
-	}
-	r, err := s.Recv()
-	if err != nil {
-		return out, err
-	}
-	out.decided = time.Now()
-	if ir := r.GetImmediateResponse(); ir != nil {
+	out.decided = opened.Add(res.Decided)
+	if ir := res.Immediate; ir != nil {
 		out.status = int(ir.GetStatus().GetCode())
 		out.done = time.Now()
 		return out, nil
 	}
-	var dest string
-	for _, h := range r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
-		if h.GetHeader().GetKey() == extproc.HeaderDestination {
-			dest = string(h.GetHeader().GetRawValue())
-		}
-	}
-	if dest == "" {
-		return out, fmt.Errorf("request %s: no destination in %v", id, r)
-	}
-	if _, err := s.Recv(); err != nil { // the body's answer
-		return out, err
-	}
-	dest, _, _ = strings.Cut(dest, ",")
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+dest+"/v1/completions", bytes.NewReader(body))
-	if err != nil {
-		return out, err
-	}
-	req.Header.Set("content-type", "application/json")
-	resp, err := f.http.Do(req)
-	if err != nil {
-		return out, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		return out, fmt.Errorf("request %s: %s answered %d: %s", id, dest, resp.StatusCode, b)
-	}
-	var all bytes.Buffer
-	br := bufio.NewReader(resp.Body)
-	for {
-		line, err := br.ReadBytes('\n')
-		all.Write(line)
-		if out.ttft == 0 && bytes.HasPrefix(line, []byte("data: {")) {
-			out.ttft = time.Since(start)
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return out, err
-		}
-	}
-	out.e2e = time.Since(start)
-	out.done = time.Now()
-	out.status = http.StatusOK
-	if out.promptTokens, out.cachedTokens, err = usageOf(all.Bytes()); err != nil {
-		return out, fmt.Errorf("request %s: %w", id, err)
-	}
-
-	// The response goes back through the stream, as the gateway sends it.
-	if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
-		{Key: ":status", RawValue: []byte("200")}, {Key: "content-type", RawValue: []byte("text/event-stream")}}}}}}); err != nil {
-		return out, err
-	}
-	if _, err := s.Recv(); err != nil {
-		return out, err
-	}
-	if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: all.Bytes(), EndOfStream: true}}}); err != nil {
-		return out, err
-	}
-	if _, err := s.Recv(); err != nil {
-		return out, err
-	}
-	if err := s.CloseSend(); err != nil {
-		return out, err
-	}
-	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
-		return out, fmt.Errorf("request %s: stream end: %v", id, err)
+	if res.Destination == "" {
+		return out, fmt.Errorf("request %s: no destination in %+v", id, res)
 	}
 	return out, nil
 }

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/poolpicker/poolpicker/internal/eppclient"
 )
 
 func TestMain(m *testing.M) {
@@ -139,29 +139,26 @@ func TestSpread(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			f := &fleet{spread: mode, rand: seeded(1)}
 			for range 3 {
-				// Never dialled: grpc.NewClient connects on first use.
-				conn, err := grpc.NewClient("127.0.0.1:1", grpc.WithTransportCredentials(insecure.NewCredentials()))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close()
-				f.replicas = append(f.replicas, &replica{conn: conn})
+				// Never dialled: a client connects on first use.
+				c := eppclient.New("127.0.0.1:1", eppclient.Options{})
+				defer c.Close()
+				f.replicas = append(f.replicas, &replica{client: c})
 			}
-			counts := map[*grpc.ClientConn]int{}
-			var order []*grpc.ClientConn
+			counts := map[*replica]int{}
+			var order []*replica
 			for range 300 {
-				c := f.conn()
+				c := f.nextReplica()
 				counts[c]++
 				order = append(order, c)
 			}
 			for i, r := range f.replicas {
-				if n := counts[r.conn]; n < 70 || n > 130 {
+				if n := counts[r]; n < 70 || n > 130 {
 					t.Fatalf("replica %d got %d of 300 streams", i, n)
 				}
 			}
 			inTurn := true
 			for i := range order {
-				inTurn = inTurn && order[i] == f.replicas[i%3].conn
+				inTurn = inTurn && order[i] == f.replicas[i%3]
 			}
 			if inTurn != (mode == spreadRoundRobin) {
 				t.Fatalf("streams in turn: %v", inTurn)

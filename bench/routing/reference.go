@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -22,7 +21,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +29,7 @@ import (
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
@@ -259,14 +258,10 @@ func startReference(ctx context.Context, n int, cfg *sweepConfig, port int, pods
 	}
 	// Its ext_proc server serves TLS with a self-signed certificate by
 	// default (--secure-serving), as a gateway reaches it.
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", grpcPort),
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})), //nolint:gosec // the reference's self-signed certificate
-		grpc.WithAuthority(fmt.Sprintf("%s.%s.svc:%d", pickerService, ns, pickerPort)))
-	if err != nil {
-		return nil, nil, err
-	}
-	stops = append(stops, func() { conn.Close() })
-	return &replica{conn: conn}, stop, nil
+	rp := &replica{client: eppclient.New(fmt.Sprintf("127.0.0.1:%d", grpcPort), eppclient.Options{TLS: true}),
+		authority: fmt.Sprintf("%s.%s.svc:%d", pickerService, ns, pickerPort)}
+	stops = append(stops, func() { _ = rp.client.Close() })
+	return rp, stop, nil
 }
 
 // waitServing waits until the gRPC health service "readiness" at addr (the

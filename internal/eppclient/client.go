@@ -148,6 +148,11 @@ type Request struct {
 	Subset []string
 	// Response, when set, plays the response phase after a routed request.
 	Response *Response
+	// Forward, when set, is called once the picker routed the request, with
+	// its answer so far, as a gateway then forwards the request to the
+	// endpoint; the Response it returns (nil: none) is played as Response
+	// is, and its error ends Do. It takes Response's place.
+	Forward func(ctx context.Context, res *Result) (*Response, error)
 	// PoolTag, when set, names the pool (NAMESPACE/NAME) in the stream's
 	// gRPC metadata x-gateway-inference-pool, as Envoy's per-route
 	// grpc_initial_metadata can.
@@ -218,13 +223,19 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 	if err := st.request(req); err != nil {
 		return st.res, err
 	}
-	if st.res.Immediate != nil || req.Response == nil || req.Shape == NGF || st.res.Destination == "" {
+	resp := req.Response
+	if req.Forward != nil && st.res.Immediate == nil && st.res.Destination != "" {
+		if resp, err = req.Forward(ctx, st.res); err != nil {
+			return st.res, err
+		}
+	}
+	if st.res.Immediate != nil || resp == nil || req.Shape == NGF || st.res.Destination == "" {
 		if err := s.CloseSend(); err != nil {
 			return st.res, err
 		}
 		return st.res, st.drain()
 	}
-	if err := st.response(req); err != nil {
+	if err := st.response(resp); err != nil {
 		return st.res, err
 	}
 	if err := s.CloseSend(); err != nil {
@@ -382,8 +393,7 @@ func phaseOf(r *Result) string {
 	return "request_body"
 }
 
-func (st *stream) response(req Request) error {
-	r := req.Response
+func (st *stream) response(r *Response) error {
 	hdrs := &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: fmt.Appendf(nil, "%d", r.Status)}}}
 	ct := false
 	for _, h := range r.Headers {
