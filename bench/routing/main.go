@@ -9,7 +9,10 @@
 // the sweep (G × offered load, as a share of the fleet's capacity at full
 // hit rate) runs each router on its own fleet at the same time, on the same
 // seeded requests: poolpicker's default profile, round-robin, least-queue
-// and the reference EPP's default weights built from poolpicker's plugins.
+// and the reference EPP itself (its binary, run against a real API server:
+// reference.go); "upstream-weights", the reference's default profile
+// written over poolpicker's scheduler, is there to name for a machine
+// without that binary.
 // Poolpicker runs with 1, 2 and 3 replicas side by side (-replicas), each
 // replica an ext_proc server with its own scraper, scheduler and prefix
 // index, the streams spread over them as a gateway spreads them (-spread).
@@ -53,7 +56,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	groups := fs.String("groups", "6,12,24,48", "numbers of shared prefixes G, comma-separated")
 	loads := fs.String("loads", "50,80,100,120", "offered loads in percent of the fleet's capacity at full hit rate, comma-separated")
-	routers := fs.String("routers", "poolpicker,round-robin,least-queue,upstream-weights,reference-epp", "routers to compare, comma-separated (reference-epp is left out, saying why, when its binary or the control plane is missing)")
+	routers := fs.String("routers", "poolpicker,round-robin,least-queue,reference-epp", "routers to compare, comma-separated (known: poolpicker, round-robin, least-queue, upstream-weights, poolpicker-flow-control, reference-epp; reference-epp is left out, saying why, when its binary or the control plane is missing)")
 	fs.StringVar(&referenceBinary, "reference-epp", defaultReferenceBinary(), "the reference EPP's binary, for router reference-epp (`make reference-epp` builds it there)")
 	replicas := fs.String("replicas", "1,2,3", "numbers of poolpicker replicas poolpicker and each -router-config router run with, side by side, comma-separated: each replica has its own scraper, scheduler and prefix index (the baselines run one)")
 	fs.Func("spread", "how streams are spread over the replicas: round-robin (as a gateway's round robin over the picker Service) or random", func(v string) error {
