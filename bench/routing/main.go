@@ -38,10 +38,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -51,6 +53,10 @@ import (
 func main() { os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr)) }
 
 func mainCode(args []string, stdout, stderr io.Writer) int {
+	// An interrupted sweep stops its fleets, the reference EPPs and the
+	// control plane on the way out, rather than leaving them running.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	c := defaultSweep()
 	fs := flag.NewFlagSet("routing", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -165,12 +171,12 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "fleet: %d servers × %d slots, KV %d blocks × %d tokens; prompts %d+%d tokens, %d out; service %v at full hit, capacity %.1f req/s (simulated; time scale %g)\n",
 		c.servers, c.slots, c.kvBlocks, c.blockTokens, c.prefixTokens, c.suffixTokens, c.outputTokens, c.serviceTime().Round(time.Millisecond), c.capacity(), c.timeScale)
 	if *fairness > 0 {
-		return runFairness(context.Background(), &c, *fairness, stdout, stderr)
+		return runFairness(ctx, &c, *fairness, stdout, stderr)
 	}
 	var all []result
 	for _, g := range c.groups {
 		for _, l := range c.loads {
-			rs, err := runPoint(context.Background(), &c, g, l)
+			rs, err := runPoint(ctx, &c, g, l)
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return 1
