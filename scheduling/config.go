@@ -36,16 +36,18 @@ const ProfileAnnotation = "poolpicker.io/scheduling-profile"
 // subset filter, prefix-cache affinity weighed against load (a cached
 // prefix counts for the prefill it saves, less queueCostTokens per request
 // its holder has in flight beyond the least loaded endpoint), LoRA
-// affinity, and light load scorers (poolpicker's in-flight count, the
-// queue) that decide among endpoints the prefix scorer rates alike, with
-// the max-score picker. The load scorers weigh little on purpose: min-max
-// normalised, one request more in a queue would otherwise outweigh a whole
-// cached prompt. KV-cache use is left out: it is highest on the servers
-// holding the most prefixes, the ones that would serve from cache. A
-// prompt no endpoint is worth sending to for its cache goes where every
-// picker replica would send it (rendezvous hashing of its first 4 blocks,
-// within 8 requests of the least load), so replicas, each with its own
-// index, place and spill a prefix alike.
+// affinity, and load scorers (poolpicker's in-flight count, the queue)
+// with the max-score picker. The load scorers weigh half each: min-max
+// normalised, together they are worth a third of a whole cached prompt, so
+// a request follows its prefix, but among holders, and from a holder that
+// is far busier than the rest, they spread the queues; weighing a tenth of
+// that, queues piled up on the holders of hot prefixes once the pool was
+// busy. KV-cache use is left out: it is highest on the servers holding the
+// most prefixes, the ones that would serve from cache. A prompt no
+// endpoint is worth sending to for its cache goes where every picker
+// replica would send it (rendezvous hashing of its first 4 blocks, within
+// 8 requests of the least load), so replicas, each with its own index,
+// place and spill a prefix alike.
 const DefaultConfigText = `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -67,9 +69,9 @@ schedulingProfiles:
   plugins:
   - pluginRef: subset-filter
   - pluginRef: queue-scorer
-    weight: 0.1
+    weight: 0.5
   - pluginRef: in-flight-scorer
-    weight: 0.2
+    weight: 0.5
   - pluginRef: lora-affinity-scorer
     weight: 1
   - pluginRef: prefix-cache-scorer
