@@ -23,6 +23,13 @@ type Metrics struct {
 	BlockSize int
 	// NumBlocks is the number of KV-cache blocks of the server; 0 unknown.
 	NumBlocks int
+	// PrefixCacheQueries and PrefixCacheHits are the server's counters of
+	// prompt tokens looked up in its prefix cache and found there, since
+	// it started (vLLM's vllm:prefix_cache_queries_total and _hits_total):
+	// their difference grows by the tokens it computed and cached. Both 0:
+	// unknown.
+	PrefixCacheQueries float64
+	PrefixCacheHits    float64
 	// ScrapedAt is when the scrape that produced these values finished.
 	ScrapedAt time.Time
 	// Interval is the time until the server's next scrape when these values

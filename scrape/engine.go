@@ -44,6 +44,8 @@ var engines = []EngineSpec{
 			RunningAdaptersLabel: "running_lora_adapters", WaitingAdaptersLabel: "waiting_lora_adapters", MaxAdaptersLabel: "max_lora",
 			CacheInfo:      mustMetric("vllm:cache_config_info"),
 			BlockSizeLabel: "block_size", NumBlocksLabel: "num_gpu_blocks",
+			PrefixCacheQueries: mustMetric("vllm:prefix_cache_queries_total"),
+			PrefixCacheHits:    mustMetric("vllm:prefix_cache_hits_total"),
 		},
 	},
 	{
@@ -138,12 +140,17 @@ type MetricNames struct {
 	// for engines that report it as values rather than info labels.
 	BlockSize Metric
 	NumBlocks Metric
+	// PrefixCacheQueries and PrefixCacheHits are the counters of prompt
+	// tokens looked up in the prefix cache and found there (optional); a
+	// server's series are summed.
+	PrefixCacheQueries Metric
+	PrefixCacheHits    Metric
 }
 
 // families returns the names of every family read.
 func (n *MetricNames) families() []string {
 	var out []string
-	for _, m := range []Metric{n.Waiting, n.Running, n.KVCacheUsage, n.KVCacheUsageLegacy, n.LoRAInfo, n.CacheInfo, n.BlockSize, n.NumBlocks} {
+	for _, m := range []Metric{n.Waiting, n.Running, n.KVCacheUsage, n.KVCacheUsageLegacy, n.LoRAInfo, n.CacheInfo, n.BlockSize, n.NumBlocks, n.PrefixCacheQueries, n.PrefixCacheHits} {
 		if m.Name != "" {
 			out = append(out, m.Name)
 		}

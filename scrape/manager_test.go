@@ -25,7 +25,7 @@ func TestScrapesEachEngine(t *testing.T) {
 	servers := startModelServers(t, 3)
 	h := newHarness(t, Options{})
 	states := []vllmpage.State{
-		{Waiting: 1, Running: 2, KVCacheUsage: 0.25, MaxLoRA: 2, RunningAdapters: []string{"a"}, BlockSize: 16, NumGPUBlocks: 100, ServedRequests: 10},
+		{Waiting: 1, Running: 2, KVCacheUsage: 0.25, MaxLoRA: 2, RunningAdapters: []string{"a"}, BlockSize: 16, NumGPUBlocks: 100, ServedRequests: 10, PrefixCacheQueries: 5000, PrefixCacheHits: 4000},
 		{Waiting: 3, Running: 4, KVCacheUsage: 0.5, BlockSize: 32, NumGPUBlocks: 200, ServedRequests: 20},
 		{Waiting: 5, Running: 6, KVCacheUsage: 0.75, ServedRequests: 30},
 	}
@@ -51,7 +51,7 @@ func TestScrapesEachEngine(t *testing.T) {
 		addr string
 		want datastore.Metrics
 	}{
-		{vllmPool, servers[0].addr, datastore.Metrics{WaitingRequests: 1, RunningRequests: 2, KVCacheUsage: 0.25, RunningAdapters: []string{"a"}, MaxAdapters: 2, BlockSize: 16, NumBlocks: 100}},
+		{vllmPool, servers[0].addr, datastore.Metrics{WaitingRequests: 1, RunningRequests: 2, KVCacheUsage: 0.25, RunningAdapters: []string{"a"}, MaxAdapters: 2, BlockSize: 16, NumBlocks: 100, PrefixCacheQueries: 5000, PrefixCacheHits: 4000}},
 		{sglangPool, servers[1].addr, datastore.Metrics{WaitingRequests: 3, RunningRequests: 4, KVCacheUsage: 0.5, BlockSize: 32, NumBlocks: 200}},
 		{mixed, servers[2].addr, datastore.Metrics{WaitingRequests: 5, RunningRequests: 6, KVCacheUsage: 0.75}},
 	}

@@ -311,7 +311,35 @@ func extract(fams map[string]*dto.MetricFamily, n *MetricNames) (datastore.Metri
 			return m, err
 		}
 	}
+	if n.PrefixCacheQueries.Name != "" && n.PrefixCacheHits.Name != "" {
+		if m.PrefixCacheQueries, err = optionalSum(fams, &n.PrefixCacheQueries); err != nil {
+			return m, err
+		}
+		if m.PrefixCacheHits, err = optionalSum(fams, &n.PrefixCacheHits); err != nil {
+			return m, err
+		}
+		if m.PrefixCacheHits > m.PrefixCacheQueries {
+			return m, fmt.Errorf("metric %q is %v, more than %q's %v", n.PrefixCacheHits.String(), m.PrefixCacheHits, n.PrefixCacheQueries.String(), m.PrefixCacheQueries)
+		}
+	}
 	return m, nil
+}
+
+// optionalSum sums the selected series of an optional counter; a family
+// absent from the page is 0, as a server that does not count reads.
+func optionalSum(fams map[string]*dto.MetricFamily, sel *Metric) (float64, error) {
+	if _, ok := fams[sel.Name]; !ok {
+		return 0, nil
+	}
+	sum := 0.0
+	err := values(fams, sel, func(v float64) error {
+		if math.IsInf(v, 0) {
+			return fmt.Errorf("metric %q has invalid value %v", sel.String(), v)
+		}
+		sum += v
+		return nil
+	})
+	return sum, err
 }
 
 // values calls each with the sample values of a required scalar metric's

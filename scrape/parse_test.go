@@ -39,6 +39,7 @@ var richState = vllmpage.State{
 	Waiting: 7, Running: 12, KVCacheUsage: 0.8125,
 	RunningAdapters: []string{"sql-lora", "food-review"}, WaitingAdapters: []string{"tweet-summary"},
 	MaxLoRA: 4, BlockSize: 16, NumGPUBlocks: 8192, ServedRequests: 4321,
+	PrefixCacheQueries: 1234567, PrefixCacheHits: 456789,
 }
 
 func TestParseGeneratedPages(t *testing.T) {
@@ -51,15 +52,15 @@ func TestParseGeneratedPages(t *testing.T) {
 		{"vllm", "vllm", vllmpage.Options{Engine: vllmpage.VLLM}, datastore.Metrics{
 			WaitingRequests: 7, RunningRequests: 12, KVCacheUsage: 0.8125,
 			RunningAdapters: []string{"sql-lora", "food-review"}, WaitingAdapters: []string{"tweet-summary"},
-			MaxAdapters: 4, BlockSize: 16, NumBlocks: 8192}},
+			MaxAdapters: 4, BlockSize: 16, NumBlocks: 8192, PrefixCacheQueries: 1234567, PrefixCacheHits: 456789}},
 		{"vllm older kv name", "vllm", vllmpage.Options{Engine: vllmpage.VLLM, LegacyKVCacheName: true}, datastore.Metrics{
 			WaitingRequests: 7, RunningRequests: 12, KVCacheUsage: 0.8125,
 			RunningAdapters: []string{"sql-lora", "food-review"}, WaitingAdapters: []string{"tweet-summary"},
-			MaxAdapters: 4, BlockSize: 16, NumBlocks: 8192}},
+			MaxAdapters: 4, BlockSize: 16, NumBlocks: 8192, PrefixCacheQueries: 1234567, PrefixCacheHits: 456789}},
 		{"vllm 200KB page", "vllm", vllmpage.Options{Engine: vllmpage.VLLM, MinBytes: 200 << 10}, datastore.Metrics{
 			WaitingRequests: 7, RunningRequests: 12, KVCacheUsage: 0.8125,
 			RunningAdapters: []string{"sql-lora", "food-review"}, WaitingAdapters: []string{"tweet-summary"},
-			MaxAdapters: 4, BlockSize: 16, NumBlocks: 8192}},
+			MaxAdapters: 4, BlockSize: 16, NumBlocks: 8192, PrefixCacheQueries: 1234567, PrefixCacheHits: 456789}},
 		{"sglang", "sglang", vllmpage.Options{Engine: vllmpage.SGLang}, datastore.Metrics{
 			WaitingRequests: 7, RunningRequests: 12, KVCacheUsage: 0.8125, BlockSize: 16, NumBlocks: 8192}},
 		{"trtllm", "trtllm", vllmpage.Options{Engine: vllmpage.TRTLLM}, datastore.Metrics{
@@ -90,9 +91,10 @@ func TestFastPathKeepsFewLines(t *testing.T) {
 	if _, err := p.Parse(page); err != nil {
 		t.Fatal(err)
 	}
-	// TYPE lines of five families and their 1+1+1+3+1 samples.
-	if len(p.keptLines) != 12 {
-		t.Errorf("kept %d lines of %d, want 12", len(p.keptLines), strings.Count(string(page), "\n"))
+	// TYPE lines of seven families and their 1+1+1+3+1 samples, and the
+	// two prefix-cache counters' sample per label set (six sets).
+	if len(p.keptLines) != 26 {
+		t.Errorf("kept %d lines of %d, want 26", len(p.keptLines), strings.Count(string(page), "\n"))
 	}
 }
 
@@ -158,6 +160,22 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="x",waiting_lora_adap
 			want: datastore.Metrics{WaitingRequests: 1, RunningRequests: 2, KVCacheUsage: 0.5, BlockSize: 16, NumBlocks: 2048},
 		},
 		{
+			name: "prefix-cache counters: data-parallel engines summed",
+			page: base + `# TYPE vllm:prefix_cache_queries_total counter
+vllm:prefix_cache_queries_total{engine="0"} 3000
+vllm:prefix_cache_queries_total{engine="1"} 1000
+# TYPE vllm:prefix_cache_hits_total counter
+vllm:prefix_cache_hits_total{engine="0"} 2000
+vllm:prefix_cache_hits_total{engine="1"} 500
+`,
+			want: datastore.Metrics{WaitingRequests: 1, RunningRequests: 2, KVCacheUsage: 0.5, PrefixCacheQueries: 4000, PrefixCacheHits: 2500},
+		},
+		{
+			name: "prefix-cache counters: one absent reads 0",
+			page: base + "vllm:prefix_cache_queries_total 3000\n",
+			want: datastore.Metrics{WaitingRequests: 1, RunningRequests: 2, KVCacheUsage: 0.5, PrefixCacheQueries: 3000},
+		},
+		{
 			name:        "broken unused family is skipped",
 			page:        base + "vllm:time_to_first_token_seconds_bucket{le=\"0.1\" 3\n",
 			want:        datastore.Metrics{WaitingRequests: 1, RunningRequests: 2, KVCacheUsage: 0.5},
@@ -182,6 +200,9 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="x",waiting_lora_adap
 		{name: "kv as percent", page: "vllm:num_requests_waiting 1\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 57\n", wantErr: "outside 0..1"},
 		{name: "queue is a histogram", page: "# TYPE vllm:num_requests_waiting histogram\nvllm:num_requests_waiting_bucket{le=\"+Inf\"} 1\nvllm:num_requests_waiting_count 1\nvllm:num_requests_waiting_sum 1\n", wantErr: "is a histogram, want a gauge"},
 		{name: "bad max_lora", page: base + `vllm:lora_requests_info{max_lora="many",running_lora_adapters="",waiting_lora_adapters=""} 1` + "\n", wantErr: `max_lora "many"`},
+		{name: "prefix-cache hits beyond queries", page: base + "vllm:prefix_cache_queries_total 10\nvllm:prefix_cache_hits_total 11\n", wantErr: `"vllm:prefix_cache_hits_total" is 11, more than "vllm:prefix_cache_queries_total"'s 10`},
+		{name: "negative prefix-cache counter", page: base + "vllm:prefix_cache_queries_total -5\n", wantErr: "invalid value -5"},
+		{name: "infinite prefix-cache counter", page: base + "vllm:prefix_cache_queries_total +Inf\n", wantErr: "invalid value +Inf"},
 		{name: "bad block size", page: base + `vllm:cache_config_info{block_size="16x",num_gpu_blocks="1"} 1` + "\n", wantErr: `block_size "16x"`},
 	}
 	for _, tt := range tests {

@@ -265,6 +265,10 @@ func (e *engine) state(maxLoRAs int) vllmpage.State {
 		BlockSize:      e.kv.blockTokens,
 		NumGPUBlocks:   e.kv.totalBlocks,
 		ServedRequests: e.servedRequests,
+		// vLLM counts a request's prompt tokens and its cache hits when it
+		// is scheduled, as admission does here.
+		PrefixCacheQueries: e.stats.PromptTokens,
+		PrefixCacheHits:    e.stats.CachedPromptTokens,
 	}
 	if e.hasLoRA {
 		s.RunningAdapters = slices.Clone(e.lastRunning)

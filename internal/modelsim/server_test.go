@@ -261,7 +261,7 @@ func metricsOf(t *testing.T, c *http.Client, s *Server) (map[string]*familyView,
 			for _, l := range m.Label {
 				labels[l.GetName()] = l.GetValue()
 			}
-			val := m.GetGauge().GetValue()
+			val := m.GetGauge().GetValue() + m.GetCounter().GetValue()
 			v.samples = append(v.samples, sample{labels, val})
 		}
 		out[name] = v
@@ -403,6 +403,20 @@ func TestPrefixCacheCutsTimeToFirstToken(t *testing.T) {
 	}
 	if st := s.Stats(); st.CachedPromptTokens != 960 {
 		t.Fatalf("stats %+v", st)
+	}
+	// The page counts both prompts' tokens as queried and the second's
+	// shared blocks as hits, as vLLM's prefix-cache counters do.
+	fams, _ := metricsOf(t, c, s)
+	queries, hits := fams["vllm:prefix_cache_queries_total"], fams["vllm:prefix_cache_hits_total"]
+	if q, h := queries.gauge(t), hits.gauge(t); q != 2000 || h != 960 {
+		t.Fatalf("prefix_cache_queries_total %v, hits_total %v, want 2000 and 960", q, h)
+	}
+	for _, f := range []*familyView{queries, hits} {
+		for _, other := range f.samples[1:] {
+			if other.value != 0 {
+				t.Fatalf("a padding label set reports %v prefix-cache tokens, want 0 (the server's are on the first)", other.value)
+			}
+		}
 	}
 }
 

@@ -31,6 +31,9 @@ type counterFamily struct {
 	perRequest int
 	// extraLabels split the counter into series (pre-rendered `k="v"`).
 	extraLabels []string
+	// value, when set, reads the counter from the state's prefix-cache
+	// counters, when the state has them.
+	value func(*State) int
 }
 
 type histogramFamily struct {
@@ -68,8 +71,10 @@ var families = map[Engine]engineFamilies{
 			{name: "vllm:num_preemptions_total", help: "Cumulative number of preemption from the engine."},
 			{name: "vllm:prompt_tokens_total", help: "Number of prefill tokens processed.", perRequest: 342},
 			{name: "vllm:generation_tokens_total", help: "Number of generation tokens processed.", perRequest: 305},
-			{name: "vllm:prefix_cache_queries_total", help: "Prefix cache queries, in terms of number of queried tokens.", perRequest: 342},
-			{name: "vllm:prefix_cache_hits_total", help: "Prefix cache hits, in terms of number of cached tokens.", perRequest: 120},
+			{name: "vllm:prefix_cache_queries_total", help: "Prefix cache queries, in terms of number of queried tokens.", perRequest: 342,
+				value: func(s *State) int { return s.PrefixCacheQueries }},
+			{name: "vllm:prefix_cache_hits_total", help: "Prefix cache hits, in terms of number of cached tokens.", perRequest: 120,
+				value: func(s *State) int { return s.PrefixCacheHits }},
 			{name: "vllm:request_success_total", help: "Count of successfully processed requests.", perRequest: 1,
 				extraLabels: []string{`finished_reason="stop"`, `finished_reason="length"`, `finished_reason="abort"`}},
 		},

@@ -70,6 +70,12 @@ type State struct {
 	// ServedRequests is how many requests the server has finished; it scales
 	// the counters and histogram counts. Zero gives empty histograms.
 	ServedRequests int
+	// PrefixCacheQueries and PrefixCacheHits are the prompt tokens the
+	// server looked up in its prefix cache and found there, since it
+	// started (vLLM only; on the first label set, the others report none).
+	// Zero both: they scale with ServedRequests as the other counters do.
+	PrefixCacheQueries int
+	PrefixCacheHits    int
 }
 
 // Options shape the page around the state.
@@ -212,7 +218,14 @@ func (p *pageWriter) write(sets int) {
 				p.sample(c.name, i, extra, "", float64(share))
 			}
 			if len(c.extraLabels) == 0 {
-				p.sample(c.name, i, "", "", float64(p.s.ServedRequests*c.perRequest))
+				v := p.s.ServedRequests * c.perRequest
+				if c.value != nil && (p.s.PrefixCacheQueries != 0 || p.s.PrefixCacheHits != 0) {
+					v = 0
+					if i == 0 {
+						v = c.value(&p.s)
+					}
+				}
+				p.sample(c.name, i, "", "", float64(v))
 			}
 			if i == 0 {
 				p.histogramBytes += p.buf.Len() - before
