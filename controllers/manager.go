@@ -184,7 +184,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		}
 	}
 	for _, r := range []manager.Runnable{m.sources, m.leader, manager.RunnableFunc(m.waitInitialSync)} {
-		if err := m.Add(r); err != nil {
+		if err := m.add(r); err != nil {
 			return nil, err
 		}
 	}
@@ -209,11 +209,10 @@ func podWatchConfig(cfg *rest.Config) *rest.Config {
 	return cp
 }
 
-// Add adds a component (ext_proc server, scraper, ...) to run beside the
-// reconcilers: started by Start, stopped by cancelling Start's context. It
-// runs on every replica, leader or not: what only the leader may do is the
-// Manager's own writers'.
-func (m *Manager) Add(r manager.Runnable) error {
+// add adds a part of the Manager's own to run beside the reconcilers, on
+// every replica, leader or not: what only the leader may do, the writers
+// decide for themselves (leadership.asLeader).
+func (m *Manager) add(r manager.Runnable) error {
 	return m.mgr.Add(everyReplica{r})
 }
 

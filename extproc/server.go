@@ -86,7 +86,7 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	if reg == nil || sched == nil {
 		return nil, errors.New("extproc: registry and scheduler are required")
 	}
-	if err := opts.validateTLS(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts.setDefaults()

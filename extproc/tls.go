@@ -223,8 +223,12 @@ func selfSignedCertificate(now time.Time) (tls.Certificate, error) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
-// validateTLS checks the TLS options New is given.
-func (o *Options) validateTLS() error {
+// Validate reports an option that cannot work: today the TLS ones (a
+// client CA without TLS, a TLS version or cipher suite crypto/tls does not
+// implement); the numeric limits' zero and negative values all mean
+// something. New calls it; a command calls it first, to refuse bad flags
+// before anything is built.
+func (o Options) Validate() error {
 	if o.Insecure && o.ClientCAFile != "" {
 		return errors.New("extproc: a client CA file needs TLS on the ext_proc port (it is off)")
 	}

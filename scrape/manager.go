@@ -114,11 +114,11 @@ var (
 // NewManager returns a manager; its collectors are registered on
 // opts.Registerer now.
 func NewManager(opts Options) (*Manager, error) {
-	opts.setDefaults()
-	names, err := resolveNames(opts.MetricNames)
-	if err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	opts.setDefaults()
+	names, _ := resolveNames(opts.MetricNames) // validated
 	opts.names = names
 	dialer := &net.Dialer{Timeout: opts.Timeout, KeepAlive: 30 * time.Second}
 	transport := &http.Transport{

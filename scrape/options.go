@@ -223,3 +223,11 @@ func (o *Options) setDefaults() {
 		o.Logger = logr.Discard()
 	}
 }
+
+// Validate reports an option that cannot work: a metric name override that
+// does not parse. NewManager calls it; a command calls it first, to refuse
+// bad flags before anything is built.
+func (o Options) Validate() error {
+	_, err := resolveNames(o.MetricNames)
+	return err
+}

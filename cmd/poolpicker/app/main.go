@@ -174,9 +174,16 @@ func run(ctx context.Context, args []string, stderr io.Writer, plugins *framewor
 	return exitOK
 }
 
-// validate checks the flags that can be checked without a cluster.
+// validate checks the flags that can be checked without a cluster: each
+// component's options by its own Validate, then what the command owns.
 func validate(o *options) error {
 	if err := o.controllers.Validate(); err != nil {
+		return err
+	}
+	if err := o.extproc.Validate(); err != nil {
+		return err
+	}
+	if err := o.scrape.Validate(); err != nil {
 		return err
 	}
 	for name, port := range map[string]int{"--metrics-port": o.metricsPort, "--grpc-port": o.extproc.GRPCPort, "--grpc-health-port": o.extproc.HealthPort} {
