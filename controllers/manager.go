@@ -51,6 +51,7 @@ type Manager struct {
 	recorder  *poolRecorder
 	sources   *podSources
 	leader    *leadership
+	waiting   *waitingPools
 
 	started     atomic.Bool
 	initialSync atomic.Bool
@@ -154,6 +155,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	m.recorder = &poolRecorder{cache: mgr.GetCache(), recorder: mgr.GetEventRecorder("poolpicker")}
 	m.sources = newPodSources(opts.Registry, pods, met, opts.Logger, m.recorder, opts, m.servablePools, m.signal)
 	m.recorder.ctx = m.sources.watchCtx
+	m.waiting = &waitingPools{}
 	m.leader = &leadership{opts: opts, cfg: mgr.GetConfig(), recorderFor: mgr.GetEventRecorderFor, log: opts.Logger, metrics: met} //nolint:staticcheck // client-go's leader election records with the core Events API
 	cf := &conflicts{metrics: met, events: m.recorder, byKey: map[conflictKey]string{}}
 	policyEvents := make(chan event.GenericEvent, 1024)
@@ -171,7 +173,7 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 			policy: policyEvents, maxConcurrentReconciles: opts.MaxConcurrentReconciles, ignored: map[datastore.PoolKey]string{}},
 		policy,
 		&ClaimReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), selection: m.selection, leader: m.leader, conflicts: cf,
-			provisioning: opts.ProvisionPickerServices, maxConcurrentReconciles: opts.MaxConcurrentReconciles},
+			provisioning: opts.ProvisionPickerServices, maxConcurrentReconciles: opts.MaxConcurrentReconciles, waiting: m.waiting},
 	}
 	if opts.ProvisionPickerServices {
 		reconcilers = append(reconcilers, &ProvisionReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), selection: m.selection,

@@ -117,7 +117,8 @@ func allPools(ctx context.Context, c client.Reader) []reconcile.Request {
 
 // ClaimReconciler, on the leader, claims the served pools that nobody
 // claimed (ClaimAnnotation), releases the claims of pools no longer served,
-// and reports pools that another deployment claimed. Off the leader it does
+// reports pools that another deployment claimed, and writes
+// RequestsWaitingAnnotation on the served pools it holds requests for. Off the leader it does
 // nothing; a new leader reconciles every pool.
 type ClaimReconciler struct {
 	// client reads the pool cache and writes the claims; apiReader reads
@@ -131,6 +132,8 @@ type ClaimReconciler struct {
 	// objects.
 	provisioning            bool
 	maxConcurrentReconciles int
+	// waiting are the pools whose RequestsWaitingAnnotation it writes.
+	waiting *waitingPools
 }
 
 // SetupWithManager adds the reconciler to mgr, woken by pool changes and
@@ -140,6 +143,7 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1.InferencePool{}).
 		Named("inferencepool-claim").
 		WatchesRawSource(source.Channel(r.leader.electedSource(), handler.EnqueueRequestsFromMapFunc(electedRequests(mgr.GetCache(), r.provisioning)))).
+		WatchesRawSource(r.waiting.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.maxConcurrentReconciles}).
 		Complete(r.leader.asLeader(r.reconcile))
 }
@@ -172,7 +176,10 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 		return reconcile.Result{}, nil
 	}
 	r.conflicts.resolved(ctx, key, "claim")
-	return reconcile.Result{}, r.setClaim(ctx, &pool, ok)
+	if err := r.setClaim(ctx, &pool, ok); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.setWaiting(ctx, &pool, ok)
 }
 
 // setClaim makes the pool's claim this deployment's (claim) or nobody's,

@@ -8,15 +8,13 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
-	"github.com/poolpicker/poolpicker/scheduling"
 )
 
 // admit holds the stream's request in its pool's flow-control queue until
 // it may be scheduled; the stream holds its answer meanwhile. done means the
 // request was refused (answered 429 or 503) or its client went away.
-func (st *stream) admit(sreq *scheduling.Request) (done bool, err error) {
+func (st *stream) admit() (done bool, err error) {
 	fc := st.s.opts.FlowControl
 	priority, _ := st.pool.Policy().Priority(st.objective)
 	flow := st.objective
@@ -25,8 +23,7 @@ func (st *stream) admit(sreq *scheduling.Request) (done bool, err error) {
 	}
 	prev := st.state
 	st.state = stateQueued
-	t, err := fc.Admit(st.ctx, st.pool, flowcontrol.Request{ID: st.requestID, Flow: flow, Priority: priority, Bytes: int64(st.bodyBytes),
-		Home: func() *datastore.Endpoint { return st.home(sreq) }})
+	t, err := fc.Admit(st.ctx, st.pool, flowcontrol.Request{ID: st.requestID, Flow: flow, Priority: priority, Bytes: int64(st.bodyBytes)})
 	st.state = prev
 	if err != nil {
 		var fe *flowcontrol.Error
@@ -37,17 +34,4 @@ func (st *stream) admit(sreq *scheduling.Request) (done bool, err error) {
 	}
 	st.ticket = t
 	return false, nil
-}
-
-// home is the endpoint sreq would go to were every endpoint free: a pick
-// that is neither shed nor committed (the prefix index learns nothing of
-// it); nil when the pick fails.
-func (st *stream) home(sreq *scheduling.Request) *datastore.Endpoint {
-	probe := *sreq
-	probe.Admitted, probe.Released, probe.Scores = true, false, false
-	res, err := st.s.sched.ScheduleDeferred(st.ctx, st.pool, &probe)
-	if err != nil || len(res.Endpoints) == 0 {
-		return nil
-	}
-	return res.Endpoints[0]
 }

@@ -690,11 +690,11 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	}
 	st.setLabels(requested, sreq.Model)
 	if st.s.opts.FlowControl != nil {
-		if done, err := st.admit(sreq); done {
+		if done, err := st.admit(); done {
 			return true, err
 		}
 		defer st.ticket.Picked() // a failed pick frees the queue too
-		sreq.Admitted, sreq.Released = true, true
+		sreq.Admitted = true
 	}
 	scheduleStart := time.Now()
 	res, err := st.s.sched.ScheduleDeferred(st.ctx, st.pool, sreq)

@@ -47,13 +47,6 @@ type Request struct {
 	Priority int
 	// Bytes is the request body the stream holds while it waits.
 	Bytes int64
-	// Home, when set, returns the endpoint the scheduler would pick for the
-	// request were every endpoint free (where its prompt's prefix is
-	// cached); nil when it has none. It is called once, outside any lock,
-	// only when the request is queued: a slot freed on an endpoint goes to
-	// a request of the flow whose turn it is that calls that endpoint home
-	// (see Options.EndpointSaturated).
-	Home func() *datastore.Endpoint
 }
 
 // Controller queues the requests of every served pool; it is a

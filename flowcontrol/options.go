@@ -22,15 +22,6 @@ const (
 	// values are refused with 400, so a client cannot make the queue keep
 	// arbitrary strings.
 	MaxFlowKeyBytes = 256
-	// AffinityWindow is how many of a flow's oldest requests a queue looks
-	// at for one whose home endpoint has a free slot, and how many times
-	// the oldest may be passed over.
-	AffinityWindow = 32
-	// SpillBacklog is how many requests of a band must wait for a busy
-	// endpoint before the oldest of them is released to another endpoint
-	// with a free slot, where it misses its prefix cache: a cached prefix
-	// is worth that much waiting.
-	SpillBacklog = 2
 )
 
 // Options configures a Controller. The zero value of every field means its
@@ -40,17 +31,6 @@ type Options struct {
 	// request: the scheduler's saturation detector (scheduling's
 	// Scheduler.PoolSaturated). Required.
 	Saturated func(pool *datastore.Pool) bool
-	// EndpointSaturated reports whether one endpoint has no free slot (the
-	// scheduler's Scheduler.EndpointSaturated). When set, requests keep
-	// their prefix cache: a request whose home endpoint (Request.Home) is
-	// busy waits (even while another endpoint has a slot), and a freed slot
-	// goes to the first of the AffinityWindow oldest requests of the flow
-	// whose turn it is (or else of the next flows) that calls it home. A
-	// flow's oldest request goes to another endpoint once SpillBacklog
-	// requests of its band wait for its home, or it was passed over
-	// AffinityWindow times. Nil: the oldest request of the flow whose turn
-	// it is is released whenever an endpoint has a slot.
-	EndpointSaturated func(e *datastore.Endpoint) bool
 
 	// QueueTTL is the longest a request waits in a pool's queue; then it is
 	// answered 429 (QueueTTLExpired). Zero: 30s.
@@ -79,6 +59,11 @@ type Options struct {
 	// to occupied: something is waiting for an endpoint (an autoscaler's
 	// cue). Called with the pool queue's lock held: it must return at once.
 	Waiting func(pool *datastore.Pool)
+	// Drained, when set, is told when a pool's waiting room turns empty
+	// again: its requests went on to an endpoint, left, or timed out, or
+	// the pool is no longer served. Called with the pool queue's lock held:
+	// it must return at once.
+	Drained func(pool *datastore.Pool)
 	// Registerer receives the flow-control metrics. Nil: a private registry.
 	Registerer prometheus.Registerer
 	// Logger receives the controller's logs (keys pool, request). Zero: discard.

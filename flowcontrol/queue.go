@@ -51,17 +51,13 @@ const (
 // waiter is a queued request. state is written under the queue's mutex
 // before ready is closed, so the waiting goroutine reads it after ready.
 type waiter struct {
-	req  Request
-	home *datastore.Endpoint // Request.Home's answer
-	// passed counts the requests of its flow released before it while it
-	// was the oldest (AffinityWindow bounds it).
-	passed int
-	since  time.Time
-	ready  chan struct{}
-	state  waitState
-	band   *band
-	flow   *flow
-	elem   *list.Element
+	req   Request
+	since time.Time
+	ready chan struct{}
+	state waitState
+	band  *band
+	flow  *flow
+	elem  *list.Element
 }
 
 // band is one priority's flows, served in turn.
@@ -74,9 +70,7 @@ type band struct {
 	next     int
 	requests int
 	bytes    int64
-	// homes counts the band's requests by home endpoint (Request.Home).
-	homes  map[*datastore.Endpoint]int
-	series bandSeries
+	series   bandSeries
 }
 
 type flow struct {
@@ -90,33 +84,19 @@ type roomWaiter struct {
 	removed bool // the pool went away: written before ready is closed
 }
 
-// admit returns at once when the pool has a free slot (its home endpoint
-// has one, with Options.EndpointSaturated) and nobody waits; else queues req
-// until the queue releases it.
+// admit returns at once when the pool has a free slot and nobody waits;
+// else queues req until the queue releases it.
 func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 	c := pq.c
-	var home *datastore.Endpoint
-	affinity, homed := req.Home != nil && c.opts.EndpointSaturated != nil, false
-	if pq.waiting.Load() == 0 && !c.opts.Saturated(pq.pool) {
-		free := true
-		if affinity && pq.anySaturated() {
-			// Only when a slot is missing somewhere is a pick spent on
-			// where the request belongs.
-			home, homed = req.Home(), true
-			free = home == nil || !c.opts.EndpointSaturated(home)
-		}
+	if pq.waiting.Load() == 0 {
+		pq.mu.Lock()
+		free := !pq.reserved && pq.queued == 0 && !pq.removed && !c.opts.Saturated(pq.pool)
+		pq.mu.Unlock()
 		if free {
-			pq.mu.Lock()
-			free = !pq.reserved && pq.queued == 0 && !pq.removed
-			pq.mu.Unlock()
-			if free {
-				return &Ticket{pq: pq}, nil
-			}
+			return &Ticket{pq: pq}, nil
 		}
 	}
-	if affinity && !homed {
-		home = req.Home()
-	}
+
 	pq.mu.Lock()
 	if pq.removed {
 		pq.mu.Unlock()
@@ -135,7 +115,7 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 		return nil, &Error{Code: http.StatusTooManyRequests, Reason: ReasonQueueBytesExceeded,
 			Message: fmt.Sprintf("pool %s is saturated and the picker holds its limit of %d queued bytes", pq.name, c.opts.MaxQueuedBytes)}
 	}
-	w := &waiter{req: req, home: home, since: time.Now(), ready: make(chan struct{}), band: b}
+	w := &waiter{req: req, since: time.Now(), ready: make(chan struct{}), band: b}
 	b.push(w)
 	pq.queued++
 	pq.waiting.Add(1)
@@ -244,6 +224,9 @@ func (pq *poolQueue) awaitEndpoints(ctx context.Context, req Request) error {
 	delete(pq.room, w)
 	pq.waiting.Add(-1)
 	pq.roomGauge.Set(float64(len(pq.room)))
+	if len(pq.room) == 0 {
+		pq.drainedLocked()
+	}
 	pq.mu.Unlock()
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -271,6 +254,7 @@ func (pq *poolQueue) wake() {
 		pq.waiting.Add(-int32(len(pq.room)))
 		clear(pq.room)
 		pq.roomGauge.Set(0)
+		pq.drainedLocked()
 	}
 	pq.dispatchLocked()
 }
@@ -286,10 +270,7 @@ func (pq *poolQueue) dispatchLocked() {
 				break
 			}
 		}
-		w := b.pop(pq.c.opts.EndpointSaturated)
-		if w == nil {
-			return // every home of the band's first requests is busy
-		}
+		w := b.pop()
 		pq.queued--
 		pq.waiting.Add(-1)
 		pq.c.releaseBytes(w.req.Bytes)
@@ -301,14 +282,11 @@ func (pq *poolQueue) dispatchLocked() {
 	}
 }
 
-// anySaturated reports whether an endpoint of the pool has no free slot.
-func (pq *poolQueue) anySaturated() bool {
-	for _, e := range pq.pool.Endpoints().Endpoints {
-		if pq.c.opts.EndpointSaturated(e) {
-			return true
-		}
+// drainedLocked tells Options.Drained that the waiting room turned empty.
+func (pq *poolQueue) drainedLocked() {
+	if d := pq.c.opts.Drained; d != nil {
+		d(pq.pool)
 	}
-	return false
 }
 
 // removeLocked takes a waiter that gave up out of its band.
@@ -325,7 +303,7 @@ func (pq *poolQueue) remove() {
 	pq.removed = true
 	for _, b := range pq.bands {
 		for b.requests > 0 {
-			w := b.pop(nil)
+			w := b.pop()
 			pq.c.releaseBytes(w.req.Bytes)
 			w.state = stateRemoved
 			close(w.ready)
@@ -335,6 +313,9 @@ func (pq *poolQueue) remove() {
 	for w := range pq.room {
 		w.removed = true
 		close(w.ready)
+	}
+	if len(pq.room) > 0 {
+		pq.drainedLocked()
 	}
 	clear(pq.room)
 	pq.waiting.Store(0)
@@ -351,7 +332,7 @@ func (pq *poolQueue) bandLocked(priority int) *band {
 			break
 		}
 	}
-	b := &band{priority: priority, flows: map[string]*flow{}, homes: map[*datastore.Endpoint]int{}, series: pq.c.m.band(pq.pool.Key, priority)}
+	b := &band{priority: priority, flows: map[string]*flow{}, series: pq.c.m.band(pq.pool.Key, priority)}
 	pq.bands = append(pq.bands, nil)
 	copy(pq.bands[i+1:], pq.bands[i:])
 	pq.bands[i] = b
@@ -367,9 +348,6 @@ func (b *band) push(w *waiter) {
 	}
 	w.flow = f
 	w.elem = f.q.PushBack(w)
-	if w.home != nil {
-		b.homes[w.home]++
-	}
 	b.requests++
 	b.bytes += w.req.Bytes
 	b.series.size.Inc()
@@ -377,62 +355,19 @@ func (b *band) push(w *waiter) {
 }
 
 // pop takes the oldest request of the flow whose turn it is; b has one.
-// With saturated (Options.EndpointSaturated), it takes, from the flow whose
-// turn it is or else the next flows in turn, the first of the flow's
-// AffinityWindow oldest requests whose home endpoint has a free slot (or
-// that has no home), and the flow's oldest once it has been passed over
-// AffinityWindow times; nil when no request qualifies: a slot a request
-// would take from its prefix's holder stays for the requests that call it
-// home, rather than cost a prefill from scratch and an eviction.
-func (b *band) pop(saturated func(*datastore.Endpoint) bool) *waiter {
+func (b *band) pop() *waiter {
 	if b.next >= len(b.ring) {
 		b.next = 0
 	}
-	i, e := b.next, b.ring[b.next].q.Front()
-	if saturated != nil {
-		e = nil
-		for k := 0; k < len(b.ring) && e == nil; k++ {
-			i = (b.next + k) % len(b.ring)
-			oldest := b.ring[i].q.Front()
-			if e = homeFree(oldest, saturated); e == nil && b.spill(oldest.Value.(*waiter)) {
-				e = oldest
-			}
-			if e != nil && e != oldest {
-				oldest.Value.(*waiter).passed++
-			}
-		}
-		if e == nil {
-			return nil
-		}
-	}
-	f := b.ring[i]
-	w := f.q.Remove(e).(*waiter)
+	f := b.ring[b.next]
+	w := f.q.Remove(f.q.Front()).(*waiter)
 	if f.q.Len() == 0 {
-		b.drop(i) // i now names the flow after it
-		b.next = i
+		b.drop(b.next) // next now names the flow after it
 	} else {
-		b.next = i + 1
+		b.next++
 	}
 	b.taken(w)
 	return w
-}
-
-// spill reports whether w, the oldest of its flow, goes to another
-// endpoint than its busy home: when it has been passed over AffinityWindow
-// times, or when SpillBacklog requests of its band wait for its home.
-func (b *band) spill(w *waiter) bool {
-	return w.passed >= AffinityWindow || b.homes[w.home] >= SpillBacklog
-}
-
-// homeFree is the first of the AffinityWindow requests from e on that has
-// no home endpoint or whose home has a free slot; nil when none.
-func homeFree(e *list.Element, saturated func(*datastore.Endpoint) bool) *list.Element {
-	for n := 0; e != nil && n < AffinityWindow; e, n = e.Next(), n+1 {
-		if h := e.Value.(*waiter).home; h == nil || !saturated(h) {
-			return e
-		}
-	}
-	return nil
 }
 
 // remove takes w out of its flow, wherever it is.
@@ -454,11 +389,6 @@ func (b *band) remove(w *waiter) {
 }
 
 func (b *band) taken(w *waiter) {
-	if w.home != nil {
-		if b.homes[w.home]--; b.homes[w.home] == 0 {
-			delete(b.homes, w.home)
-		}
-	}
 	b.requests--
 	b.bytes -= w.req.Bytes
 	b.series.size.Dec()

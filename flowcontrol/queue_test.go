@@ -34,9 +34,7 @@ type fixture struct {
 	prom  *prometheus.Registry
 }
 
-// newFixture builds the controller; with affinity, it releases by home
-// endpoint (Options.EndpointSaturated).
-func newFixture(t *testing.T, opts flowcontrol.Options, affinity bool) *fixture {
+func newFixture(t *testing.T, opts flowcontrol.Options) *fixture {
 	t.Helper()
 	sched, err := scheduling.New(nil, scheduling.Options{QueueDepthThreshold: 1})
 	if err != nil {
@@ -45,9 +43,6 @@ func newFixture(t *testing.T, opts flowcontrol.Options, affinity bool) *fixture 
 	fx := &fixture{reg: datastore.NewRegistry(), sched: sched, prom: prometheus.NewRegistry()}
 	fx.reg.AddObserver(sched)
 	opts.Saturated, opts.Registerer = sched.PoolSaturated, fx.prom
-	if affinity {
-		opts.EndpointSaturated = sched.EndpointSaturated
-	}
 	if fx.c, err = flowcontrol.New(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -82,15 +77,15 @@ type admitted struct {
 }
 
 // admit runs Admit for req in its own goroutine, as a stream does; once
-// admitted, the request takes a slot (its home's when free, else the
-// first free endpoint's) and is picked. The result goes to out.
+// admitted, the request takes a free slot and is picked. The result goes
+// to out.
 func (fx *fixture) admit(ctx context.Context, p *datastore.Pool, name string, req flowcontrol.Request, out chan<- admitted) {
 	req.ID = name
 	go func() {
 		t, err := fx.c.Admit(ctx, p, req)
 		a := admitted{name: name, t: t, err: err}
 		if err == nil {
-			a.e = fx.place(p, req)
+			a.e = fx.place(p)
 			if a.e != nil {
 				a.e.AddInFlight(1)
 			}
@@ -100,14 +95,11 @@ func (fx *fixture) admit(ctx context.Context, p *datastore.Pool, name string, re
 	}()
 }
 
-func (fx *fixture) place(p *datastore.Pool, req flowcontrol.Request) *datastore.Endpoint {
-	if req.Home != nil {
-		if h := req.Home(); h != nil && !fx.sched.EndpointSaturated(h) {
-			return h
-		}
-	}
+// place is the endpoint an admitted request takes: the first with its
+// slot free (none in flight).
+func (fx *fixture) place(p *datastore.Pool) *datastore.Endpoint {
 	for _, e := range p.Endpoints().Endpoints {
-		if !fx.sched.EndpointSaturated(e) {
+		if e.InFlight() == 0 {
 			return e
 		}
 	}
@@ -207,7 +199,7 @@ func TestReleaseOrder(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fx := newFixture(t, flowcontrol.Options{}, false)
+			fx := newFixture(t, flowcontrol.Options{})
 			p := fx.pool("p", 1)
 			running := fx.fill(t, p)[0]
 			out := make(chan admitted, len(tc.reqs))
@@ -249,7 +241,7 @@ func TestReleaseOrder(t *testing.T) {
 // TestFairShares: two flows of one band, one offered three times the
 // other's requests, are served 1:1 while both have requests waiting.
 func TestFairShares(t *testing.T) {
-	fx := newFixture(t, flowcontrol.Options{}, false)
+	fx := newFixture(t, flowcontrol.Options{})
 	p := fx.pool("p", 1)
 	running := fx.fill(t, p)[0]
 	out := make(chan admitted, 40)
@@ -313,7 +305,7 @@ func TestLimits(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fx := newFixture(t, tc.opts, false)
+			fx := newFixture(t, tc.opts)
 			pools := map[string]*datastore.Pool{"p": fx.pool("p", 1), "q": fx.pool("q", 1)}
 			var running []admitted
 			for _, p := range pools {
@@ -366,7 +358,7 @@ func TestLimits(t *testing.T) {
 // is answered 429 QueueTTLExpired, leaves the queue with its bytes, and the
 // expiry is counted; the next request still gets the freed slot.
 func TestQueueTTL(t *testing.T) {
-	fx := newFixture(t, flowcontrol.Options{QueueTTL: 50 * time.Millisecond}, false)
+	fx := newFixture(t, flowcontrol.Options{QueueTTL: 50 * time.Millisecond})
 	p := fx.pool("p", 1)
 	running := fx.fill(t, p)[0]
 	out := make(chan admitted, 1)
@@ -399,7 +391,7 @@ func TestQueueTTL(t *testing.T) {
 // at once (its bytes released, counted as canceled) and does not take the
 // next slot from the request behind it.
 func TestClientGone(t *testing.T) {
-	fx := newFixture(t, flowcontrol.Options{}, false)
+	fx := newFixture(t, flowcontrol.Options{})
 	p := fx.pool("p", 1)
 	running := fx.fill(t, p)[0]
 	ctx, cancel := context.WithCancel(context.Background())
@@ -425,12 +417,13 @@ func TestClientGone(t *testing.T) {
 }
 
 // TestWaitingRoom: a request to a pool without endpoints waits for one
-// (Options.Waiting told once, the gauge set) and goes on when pods come; a
-// request whose pods never come is answered 503 NoEndpointsTimeout after
-// the room's TTL.
+// (Options.Waiting told once, the gauge set) and goes on when pods come
+// (Options.Drained told once); a request whose pods never come is answered
+// 503 NoEndpointsTimeout after the room's TTL, and Drained told.
 func TestWaitingRoom(t *testing.T) {
-	waiting := make(chan string, 4)
-	fx := newFixture(t, flowcontrol.Options{NoEndpointTTL: time.Minute, Waiting: func(p *datastore.Pool) { waiting <- p.Key.Name }}, false)
+	waiting, drained := make(chan string, 4), make(chan string, 4)
+	fx := newFixture(t, flowcontrol.Options{NoEndpointTTL: time.Minute,
+		Waiting: func(p *datastore.Pool) { waiting <- p.Key.Name }, Drained: func(p *datastore.Pool) { drained <- p.Key.Name }})
 	p := fx.pool("p", 0)
 	out := make(chan admitted, 2)
 	fx.admit(context.Background(), p, "first", flowcontrol.Request{Bytes: 3}, out)
@@ -456,23 +449,29 @@ func TestWaitingRoom(t *testing.T) {
 	if len(waiting) != 0 {
 		t.Fatalf("Waiting told again while the room was occupied")
 	}
+	if got := <-drained; got != "p" || len(drained) != 0 {
+		t.Fatalf("Drained told of %s (%d more), want p once", got, len(drained))
+	}
 	if fx.metric("inference_extension_flow_control_waiting_room_requests", p) != 0 || fx.c.QueuedBytes() != 0 {
 		t.Fatalf("the room kept its requests")
 	}
 
-	short := newFixture(t, flowcontrol.Options{NoEndpointTTL: 30 * time.Millisecond}, false)
+	short := newFixture(t, flowcontrol.Options{NoEndpointTTL: 30 * time.Millisecond, Drained: func(p *datastore.Pool) { drained <- p.Key.Name }})
 	empty := short.pool("empty", 0)
 	short.admit(context.Background(), empty, "never", flowcontrol.Request{}, out)
 	var fe *flowcontrol.Error
 	if a := <-out; !errors.As(a.err, &fe) || fe.Code != http.StatusServiceUnavailable || fe.Reason != flowcontrol.ReasonNoEndpointsTimeout {
 		t.Fatalf("got %v, want 503 %s", a.err, flowcontrol.ReasonNoEndpointsTimeout)
 	}
+	if got := <-drained; got != "empty" {
+		t.Fatalf("Drained told of %s after the TTL, want empty", got)
+	}
 }
 
 // TestPoolsIsolated: one pool's backlog holds no request of another pool,
 // and a removed pool's queued requests are answered 503 PoolRemoved at once.
 func TestPoolsIsolated(t *testing.T) {
-	fx := newFixture(t, flowcontrol.Options{}, false)
+	fx := newFixture(t, flowcontrol.Options{})
 	busy, free := fx.pool("busy", 1), fx.pool("free", 1)
 	running := fx.fill(t, busy)
 	out := make(chan admitted, 8)
@@ -497,54 +496,6 @@ func TestPoolsIsolated(t *testing.T) {
 		t.Fatalf("queued bytes %d after the pool went", fx.c.QueuedBytes())
 	}
 	for _, a := range running {
-		a.finish()
-	}
-}
-
-// TestHomeAffinity: with Options.EndpointSaturated, a slot freed on an
-// endpoint goes to the oldest request that calls it home rather than to the
-// oldest request; a request whose home is busy waits while another
-// endpoint is free, until SpillBacklog requests wait for that home.
-func TestHomeAffinity(t *testing.T) {
-	fx := newFixture(t, flowcontrol.Options{}, true)
-	p := fx.pool("p", 2)
-	e0, e1 := p.Endpoints().Endpoints[0], p.Endpoints().Endpoints[1]
-	home := func(e *datastore.Endpoint) func() *datastore.Endpoint { return func() *datastore.Endpoint { return e } }
-	running := fx.fill(t, p) // one on each endpoint, in order
-	on := map[*datastore.Endpoint]admitted{e0: running[0], e1: running[1]}
-	out := make(chan admitted, 8)
-	fx.admit(context.Background(), p, "a", flowcontrol.Request{Home: home(e0)}, out)
-	fx.queued(t, p, 1)
-	fx.admit(context.Background(), p, "b", flowcontrol.Request{Home: home(e1)}, out)
-	fx.queued(t, p, 2)
-
-	on[e1].finish() // the younger request, at home on e1, takes its slot
-	if a := <-out; a.name != "b" || a.e != e1 {
-		t.Fatalf("e1's slot went to %s on %v, want b", a.name, a.e)
-	} else {
-		on[e1] = a
-	}
-	on[e1].finish()
-	fx.c.Wake(p) // returns once the queue has looked: a's home is busy
-	if n := fx.metric("inference_extension_flow_control_queue_size", p); n != 1 || len(out) != 0 {
-		t.Fatalf("with e1 free and a's home busy: %v queued, %d released; want a to wait", n, len(out))
-	}
-
-	for i := 2; i <= flowcontrol.SpillBacklog; i++ { // the backlog of e0 grows
-		fx.admit(context.Background(), p, fmt.Sprint("a", i), flowcontrol.Request{Home: home(e0)}, out)
-	}
-	a := <-out // the oldest spills to the free endpoint
-	if a.name != "a" || a.e != e1 {
-		t.Fatalf("with %d requests waiting for e0, e1's slot went to %s on %v, want a", flowcontrol.SpillBacklog, a.name, a.e)
-	}
-	fx.queued(t, p, flowcontrol.SpillBacklog-1)
-	a.finish()
-	on[e0].finish()
-	for i := 2; i <= flowcontrol.SpillBacklog; i++ {
-		a := <-out
-		if a.err != nil {
-			t.Fatal(a.err)
-		}
 		a.finish()
 	}
 }

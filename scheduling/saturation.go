@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/poolpicker/poolpicker/datastore"
-	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
 // PoolSaturated reports whether pool has no free slot for one more request,
@@ -32,30 +31,6 @@ func (s *Scheduler) PoolSaturated(pool *datastore.Pool) bool {
 		}
 	}
 	return true
-}
-
-// EndpointSaturated reports whether e has no free slot for one more request,
-// by the rule of PoolSaturated.
-func (s *Scheduler) EndpointSaturated(e *datastore.Endpoint) bool {
-	return s.endpointSaturated(e, time.Now())
-}
-
-// keepFree drops the saturated candidates, in place, unless every one is:
-// a request flow control released goes where a slot is free.
-func keepFree(s *Scheduler, cands []framework.Candidate, now time.Time) []framework.Candidate {
-	free := 0
-	for i := range cands {
-		if e := cands[i].Endpoint; !s.saturated(e.InFlight(), e.Metrics(), now) {
-			cands[free] = cands[i]
-			free++
-		}
-	}
-	if free == 0 {
-		// Saturated again since the release (a scrape came): the pick
-		// among all is no worse than waiting once more.
-		return cands
-	}
-	return cands[:free]
 }
 
 func (s *Scheduler) endpointSaturated(e *datastore.Endpoint, now time.Time) bool {

@@ -267,11 +267,8 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 			pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, req.Objective, cs.Priority)
 	}
 
-	cands := cy.candidates
-	if req.Released {
-		cands = keepFree(s, cands, now)
-	}
 	prof := s.profileFor(pool)
+	cands := cy.candidates
 	for i, f := range prof.filters {
 		start := prof.timers.start()
 		cands = f.Filter(ctx, cs, req, cands)

@@ -54,7 +54,7 @@ func newFlowControl(on bool, sched *scheduling.Scheduler) (*flowcontrol.Controll
 	if !on {
 		return nil, nil
 	}
-	return flowcontrol.New(flowcontrol.Options{Saturated: sched.PoolSaturated, EndpointSaturated: sched.EndpointSaturated, QueueTTL: flowQueueTTL})
+	return flowcontrol.New(flowcontrol.Options{Saturated: sched.PoolSaturated, QueueTTL: flowQueueTTL})
 }
 
 // runFairness offers flow A three requests for every one of flow B, both of

@@ -41,12 +41,6 @@ type Request struct {
 	// pool's saturation (Scheduler.PoolSaturated): it is not shed again on
 	// the scrapes alone, which lag what flow control counts.
 	Admitted bool
-	// Released is set when flow control released the request from its
-	// pool's queue: it is picked among the endpoints with a free slot
-	// (Scheduler.EndpointSaturated false) when any has one, so that it
-	// does not wait in a server's queue, where its priority no longer
-	// counts.
-	Released bool
 }
 
 // Result is the scheduler's decision as the post-pick plugins see it

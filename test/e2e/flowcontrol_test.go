@@ -16,6 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
+	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/controllers"
+	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/modelsim"
 )
 
@@ -57,20 +60,41 @@ func TestScaleFromZero(t *testing.T) {
 		}
 		return false
 	})
+	// The leader writes the requests-waiting annotation for the requests
+	// in its own waiting room: another request goes to the pool until the
+	// leader holds one (streams are spread over the replicas).
+	for n := 0; waitingRoomOf(t, leader(t), cold.key()) == 0; n++ {
+		if n == 8 {
+			t.Fatalf("8 more requests to %s, none waiting in the leader", cold.key())
+		}
+		go func() {
+			coldOut <- send(ctx, cold.host, "/v1/completions", completion(modelsim.DefaultModel, "wake up", 2, false), nil)
+		}()
+		eventually(t, "one more request waiting for "+cold.key().String(), func() bool { return waitingRoom(t, cold.key()) > float64(n+1) })
+	}
+	eventually(t, "the "+controllers.RequestsWaitingAnnotation+" annotation on "+cold.key().String(), func() bool {
+		return poolAnnotation(t, cold.key()) == "1"
+	})
 	select {
 	case o := <-coldOut:
 		t.Fatalf("request to a pool without pods answered before any pod came: %v", o)
 	default:
 	}
 
+	sent := int(waitingRoom(t, cold.key()))
 	addDeployment(t, cold.ns, cold.deploy.Name, 1, "--port=8000")
-	if o := <-coldOut; !o.ok() {
-		t.Fatalf("request waiting for the first pod: %v", o)
+	for i := 0; i < sent; i++ {
+		if o := <-coldOut; !o.ok() {
+			t.Fatalf("request waiting for the first pod: %v", o)
+		}
 	}
-	t.Logf("first request to the pool scaled from zero served after %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("first requests to the pool scaled from zero served after %v", time.Since(start).Round(time.Millisecond))
 	if n := waitingRoom(t, cold.key()); n != 0 {
-		t.Fatalf("waiting room gauge %v after the request was served", n)
+		t.Fatalf("waiting room gauge %v after the requests were served", n)
 	}
+	eventually(t, "the "+controllers.RequestsWaitingAnnotation+" annotation gone from "+cold.key().String(), func() bool {
+		return poolAnnotation(t, cold.key()) == ""
+	})
 
 	o := <-neverOut
 	if o.code != http.StatusServiceUnavailable || !strings.Contains(o.body, "NoEndpointsTimeout") {
@@ -79,6 +103,72 @@ func TestScaleFromZero(t *testing.T) {
 	if waited := time.Since(start); waited < noEndpointTTL {
 		t.Fatalf("answered after %v, before the waiting room's TTL of %v", waited, noEndpointTTL)
 	}
+	eventually(t, "no "+controllers.RequestsWaitingAnnotation+" annotation on "+never.key().String()+" once its request timed out", func() bool {
+		return poolAnnotation(t, never.key()) == ""
+	})
+}
+
+// poolAnnotation is the pool's requests-waiting annotation ("" when absent).
+func poolAnnotation(t *testing.T, key types.NamespacedName) string {
+	t.Helper()
+	var p v1.InferencePool
+	if err := stack.Client().Get(context.Background(), key, &p); err != nil {
+		t.Fatalf("get pool %s: %v", key, err)
+	}
+	return p.Annotations[controllers.RequestsWaitingAnnotation]
+}
+
+// leader is the replica that holds the Lease (poolpicker_leader 1).
+func leader(t *testing.T) *localstack.Replica {
+	t.Helper()
+	var l *localstack.Replica
+	eventually(t, "a leader among the replicas", func() bool {
+		for _, r := range stack.Replicas() {
+			if gaugeOf(t, r, "poolpicker_leader", nil) == 1 {
+				l = r
+				return true
+			}
+		}
+		return false
+	})
+	return l
+}
+
+// waitingRoomOf is replica r's waiting-room gauge of pool.
+func waitingRoomOf(t *testing.T, r *localstack.Replica, pool types.NamespacedName) float64 {
+	t.Helper()
+	return gaugeOf(t, r, "inference_extension_flow_control_waiting_room_requests", map[string]string{"namespace": pool.Namespace, "pool": pool.Name})
+}
+
+// gaugeOf sums the series of gauge name on replica r whose labels include
+// want; 0 when r does not answer.
+func gaugeOf(t *testing.T, r *localstack.Replica, name string, want map[string]string) float64 {
+	t.Helper()
+	resp, err := client.Get("http://" + r.MetricsAddr + "/metrics")
+	if err != nil {
+		return 0 // a replica restarting
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse picker metrics: %v", err)
+	}
+	var n float64
+	for _, m := range fams[name].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for k, v := range want {
+			match = match && labels[k] == v
+		}
+		if match {
+			n += m.GetGauge().GetValue()
+		}
+	}
+	return n
 }
 
 // emptyPool creates a pool (as newPool) whose Deployment does not exist

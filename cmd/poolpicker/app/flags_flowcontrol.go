@@ -89,7 +89,7 @@ func applyFlowControlConfig(o *flowControlOptions, c *scheduling.FlowControlConf
 
 // newFlowController checks the flow-control options and builds the
 // controller over sched's saturation detector; nil when flow control is off.
-func newFlowController(o *flowControlOptions, sched *scheduling.Scheduler, metrics prometheus.Registerer, log logr.Logger, waiting func(*datastore.Pool)) (*flowcontrol.Controller, error) {
+func newFlowController(o *flowControlOptions, sched *scheduling.Scheduler, metrics prometheus.Registerer, log logr.Logger, waiting, drained func(*datastore.Pool)) (*flowcontrol.Controller, error) {
 	if !o.enabled {
 		return nil, nil
 	}
@@ -106,7 +106,7 @@ func newFlowController(o *flowControlOptions, sched *scheduling.Scheduler, metri
 	case fo.MaxQueuedBytes < 1:
 		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlQueuedBytes, fo.MaxQueuedBytes)
 	}
-	fo.Saturated, fo.EndpointSaturated = sched.PoolSaturated, sched.EndpointSaturated
-	fo.Registerer, fo.Logger, fo.Waiting = metrics, log, waiting
+	fo.Saturated, fo.Registerer, fo.Logger = sched.PoolSaturated, metrics, log
+	fo.Waiting, fo.Drained = waiting, drained
 	return flowcontrol.New(fo)
 }

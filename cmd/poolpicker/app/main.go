@@ -251,7 +251,7 @@ func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, er
 	}
 	cs := &components{reg: reg, metrics: metrics}
 	applyFlowControlConfig(&o.flowControl, cfg.FlowControl)
-	fc, err := newFlowController(&o.flowControl, sched, metrics, log.WithName("flowcontrol"), cs.poolWaiting)
+	fc, err := newFlowController(&o.flowControl, sched, metrics, log.WithName("flowcontrol"), cs.poolWaiting, cs.poolDrained)
 	if err != nil {
 		return nil, fmt.Errorf("flow control: %w", err)
 	}
@@ -402,10 +402,20 @@ func firstError(errs <-chan error) error {
 }
 
 // poolWaiting records on the pool that requests wait for its first ready
-// endpoint, for its owners and autoscalers that watch Events.
+// endpoint, for its owners and autoscalers: an Event, and the leader's
+// requests-waiting annotation.
 func (cs *components) poolWaiting(pool *datastore.Pool) {
 	if m := cs.pools.Load(); m != nil {
 		m.PoolEvent(pool.Key, false, "RequestsWaiting", "requests wait in the picker for the pool's first ready endpoint (flow control's waiting room)")
+		m.SetRequestsWaiting(pool.Key, true)
+	}
+}
+
+// poolDrained has the leader remove the pool's requests-waiting annotation:
+// nothing waits for an endpoint any more.
+func (cs *components) poolDrained(pool *datastore.Pool) {
+	if m := cs.pools.Load(); m != nil {
+		m.SetRequestsWaiting(pool.Key, false)
 	}
 }
 
