@@ -57,7 +57,9 @@ func (w *waitingPools) set(key datastore.PoolKey, waiting bool) {
 // waiting room for pool key's first ready endpoint; the leader writes it as
 // RequestsWaitingAnnotation. It returns at once (flow control calls it with
 // a queue's lock held).
-func (m *Manager) SetRequestsWaiting(key datastore.PoolKey, waiting bool) { m.waiting.set(key, waiting) }
+func (m *Manager) SetRequestsWaiting(key datastore.PoolKey, waiting bool) {
+	m.waiting.set(key, waiting)
+}
 
 // setWaiting makes RequestsWaitingAnnotation on a pool this deployment
 // serves say whether requests wait in this replica for its first endpoint.
