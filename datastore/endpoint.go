@@ -30,9 +30,8 @@ type Endpoint struct {
 }
 
 type endpointState struct {
-	metrics      atomic.Pointer[Metrics]
-	inFlight     atomic.Int64
-	scrapeErrors atomic.Uint64
+	metrics  atomic.Pointer[Metrics]
+	inFlight atomic.Int64
 }
 
 // Key identifies the endpoint across snapshots: the pod UID and the port.
@@ -50,12 +49,6 @@ func (e *Endpoint) InFlight() int64 { return e.state.inFlight.Load() }
 
 // AddInFlight adjusts the in-flight count by delta (+1 on pick, -1 on finish).
 func (e *Endpoint) AddInFlight(delta int64) { e.state.inFlight.Add(delta) }
-
-// CountScrapeError records a failed scrape of the endpoint.
-func (e *Endpoint) CountScrapeError() { e.state.scrapeErrors.Add(1) }
-
-// ScrapeErrors is the number of failed scrapes of the endpoint.
-func (e *Endpoint) ScrapeErrors() uint64 { return e.state.scrapeErrors.Load() }
 
 // EndpointKey identifies an endpoint: a pod (by UID) and a target port.
 type EndpointKey struct {

@@ -186,7 +186,6 @@ func (s *sub) published(m *Manager, met *datastore.Metrics, err error) {
 }
 
 func (s *sub) fail(m *Manager, err error) {
-	s.ep.CountScrapeError()
 	reason := "transport"
 	var se *scrapeError
 	if errors.As(err, &se) {
