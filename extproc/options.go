@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/poolpicker/poolpicker/flowcontrol"
-	"github.com/poolpicker/poolpicker/requestbody"
 )
 
 // Defaults of Options.
@@ -172,12 +171,6 @@ type Options struct {
 	// upstream EPP's --health-checking). Zero: the health port only.
 	HealthOnGRPCPort bool
 
-	// NewBodyReader returns the reader of one request body, for a path of
-	// that kind and a scheduler that reads promptLimit bytes of the prompt.
-	// Nil: requestbody.NewScanner. bench/extproc sets readers built on JSON
-	// libraries, to measure the scanner against them end to end.
-	NewBodyReader func(kind requestbody.Kind, promptLimit int) requestbody.Reader
-
 	// Registerer receives the request metrics. Nil: metrics are kept in a
 	// private registry and not exported.
 	Registerer prometheus.Registerer
@@ -243,17 +236,10 @@ func (o *Options) setDefaults() {
 	if o.MaxSubsetHintEntries <= 0 {
 		o.MaxSubsetHintEntries = DefaultMaxSubsetHintEntries
 	}
-	if o.NewBodyReader == nil {
-		o.NewBodyReader = newScanner
-	}
 	if o.Registerer == nil {
 		o.Registerer = prometheus.NewRegistry()
 	}
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
 	}
-}
-
-func newScanner(kind requestbody.Kind, promptLimit int) requestbody.Reader {
-	return requestbody.NewScanner(kind, promptLimit)
 }

@@ -554,7 +554,7 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 	// Read the body as it arrives, so that at its end only the last chunk
 	// is left to read: the decision waits for the body, not for its parse.
 	if st.scan == nil {
-		st.scan = st.s.opts.NewBodyReader(st.path, st.s.promptLimit)
+		st.scan = requestbody.NewScanner(st.path, st.s.promptLimit)
 		st.joined = joinBuffer(st.cLength)
 	}
 	if need := len(*st.joined) + len(b.GetBody()); need > cap(*st.joined) {
@@ -647,7 +647,7 @@ func (st *stream) bodyComplete() (bool, error) {
 		if len(st.chunks) == 1 {
 			body = st.chunks[0]
 		}
-		r := st.s.opts.NewBodyReader(st.path, st.s.promptLimit)
+		r := requestbody.NewScanner(st.path, st.s.promptLimit)
 		_ = r.Feed(body, true) // the defect, if any, is Result's error
 		return st.decide(body, r)
 	}

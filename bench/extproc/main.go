@@ -14,11 +14,8 @@
 // the process, so the difference between rows is the server's extra cost),
 // and the latency ratio to the no-op server.
 //
-// -body-readers runs each poolpicker server once per request body reader:
-// requestbody's scanner, and the same API on gjson and on jsontext
-// (bench/bodyreader), so that the readers are compared by the same ratio:
-//
-//	go -C bench run ./extproc -servers noop,scheduler -body-readers scanner,gjson,jsontext -body-kib 1,16,64
+// Request body readers on JSON libraries are compared with requestbody's
+// scanner by bench/bodyreader's BenchmarkReaders, reader against reader.
 package main
 
 import (
@@ -44,11 +41,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/poolpicker/poolpicker/bench/bodyreader"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
 	"github.com/poolpicker/poolpicker/internal/eppclient"
-	"github.com/poolpicker/poolpicker/requestbody"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 
@@ -64,7 +59,6 @@ func mainCode() int {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (all servers) to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of the whole run (all servers) to this file")
 	servers := flag.String("servers", "noop,minimal,scheduler", "servers to run, comma-separated: noop (the baseline of the ratios; always runs), minimal (poolpicker with the cheapest picker), scheduler (poolpicker with the default scheduler), traced (the scheduler with a span per request, every one sampled, exported to a discarding exporter)")
-	readers := flag.String("body-readers", "scanner", "request body readers each poolpicker server runs with, comma-separated: scanner (requestbody's, the default), gjson, jsontext (bench/bodyreader's, on those libraries)")
 	flag.Parse()
 	var bodies, concurrency []int
 	for _, f := range strings.Split(*bodyKiB, ",") {
@@ -126,14 +120,6 @@ func mainCode() int {
 			return 2
 		}
 	}
-	for _, name := range strings.Split(*readers, ",") {
-		r, ok := bodyReaders[strings.TrimSpace(name)]
-		if !ok {
-			fmt.Fprintf(os.Stderr, "-body-readers: unknown reader %q (want scanner, gjson or jsontext)\n", name)
-			return 2
-		}
-		cfg.readers = append(cfg.readers, r)
-	}
 	rows, err := run(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -147,21 +133,6 @@ type config struct {
 	requests, rounds, pools, endpoints int
 	minimal, scheduler, traced         bool
 	bodies, concurrency                []int
-	// readers are the body readers each poolpicker server runs with; none
-	// means requestbody's scanner.
-	readers []bodyReader
-}
-
-// bodyReader is a request body reader a server can run with.
-type bodyReader struct {
-	name string // in the server's name; empty for requestbody's scanner
-	new  func(requestbody.Kind, int) requestbody.Reader
-}
-
-var bodyReaders = map[string]bodyReader{
-	"scanner":  {},
-	"gjson":    {"gjson", bodyreader.GJSON},
-	"jsontext": {"jsontext", bodyreader.JSONText},
 }
 
 type row struct {
@@ -263,33 +234,27 @@ func startTargets(ctx context.Context, cfg config) ([]*target, error) {
 	targets := []*target{noop}
 	noop.name = "noop"
 
-	readers := cfg.readers
-	if len(readers) == 0 {
-		readers = []bodyReader{{}}
-	}
 	variants := []struct{ on, real, traced bool }{{cfg.minimal, false, false}, {cfg.scheduler, true, false}, {cfg.traced, true, true}}
 	for _, v := range variants {
 		if !v.on {
 			continue
 		}
-		for _, br := range readers {
-			t, err := startPoolpicker(ctx, cfg, v.real, v.traced, br)
-			if err != nil {
-				for _, t := range targets {
-					t.stop()
-				}
-				return nil, err
+		t, err := startPoolpicker(ctx, cfg, v.real, v.traced)
+		if err != nil {
+			for _, t := range targets {
+				t.stop()
 			}
-			targets = append(targets, t)
+			return nil, err
 		}
+		targets = append(targets, t)
 	}
 	return targets, nil
 }
 
 // startPoolpicker starts poolpicker's server with the default scheduler
-// (real) or the cheapest picker, reading bodies with br; traced gives it a
-// tracer that samples every request.
-func startPoolpicker(ctx context.Context, cfg config, real, traced bool, br bodyReader) (*target, error) {
+// (real) or the cheapest picker; traced gives it a tracer that samples
+// every request.
+func startPoolpicker(ctx context.Context, cfg config, real, traced bool) (*target, error) {
 	reg := datastore.NewRegistry()
 	var sched extproc.Scheduler = firstLeastLoaded{}
 	name := "poolpicker+minimal-picker"
@@ -311,10 +276,7 @@ func startPoolpicker(ctx context.Context, cfg config, real, traced bool, br body
 		lis.Close()
 		return nil, err
 	}
-	if br.name != "" {
-		name += "+" + br.name
-	}
-	opts := extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, NewBodyReader: br.new}
+	opts := extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis}
 	stopTracing := func() {}
 	if traced {
 		// The span work of the server (start, attributes, propagation,
