@@ -62,7 +62,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	groups := fs.String("groups", "6,12,24,48", "numbers of shared prefixes G, comma-separated")
 	loads := fs.String("loads", "50,80,100,120", "offered loads in percent of the fleet's capacity at full hit rate, comma-separated")
-	routers := fs.String("routers", "poolpicker,round-robin,least-queue,reference-epp", "routers to compare, comma-separated (known: poolpicker, round-robin, least-queue, upstream-weights, poolpicker-flow-control, reference-epp; reference-epp is left out, saying why, when its binary or the control plane is missing)")
+	routers := fs.String("routers", "poolpicker,round-robin,least-queue,reference-epp", "routers to compare, comma-separated (known: "+strings.Join(routerNames(), ", ")+"; reference-epp is left out, saying why, when its binary or the control plane is missing)")
 	fs.StringVar(&referenceBinary, "reference-epp", defaultReferenceBinary(), "the reference EPP's binary, for router reference-epp (`make reference-epp` builds it there)")
 	replicas := fs.String("replicas", "1,2,3", "numbers of poolpicker replicas poolpicker and each -router-config router run with, side by side, comma-separated: each replica has its own scraper, scheduler and prefix index (the baselines run one)")
 	fs.Func("spread", "how streams are spread over the replicas: round-robin (as a gateway's round robin over the picker Service) or random", func(v string) error {
@@ -292,6 +292,15 @@ func parseInts(s string) ([]int, error) {
 	return out, nil
 }
 
+// routerNames are the names -routers knows.
+func routerNames() []string {
+	var names []string
+	for _, r := range allRouters {
+		names = append(names, r.name)
+	}
+	return names
+}
+
 func parseRouters(s string) ([]router, error) {
 	var out []router
 	if strings.TrimSpace(s) == "" {
@@ -306,11 +315,7 @@ func parseRouters(s string) ([]router, error) {
 			}
 		}
 		if !found {
-			var names []string
-			for _, r := range allRouters {
-				names = append(names, r.name)
-			}
-			return nil, fmt.Errorf("unknown router %q (known: %s)", name, strings.Join(names, ", "))
+			return nil, fmt.Errorf("unknown router %q (known: %s)", name, strings.Join(routerNames(), ", "))
 		}
 	}
 	return out, nil
