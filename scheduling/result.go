@@ -33,11 +33,9 @@ type Result struct {
 
 	// pending is the post-pick step left to Commit.
 	pending *pendingCommit
-	// seen is the result as the post-pick plugins saw it, and holds what
-	// one of them predicted (framework.Result.Predict); views is room for
-	// its endpoints.
-	seen  framework.Result
-	views [resultRoom]framework.Endpoint
+	// prediction is what a post-pick plugin predicted of the primary
+	// endpoint's prefix cache (framework.Result.Predict).
+	prediction framework.CachePrediction
 }
 
 // Commit runs what the scheduler deferred (the post-pick plugins) and lets
@@ -59,8 +57,10 @@ func (r *Result) Commit() {
 // after Commit. Call it at most once, only with a count the server
 // reported; a nil Result ignores it.
 func (r *Result) ObserveCachedTokens(cachedTokens int) {
-	if r == nil {
+	if r == nil || r.prediction.Observer == nil {
 		return
 	}
-	r.seen.ObserveCachedTokens(cachedTokens)
+	p := r.prediction
+	r.prediction = framework.CachePrediction{}
+	p.Observer.ObserveCachedTokens(&p, cachedTokens)
 }

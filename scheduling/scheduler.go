@@ -360,12 +360,17 @@ type cycle struct {
 	scores     []float64
 	totals     []float64
 	picked     []int
+	// seen is the result as the post-pick plugins see it (views), built
+	// at commit.
+	seen framework.Result
 }
 
 func (s *Scheduler) recycle(cy *cycle) {
 	cy.End()
 	cy.modelRewrite = ""
 	clear(cy.candidates[:cap(cy.candidates)])
+	clear(cy.seen.Endpoints[:cap(cy.seen.Endpoints)])
+	cy.seen = framework.Result{Endpoints: cy.seen.Endpoints[:0]}
 	s.states.Put(cy)
 }
 
@@ -382,11 +387,10 @@ type pendingCommit struct {
 // commit runs the post-pick plugins on r's view, then recycles the
 // cycle's state.
 func (p *pendingCommit) commit(r *Result) {
-	seen := &r.seen
-	seen.Endpoints = r.views[:0]
-	if len(r.Endpoints) > len(r.views) {
-		seen.Endpoints = make([]framework.Endpoint, 0, len(r.Endpoints))
-	}
+	// The views live in the recycled cycle, so they cost the pick no
+	// allocation; only the prediction outlives the commit.
+	seen := &p.cy.seen
+	seen.Endpoints = seen.Endpoints[:0]
 	for _, e := range r.Endpoints {
 		seen.Endpoints = append(seen.Endpoints, framework.EndpointOf(e))
 	}
@@ -394,6 +398,7 @@ func (p *pendingCommit) commit(r *Result) {
 	for _, pp := range p.postPickers {
 		pp.PostPick(p.ctx, &p.cy.CycleState, p.req, seen)
 	}
+	r.prediction = seen.Prediction()
 	p.s.recycle(p.cy)
 	// The Result outlives the commit (it hears the server's cached tokens
 	// later): it must not pin the request.

@@ -906,3 +906,52 @@ func TestScheduleScores(t *testing.T) {
 		t.Fatalf("scores %v (%v) without Request.Scores", res.Scores, err)
 	}
 }
+
+// predictor predicts the primary endpoint's cache at every pick and hears
+// the reports.
+type predictor struct {
+	heard []int
+	ref   string
+}
+
+func (p *predictor) TypedName() TypedName { return TypedName{Type: "predictor", Name: "predictor"} }
+
+func (p *predictor) PostPick(_ context.Context, _ *framework.CycleState, _ *Request, res *framework.Result) {
+	res.Predict(framework.CachePrediction{Observer: p, Ref: res.Endpoints[0].Address(), PredictedTokens: 64})
+}
+
+func (p *predictor) ObserveCachedTokens(c *framework.CachePrediction, cached int) {
+	p.heard = append(p.heard, c.PredictedTokens, cached)
+	p.ref, _ = c.Ref.(string)
+}
+
+// TestObserveCachedTokens: the server's report reaches the post-pick plugin
+// that predicted, once, with its prediction, after Commit; a nil Result
+// ignores it.
+func TestObserveCachedTokens(t *testing.T) {
+	pr := &predictor{}
+	r := NewRegistry()
+	if err := r.Register("predictor", func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return pr, nil }); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(nil, Options{Registry: r, ConfigText: header + "plugins:\n- type: queue-scorer\n- type: predictor\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := newTestPool(t, 2, s)
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+	res, err := s.ScheduleDeferred(ctx, tp.Pool, &Request{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.ObserveCachedTokens(1) // before Commit: nothing predicted yet
+	res.Commit()
+	res.ObserveCachedTokens(48)
+	res.ObserveCachedTokens(48)
+	if !slices.Equal(pr.heard, []int{64, 48}) || pr.ref != res.Endpoints[0].Address {
+		t.Fatalf("heard %v for %q, want [64 48] once for %s", pr.heard, pr.ref, res.Endpoints[0].Address)
+	}
+	var none *Result
+	none.ObserveCachedTokens(5)
+	none.Commit()
+}

@@ -97,20 +97,10 @@ func (r *Result) Predict(p CachePrediction) bool {
 	return true
 }
 
-// ObserveCachedTokens tells the post-picker that predicted the primary
-// endpoint's cache (Predict) how many prompt tokens the endpoint reported
-// serving from its prefix cache (the usage's
-// prompt_tokens_details.cached_tokens). The scheduler's caller calls it,
-// through its own result, after the post-pick plugins ran; only the first
-// call after a prediction does anything, and a nil Result ignores it.
-func (r *Result) ObserveCachedTokens(cachedTokens int) {
-	if r == nil || r.prediction.Observer == nil {
-		return
-	}
-	p := r.prediction
-	r.prediction = CachePrediction{}
-	p.Observer.ObserveCachedTokens(&p, cachedTokens)
-}
+// Prediction returns what a post-picker left with Predict, for the
+// scheduler to hand the server's report of cached tokens to (its
+// Observer's ObserveCachedTokens); zero when none predicted.
+func (r *Result) Prediction() CachePrediction { return r.prediction }
 
 // Error is a scheduling failure that maps to an HTTP status for the client.
 // errors.Is matches it against ErrShed and ErrNoEndpoints by Reason.
