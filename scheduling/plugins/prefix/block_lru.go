@@ -23,6 +23,13 @@ type blockLRU struct {
 	// clock stamps entries as they become the most recent, so stamps fall
 	// from the head of the list to its tail.
 	clock uint64
+	// phantoms maps the positions of phantom entries to their weights. A
+	// phantom stands for blocks the server cached that this LRU does not
+	// know by hash (other picker replicas' requests: age): they take room
+	// and age out like blocks, so the known blocks are evicted when the
+	// server's cache evicts them. phantomBlocks is the sum of the weights.
+	phantoms      map[int32]int
+	phantomBlocks int
 }
 
 type lruEntry struct {
@@ -50,19 +57,63 @@ func (l *blockLRU) touch(h uint64) bool {
 // add makes h, which must not be held, the most recent block, evicting the
 // least recent one when full.
 func (l *blockLRU) add(h uint64) {
-	if len(l.pos) >= l.capacity {
-		l.evictOldest()
-	}
-	var i int32
-	if n := len(l.free); n > 0 {
-		i, l.free = l.free[n-1], l.free[:n-1]
-	} else {
-		i = int32(len(l.entries))
-		l.entries = append(l.entries, lruEntry{})
-	}
+	l.trimTo(l.capacity - 1)
+	i := l.newEntry()
 	l.entries[i].key = h
 	l.pushFront(i)
 	l.pos[h] = i
+}
+
+func (l *blockLRU) newEntry() int32 {
+	if n := len(l.free); n > 0 {
+		i := l.free[n-1]
+		l.free = l.free[:n-1]
+		return i
+	}
+	l.entries = append(l.entries, lruEntry{})
+	return int32(len(l.entries) - 1)
+}
+
+// age makes room for n blocks the server cached that this LRU cannot name:
+// they become the most recent entries (one phantom entry), and the least
+// recent ones beyond the capacity are evicted, as the server's cache does.
+func (l *blockLRU) age(n int) {
+	n = min(n, l.capacity)
+	if n <= 0 {
+		return
+	}
+	if l.phantoms == nil {
+		l.phantoms = make(map[int32]int)
+	}
+	l.phantomBlocks += n
+	if front := l.entries[0].next; front != 0 {
+		if w, ok := l.phantoms[front]; ok {
+			// Two ages with no block between are one phantom.
+			l.phantoms[front] = w + n
+			l.trimTo(l.capacity)
+			return
+		}
+	}
+	i := l.newEntry()
+	l.entries[i].key = 0
+	l.pushFront(i)
+	l.phantoms[i] = n
+	l.trimTo(l.capacity)
+}
+
+// trimTo evicts the least recent entries until the blocks and phantom
+// blocks held are at most limit; a phantom entry at the tail gives up only
+// as much of its weight as needed.
+func (l *blockLRU) trimTo(limit int) {
+	for over := len(l.pos) + l.phantomBlocks - limit; over > 0; over = len(l.pos) + l.phantomBlocks - limit {
+		tail := l.entries[0].prev
+		if w, ok := l.phantoms[tail]; ok && w > over {
+			l.phantoms[tail] = w - over
+			l.phantomBlocks -= over
+			return
+		}
+		l.evictOldest()
+	}
 }
 
 // stampOf returns h's stamp (how recently it was used; larger is more
@@ -89,30 +140,39 @@ func (l *blockLRU) dropUsedBefore(stamp uint64) int {
 // resize sets the capacity, evicting the least recent blocks beyond it.
 func (l *blockLRU) resize(capacity int) {
 	l.capacity = max(capacity, 1)
-	for len(l.pos) > l.capacity {
-		l.evictOldest()
-	}
+	l.trimTo(l.capacity)
 }
 
 // keys returns the held blocks, most recent first.
 func (l *blockLRU) keys() []uint64 {
 	out := make([]uint64, 0, len(l.pos))
 	for i := l.entries[0].next; i != 0; i = l.entries[i].next {
-		out = append(out, l.entries[i].key)
+		if _, phantom := l.phantoms[i]; !phantom {
+			out = append(out, l.entries[i].key)
+		}
 	}
 	return out
 }
 
+// evictOldest evicts the least recent entry: a block, or a phantom entry
+// whole.
 func (l *blockLRU) evictOldest() {
 	i := l.entries[0].prev
 	if i == 0 {
 		return
 	}
-	h := l.entries[i].key
 	l.unlink(i)
-	delete(l.pos, h)
 	l.evictions++
 	l.free = append(l.free, i)
+	if len(l.phantoms) > 0 {
+		if w, ok := l.phantoms[i]; ok {
+			delete(l.phantoms, i)
+			l.phantomBlocks -= w
+			return
+		}
+	}
+	h := l.entries[i].key
+	delete(l.pos, h)
 	if l.onEvict != nil {
 		l.onEvict(h)
 	}

@@ -34,14 +34,30 @@ func TestBlockLRU(t *testing.T) {
 	}
 }
 
-// TestBlockLRUAgainstSimpleLRU runs random touches, adds and resizes on
-// blockLRU and on golang-lru's simplelru: same blocks, same order, same
-// evictions.
+// TestBlockLRUAgainstSimpleLRU runs random touches, adds, resizes and ages
+// on blockLRU and on golang-lru's simplelru: same blocks, same order, same
+// evictions. An age of n is n adds of blocks never seen again in the
+// reference (keys from phantomBase up), whose evictions are not reported.
 func TestBlockLRUAgainstSimpleLRU(t *testing.T) {
+	const phantomBase = 1 << 40
 	rnd := rand.New(rand.NewPCG(5, 6))
 	var gotEv, wantEv []uint64
 	l := newBlockLRU(50, func(h uint64) { gotEv = append(gotEv, h) })
-	ref, _ := simplelru.NewLRU[uint64, struct{}](50, func(h uint64, _ struct{}) { wantEv = append(wantEv, h) })
+	ref, _ := simplelru.NewLRU[uint64, struct{}](50, func(h uint64, _ struct{}) {
+		if h < phantomBase {
+			wantEv = append(wantEv, h)
+		}
+	})
+	known := func() []uint64 { // the reference's blocks, most recent first
+		var out []uint64
+		for _, h := range slices.Backward(ref.Keys()) {
+			if h < phantomBase {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
+	next := uint64(phantomBase)
 	for op := 0; op < 20000; op++ {
 		h := uint64(rnd.IntN(120))
 		switch r := rnd.IntN(100); {
@@ -49,6 +65,14 @@ func TestBlockLRUAgainstSimpleLRU(t *testing.T) {
 			c := 1 + rnd.IntN(80)
 			l.resize(c)
 			ref.Resize(c)
+		case r < 6:
+			// Ages of up to one and a half capacities, sometimes twice in a row.
+			n := rnd.IntN(75)
+			l.age(n)
+			for range min(n, l.capacity) {
+				ref.Add(next, struct{}{})
+				next++
+			}
 		case r < 50:
 			_, ok := ref.Get(h)
 			if got := l.touch(h); got != ok {
@@ -62,14 +86,59 @@ func TestBlockLRUAgainstSimpleLRU(t *testing.T) {
 			ref.Add(h, struct{}{})
 			l.add(h)
 		}
-		if l.len() != ref.Len() || !slices.Equal(gotEv, wantEv) {
-			t.Fatalf("op %d: len %d evicted %v, reference %d %v", op, l.len(), gotEv, ref.Len(), wantEv)
+		if l.len() != len(known()) || l.len()+l.phantomBlocks != ref.Len() || !slices.Equal(gotEv, wantEv) {
+			t.Fatalf("op %d: len %d+%d phantom evicted %v, reference %d (%d known) %v", op, l.len(), l.phantomBlocks, gotEv, ref.Len(), len(known()), wantEv)
 		}
 	}
-	want := ref.Keys() // oldest first
-	slices.Reverse(want)
-	if !slices.Equal(l.keys(), want) {
-		t.Fatalf("keys %v, reference %v", l.keys(), want)
+	if !slices.Equal(l.keys(), known()) {
+		t.Fatalf("keys %v, reference %v", l.keys(), known())
+	}
+}
+
+// TestBlockLRUAge checks what an age of the server's unseen blocks evicts.
+func TestBlockLRUAge(t *testing.T) {
+	cases := []struct {
+		name      string
+		held, age int   // blocks added (1..held, the last the most recent), then aged
+		ages      []int // more ages after one add of block 100
+		want      []uint64
+		phantoms  int
+	}{
+		{"room left: nothing evicted", 3, 2, nil, []uint64{3, 2, 1}, 2},
+		{"full: the oldest go", 5, 2, nil, []uint64{5, 4, 3}, 2},
+		{"the whole capacity: every block goes", 5, 5, nil, nil, 5},
+		{"more than the capacity is the capacity", 5, 50, nil, nil, 5},
+		{"nothing", 5, 0, nil, []uint64{5, 4, 3, 2, 1}, 0},
+		{"phantoms age out before newer blocks", 3, 2, []int{3}, []uint64{100}, 4},
+		{"an add evicts a block older than the phantom", 4, 1, []int{0}, []uint64{100, 4, 3, 2}, 1},
+		{"an add takes a unit of an older phantom", 0, 5, []int{0}, []uint64{100}, 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var evicted []uint64
+			l := newBlockLRU(5, func(h uint64) { evicted = append(evicted, h) })
+			for h := 1; h <= c.held; h++ {
+				l.add(uint64(h))
+			}
+			l.age(c.age)
+			if c.ages != nil {
+				l.add(100)
+				for _, n := range c.ages {
+					l.age(n)
+				}
+			}
+			if !slices.Equal(l.keys(), c.want) || l.phantomBlocks != c.phantoms {
+				t.Fatalf("keys %v phantoms %d, want %v and %d", l.keys(), l.phantomBlocks, c.want, c.phantoms)
+			}
+			if got := len(l.pos) + l.phantomBlocks; got > l.capacity {
+				t.Fatalf("holds %d, capacity %d", got, l.capacity)
+			}
+			for _, h := range evicted {
+				if l.contains(h) {
+					t.Fatalf("evicted %d still held", h)
+				}
+			}
+		})
 	}
 }
 

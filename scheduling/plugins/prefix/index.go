@@ -186,9 +186,61 @@ type prefixEndpoint struct {
 	// mu by scoring, to skip a stale view's entry.
 	dead atomic.Bool
 
+	// sample is the server's metrics snapshot the LRU was last aged by
+	// (observeSample); read without mu, to skip a sample already seen.
+	sample atomic.Pointer[datastore.Metrics]
+
 	mu       sync.Mutex
 	lru      *blockLRU
 	capacity int
+	// computed is the server's count of prompt tokens it computed (its
+	// prefix-cache queries less hits) at sample; hasComputed is false
+	// until a sample carried the counters.
+	computed    float64
+	hasComputed bool
+	// added counts the blocks this index added since sample; pending is
+	// the blocks the server computed beyond them, not yet aged by (less
+	// than one, or negative: this index's adds the server has yet to count,
+	// or blocks it already had from another replica's requests).
+	added   int
+	pending float64
+}
+
+// observeSample ages the endpoint's LRU by the blocks its server cached
+// since the previous sample for requests this index did not record: the
+// growth of the server's computed prompt tokens (prefix-cache queries less
+// hits), in blocks of tokensPerBlock, less the blocks recorded here. So
+// the LRU evicts at the rate the server's cache does, however many picker
+// replicas share the server. A sample without the counters, or whose
+// counters fell (the server restarted), only sets the base for the next.
+func (pe *prefixEndpoint) observeSample(m *datastore.Metrics, tokensPerBlock float64) {
+	if m == nil || pe.sample.Load() == m {
+		return
+	}
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	if prev := pe.sample.Load(); pe.dead.Load() || prev == m || (prev != nil && m.ScrapedAt.Before(prev.ScrapedAt)) {
+		return // dead, raced, or an older snapshot read before a newer one
+	}
+	pe.sample.Store(m)
+	added := pe.added
+	pe.added = 0
+	computed := m.PrefixCacheQueries - m.PrefixCacheHits
+	if m.PrefixCacheQueries <= 0 || !pe.hasComputed || computed < pe.computed {
+		pe.computed, pe.hasComputed, pe.pending = computed, m.PrefixCacheQueries > 0, 0
+		return
+	}
+	pe.pending += (computed-pe.computed)/tokensPerBlock - float64(added)
+	pe.computed = computed
+	// A debt of more than the cache is not one this index can still owe:
+	// bound it, so that a long stretch of blocks the server already had
+	// does not stop the aging for as long.
+	pe.pending = max(pe.pending, -float64(pe.capacity))
+	if pe.pending >= 1 {
+		n := math.Floor(pe.pending)
+		pe.pending -= n
+		pe.lru.age(int(min(n, float64(pe.capacity))))
+	}
 }
 
 func newPrefixIndex() *prefixIndex {
@@ -393,6 +445,7 @@ func (pe *prefixEndpoint) touchOrAdd(hashes []uint64) {
 			continue
 		}
 		pe.lru.add(h)
+		pe.added++
 		pe.idx.addHolder(h, pe)
 	}
 }

@@ -107,6 +107,17 @@ type Params struct {
 	// narrow slack spreads its load better. False (the plugin default):
 	// RendezvousLoadSlack however many replicas there are.
 	RendezvousSlackPerReplica bool `json:"rendezvousSlackPerReplica"`
+	// ServerCounterAging ages each endpoint's LRU by what its server says
+	// it cached: on each new scrape, the growth of its prefix-cache
+	// counters (vLLM's vllm:prefix_cache_queries_total less
+	// vllm:prefix_cache_hits_total: the prompt tokens it computed), in
+	// blocks of HashBlockSize / BytesPerToken tokens, less the blocks this
+	// index added since, takes room in the LRU as the newest blocks and
+	// pushes out the oldest. With several picker replicas, each records
+	// only its own requests; the others' fill the server's cache too, and
+	// this is how a replica learns that they evicted what it recorded.
+	// Servers that do not export the counters are not aged. Absent: true.
+	ServerCounterAging *bool `json:"serverCounterAging"`
 }
 
 // RendezvousScore is what the rendezvous choice scores (RendezvousBlocks):
@@ -227,7 +238,7 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 			return nil, fmt.Errorf("parameters: %s %d must be between 1 and %d", c.field, *c.v, c.max)
 		}
 	}
-	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback} {
+	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.ServerCounterAging} {
 		if *b == nil {
 			t := true
 			*b = &t
@@ -267,6 +278,9 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 	if len(st.hashes) == 0 || st.index == nil {
 		return
 	}
+	if *s.params.ServerCounterAging {
+		s.ageByServers(st.index, cs.Endpoints, c)
+	}
 	slots := int(st.index.slots.Load())
 	if cap(st.matched) < slots {
 		st.matched = make([]int32, slots)
@@ -286,6 +300,19 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 	}
 	if !slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {
 		s.rendezvous(cs, req, c, scores)
+	}
+}
+
+// ageByServers ages the candidates' LRUs by their servers' newest samples
+// (Params.ServerCounterAging): a pointer compare per candidate when the
+// sample was seen, so it costs the pick path nothing between scrapes.
+func (s *Scorer) ageByServers(x *prefixIndex, set framework.EndpointSet, c []framework.Candidate) {
+	states := x.statesFor(set)
+	tokensPerBlock := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
+	for i := range c {
+		if pe := states[c[i].Index]; pe != nil {
+			pe.observeSample(c[i].Endpoint.Metrics(), tokensPerBlock)
+		}
 	}
 }
 

@@ -274,6 +274,74 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 	}
 }
 
+// TestPrefixServerCounterAging checks that a new sample of a server's
+// prefix-cache counters ages its LRU by the blocks the server computed
+// beyond those this index recorded there (another replica's requests).
+// Pod 1's LRU holds 20 blocks and has prompt a's 10; a sample sets the
+// base, then the server's computed tokens grow by grow and the next sample
+// is seen; a's score on pod 1 is what remains of it.
+func TestPrefixServerCounterAging(t *testing.T) {
+	const tokensPerBlock = 16 // 64-byte blocks of 4-byte tokens
+	cases := []struct {
+		name   string
+		params string
+		// noCounters: the samples carry no prefix-cache counters.
+		noCounters bool
+		// grow is the server's computed tokens between the samples; own
+		// is a prompt this index records on pod 1 in between.
+		grow float64
+		own  []byte
+		want float64
+	}{
+		{name: "the server computed nothing", want: 1},
+		{name: "others' 10 blocks fill the free room", grow: 10 * tokensPerBlock, want: 1},
+		{name: "others' 15 blocks push out a's 5 oldest", grow: 15 * tokensPerBlock, want: 0.5},
+		{name: "a part of a block is carried, not aged", grow: 10.9 * tokensPerBlock, want: 1},
+		{name: "more than the cache pushes out all of a", grow: 100 * tokensPerBlock, want: 0},
+		{name: "the server computed only this index's blocks", grow: 5 * tokensPerBlock, own: schedtest.Prompt("own", 64*15), want: 0.5},
+		{name: "this index's blocks are not counted twice", grow: 10 * tokensPerBlock, own: schedtest.Prompt("own", 64*5), want: 1},
+		{name: "counters that fell (a restart) only set the base", grow: -500, want: 1},
+		{name: "a server without the counters is not aged", noCounters: true, grow: 100 * tokensPerBlock, want: 1},
+		{name: "off", params: `"serverCounterAging": false, `, grow: 100 * tokensPerBlock, want: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 2, `{`+c.params+`"hashBlockSize": 64, "lruCapacityPerServer": 20}`)
+			a := schedtest.Prompt("a", 64*10)
+			sample := func(computed float64) {
+				m := schedtest.Load(0, 0.1)
+				if !c.noCounters {
+					m.PrefixCacheQueries, m.PrefixCacheHits = 10000+computed, 10000
+				}
+				f.tp.Ep(t, 1).SetMetrics(m)
+			}
+			f.score(a, 1)
+			sample(1000)
+			if got := f.score(a, 0)[1]; got != 1 {
+				t.Fatalf("a scores %v on the base sample, want 1", got)
+			}
+			if c.own != nil {
+				f.score(c.own, 1)
+			}
+			sample(1000 + c.grow)
+			if got := f.score(a, 0)[1]; !schedtest.ApproxEqual([]float64{got}, []float64{c.want}) {
+				t.Fatalf("a scores %v, want %v", got, c.want)
+			}
+			pe := f.index().lookup(f.tp.Ep(t, 1).Key())
+			pe.mu.Lock()
+			held := pe.lru.len() + pe.lru.phantomBlocks
+			pe.mu.Unlock()
+			if held > 20 {
+				t.Fatalf("LRU holds %d blocks and phantoms, capacity 20", held)
+			}
+			// The same sample seen again ages nothing more.
+			if got := f.score(a, 0)[1]; !schedtest.ApproxEqual([]float64{got}, []float64{c.want}) {
+				t.Fatalf("a scores %v on the sample seen again, want %v", got, c.want)
+			}
+		})
+	}
+}
+
 func TestPrefixCapacity(t *testing.T) {
 	cases := []struct {
 		name   string
