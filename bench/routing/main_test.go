@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/poolpicker/poolpicker/internal/eppclient"
+	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
 func TestMain(m *testing.M) {
@@ -164,5 +167,36 @@ func TestSpread(t *testing.T) {
 				t.Fatalf("streams in turn: %v", inTurn)
 			}
 		})
+	}
+}
+
+// TestNoAgingConfig keeps the poolpicker-no-aging router the default
+// profile with only the prefix scorer's serverCounterAging turned off.
+func TestNoAgingConfig(t *testing.T) {
+	params := func(text string) map[string]any {
+		t.Helper()
+		cfg, err := scheduling.LoadConfig([]byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range cfg.Plugins {
+			if p.Type == prefix.Type {
+				var m map[string]any
+				if err := json.Unmarshal(p.Parameters, &m); err != nil {
+					t.Fatal(err)
+				}
+				return m
+			}
+		}
+		t.Fatal("no prefix-cache-scorer in the config")
+		return nil
+	}
+	def, noAging := params(scheduling.DefaultConfigText), params(noAgingConfig)
+	if noAging["serverCounterAging"] != false {
+		t.Fatalf("poolpicker-no-aging's prefix parameters %v: serverCounterAging is not false", noAging)
+	}
+	delete(noAging, "serverCounterAging")
+	if !reflect.DeepEqual(def, noAging) {
+		t.Fatalf("poolpicker-no-aging's other prefix parameters %v, the default profile's %v", noAging, def)
 	}
 }
