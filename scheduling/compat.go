@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -61,82 +60,6 @@ var pluginTypeAliases = map[string]string{
 	// llm-d router: prefers the endpoint with the fewest requests in flight
 	// from this picker, as in-flight-scorer does.
 	"active-request-scorer": InFlightScorerType,
-}
-
-// upstreamParams translate upstream parameter names of a plugin type to
-// poolpicker's, before the type's factory reads them strictly.
-var upstreamParams = map[string]func(params map[string]json.RawMessage) error{
-	PrefixCacheScorerType: prefixScorerParams,
-}
-
-// prefixScorerParams reads upstream prefix-cache-scorer parameters: a block
-// of blockSizeTokens tokens is blockSizeTokens × bytesPerToken (upstream
-// assumes 4) bytes of prompt; blockSize is its older size in characters;
-// maxPrefixTokensToMatch, when set, gives the block count in tokens.
-func prefixScorerParams(p map[string]json.RawMessage) error {
-	num := func(key string) (int, bool, error) {
-		raw, ok := p[key]
-		if !ok {
-			return 0, false, nil
-		}
-		var n int
-		if err := json.Unmarshal(raw, &n); err != nil {
-			return 0, true, fmt.Errorf("parameters: %s: %w", key, err)
-		}
-		delete(p, key)
-		return n, true, nil
-	}
-	bytesPerToken := 4
-	if raw, ok := p["bytesPerToken"]; ok {
-		if err := json.Unmarshal(raw, &bytesPerToken); err != nil {
-			return fmt.Errorf("parameters: bytesPerToken: %w", err)
-		}
-	}
-	tokens, hasTokens, err := num("blockSizeTokens")
-	if err != nil {
-		return err
-	}
-	chars, hasChars, err := num("blockSize")
-	if err != nil {
-		return err
-	}
-	maxTokens, hasMaxTokens, err := num("maxPrefixTokensToMatch")
-	if err != nil {
-		return err
-	}
-	if _, set := p["hashBlockSize"]; !set {
-		switch {
-		case hasTokens && tokens > 0:
-			p["hashBlockSize"] = json.RawMessage(strconv.Itoa(tokens * bytesPerToken))
-		case hasChars && chars > 0:
-			p["hashBlockSize"] = json.RawMessage(strconv.Itoa(chars))
-		}
-	}
-	if hasMaxTokens && maxTokens > 0 && hasTokens && tokens > 0 {
-		p["maxPrefixBlocksToMatch"] = json.RawMessage(strconv.Itoa(max(maxTokens/tokens, 1)))
-	}
-	return nil
-}
-
-// translateParams rewrites a plugin's upstream parameter names in place.
-func (p *PluginSpec) translateParams() error {
-	tr, ok := upstreamParams[p.Type]
-	if !ok || len(p.Parameters) == 0 || string(p.Parameters) == "null" {
-		return nil
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(p.Parameters, &m); err != nil {
-		return fmt.Errorf("parameters: %w", err)
-	}
-	if err := tr(m); err != nil {
-		return err
-	}
-	out, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	p.Parameters = out
-	return nil
 }
 
 // inertPlugin stands for an upstream plugin whose job poolpicker does itself.
@@ -225,9 +148,6 @@ func (c *Config) resolveUpstreamTypes() error {
 			p.Name = p.nameOr()
 			c.Warnings = append(c.Warnings, fmt.Sprintf("plugin %q: type %s is read as poolpicker's %s", p.nameOr(), p.Type, to))
 			p.Type = to
-		}
-		if err := p.translateParams(); err != nil {
-			return fmt.Errorf("plugins[%d] (%s): %w", i, p.Type, err)
 		}
 		if why, ok := inertPluginTypes[p.Type]; ok {
 			c.Warnings = append(c.Warnings, fmt.Sprintf("plugin %q: type %s has nothing to do here (%s); its parameters are not read", p.nameOr(), p.Type, why))

@@ -47,8 +47,14 @@ func TestUpstreamConfigs(t *testing.T) {
 		{name: "guide: prefix scorer in tokens", text: upstream(t, "guide-prefix.yaml"),
 			wantProfiles: map[string][]string{"default": {"prefix-cache-scorer", "max-score-picker"}},
 			check: func(t *testing.T, c *Config) {
-				if got := string(c.Plugins[0].Parameters); !strings.Contains(got, `"hashBlockSize":20`) || strings.Contains(got, "blockSizeTokens") {
-					t.Errorf("prefix parameters %s: want blockSizeTokens 5 read as hashBlockSize 20 (4 bytes a token)", got)
+				// The scorer reads blockSizeTokens 5 as hashBlockSize 20 (4
+				// bytes a token): 256 blocks of it are the prompt it reads.
+				s, err := New(c, Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := s.PromptBytes(); got != 256*20 {
+					t.Errorf("scheduler reads %d prompt bytes, want blockSizeTokens 5 read as hashBlockSize 20 (4 bytes a token) times 256 blocks", got)
 				}
 			}},
 		{name: "guide: feature gates, data layer, flow control", text: upstream(t, "guide-datalayer.yaml"),
@@ -82,7 +88,7 @@ func TestUpstreamConfigs(t *testing.T) {
 		{name: "other apiVersion", text: "apiVersion: llm-d.ai/v1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n",
 			wantErr: `apiVersion "llm-d.ai/v1": must be "inference.networking.x-k8s.io/v1alpha1" or "llm-d.ai/v1alpha1"`},
 		{name: "bad upstream parameter", text: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-scorer\n  parameters:\n    blockSizeTokens: many\n",
-			wantErr: "plugins[0] (prefix-cache-scorer): parameters: blockSizeTokens"},
+			wantErr: `plugin "prefix-cache-scorer" (type prefix-cache-scorer): parameters: blockSizeTokens`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -213,6 +213,10 @@ var (
 // New is the factory of prefix-cache-scorer; its parameters are
 // Params' fields, each with its documented default.
 func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin, error) {
+	raw, err := translateUpstream(raw)
+	if err != nil {
+		return nil, err
+	}
 	var p Params
 	if err := framework.DecodeParams(raw, &p); err != nil {
 		return nil, err
