@@ -92,7 +92,7 @@ func main() {
 	flag.IntVar(&c.Servers, "servers", 4, "Model-server processes serving every pod address.")
 	flag.IntVar(&c.Port, "port", 28123, "Port of every model server (the pools' target port); it must be free on every loopback address.")
 	flag.DurationVar(&c.steadyWait, "steady-wait", 5*time.Second, "Time the API server is left alone after its caches are warm, before its steady RSS is taken (the most over the next 5 s).")
-	flag.DurationVar(&c.hotWarmup, "hot-warmup", 5*time.Second, "Hot-pool traffic sent before the measured window.")
+	flag.DurationVar(&c.hotWarmup, "hot-warmup", 5*time.Second, "Hot-pool traffic sent before each measured window, under its conditions.")
 	flag.DurationVar(&c.settle, "settle", 60*time.Second, "Time after sync before the idle window, so that idle servers decay to the idle interval.")
 	flag.DurationVar(&c.idleWindow, "idle-window", 30*time.Second, "Window over which idle CPU is measured (one idle refresh interval covers every server once).")
 	flag.DurationVar(&c.hotWindow, "hot-window", 20*time.Second, "Window of hot-pool traffic measured (after 5 s of warm-up traffic).")

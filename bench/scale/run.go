@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -257,9 +258,6 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		return r, err
 	}
 	defer g.close()
-	if _, err := hotTraffic(ctx, g, c, hot, c.HotRate, 0, c.hotWarmup); err != nil {
-		return r, fmt.Errorf("hot traffic warm-up: %w", err)
-	}
 	// With noisy-neighbour runs, every hot figure is the other pools': the
 	// noisy one, hot[0], is left out of the quiet window too.
 	noisy := c.Noisy > 0 && nHot > 1
@@ -304,8 +302,8 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		loud.Case = fmt.Sprintf("%gx traffic", c.Noisy)
 		r.Neighbours = []hotFigures{hang, loud}
 		for _, n := range r.Neighbours {
-			logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p99 %.1f ms (%.2fx quiet); %.0f scrapes timed out",
-				n.Case, n.AgeP99Ms, n.AgeP99Ms/r.MetricAgeP99Ms, n.PickP99Ms, n.PickP99Ms/r.HotPickP99Ms, n.ScrapeTimeouts)
+			logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p99 %.1f ms (%.2fx quiet); %.0f scrapes timed out; oldest %q",
+				n.Case, n.AgeP99Ms, n.AgeP99Ms/r.MetricAgeP99Ms, n.PickP99Ms, n.PickP99Ms/r.HotPickP99Ms, n.ScrapeTimeouts, n.Oldest)
 		}
 	}
 
@@ -397,6 +395,8 @@ type hotFigures struct {
 	// mean CPU cost as the budget measured it.
 	BusyIntervalMs float64 `json:"busyIntervalMaxMs"`
 	CPUPerScrapeUs float64 `json:"cpuPerScrapeMicros"`
+	// Oldest are the picks that saw the oldest values.
+	Oldest []string `json:"oldest,omitempty"`
 	// ScrapeTimeouts are the scrapes that timed out in the window (the
 	// hanging servers').
 	ScrapeTimeouts float64 `json:"scrapeTimeouts,omitempty"`
@@ -407,6 +407,13 @@ type hotFigures struct {
 // picks left out when others is set.
 func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServers, c config, hot []int, noisy float64, others bool) (hotFigures, error) {
 	var f hotFigures
+	// Each window has its warm-up under its own conditions: between
+	// windows the pools go without requests for longer than the demand
+	// window while the harness reads the figures, and their first picks
+	// would be routed on idle values.
+	if _, err := hotTraffic(ctx, g, c, hot, c.HotRate, noisy, c.hotWarmup); err != nil {
+		return f, fmt.Errorf("hot traffic warm-up: %w", err)
+	}
 	pc, t0 := proc.CPU(p.pid()), time.Now()
 	picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, noisy, c.hotWindow)
 	if err != nil {
@@ -447,6 +454,16 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	}
 	f.PickP50Ms, f.PickP99Ms = percentile(lat, 50), percentile(lat, 99)
 	f.AgeP50Ms, f.AgeP99Ms, f.AgeMaxMs = percentile(ages, 50), percentile(ages, 99), percentile(ages, 100)
+	// The oldest values seen, with their pod and when in the window, for
+	// telling one stale server from a stall of every scrape.
+	order := make([]int, len(ages))
+	for k := range order {
+		order[k] = k
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(ages[b], ages[a]) })
+	for _, k := range order[:min(len(order), 8)] {
+		f.Oldest = append(f.Oldest, fmt.Sprintf("pod %d at +%.1fs: %.0f ms", picks[k].addr, picks[k].sent.Sub(t0).Seconds(), ages[k]))
+	}
 	return f, nil
 }
 
