@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
 const header = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -79,9 +79,11 @@ schedulingProfiles:
 				if len(p.scorers) != 3 || p.scorers[1].weight != 1.5 || p.pickerMax != 2 {
 					t.Fatalf("profile %+v", p)
 				}
-				params := p.scorers[2].Scorer.(*prefix.Scorer).Params()
-				if params.HashBlockSize != 32 || params.MaxPrefixBlocksToMatch != 128 || params.LRUCapacityPerServer != 1000 || !*params.AutoTune || !*params.UsageFeedback || params.QueueMissCost {
-					t.Fatalf("prefix params %+v", params)
+				// The parameters reach the scorer's factory: 128 blocks of
+				// 32 bytes are the prompt it reads (its defaults and bounds are
+				// prefix's TestParams).
+				if got := p.scorers[2].Scorer.(framework.PromptReader).PromptBytes(); got != 32*128 {
+					t.Fatalf("prefix scorer reads %d prompt bytes, want 32 x 128", got)
 				}
 			},
 		},

@@ -46,3 +46,16 @@ func TestUpstreamParams(t *testing.T) {
 		})
 	}
 }
+
+// TestParams: a config's parameters reach the scorer, and those it leaves
+// out take their documented defaults.
+func TestParams(t *testing.T) {
+	p, err := New("p", json.RawMessage(`{"hashBlockSize": 32, "maxPrefixBlocksToMatch": 128, "lruCapacityPerServer": 1000}`), framework.NewHandle(t.Context(), logr.Discard(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := p.(*Scorer).Params()
+	if params.HashBlockSize != 32 || params.MaxPrefixBlocksToMatch != 128 || params.LRUCapacityPerServer != 1000 || !*params.AutoTune || !*params.UsageFeedback || params.QueueMissCost {
+		t.Fatalf("prefix params %+v", params)
+	}
+}

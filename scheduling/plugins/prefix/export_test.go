@@ -5,8 +5,9 @@ package prefix
 
 import "github.com/poolpicker/poolpicker/scheduling/framework"
 
-// What the scorer's index holds, for tests of what it keeps and drops
-// (the scheduler's pool and endpoint removal) and for diagnostics.
+// What the scorer's index holds, for tests (this package's, and the
+// scheduler's in prefix_test) of what it keeps and drops when pools and
+// endpoints leave.
 
 // IndexedBlocks counts the distinct blocks indexed for the pool.
 func (s *Scorer) IndexedBlocks(pool framework.Pool) int {
