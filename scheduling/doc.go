@@ -23,15 +23,18 @@
 //  5. lets plugins learn from the pick (the prefix-cache scorer records the
 //     prompt's blocks in the primary endpoint's LRU).
 //
-// Plugins implement the extension points of package framework; the
-// built-in ones live in scheduling/plugins/..., and a plugin of another
-// module joins them with Register (site-src/plugins.md). A config names
-// plugins by their registered type.
+// Plugins implement the extension points of package framework and see
+// pools and endpoints through its read-only views; the built-in ones live
+// in scheduling/plugins/..., registered by NewRegistry, and a plugin of
+// another module joins them in a registry given as Options.Registry
+// (poolpicker's command: app.WithPlugin; site-src/plugins.md). A config
+// names plugins by their registered type.
 //
-// Guarantees: Schedule takes no lock shared between pools and allocates once
-// in steady state (the Result); plugin instances are shared by all pools and
-// keep per-pool state keyed by pool, dropped when the pool or its endpoints
-// leave the registry (the Scheduler is a datastore.Observer); per-request
+// Guarantees: ScheduleDeferred takes no lock shared between pools and
+// allocates once in steady state (the Result); plugin instances are shared
+// by all pools and keep per-pool state keyed by pool, dropped when the pool
+// or its endpoints leave the registry (the Scheduler is a
+// datastore.Observer and tells framework.PoolObserver plugins); per-request
 // state lives in a CycleState, never in package variables. The Scheduler
 // starts no goroutine.
 package scheduling
