@@ -56,3 +56,15 @@ func (s *Scorer) Holds(pool framework.Pool, e framework.Endpoint) bool {
 
 // Params returns the scorer's parameters, defaults filled in.
 func (s *Scorer) Params() Params { return s.params }
+
+// blocks counts the distinct blocks in the index.
+func (x *prefixIndex) blocks() int {
+	n := 0
+	for i := range x.shards {
+		sh := &x.shards[i]
+		sh.mu.RLock()
+		n += len(sh.m)
+		sh.mu.RUnlock()
+	}
+	return n
+}

@@ -605,15 +605,3 @@ func longestMatch(matched []int32, first []int32) int {
 	}
 	return longest
 }
-
-// blocks counts the distinct blocks in the index (test and bench use).
-func (x *prefixIndex) blocks() int {
-	n := 0
-	for i := range x.shards {
-		sh := &x.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
-	}
-	return n
-}
