@@ -94,9 +94,11 @@ type EndpointLimiter interface {
 	MaxEndpoints() int
 }
 
-// PostPicker hears of the decision after a successful pick, before Schedule
-// returns (or at Result.Commit after a deferred schedule): the place for a
-// plugin to learn from what it chose, off the request's latency path.
+// PostPicker hears of the decision after a successful pick, when the
+// scheduler's caller commits it (once the answer is on its way): the place
+// for a plugin to learn from what it chose, off the request's latency
+// path. result views the endpoints picked; Result.Predict leaves a
+// prediction for the server's report of cached tokens.
 type PostPicker interface {
 	Plugin
 	PostPick(ctx context.Context, cs *CycleState, req *Request, result *Result)
