@@ -198,12 +198,22 @@ type prefixEndpoint struct {
 	// until a sample carried the counters.
 	computed    float64
 	hasComputed bool
-	// added counts the blocks this index added since sample; pending is
-	// the blocks the server computed beyond them, not yet aged by (less
-	// than one, or negative: this index's adds the server has yet to count,
-	// or blocks it already had from another replica's requests).
-	added   int
+	// added counts the blocks this index added since sample, corrected by
+	// the servers' reports of cached tokens; pending is the blocks the
+	// server computed beyond them, not yet aged by (less than one, or
+	// negative: this index's adds the server has yet to count, or blocks
+	// it already had from another replica's requests).
+	added   float64
 	pending float64
+}
+
+// correctAdded adds to the blocks counted as this index's since the last
+// sample the difference the server's report of the request's cached
+// tokens made (ObserveCachedTokens), in blocks.
+func (pe *prefixEndpoint) correctAdded(blocks float64) {
+	pe.mu.Lock()
+	pe.added += blocks
+	pe.mu.Unlock()
 }
 
 // observeSample ages the endpoint's LRU by the blocks its server cached
@@ -230,7 +240,7 @@ func (pe *prefixEndpoint) observeSample(m *datastore.Metrics, tokensPerBlock flo
 		pe.computed, pe.hasComputed, pe.pending = computed, m.PrefixCacheQueries > 0, 0
 		return
 	}
-	pe.pending += (computed-pe.computed)/tokensPerBlock - float64(added)
+	pe.pending += (computed-pe.computed)/tokensPerBlock - added
 	pe.computed = computed
 	// A debt of more than the cache is not one this index can still owe:
 	// bound it, so that a long stretch of blocks the server already had

@@ -441,6 +441,13 @@ func (s *Scorer) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens 
 	s.agreement.observed.Inc()
 	s.agreement.predictedTokens.Add(float64(predicted))
 	s.agreement.confirmedTokens.Add(float64(min(cachedTokens, predicted)))
+	if *s.params.ServerCounterAging {
+		// What the server computed for this request is what the index
+		// added for it, plus the predicted blocks it did not have, less
+		// the blocks the index added that it did have: the request's own,
+		// not another replica's.
+		pe.correctAdded(float64(predicted-min(cachedTokens, p.PromptTokens)) / float64(blockTokens))
+	}
 	slack := 2 * max(blockTokens, 16)
 	if cachedTokens+slack >= predicted {
 		return

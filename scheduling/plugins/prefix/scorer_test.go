@@ -288,10 +288,12 @@ func TestPrefixServerCounterAging(t *testing.T) {
 		// noCounters: the samples carry no prefix-cache counters.
 		noCounters bool
 		// grow is the server's computed tokens between the samples; own
-		// is a prompt this index records on pod 1 in between.
-		grow float64
-		own  []byte
-		want float64
+		// is a prompt this index records on pod 1 in between, and report
+		// the cached tokens the server then reports for it (none if 0).
+		grow   float64
+		own    []byte
+		report int
+		want   float64
 	}{
 		{name: "the server computed nothing", want: 1},
 		{name: "others' 10 blocks fill the free room", grow: 10 * tokensPerBlock, want: 1},
@@ -300,6 +302,9 @@ func TestPrefixServerCounterAging(t *testing.T) {
 		{name: "more than the cache pushes out all of a", grow: 100 * tokensPerBlock, want: 0},
 		{name: "the server computed only this index's blocks", grow: 5 * tokensPerBlock, own: schedtest.Prompt("own", 64*15), want: 0.5},
 		{name: "this index's blocks are not counted twice", grow: 10 * tokensPerBlock, own: schedtest.Prompt("own", 64*5), want: 1},
+		// a again, predicted whole, and the server had none of it: of the
+		// 25 blocks it computed, 10 were a's, so 15 others' push out 5.
+		{name: "an own request the server missed is not another's", grow: 25 * tokensPerBlock, own: schedtest.Prompt("a", 64*10), report: -1, want: 0.5},
 		{name: "counters that fell (a restart) only set the base", grow: -500, want: 1},
 		{name: "a server without the counters is not aged", noCounters: true, grow: 100 * tokensPerBlock, want: 1},
 		{name: "off", params: `"serverCounterAging": false, `, grow: 100 * tokensPerBlock, want: 1},
@@ -321,7 +326,15 @@ func TestPrefixServerCounterAging(t *testing.T) {
 				t.Fatalf("a scores %v on the base sample, want 1", got)
 			}
 			if c.own != nil {
-				f.score(c.own, 1)
+				cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
+				req := &framework.Request{Prompt: c.own}
+				f.s.Score(ctx, cs, req, schedtest.Candidates(f.tp.Pool), make([]float64, 2))
+				res := &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(f.tp.Ep(t, 1))}}
+				f.s.PostPick(ctx, cs, req, res)
+				if c.report != 0 {
+					p := res.Prediction()
+					f.s.ObserveCachedTokens(&p, max(c.report, 0))
+				}
 			}
 			sample(1000 + c.grow)
 			if got := f.score(a, 0)[1]; !schedtest.ApproxEqual([]float64{got}, []float64{c.want}) {
