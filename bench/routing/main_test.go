@@ -170,9 +170,9 @@ func TestSpread(t *testing.T) {
 	}
 }
 
-// TestNoAgingConfig keeps the poolpicker-no-aging router the default
-// profile with only the prefix scorer's serverCounterAging turned off.
-func TestNoAgingConfig(t *testing.T) {
+// TestCounterAgingConfig keeps the poolpicker-counter-aging router the
+// default profile with only the prefix scorer's serverCounterAging on.
+func TestCounterAgingConfig(t *testing.T) {
 	params := func(text string) map[string]any {
 		t.Helper()
 		cfg, err := scheduling.LoadConfig([]byte(text))
@@ -191,12 +191,12 @@ func TestNoAgingConfig(t *testing.T) {
 		t.Fatal("no prefix-cache-scorer in the config")
 		return nil
 	}
-	def, noAging := params(scheduling.DefaultConfigText), params(noAgingConfig)
-	if noAging["serverCounterAging"] != false {
-		t.Fatalf("poolpicker-no-aging's prefix parameters %v: serverCounterAging is not false", noAging)
+	def, aging := params(scheduling.DefaultConfigText), params(counterAgingConfig)
+	if aging["serverCounterAging"] != true {
+		t.Fatalf("poolpicker-counter-aging's prefix parameters %v: serverCounterAging is not true", aging)
 	}
-	delete(noAging, "serverCounterAging")
-	if !reflect.DeepEqual(def, noAging) {
-		t.Fatalf("poolpicker-no-aging's other prefix parameters %v, the default profile's %v", noAging, def)
+	delete(aging, "serverCounterAging")
+	if !reflect.DeepEqual(def, aging) {
+		t.Fatalf("poolpicker-counter-aging's other prefix parameters %v, the default profile's %v", aging, def)
 	}
 }

@@ -81,11 +81,12 @@ schedulingProfiles:
   - pluginRef: max-score-picker
 `
 
-// noAgingConfig is the default profile with the prefix scorer's
-// serverCounterAging off: each replica's LRU of a server learns only of
-// its own requests, as before the servers' prefix-cache counters aged it.
-var noAgingConfig = strings.Replace(scheduling.DefaultConfigText,
-	"- type: prefix-cache-scorer\n  parameters:\n", "- type: prefix-cache-scorer\n  parameters:\n    serverCounterAging: false\n", 1)
+// counterAgingConfig is the default profile with the prefix scorer's
+// serverCounterAging on: each replica's LRU of a server is aged by the
+// blocks the server's prefix-cache counters say it cached for requests
+// the replica did not record.
+var counterAgingConfig = strings.Replace(scheduling.DefaultConfigText,
+	"- type: prefix-cache-scorer\n  parameters:\n", "- type: prefix-cache-scorer\n  parameters:\n    serverCounterAging: true\n", 1)
 
 // allRouters are the routers a sweep can compare, poolpicker's default first.
 // The baselines run one replica: they keep no state a replica could lack,
@@ -96,7 +97,7 @@ var allRouters = []router{
 	{name: "round-robin", config: roundRobinConfig, replicas: []int{1}},
 	{name: "least-queue", config: leastQueueConfig, replicas: []int{1}},
 	{name: "upstream-weights", config: upstreamConfig, replicas: []int{1}},
-	{name: "poolpicker-no-aging", config: noAgingConfig},
+	{name: "poolpicker-counter-aging", config: counterAgingConfig},
 	flowRouter,
 	referenceRouter,
 }

@@ -283,8 +283,9 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 func TestPrefixServerCounterAging(t *testing.T) {
 	const tokensPerBlock = 16 // 64-byte blocks of 4-byte tokens
 	cases := []struct {
-		name   string
-		params string
+		name string
+		// off leaves serverCounterAging out of the parameters.
+		off bool
 		// noCounters: the samples carry no prefix-cache counters.
 		noCounters bool
 		// grow is the server's computed tokens between the samples; own
@@ -307,11 +308,15 @@ func TestPrefixServerCounterAging(t *testing.T) {
 		{name: "an own request the server missed is not another's", grow: 25 * tokensPerBlock, own: schedtest.Prompt("a", 64*10), report: -1, want: 0.5},
 		{name: "counters that fell (a restart) only set the base", grow: -500, want: 1},
 		{name: "a server without the counters is not aged", noCounters: true, grow: 100 * tokensPerBlock, want: 1},
-		{name: "off", params: `"serverCounterAging": false, `, grow: 100 * tokensPerBlock, want: 1},
+		{name: "off (the plugin default)", off: true, grow: 100 * tokensPerBlock, want: 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := newPrefixFixture(t, 2, `{`+c.params+`"hashBlockSize": 64, "lruCapacityPerServer": 20}`)
+			params := `{"serverCounterAging": true, "hashBlockSize": 64, "lruCapacityPerServer": 20}`
+			if c.off {
+				params = `{"hashBlockSize": 64, "lruCapacityPerServer": 20}`
+			}
+			f := newPrefixFixture(t, 2, params)
 			a := schedtest.Prompt("a", 64*10)
 			sample := func(computed float64) {
 				m := schedtest.Load(0, 0.1)
