@@ -8,16 +8,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
@@ -27,49 +29,17 @@ import (
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
-// viewRecorder is a scheduling plugin written as one outside poolpicker's
-// module is: it imports the framework only, so the endpoints it scores are
-// views with getters and nothing else (no SetMetrics, no AddInFlight: that
-// it cannot reach a writer holds by construction). It records what its
-// views say, counts picks in a metric registered through its factory's
-// handle, and keeps the handle's context.
-type viewRecorder struct {
-	// waiting is the waiting requests the last scored endpoint's view
-	// reported (-1: never scraped).
-	waiting atomic.Int64
-	// primary is the address PostPick saw picked.
-	primary atomic.Pointer[string]
-	picks   prometheus.Counter
-	ctx     context.Context
-}
-
-const viewRecorderType = "view-recorder"
-
-func (r *viewRecorder) TypedName() framework.TypedName {
-	return framework.TypedName{Type: viewRecorderType, Name: viewRecorderType}
-}
-
-func (r *viewRecorder) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
-	for i := range c {
-		scores[i] = 1
-		if m := c[i].Endpoint.Metrics(); m != nil {
-			r.waiting.Store(int64(m.WaitingRequests))
-		}
-	}
-}
-
-func (r *viewRecorder) PostPick(_ context.Context, _ *framework.CycleState, _ *framework.Request, res *framework.Result) {
-	a := res.Endpoints[0].Address()
-	r.primary.Store(&a)
-	r.picks.Inc()
-}
-
-// TestWithPlugin runs the command in-process with a plugin added by
-// WithPlugin and named in the config file: the plugin is called, its views
-// reflect the model server's live metrics (a change of the server's queue
-// reaches it through the scraper), its metric is served on the metrics
-// port, and its handle's context ends with the command.
+// TestWithPlugin runs testdata/withplugin, poolpicker built with a plugin
+// of its own added by WithPlugin, written against the framework only and
+// named in the config file: the plugin is called, its views follow the
+// model server's live queue through the scraper (3 waiting, then 7), its
+// metrics registered through its handle are served, its handle's logger
+// logs, and the binary stops cleanly.
 func TestWithPlugin(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "withplugin")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/withplugin").CombinedOutput(); err != nil {
+		t.Fatalf("building testdata/withplugin: %v\n%s", err, out)
+	}
 	writeKubeconfig(t)
 	ns := env.Namespace(t, "plugin")
 
@@ -95,32 +65,28 @@ func TestWithPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(config, []byte("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: "+viewRecorderType+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: view-recorder\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
-	rec := &viewRecorder{}
-	rec.waiting.Store(-1)
-	factory := func(_ string, _ json.RawMessage, h framework.Handle) (framework.Plugin, error) {
-		// Called once to check the config (a throwaway registerer), then
-		// for the scheduler: the last call's handle is the serving one.
-		rec.picks = prometheus.NewCounter(prometheus.CounterOpts{Name: "test_view_recorder_picks_total", Help: "Picks the test plugin heard of."})
-		rec.ctx = h.Context()
-		return rec, h.MetricsRegisterer().Register(rec.picks)
-	}
-
 	ports := freePorts(t, 3)
-	args := []string{"--kubeconfig=" + kubeconfig, "--pool-name=pool", "--pool-namespace=" + ns, "--secure-serving=false", "--metrics-endpoint-auth=false", "--tracing=false",
-		"--config-file=" + config, fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2])}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
+	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--pool-name=pool", "--pool-namespace="+ns, "--secure-serving=false", "--metrics-endpoint-auth=false", "--tracing=false",
+		"--config-file="+config, fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2]))
 	var stderr syncBuffer
-	go func() { done <- NewCommand(WithPlugin(viewRecorderType, factory)).Run(ctx, args, &stderr) }()
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
 
-	waitCtx, waitCancel := context.WithTimeout(ctx, time.Minute)
-	defer waitCancel()
-	if err := eppclient.WaitServing(waitCtx, fmt.Sprintf("127.0.0.1:%d", ports[1]), "readiness"); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := eppclient.WaitServing(ctx, fmt.Sprintf("127.0.0.1:%d", ports[1]), "readiness"); err != nil {
 		t.Fatalf("readiness: %v; stderr:\n%s", err, stderr.String())
 	}
 	client := eppclient.New(fmt.Sprintf("127.0.0.1:%d", ports[0]), eppclient.Options{})
@@ -128,48 +94,65 @@ func TestWithPlugin(t *testing.T) {
 	endpoint := net.JoinHostPort(ip, fmt.Sprint(port))
 	// Picks until the plugin's view shows the server's queue at want: the
 	// first request after an idle spell has the scraper refresh the pool.
-	seeWaiting := func(want int64) {
+	seeWaiting := func(want int) {
 		t.Helper()
-		poll.Until(t, time.Minute, fmt.Sprintf("the plugin's view of %s to show %d waiting", endpoint, want), func() bool {
-			res, err := client.Do(waitCtx, eppclient.Request{Shape: eppclient.FullDuplex, Body: []byte(`{"model":"m","prompt":"hi"}`)})
+		series := fmt.Sprintf("test_view_recorder_waiting{endpoint=%q} %d\n", endpoint, want)
+		poll.Until(t, time.Minute, "the plugin's view to report "+strings.TrimSpace(series), func() bool {
+			res, err := client.Do(ctx, eppclient.Request{Shape: eppclient.FullDuplex, Body: []byte(`{"model":"m","prompt":"hi"}`)})
 			if err != nil {
 				t.Fatalf("request: %v; stderr:\n%s", err, stderr.String())
 			}
 			if got := res.Endpoints(); len(got) == 0 || got[0] != endpoint {
 				t.Fatalf("picked %v, want %s", got, endpoint)
 			}
-			return rec.waiting.Load() == want
+			return strings.Contains(metricsPage(t, ports[2]), series)
 		})
 	}
 	seeWaiting(3)
 	waiting.Store(7)
 	seeWaiting(7)
-	if p := rec.primary.Load(); p == nil || *p != endpoint {
-		t.Fatalf("PostPick saw primary %v, want %s", p, endpoint)
+	if page := metricsPage(t, ports[2]); !strings.Contains(page, fmt.Sprintf("test_view_recorder_picks_total{primary=%q}", endpoint)) {
+		t.Fatalf("no picks of %s counted by the plugin's PostPick", endpoint)
 	}
-	// The plugin's metric, registered through its handle, is served.
-	waitMetrics(t, ports[2], "test_view_recorder_picks_total ")
+	if !strings.Contains(stderr.String(), "view-recorder built") {
+		t.Errorf("the plugin's handle logger logged nothing; stderr:\n%s", stderr.String())
+	}
 
-	cancel()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	select {
-	case code := <-done:
-		if code != exitOK {
-			t.Fatalf("run returned %d; stderr:\n%s", code, stderr.String())
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v; stderr:\n%s", err, stderr.String())
 		}
 	case <-time.After(45 * time.Second):
-		t.Fatal("run did not return after cancel")
+		t.Fatalf("still running 45s after SIGTERM; stderr:\n%s", stderr.String())
 	}
-	if rec.ctx.Err() == nil {
-		t.Fatal("the plugin's handle context is not done after the command stopped")
+}
+
+// metricsPage is the picker's /metrics page now.
+func metricsPage(t *testing.T, port int) string {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestWithPluginTypeTaken: a plugin type added twice, or one a built-in
 // plugin has, stops the command before anything starts, naming the type.
 func TestWithPluginTypeTaken(t *testing.T) {
-	f := func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return &viewRecorder{}, nil }
+	f := func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return nil, nil }
 	for name, opts := range map[string][]Option{
-		"twice":    {WithPlugin(viewRecorderType, f), WithPlugin(viewRecorderType, f)},
+		"twice":    {WithPlugin("mine", f), WithPlugin("mine", f)},
 		"built-in": {WithPlugin("queue-scorer", f)},
 	} {
 		t.Run(name, func(t *testing.T) {
