@@ -745,3 +745,27 @@ func TestObserveCachedTokens(t *testing.T) {
 	none.ObserveCachedTokens(5)
 	none.Commit()
 }
+
+// TestPluginHandle: a factory's handle carries Options.BaseContext's
+// context, so a plugin's goroutines can end with the scheduler's owner.
+func TestPluginHandle(t *testing.T) {
+	base, cancel := context.WithCancel(context.Background())
+	var got context.Context
+	r := NewRegistry()
+	if err := r.Register("handle-keeper", func(name string, _ json.RawMessage, h framework.Handle) (framework.Plugin, error) {
+		got = h.Context()
+		return &pinScorer{name: TypedName{Type: "handle-keeper", Name: name}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(nil, Options{Registry: r, ConfigText: header + "plugins:\n- type: handle-keeper\n", BaseContext: func() context.Context { return base }}); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Err() != nil {
+		t.Fatalf("handle context %v before the owner stopped", got)
+	}
+	cancel()
+	if got.Err() == nil {
+		t.Fatal("the handle's context is not done after BaseContext's was cancelled")
+	}
+}
