@@ -190,7 +190,7 @@ func Cases() []Case {
 					return err
 				}
 				if err := routedTo(res, p.pods, primaryPort); err != nil {
-					return fmt.Errorf("Service %s: %w", p.svc, err)
+					return fmt.Errorf("pool of Service %s: %w", p.svc, err)
 				}
 			}
 			return nil

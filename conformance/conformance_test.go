@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+func run(m *testing.M) (code int) {
 	var err error
 	if root, err = testenv.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -54,7 +54,12 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer env.Stop()
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+			code = 1
+		}
+	}()
 	dir, err := os.MkdirTemp("", "eppconform-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -85,7 +90,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	eppAddr, healthAddr = p.eppAddr, p.HealthAddr
-	code := m.Run()
+	code = m.Run()
 	if err := p.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "poolpicker:", err)
 		code = 1

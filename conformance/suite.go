@@ -49,8 +49,11 @@ const (
 type Status string
 
 const (
-	Passed  Status = "passed"
-	Failed  Status = "failed"
+	// Passed means every check of the case held.
+	Passed Status = "passed"
+	// Failed means a check did not hold; the case's Detail says which.
+	Failed Status = "failed"
+	// Skipped means the case does not apply to the picker under test.
 	Skipped Status = "skipped"
 )
 
@@ -331,8 +334,11 @@ func setUp(ctx context.Context, opts Options) (_ *Env, err error) {
 			if err == nil && res.Immediate == nil && len(res.Endpoints()) > 0 {
 				break
 			}
+			if time.Now().After(deadline) && err != nil {
+				return nil, fmt.Errorf("conformance: the picker did not route pool of Service %s within %s: %w", w.svc, opts.Ready, err)
+			}
 			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("conformance: the picker did not route pool of Service %s within %s (last: %+v, %v)", w.svc, opts.Ready, res, err)
+				return nil, fmt.Errorf("conformance: the picker did not route pool of Service %s within %s (last answer: %+v)", w.svc, opts.Ready, res)
 			}
 			select {
 			case <-ctx.Done():

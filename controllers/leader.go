@@ -251,7 +251,7 @@ func (l *leadership) newLock() (resourcelock.Interface, error) {
 			Identity: id,
 			// client-go's leader election records its Events with the
 			// core Events API.
-			EventRecorder: l.recorderFor(id), //nolint:staticcheck
+			EventRecorder: l.recorderFor(id),
 		})
 }
 

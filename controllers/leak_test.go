@@ -5,6 +5,7 @@ package controllers
 
 import (
 	"errors"
+	"net/http"
 	"reflect"
 	"testing"
 
@@ -128,7 +129,8 @@ func TestExpiredMeansRelist(t *testing.T) {
 		want bool
 	}{
 		{"expired", apierrors.NewResourceExpired("too old resource version"), true},
-		{"gone", apierrors.NewGone("gone"), true},
+		// A 410 with reason Gone, as apierrors.NewGone (deprecated) makes it.
+		{"gone", &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonGone, Message: "gone"}}, true},
 		{"too large resource version", tooLarge, true},
 		{"forbidden", apierrors.NewForbidden(gr, "", errors.New("rbac")), false},
 		{"server timeout", apierrors.NewServerTimeout(gr, "watch", 1), false},

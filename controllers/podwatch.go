@@ -317,7 +317,7 @@ type endpointPod struct {
 
 func (p *endpointPod) DeepCopyObject() runtime.Object {
 	cp := *p
-	p.ObjectMeta.DeepCopyInto(&cp.ObjectMeta)
+	p.ObjectMeta.DeepCopyInto(&cp.ObjectMeta) //nolint:staticcheck // QF1008: the selector says that only the metadata is copied deep
 	return &cp
 }
 
@@ -437,7 +437,7 @@ func (w *podWatch) run(ctx context.Context) {
 	)
 	retry := func(what string, err error) bool {
 		log.V(2).Info("pod "+what+" failed; retrying", "after", backoff, "err", err.Error())
-		if err != errWatchEnded {
+		if !errors.Is(err, errWatchEnded) {
 			w.sink.failed(w, what, err)
 		}
 		t := time.NewTimer(wait.Jitter(backoff, 0.2))

@@ -33,7 +33,7 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
-// ProvisionReconciler, on the leader, makes the picker Service of each
+// ProvisionReconciler makes, on the leader, the picker Service of each
 // served pool whose spec.endpointPickerRef Service does not exist (in the
 // pool's namespace, selector-less, owned by the pool) and an EndpointSlice
 // listing this deployment's ready replicas, and removes what it provisioned
@@ -115,7 +115,7 @@ func (o replicaObserver) PoolRemoved(*datastore.Pool) {}
 // sliceName is the name of the EndpointSlice provisioned for a Service.
 func (r *ProvisionReconciler) sliceName(service string) string { return service + "-" + r.pickerName }
 
-// Reconcile, on the leader, makes the picker Service of a served pool and
+// Reconcile makes, on the leader, the picker Service of a served pool and
 // its EndpointSlice match the ready replicas, and removes what it
 // provisioned for pools it no longer serves.
 func (r *ProvisionReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

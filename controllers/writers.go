@@ -115,7 +115,7 @@ func allPools(ctx context.Context, c client.Reader) []reconcile.Request {
 	return out
 }
 
-// ClaimReconciler, on the leader, claims the served pools that nobody
+// ClaimReconciler claims, on the leader, the served pools that nobody
 // claimed (ClaimAnnotation), releases the claims of pools no longer served,
 // reports pools that another deployment claimed, and writes
 // RequestsWaitingAnnotation on the served pools it holds requests for. Off the leader it does

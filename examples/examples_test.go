@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 )
 
@@ -36,7 +35,8 @@ func goCmd(t *testing.T, dir string, args ...string) {
 	t.Helper()
 	// No deadline: a build takes what it takes on a cold cache (go test's
 	// -timeout still ends a hung run).
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), args...)
+	// The go command on PATH, where go test puts its own toolchain first.
+	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly", "GOWORK=off")
 	var out bytes.Buffer

@@ -5,6 +5,7 @@ package extproc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -255,7 +256,7 @@ func (g *gw) recv() *extprocv3.ProcessingResponse { g.t.Helper(); return g.recvW
 func (g *gw) expectEOF() {
 	g.t.Helper()
 	_ = g.stream.CloseSend()
-	if m, err := g.stream.Recv(); err != io.EOF {
+	if m, err := g.stream.Recv(); !errors.Is(err, io.EOF) {
 		g.t.Fatalf("want EOF after close, got %v, %v", m, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -218,7 +219,7 @@ func TestTLS(t *testing.T) {
 		if err == nil {
 			_, err = s.Recv()
 		}
-		if err == nil || err == io.EOF {
+		if err == nil || errors.Is(err, io.EOF) {
 			t.Fatal("plaintext stream worked against a TLS port")
 		}
 	})

@@ -6,6 +6,7 @@ package extproc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -74,7 +75,7 @@ func newPanickyPools(t testing.TB, n, podsPerPool int) (*poolFixture, *schedulin
 func (g *gw) statusOf() codes.Code {
 	g.t.Helper()
 	for {
-		if _, err := g.stream.Recv(); err == io.EOF {
+		if _, err := g.stream.Recv(); errors.Is(err, io.EOF) {
 			return codes.OK
 		} else if err != nil {
 			return status.Code(err)
@@ -129,7 +130,7 @@ func TestPanicEndsOnlyItsStream(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if _, err := route(ts, t, i%4, "panic-pick"); status.Code(err) != codes.Internal {
-				errs <- fmt.Errorf("panic while picking: got %v, want INTERNAL", err)
+				errs <- fmt.Errorf("panic while picking: got %v, want INTERNAL", status.Convert(err))
 			}
 		}()
 	}

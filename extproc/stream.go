@@ -510,7 +510,9 @@ func (st *stream) readTags(req *extprocv3.ProcessingRequest, h *extprocv3.HttpHe
 			}
 		}
 	}
-	for _, attrs := range []map[string]*structpb.Struct{req.GetAttributes(), h.GetAttributes()} {
+	// HttpHeaders' attributes are deprecated for ProcessingRequest's, which
+	// older Envoys do not send: both are read.
+	for _, attrs := range []map[string]*structpb.Struct{req.GetAttributes(), h.GetAttributes()} { //nolint:staticcheck // SA1019: see above
 		for ns, s := range attrs {
 			if v, ok := structString(s, hdrPoolTag); ok {
 				tag("attributes "+labelvalue.Placeholder(ns, 0), v)

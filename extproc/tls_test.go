@@ -281,7 +281,7 @@ func TestTLSOptionsRefused(t *testing.T) {
 		want string
 	}{
 		{"client CA without TLS", Options{Insecure: true, ClientCAFile: "/ca.crt"}, "needs TLS"},
-		{"version below TLS 1.0", Options{TLSMinVersion: tls.VersionSSL30}, "not TLS 1.0 to 1.3"},
+		{"version below TLS 1.0", Options{TLSMinVersion: 0x0300}, "not TLS 1.0 to 1.3"},
 		{"version above TLS 1.3", Options{TLSMinVersion: 0x0305}, "not TLS 1.0 to 1.3"},
 		{"unknown cipher suite", Options{TLSCipherSuites: []uint16{0xffff}}, "0xffff"},
 	} {

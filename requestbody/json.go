@@ -351,7 +351,7 @@ func closingQuote(b []byte, from, q int) bool {
 // exactQuoteMask sets the high bit of every '"' byte of w and no other bit.
 func exactQuoteMask(w uint64) uint64 { return zeroByteBits(w^(lsb*'"')) & msb }
 
-func syntaxErr(b []byte, i int, want string) error {
+func syntaxErr(b []byte, i int, want string) *Error {
 	if i >= len(b) {
 		return &Error{want: want, truncated: true}
 	}
@@ -390,7 +390,7 @@ func literal(b []byte, i int, lit string) (int, error) {
 	if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
 		return i + len(lit), nil
 	}
-	err := syntaxErr(b, i, lit).(*Error)
+	err := syntaxErr(b, i, lit)
 	err.truncated = len(b)-i < len(lit) && string(b[i:]) == lit[:len(b)-i]
 	return i, err
 }
@@ -440,7 +440,7 @@ func escapeLen(b []byte, i int) (int, error) {
 		return 2, nil
 	case 'u':
 		if i+6 > len(b) {
-			err := badBody("invalid JSON at offset %d: bad \\u escape", i).(*Error)
+			err := badBody("invalid JSON at offset %d: bad \\u escape", i)
 			err.truncated = isHex4(b[i+2:]) // hex so far: the rest may follow
 			return 0, err
 		}

@@ -5,6 +5,7 @@ package requestbody
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 )
 
@@ -79,8 +80,8 @@ func (e *Error) Error() string {
 }
 
 func isTruncation(err error) bool {
-	e, ok := err.(*Error)
-	return ok && e.truncated
+	var e *Error
+	return errors.As(err, &e) && e.truncated
 }
 
-func badBody(format string, args ...any) error { return &Error{msg: fmt.Sprintf(format, args...)} }
+func badBody(format string, args ...any) *Error { return &Error{msg: fmt.Sprintf(format, args...)} }

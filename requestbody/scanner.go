@@ -5,6 +5,7 @@ package requestbody
 
 import (
 	"bytes"
+	"errors"
 	"unicode/utf8"
 )
 
@@ -299,7 +300,7 @@ func (sc *Scanner) prompt(b []byte, vs int, messages, final bool) error {
 	}
 	end, err := v.value(vs, 1)
 	switch {
-	case err == errPromptFull:
+	case errors.Is(err, errPromptFull):
 		sc.promptStart, sc.promptEnd, sc.hasPrompt, sc.promptDone = vs, vs+sc.limit, true, true
 		sc.skim = skimState{depth: v.open, inString: v.inString}
 		sc.step, sc.i, sc.skimStart = stepSkim, end, end

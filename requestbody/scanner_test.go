@@ -153,7 +153,7 @@ func checkSkimmed(t *testing.T, body []byte, kind requestbody.Kind, limit int, f
 	}
 	if err != nil {
 		var be *requestbody.Error
-		if !errors.As(err, &be) || err == requestbody.ErrPromptFull {
+		if !errors.As(err, &be) || errors.Is(err, requestbody.ErrPromptFull) {
 			t.Fatalf("limit %d: error %v is not a 400", limit, err)
 		}
 		return

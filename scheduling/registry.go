@@ -18,8 +18,12 @@ import (
 // The types a scheduler's caller sees; plugins find them, and the
 // extension points, in package framework.
 type (
-	Request   = framework.Request
-	Error     = framework.Error
+	// Request is what the scheduler picks for (framework.Request).
+	Request = framework.Request
+	// Error is a pick that failed, with the status to answer
+	// (framework.Error).
+	Error = framework.Error
+	// TypedName names a plugin by its type and name (framework.TypedName).
 	TypedName = framework.TypedName
 )
 

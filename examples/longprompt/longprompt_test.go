@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"example.com/longprompt"
+
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
 	"github.com/poolpicker/poolpicker/scheduling"

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -45,14 +44,9 @@ func (t *Tool) Close() error {
 	return os.RemoveAll(t.dir)
 }
 
-func goBinary() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-		return p
-	}
-	return "go"
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+// goBinary is the go command on PATH: go test puts its own toolchain's
+// first.
+func goBinary() string { return "go" }
 
 // Build compiles hack/tools/manifests, once; Run builds it when Build was
 // not called. The first build on a machine takes minutes (Helm, kustomize),

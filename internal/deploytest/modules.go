@@ -31,8 +31,12 @@ func ModuleDir(ctx context.Context, root, moduleAtVersion string) (string, error
 	cmd.Dir, cmd.Stdout, cmd.Stderr = root, &out, &stderr
 	runErr := cmd.Run()
 	var mod struct{ Dir, Error string }
-	if err := json.Unmarshal(out.Bytes(), &mod); err != nil || mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("deploytest: go mod download %s: %v %s %s", moduleAtVersion, runErr, mod.Error, bytes.TrimSpace(stderr.Bytes()))
+	jsonErr := json.Unmarshal(out.Bytes(), &mod) // a failed download still says why in Error
+	if runErr != nil {
+		return "", fmt.Errorf("deploytest: go mod download %s: %w %s %s", moduleAtVersion, runErr, mod.Error, bytes.TrimSpace(stderr.Bytes()))
+	}
+	if jsonErr != nil || mod.Error != "" || mod.Dir == "" {
+		return "", fmt.Errorf("deploytest: go mod download %s: %s %s", moduleAtVersion, mod.Error, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return mod.Dir, nil
 }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"time"
 )
 
@@ -28,10 +27,9 @@ const GatewayAPIModule = "sigs.k8s.io/gateway-api"
 func CRDDir(ctx context.Context, dir string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
-	}
+	// The go command on PATH: go test and go run put their own
+	// toolchain's first.
+	gobin := "go"
 	var out, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, gobin, "mod", "download", "-json", GatewayAPIModule)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, &stderr

@@ -26,7 +26,7 @@ func (g *Gateway) pickerAddr(pool *poolTarget, n int) (string, error) {
 	}
 	addrs, err := g.sliceAddrs(context.Background(), pool.key.Namespace, pool.service, pool.port)
 	if err != nil {
-		return "", fmt.Errorf("%w (%v)", errNotReady, err)
+		return "", fmt.Errorf("%w (%w)", errNotReady, err)
 	}
 	if len(addrs) == 0 {
 		return "", fmt.Errorf("%w (no ready endpoint in the EndpointSlices of Service %s/%s port %d)", errNotReady, pool.key.Namespace, pool.service, pool.port)

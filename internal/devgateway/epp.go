@@ -61,7 +61,7 @@ func (c *eppConns) get(addr, authority string) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if !c.plaintext {
 		// Gateways do not verify the EPP's (usually self-signed) certificate.
-		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // see above
+		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})
 	}
 	cc, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(creds),
@@ -333,15 +333,17 @@ func applyHeaderMutation(h http.Header, m *extprocv3.HeaderMutation) (path strin
 			continue
 		}
 		appendValue := o.GetAppendAction() == corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
-		if o.GetAppend() != nil { // the deprecated field wins when set, as in Envoy
-			appendValue = o.GetAppend().GetValue()
+		// The deprecated field wins when set, as in Envoy.
+		legacyAppend := o.GetAppend() //nolint:staticcheck // SA1019: read because Envoy still honours it
+		if legacyAppend != nil {
+			appendValue = legacyAppend.GetValue()
 		}
 		switch {
-		case o.GetAppendAction() == corev3.HeaderValueOption_ADD_IF_ABSENT && o.GetAppend() == nil:
+		case o.GetAppendAction() == corev3.HeaderValueOption_ADD_IF_ABSENT && legacyAppend == nil:
 			if h.Get(k) == "" {
 				h.Set(k, v)
 			}
-		case o.GetAppendAction() == corev3.HeaderValueOption_OVERWRITE_IF_EXISTS && o.GetAppend() == nil:
+		case o.GetAppendAction() == corev3.HeaderValueOption_OVERWRITE_IF_EXISTS && legacyAppend == nil:
 			if h.Get(k) != "" {
 				h.Set(k, v)
 			}

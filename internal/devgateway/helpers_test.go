@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -122,8 +123,8 @@ func simGroup(t *testing.T, n int, opts modelsim.Options) ([]*modelsim.Server, i
 			t.Cleanup(s.Stop)
 			sims = append(sims, s)
 			if port == 0 {
-				_, p, _ := net.SplitHostPort(s.Addr())
-				fmt.Sscan(p, &port)
+				// Our own listener's address: MustParse cannot fail.
+				port = int32(netip.MustParseAddrPort(s.Addr()).Port())
 			}
 		}
 		if ok {
@@ -193,8 +194,9 @@ func addPool(reg *datastore.Registry, ns, name, svc string, port int32, sims []*
 	var srcs []datastore.EndpointSource
 	var targetPort int32
 	for i, s := range sims {
-		host, p, _ := net.SplitHostPort(s.Addr())
-		fmt.Sscan(p, &targetPort)
+		ap := netip.MustParseAddrPort(s.Addr())
+		host := ap.Addr().String()
+		targetPort = int32(ap.Port())
 		srcs = append(srcs, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: ns, Name: fmt.Sprintf("%s-%d", name, i)}, UID: types.UID(fmt.Sprintf("%s-%s-%d", ns, name, i)), IP: host})
 	}
 	pool := reg.Upsert(types.NamespacedName{Namespace: ns, Name: name}, &datastore.PoolSpec{

@@ -6,6 +6,7 @@ package devgateway
 import (
 	"context"
 	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 

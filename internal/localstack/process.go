@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -38,10 +37,9 @@ const (
 // returns the binary's path.
 func BuildPicker(ctx context.Context, root, dir string, flags ...string) (string, error) {
 	out := filepath.Join(dir, "poolpicker")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = "go"
-	}
+	// The go command on PATH: go test and go run put their own
+	// toolchain's first.
+	gobin := "go"
 	args := append(append([]string{"build"}, flags...), "-o", out, "./cmd/poolpicker")
 	cmd := exec.CommandContext(ctx, gobin, args...)
 	cmd.Dir = root
@@ -146,9 +144,9 @@ func (p *Process) waitReady(ctx context.Context, done <-chan struct{}) error {
 			p.mu.Lock()
 			err := p.waitErr
 			p.mu.Unlock()
-			return fmt.Errorf("localstack: %s exited before it was ready: %v", filepath.Base(p.Path), err)
+			return fmt.Errorf("localstack: %s exited before it was ready: %s", filepath.Base(p.Path), waitStatus(err))
 		case <-ctx.Done():
-			return fmt.Errorf("localstack: %s not ready on %s within %s: %v", filepath.Base(p.Path), p.HealthAddr, ReadyTimeout, last)
+			return fmt.Errorf("localstack: %s not ready on %s within %s: %w", filepath.Base(p.Path), p.HealthAddr, ReadyTimeout, last)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -167,7 +165,7 @@ func (p *Process) Running() (pid int, err error) {
 	case <-done:
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		return 0, fmt.Errorf("localstack: %s exited: %v", filepath.Base(p.Path), p.waitErr)
+		return 0, fmt.Errorf("localstack: %s exited: %s", filepath.Base(p.Path), waitStatus(p.waitErr))
 	default:
 		return cmd.Process.Pid, nil
 	}
@@ -230,3 +228,11 @@ func objectMeta(n types.NamespacedName) metav1.ObjectMeta {
 }
 
 func metav1Now() metav1.Time { return metav1.Now() }
+
+// waitStatus says how a process ended from its Wait error (nil: it exited 0).
+func waitStatus(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}

@@ -294,7 +294,7 @@ func formatPy(b []byte, v float64) []byte {
 	}
 	start := len(b)
 	b = strconv.AppendFloat(b, v, 'g', -1, 64)
-	if bytes.IndexAny(b[start:], ".eE") < 0 {
+	if !bytes.ContainsAny(b[start:], ".eE") {
 		b = append(b, ".0"...)
 	}
 	return b

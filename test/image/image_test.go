@@ -196,7 +196,7 @@ func TestImageArchive(t *testing.T) {
 	// the OCI layout's as containerd reads it) verify every digest. go run
 	// builds the tool first, which takes what it takes on a cold cache: no
 	// deadline.
-	check := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "run", ".", "check", "--ref", imageRef, imageArchive)
+	check := exec.Command("go", "run", ".", "check", "--ref", imageRef, imageArchive)
 	check.Dir = filepath.Join(root, "hack", "tools", "image")
 	if out, err := check.CombinedOutput(); err != nil {
 		t.Errorf("image check: %v\n%s", err, out)

@@ -474,7 +474,7 @@ func TestDryRunEveryObject(t *testing.T) {
 					// the same way.
 					u := o.DeepCopy()
 					u.SetResourceVersion("")
-					err = env.Client.Patch(ctx, u, client.Apply, client.DryRunAll, client.ForceOwnership, client.FieldOwner("install-test"))
+					err = env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.DryRunAll, client.ForceOwnership, client.FieldOwner("install-test"))
 				}
 				if err != nil {
 					t.Errorf("dry-run of %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)

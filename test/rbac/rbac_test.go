@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -272,7 +273,7 @@ func startupDenied(ctx context.Context, t *testing.T, ns, name, poolNS, denied s
 	if runCtx.Err() != nil {
 		t.Fatalf("still running after 60s without %s (a silent stall); stderr:\n%s", denied, stderr.String())
 	}
-	if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != 1 {
+	if exit := (*exec.ExitError)(nil); !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("exit %v, want status 1; stderr:\n%s", err, stderr.String())
 	}
 	msg := stderr.String()

@@ -279,7 +279,7 @@ func conn(t *testing.T, authority string) *grpc.ClientConn {
 		return c
 	}
 	c, err := grpc.NewClient(grpcAddr,
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})), //nolint:gosec // the picker's certificate is self-signed, as gateways accept
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})), // the picker's certificate is self-signed, as gateways accept
 		grpc.WithAuthority(authority),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
 	if err != nil {
@@ -600,7 +600,7 @@ func responseNeverSent(t *testing.T) {
 				_, err := s.Recv()
 				if err != nil {
 					if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--response-idle-timeout") {
-						errs <- fmt.Errorf("stream ended %v, want DEADLINE_EXCEEDED naming --response-idle-timeout", err)
+						errs <- fmt.Errorf("stream ended %w, want DEADLINE_EXCEEDED naming --response-idle-timeout", err)
 					}
 					return
 				}

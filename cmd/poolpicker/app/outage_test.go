@@ -162,8 +162,11 @@ func request(ctx context.Context, conn *grpc.ClientConn, httpc *http.Client) (st
 	}
 	respBody, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("model server %s: %d %v", endpoint, resp.StatusCode, err)
+	if err != nil {
+		return "", fmt.Errorf("model server %s: %w", endpoint, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("model server %s: status %d", endpoint, resp.StatusCode)
 	}
 	if err := s.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{{Key: ":status", RawValue: []byte("200")}, {Key: "content-type", RawValue: []byte("application/json")}}}}}}); err != nil {
@@ -179,8 +182,8 @@ func request(ctx context.Context, conn *grpc.ClientConn, httpc *http.Client) (st
 		return "", err
 	}
 	_ = s.CloseSend()
-	if _, err := s.Recv(); err != io.EOF {
-		return "", fmt.Errorf("stream did not end: %v", err)
+	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("stream did not end: %w", err)
 	}
 	return endpoint, nil
 }

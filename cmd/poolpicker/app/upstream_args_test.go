@@ -153,9 +153,10 @@ func TestUpstreamArgumentsStart(t *testing.T) {
 			var args []string
 			for _, a := range d.args {
 				a = strings.ReplaceAll(a, "/config/", dir+"/")
-				if a == "NS" {
+				switch a {
+				case "NS":
 					a = ns
-				} else if a == "POOL" {
+				case "POOL":
 					a = "pool"
 				}
 				args = append(args, a)

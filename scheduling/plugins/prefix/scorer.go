@@ -258,6 +258,7 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 	return &Scorer{name: framework.TypedName{Type: Type, Name: name}, key: framework.StateKey(Type + "/" + name), params: p, seed: maphash.MakeSeed(), agreement: a}, nil
 }
 
+// TypedName is the plugin's type and name in its profile.
 func (s *Scorer) TypedName() framework.TypedName { return s.name }
 
 // PromptBytes implements framework.PromptReader: hashPrompt reads whole
@@ -274,6 +275,8 @@ type prefixCycle struct {
 	index   *prefixIndex
 }
 
+// Score scores each candidate by the share of the request's prompt prefix
+// it is estimated to hold in its cache.
 func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
 	st, _ := cs.Reuse(s.key).(*prefixCycle)
 	if st == nil {

@@ -8,6 +8,7 @@ package main
 
 import (
 	"example.com/longprompt"
+
 	"github.com/poolpicker/poolpicker/cmd/poolpicker/app"
 )
 
