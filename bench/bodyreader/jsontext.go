@@ -81,7 +81,7 @@ func jsontextMembers(w *whole, body []byte) error {
 	if _, err := dec.ReadToken(); err != nil { // '}'
 		return err
 	}
-	if _, err := dec.ReadValue(); err != io.EOF {
+	if _, err := dec.ReadValue(); !errors.Is(err, io.EOF) {
 		if err == nil {
 			err = errors.New("invalid JSON: data after the top-level object")
 		}

@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -360,7 +361,7 @@ func (noopServer) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	for {
 		req, err := srv.Recv()
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err

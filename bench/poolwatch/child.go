@@ -76,13 +76,10 @@ func runChild(f benchFlags) error {
 	}
 
 	// A harness has no event for "all pools synced": poll the registry.
-	for {
-		if reg.Len() == f.pools && reg.AllSynced() && endpoints(reg) == wantEndpoints {
-			break
-		}
+	for reg.Len() != f.pools || !reg.AllSynced() || endpoints(reg) != wantEndpoints {
 		select {
 		case err := <-done:
-			return fmt.Errorf("stopped before syncing: %v", err)
+			return errors.Join(errors.New("stopped before syncing"), err)
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Since(t0) > 10*time.Minute {

@@ -116,7 +116,11 @@ func runParent(f benchFlags) error {
 	if err != nil {
 		return err
 	}
-	defer env.Stop()
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		}
+	}()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := writeKubeconfig(env, kubeconfig); err != nil {
 		return err

@@ -168,11 +168,11 @@ func (s *llmdServer) forward() {
 			done := make(chan struct{})
 			go func() {
 				_, _ = io.Copy(out, in)
-				out.(*net.TCPConn).CloseWrite()
+				_ = out.(*net.TCPConn).CloseWrite() // the peer sees EOF either way
 				close(done)
 			}()
 			_, _ = io.Copy(in, out)
-			in.(*net.TCPConn).CloseWrite()
+			_ = in.(*net.TCPConn).CloseWrite()
 			<-done
 		}()
 	}

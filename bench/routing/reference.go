@@ -294,7 +294,7 @@ func waitServing(ctx context.Context, addr string, exited <-chan struct{}) error
 		case <-exited:
 			return errors.New("exited before it was ready")
 		case <-ctx.Done():
-			return fmt.Errorf("not ready within 2 minutes: %v", last)
+			return fmt.Errorf("not ready within 2 minutes: %w", last)
 		case <-time.After(wait):
 		}
 	}

@@ -283,7 +283,7 @@ func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64) ([]
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return nil, fmt.Errorf("G=%d load=%.0f%% %s: %w", groups, load*100, results[i].series(), err)
+			return nil, fmt.Errorf("sweep at G=%d load=%.0f%% %s: %w", groups, load*100, results[i].series(), err)
 		}
 	}
 	return results, nil

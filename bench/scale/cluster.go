@@ -223,7 +223,7 @@ func awaitWatchCache(ctx context.Context, env *testenv.Env, kind client.ObjectLi
 			w.Stop()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the API server's watch cache of %T is not ready after 2m: %v", kind, err)
+			return errors.Join(fmt.Errorf("the API server's watch cache of %T is not ready after 2m", kind), err)
 		}
 		if err := sleep(ctx, 200*time.Millisecond); err != nil {
 			return err
@@ -284,7 +284,7 @@ func startCluster(ctx context.Context, snapshot string) (*testenv.Env, func(), e
 	data := filepath.Join(work, "etcd")
 	if out, err := exec.CommandContext(ctx, "cp", "-a", filepath.Join(snapshot, "etcd"), data).CombinedOutput(); err != nil {
 		os.RemoveAll(work)
-		return nil, nil, fmt.Errorf("copying the snapshot: %v: %s", err, out)
+		return nil, nil, fmt.Errorf("copying the snapshot: %w: %s", err, out)
 	}
 	env, err := testenv.Start(testenv.Options{EtcdDataDir: data})
 	if err != nil {

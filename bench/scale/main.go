@@ -58,7 +58,6 @@ type config struct {
 	steadyWait, hotWarmup                     time.Duration
 	coldPicks                                 int
 	snapshots                                 string
-	keepSnapshot                              bool
 	logPicker, populateOnly                   bool
 	profiles                                  string
 }

@@ -44,7 +44,7 @@ func buildPicker(ctx context.Context) (string, func(), error) {
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("building poolpicker: %v: %s", err, out)
+		return "", nil, fmt.Errorf("building poolpicker: %w: %s", err, out)
 	}
 	return bin, func() { os.RemoveAll(dir) }, nil
 }

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -191,7 +192,7 @@ func startModelServers(ctx context.Context, n, port int) (*modelServers, error) 
 		addr, ok := strings.CutPrefix(strings.TrimSpace(line), "READY ")
 		if err != nil || !ok {
 			ms.stop()
-			return nil, fmt.Errorf("model server did not start (%q, %v)", line, err)
+			return nil, errors.Join(fmt.Errorf("model server did not start (%q)", line), err)
 		}
 		ms.ctl = append(ms.ctl, addr)
 	}
