@@ -30,10 +30,26 @@ manifests: generate ## Regenerate the CRD manifests under config/crd/bases.
 	cp config/crd/bases/*.yaml charts/poolpicker/files/crds/
 
 .PHONY: verify
-verify: ## Fail when generated files are stale, a Go file lacks its license header, or a production package holds code only tests reach.
+verify: ## Fail when generated files are stale, a Go file lacks its license header, lint finds a problem, or a production package holds code only tests reach.
 	hack/verify-generated.sh
 	hack/verify-headers.sh
+	$(MAKE) lint
 	$(MAKE) deadcode
+
+# The modules golangci-lint checks, each with the repository's .golangci.yml.
+LINT_MODULES := . bench examples/longprompt
+
+# Built once per pin (its first build takes a few CPU-minutes); `make lint`
+# then runs the binary in each module.
+$(BIN)/golangci-lint: hack/tools/golangci-lint/go.mod hack/tools/golangci-lint/go.sum
+	cd hack/tools/golangci-lint && go build -o $(BIN)/golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+.PHONY: lint
+lint: $(BIN)/golangci-lint ## Run golangci-lint (.golangci.yml: gofmt, goimports, govet, staticcheck, errorlint, revive, ...) over every module.
+	@set -e; for m in $(LINT_MODULES); do \
+		echo "golangci-lint run ($$m)"; \
+		(cd $$m && $(BIN)/golangci-lint run --config $(CURDIR)/.golangci.yml ./...); \
+	done
 
 .PHONY: deadcode
 deadcode: ## Fail when poolpicker's binary never reaches a function of a production package (hack/deadcode-allowlist.txt aside).
