@@ -162,3 +162,40 @@ func BenchmarkHashPrompt(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkScoreServerCounterAging scores a 4 KiB prompt over 8 endpoints
+// that each hold it, with serverCounterAging off and on, in the same run,
+// between scrapes (each endpoint's sample already seen): what the aging
+// costs every pick.
+func BenchmarkScoreServerCounterAging(b *testing.B) {
+	const pods = 8
+	prompt := schedtest.Prompt("system", 4096)
+	for _, c := range []struct{ name, params string }{
+		{"off", `{}`},
+		{"on", `{"serverCounterAging": true}`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := build(b, c.params)
+			tp := schedtest.NewPool(b, pods)
+			for i := 1; i <= pods; i++ {
+				m := schedtest.Load(0, 0.1)
+				m.PrefixCacheQueries, m.PrefixCacheHits = 2e6, 1e6
+				tp.Ep(b, i).SetMetrics(m)
+			}
+			cands := schedtest.Candidates(tp.Pool)
+			scores := make([]float64, len(cands))
+			for i := 1; i <= pods; i++ {
+				cs := schedtest.NewCycle(tp.Pool, "m", 1)
+				s.Score(ctx, cs, &framework.Request{Prompt: prompt}, cands, scores)
+				s.PostPick(ctx, cs, &framework.Request{Prompt: prompt}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(tp.Ep(b, i))}})
+			}
+			cs := schedtest.NewCycle(tp.Pool, "m", 1)
+			req := &framework.Request{Prompt: prompt}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				s.Score(ctx, cs, req, cands, scores)
+			}
+		})
+	}
+}
