@@ -347,3 +347,7 @@ func watchedSelector(plan PodWatchPlan, selector string) string {
 	}
 	return selector
 }
+
+// IsLeader reports whether this replica holds the lease (always, without
+// leader election) and so runs the writers.
+func (m *Manager) IsLeader() bool { return m.leader.IsLeader() }

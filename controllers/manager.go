@@ -312,10 +312,6 @@ func (m *Manager) PoolEvent(key datastore.PoolKey, warning bool, reason, note st
 	m.recorder.record(key, t, reason, note)
 }
 
-// IsLeader reports whether this replica holds the lease (always, without
-// leader election) and so runs the writers.
-func (m *Manager) IsLeader() bool { return m.leader.IsLeader() }
-
 func (m *Manager) inCache(ctx context.Context, key datastore.PoolKey) bool {
 	var pool v1.InferencePool
 	if err := m.mgr.GetCache().Get(ctx, key, &pool); err != nil {
