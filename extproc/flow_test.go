@@ -16,6 +16,7 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
 	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/internal/promtest"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 
@@ -121,26 +122,7 @@ func (fx *flowFixture) queued(t *testing.T, pool, n int) {
 
 // gauge sums the series of the named metric for pool i.
 func (fx *flowFixture) gauge(name string, i int) float64 {
-	mfs, err := fx.prom.Gather()
-	if err != nil {
-		return -1
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["namespace"] == poolNS(i) && labels["pool"] == poolName(i) {
-				sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
+	return promtest.PoolSum(fx.prom, name, poolNS(i), poolName(i))
 }
 
 func await(t *testing.T, ch chan answer) answer {

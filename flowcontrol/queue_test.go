@@ -18,6 +18,7 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
 	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/internal/promtest"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 
@@ -124,26 +125,7 @@ func (fx *fixture) queued(t *testing.T, p *datastore.Pool, n int) {
 
 // metric sums the series of the named metric for pool p.
 func (fx *fixture) metric(name string, p *datastore.Pool) float64 {
-	mfs, err := fx.prom.Gather()
-	if err != nil {
-		return -1
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["namespace"] == p.Key.Namespace && labels["pool"] == p.Key.Name {
-				sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
+	return promtest.PoolSum(fx.prom, name, p.Key.Namespace, p.Key.Name)
 }
 
 // fill admits one request per endpoint of p (each takes a slot) and returns

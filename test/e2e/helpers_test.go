@@ -4,7 +4,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,7 +21,6 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/types"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -30,6 +28,7 @@ import (
 	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
 var (
@@ -107,17 +106,13 @@ func run(m *testing.M) int {
 		code = 1
 	}
 	for _, r := range s.Replicas() {
-		logBytes, _ := os.ReadFile(r.Process.Log)
-		if bytes.Contains(logBytes, []byte("WARNING: DATA RACE")) {
+		if logBytes, raced := testenv.RaceReported(r.Process.Log); raced {
 			fmt.Fprintf(os.Stderr, "e2e: poolpicker replica %s reported a data race:\n%s\n", r.Pod, logBytes)
 			code = 1
 		}
 	}
 	if code == 0 {
-		if err := goleak.Find(
-			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-			goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/watch.(*Broadcaster).loop"),
-		); err != nil {
+		if err := testenv.LeakedGoroutines(); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: goroutines left behind:", err)
 			code = 1
 		}

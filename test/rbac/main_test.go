@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -135,15 +133,12 @@ func run(m *testing.M) int {
 		code = 1
 	}
 	// The picker is race-built: a race it reports fails the run.
-	if log, _ := os.ReadFile(s.Picker.Log); strings.Contains(string(log), "WARNING: DATA RACE") {
+	if log, raced := testenv.RaceReported(s.Picker.Log); raced {
 		fmt.Fprintf(os.Stderr, "rbac: the poolpicker process reported a data race:\n%s\n", log)
 		code = 1
 	}
 	if code == 0 {
-		if err := goleak.Find(
-			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-			goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/watch.(*Broadcaster).loop"),
-		); err != nil {
+		if err := testenv.LeakedGoroutines(); err != nil {
 			fmt.Fprintln(os.Stderr, "rbac: goroutines left behind:", err)
 			code = 1
 		}

@@ -27,7 +27,6 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -37,6 +36,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
 // The picker's limits in this suite: deadlines short enough to wait for,
@@ -123,10 +123,7 @@ func run(m *testing.M) int {
 		code = 1
 	}
 	if code == 0 {
-		if err := goleak.Find(
-			goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-			goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/watch.(*Broadcaster).loop"),
-		); err != nil {
+		if err := testenv.LeakedGoroutines(); err != nil {
 			fmt.Fprintln(os.Stderr, "robustness: goroutines left behind:", err)
 			code = 1
 		}
