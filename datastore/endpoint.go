@@ -32,6 +32,8 @@ type Endpoint struct {
 type endpointState struct {
 	metrics  atomic.Pointer[Metrics]
 	inFlight atomic.Int64
+	// inFlightAtMetrics is inFlight when metrics was published.
+	inFlightAtMetrics atomic.Int64
 }
 
 // Key identifies the endpoint across snapshots: the pod UID and the port.
@@ -40,8 +42,18 @@ func (e *Endpoint) Key() EndpointKey { return EndpointKey{UID: e.PodUID, Port: e
 // Metrics returns the latest scrape, or nil when the endpoint was never scraped.
 func (e *Endpoint) Metrics() *Metrics { return e.state.metrics.Load() }
 
-// SetMetrics publishes a new scrape.
-func (e *Endpoint) SetMetrics(m *Metrics) { e.state.metrics.Store(m) }
+// SetMetrics publishes a new scrape, and notes the in-flight count of the
+// moment (InFlightAtMetrics).
+func (e *Endpoint) SetMetrics(m *Metrics) {
+	e.state.inFlightAtMetrics.Store(e.state.inFlight.Load())
+	e.state.metrics.Store(m)
+}
+
+// InFlightAtMetrics is the in-flight count when the current metrics were
+// published. The count now less it is negative once requests the scrape
+// saw have finished: slots it showed busy, or requests it showed waiting
+// that have started since, which the next scrape would show.
+func (e *Endpoint) InFlightAtMetrics() int64 { return e.state.inFlightAtMetrics.Load() }
 
 // InFlight is the number of requests poolpicker sent to the endpoint and has
 // not yet seen finish.

@@ -13,10 +13,12 @@ import (
 // as flow control asks before it releases a queued request: true when the
 // pool has no endpoint or every endpoint is saturated by the thresholds that
 // decide shedding (QueueDepthThreshold, KVCacheUtilThreshold). An endpoint's
-// waiting requests are the larger of its last scrape's and its requests in
-// flight from this picker beyond what the scrape saw running: between two
-// scrapes, the picker's own counts say what it sent since, so a queue
-// released on one scrape does not flood the servers until the next. An
+// waiting requests are the larger of its last scrape's, less the requests of
+// this picker that finished since, and its requests in flight from this
+// picker beyond what the scrape saw running: between two scrapes, the
+// picker's own counts say what it sent and saw finish since, so a queue
+// released on one scrape does not flood the servers until the next, and a
+// finished request frees its slot at once. An
 // endpoint without fresh metrics counts its requests in flight as waiting.
 // It reads snapshots and atomic counts only.
 func (s *Scheduler) PoolSaturated(pool *datastore.Pool) bool {
@@ -34,16 +36,22 @@ func (s *Scheduler) PoolSaturated(pool *datastore.Pool) bool {
 }
 
 func (s *Scheduler) endpointSaturated(e *datastore.Endpoint, now time.Time) bool {
-	return s.saturated(e.InFlight(), e.Metrics(), now)
+	return s.saturated(e.InFlight(), e.InFlightAtMetrics(), e.Metrics(), now)
 }
 
 // saturated is the rule of PoolSaturated for an endpoint with inFlight
-// requests from this picker and m its last scrape.
-func (s *Scheduler) saturated(n int64, m *datastore.Metrics, now time.Time) bool {
+// requests from this picker, atScrape when m, its last scrape, was
+// published.
+func (s *Scheduler) saturated(n, atScrape int64, m *datastore.Metrics, now time.Time) bool {
 	inFlight := int(n)
 	if !m.Fresh(now, s.opts.MetricsStaleness) {
 		return inFlight >= s.opts.QueueDepthThreshold
 	}
-	waiting := max(m.WaitingRequests, inFlight-m.RunningRequests)
+	// Each request of this picker's that finished since the scrape took one
+	// of the requests it saw waiting into the slot it left, or left a slot
+	// free: so a slot counts as free the moment a request finishes, not a
+	// scrape later, and flow control's next request runs at once.
+	finished := int(max(atScrape-n, 0))
+	waiting := max(m.WaitingRequests-finished, inFlight-m.RunningRequests)
 	return waiting >= s.opts.QueueDepthThreshold || m.KVCacheUsage >= s.opts.KVCacheUtilThreshold
 }

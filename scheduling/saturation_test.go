@@ -13,30 +13,38 @@ import (
 
 // TestPoolSaturated: a one-endpoint pool is saturated by its scrape's queue or
 // KV cache, or by the requests in flight from this picker beyond what the
-// scrape saw running; without a fresh scrape, by its requests in flight.
+// scrape saw running; a request of the picker's that finished since the
+// scrape frees a slot at once; without a fresh scrape, by its requests in
+// flight.
 func TestPoolSaturated(t *testing.T) {
 	s := mustScheduler(t, "", Options{QueueDepthThreshold: 2, KVCacheUtilThreshold: 0.8})
 	stale := func(m *datastore.Metrics) *datastore.Metrics { m.ScrapedAt = time.Now().Add(-time.Minute); return m }
 	for _, tc := range []struct {
 		name     string
 		metrics  *datastore.Metrics
+		atScrape int64 // in flight when the metrics were published
 		inFlight int64
 		want     bool
 	}{
-		{"idle", schedtest.Load(0, 0), 0, false},
-		{"queue below the threshold", schedtest.Load(1, 0), 0, false},
-		{"queue at the threshold", schedtest.Load(2, 0), 0, true},
-		{"KV cache at the threshold", schedtest.Load(0, 0.8), 0, true},
-		{"in flight beyond running, below", &datastore.Metrics{RunningRequests: 4, ScrapedAt: time.Now()}, 5, false},
-		{"in flight beyond running, at", &datastore.Metrics{RunningRequests: 4, ScrapedAt: time.Now()}, 6, true},
-		{"no scrape, in flight below", nil, 1, false},
-		{"stale scrape, in flight at", stale(schedtest.Load(0, 0)), 2, true},
+		{"idle", schedtest.Load(0, 0), 0, 0, false},
+		{"queue below the threshold", schedtest.Load(1, 0), 0, 0, false},
+		{"queue at the threshold", schedtest.Load(2, 0), 0, 0, true},
+		{"KV cache at the threshold", schedtest.Load(0, 0.8), 0, 0, true},
+		{"in flight beyond running, below", &datastore.Metrics{RunningRequests: 4, ScrapedAt: time.Now()}, 0, 5, false},
+		{"in flight beyond running, at", &datastore.Metrics{RunningRequests: 4, ScrapedAt: time.Now()}, 0, 6, true},
+		{"queue at the threshold, one of ours finished since", &datastore.Metrics{RunningRequests: 4, WaitingRequests: 2, ScrapedAt: time.Now()}, 6, 5, false},
+		{"queue at the threshold, one finished and one sent since", &datastore.Metrics{RunningRequests: 4, WaitingRequests: 2, ScrapedAt: time.Now()}, 6, 6, true},
+		{"queue above the threshold, one of ours finished since", &datastore.Metrics{RunningRequests: 4, WaitingRequests: 3, ScrapedAt: time.Now()}, 7, 6, true},
+		{"KV cache at the threshold, one of ours finished since", &datastore.Metrics{RunningRequests: 4, KVCacheUsage: 0.8, ScrapedAt: time.Now()}, 4, 3, true},
+		{"no scrape, in flight below", nil, 0, 1, false},
+		{"stale scrape, in flight at", stale(schedtest.Load(0, 0)), 0, 2, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tp := newTestPool(t, 1, s)
 			e := tp.Ep(t, 1)
+			e.AddInFlight(tc.atScrape)
 			e.SetMetrics(tc.metrics)
-			e.AddInFlight(tc.inFlight)
+			e.AddInFlight(tc.inFlight - tc.atScrape)
 			if got := s.PoolSaturated(tp.Pool); got != tc.want {
 				t.Fatalf("PoolSaturated of a one-endpoint pool = %v, want %v", got, tc.want)
 			}
