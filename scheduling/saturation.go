@@ -18,7 +18,8 @@ import (
 // picker beyond what the scrape saw running: between two scrapes, the
 // picker's own counts say what it sent and saw finish since, so a queue
 // released on one scrape does not flood the servers until the next, and a
-// finished request frees its slot at once. An
+// finished request frees its slot at once (nor does the scrape's KV-cache
+// use count once one has finished). An
 // endpoint without fresh metrics counts its requests in flight as waiting.
 // It reads snapshots and atomic counts only.
 func (s *Scheduler) PoolSaturated(pool *datastore.Pool) bool {
@@ -53,5 +54,7 @@ func (s *Scheduler) saturated(n, atScrape int64, m *datastore.Metrics, now time.
 	// scrape later, and flow control's next request runs at once.
 	finished := int(max(atScrape-n, 0))
 	waiting := max(m.WaitingRequests-finished, inFlight-m.RunningRequests)
-	return waiting >= s.opts.QueueDepthThreshold || m.KVCacheUsage >= s.opts.KVCacheUtilThreshold
+	// The KV-cache use the scrape saw included the blocks of the requests
+	// that finished since.
+	return waiting >= s.opts.QueueDepthThreshold || (finished == 0 && m.KVCacheUsage >= s.opts.KVCacheUtilThreshold)
 }

@@ -14,7 +14,8 @@ import (
 // TestPoolSaturated: a one-endpoint pool is saturated by its scrape's queue or
 // KV cache, or by the requests in flight from this picker beyond what the
 // scrape saw running; a request of the picker's that finished since the
-// scrape frees a slot at once; without a fresh scrape, by its requests in
+// scrape frees a slot at once (its queue place, and its KV-cache blocks);
+// without a fresh scrape, by its requests in
 // flight.
 func TestPoolSaturated(t *testing.T) {
 	s := mustScheduler(t, "", Options{QueueDepthThreshold: 2, KVCacheUtilThreshold: 0.8})
@@ -35,7 +36,8 @@ func TestPoolSaturated(t *testing.T) {
 		{"queue at the threshold, one of ours finished since", &datastore.Metrics{RunningRequests: 4, WaitingRequests: 2, ScrapedAt: time.Now()}, 6, 5, false},
 		{"queue at the threshold, one finished and one sent since", &datastore.Metrics{RunningRequests: 4, WaitingRequests: 2, ScrapedAt: time.Now()}, 6, 6, true},
 		{"queue above the threshold, one of ours finished since", &datastore.Metrics{RunningRequests: 4, WaitingRequests: 3, ScrapedAt: time.Now()}, 7, 6, true},
-		{"KV cache at the threshold, one of ours finished since", &datastore.Metrics{RunningRequests: 4, KVCacheUsage: 0.8, ScrapedAt: time.Now()}, 4, 3, true},
+		{"KV cache at the threshold, one of ours finished since", &datastore.Metrics{RunningRequests: 4, KVCacheUsage: 0.8, ScrapedAt: time.Now()}, 4, 3, false},
+		{"KV cache at the threshold, one finished and one sent since", &datastore.Metrics{RunningRequests: 4, KVCacheUsage: 0.8, ScrapedAt: time.Now()}, 4, 4, true},
 		{"no scrape, in flight below", nil, 0, 1, false},
 		{"stale scrape, in flight at", stale(schedtest.Load(0, 0)), 0, 2, true},
 	} {
