@@ -4,10 +4,12 @@
 package scheduling
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
@@ -279,4 +281,47 @@ func FuzzLoadConfig(f *testing.F) {
 			t.Fatal("no default profile")
 		}
 	})
+}
+
+func TestOptionsValidate(t *testing.T) {
+	cases := []struct {
+		name    string
+		o       Options
+		wantErr []string
+	}{
+		{name: "zero means every default", o: Options{}},
+		{name: "in range", o: Options{MaxEndpoints: 1, MetricsStaleness: time.Second, QueueDepthThreshold: 1, KVCacheUtilThreshold: 1}},
+		{name: "negative endpoints", o: Options{MaxEndpoints: -1}, wantErr: []string{"max endpoints -1"}},
+		{name: "negative staleness", o: Options{MetricsStaleness: -time.Second}, wantErr: []string{"staleness -1s"}},
+		{name: "negative queue depth", o: Options{QueueDepthThreshold: -3}, wantErr: []string{"queue depth threshold -3"}},
+		{name: "KV threshold above 1", o: Options{KVCacheUtilThreshold: 1.5}, wantErr: []string{"KV-cache threshold 1.5"}},
+		{name: "KV threshold NaN", o: Options{KVCacheUtilThreshold: math.NaN()}, wantErr: []string{"KV-cache threshold NaN"}},
+		{name: "file and text", o: Options{ConfigFile: "a.yaml", ConfigText: "x"}, wantErr: []string{"not both"}},
+		{name: "every error joined", o: Options{MaxEndpoints: -1, QueueDepthThreshold: -1}, wantErr: []string{"max endpoints -1", "queue depth threshold -1"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.o.Validate()
+			if len(c.wantErr) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := New(nil, c.o); err != nil {
+					t.Fatalf("valid options refused by New: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("valid, want an error naming %q", c.wantErr)
+			}
+			for _, w := range c.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q does not name %q", err, w)
+				}
+			}
+			if _, nerr := New(nil, c.o); nerr == nil || nerr.Error() != err.Error() {
+				t.Fatalf("New: %v, want Validate's error %v", nerr, err)
+			}
+		})
+	}
 }

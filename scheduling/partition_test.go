@@ -17,9 +17,9 @@ func TestPartitionKnown(t *testing.T) {
 	c := schedtest.Candidates(tp.Pool)
 	known := []bool{false, true, false, false, true, true}
 	for i := range c {
-		c[i].Metrics = nil
+		c[i].Metrics = framework.Metrics{}
 		if known[i] {
-			c[i].Metrics = m
+			c[i].Metrics = framework.MetricsOf(m)
 		}
 	}
 	orig := append([]framework.Candidate{}, c...)

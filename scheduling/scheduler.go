@@ -5,6 +5,7 @@ package scheduling
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -86,22 +87,49 @@ const (
 )
 
 func (o *Options) setDefaults() {
-	if o.MaxEndpoints <= 0 {
+	if o.MaxEndpoints == 0 {
 		o.MaxEndpoints = DefaultMaxEndpoints
 	}
-	if o.MetricsStaleness <= 0 {
+	if o.MetricsStaleness == 0 {
 		o.MetricsStaleness = DefaultMetricsStaleness
 	}
-	if o.QueueDepthThreshold <= 0 {
+	if o.QueueDepthThreshold == 0 {
 		o.QueueDepthThreshold = DefaultQueueDepthThreshold
 	}
-	if o.KVCacheUtilThreshold <= 0 {
+	if o.KVCacheUtilThreshold == 0 {
 		o.KVCacheUtilThreshold = DefaultKVCacheUtilThreshold
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Uint64
 	}
 }
+
+// Validate reports every option that cannot work, joined: a negative count
+// or duration, a KV-cache threshold outside [0, 1], both a config file and a
+// config text. Zero is never an error: it means the documented default. New
+// calls it; a command calls it first, to refuse bad flags before anything
+// is built. The config itself is checked when it is loaded.
+func (o Options) Validate() error {
+	var errs []error
+	if o.ConfigFile != "" && o.ConfigText != "" {
+		errs = append(errs, errBothConfigs)
+	}
+	if o.MaxEndpoints < 0 {
+		errs = append(errs, fmt.Errorf("scheduler max endpoints %d: must be at least 1 (0: %d)", o.MaxEndpoints, DefaultMaxEndpoints))
+	}
+	if o.MetricsStaleness < 0 {
+		errs = append(errs, fmt.Errorf("metrics staleness %v: must be positive (0: %v)", o.MetricsStaleness, DefaultMetricsStaleness))
+	}
+	if o.QueueDepthThreshold < 0 {
+		errs = append(errs, fmt.Errorf("saturation queue depth threshold %d: must be at least 1 (0: %d)", o.QueueDepthThreshold, DefaultQueueDepthThreshold))
+	}
+	if !(o.KVCacheUtilThreshold >= 0 && o.KVCacheUtilThreshold <= 1) {
+		errs = append(errs, fmt.Errorf("saturation KV-cache threshold %v: must be in (0, 1] (0: %v)", o.KVCacheUtilThreshold, DefaultKVCacheUtilThreshold))
+	}
+	return errors.Join(errs...)
+}
+
+var errBothConfigs = errors.New("scheduling config: give a config file or a config text, not both")
 
 // registry is Registry or its default.
 func (o *Options) registry() *framework.Registry {
@@ -125,7 +153,7 @@ func (o *Options) handle(typ, name string) framework.Handle {
 func (o *Options) LoadConfig() (*Config, error) {
 	switch {
 	case o.ConfigFile != "" && o.ConfigText != "":
-		return nil, fmt.Errorf("scheduling config: give a config file or a config text, not both")
+		return nil, errBothConfigs
 	case o.ConfigFile != "":
 		return loadConfigFile(o.ConfigFile, o.registry())
 	case o.ConfigText != "":
@@ -160,6 +188,9 @@ var _ datastore.Observer = (*Scheduler)(nil)
 // New builds a Scheduler from cfg (nil: the config opts names, see
 // Options.LoadConfig), with its own plugin instances.
 func New(cfg *Config, opts Options) (*Scheduler, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	opts.setDefaults()
 	if opts.Registerer == nil {
 		opts.Registerer = prometheus.NewRegistry()
@@ -257,7 +288,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
 		}
-		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: m, Index: i})
+		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(m), Index: i})
 		if c := &cy.candidates[len(cy.candidates)-1]; !c.Known() || cs.Saturated(c) {
 			saturated++
 		}
@@ -497,7 +528,7 @@ func endpointViews(eps []*datastore.Endpoint) []framework.Endpoint {
 func partitionKnown(c []framework.Candidate) int {
 	k := 0
 	for i := range c {
-		if c[i].Metrics != nil {
+		if !c[i].Metrics.IsZero() {
 			if i != k {
 				// Rotate the unknown run right by one; runs are short in
 				// practice (unknown endpoints are rare).

@@ -78,8 +78,8 @@ func (p *upstreamPrefix) PromptBytes() int {
 
 func (p *upstreamPrefix) Score(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
 	blockTokens := upstreamBlockTokens
-	if len(c) > 0 && c[0].Metrics != nil && c[0].Metrics.BlockSize > 0 {
-		blockTokens = c[0].Metrics.BlockSize
+	if len(c) > 0 && !c[0].Metrics.IsZero() && c[0].Metrics.BlockSize() > 0 {
+		blockTokens = c[0].Metrics.BlockSize()
 	}
 	size := blockTokens * upstreamCharsPerToken
 	prompt := req.Prompt
@@ -133,8 +133,8 @@ func (p *upstreamPrefix) PostPick(_ context.Context, cs *framework.CycleState, _
 	lru := p.lrus[key]
 	if lru == nil {
 		size := upstreamLRUCapacity
-		if m := e.Metrics(); m != nil && m.NumBlocks > 0 {
-			size = m.NumBlocks
+		if m := e.Metrics(); !m.IsZero() && m.NumBlocks() > 0 {
+			size = m.NumBlocks()
 		}
 		lru, _ = simplelru.NewLRU(size, func(h uint64, _ struct{}) {
 			delete(p.holders[h], key)

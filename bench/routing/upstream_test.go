@@ -45,7 +45,7 @@ func TestUpstreamPrefix(t *testing.T) {
 		cs.TargetModel = "m"
 		var c []framework.Candidate
 		for i, e := range eps {
-			c = append(c, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: e.Metrics(), Index: i})
+			c = append(c, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(e.Metrics()), Index: i})
 		}
 		scores := make([]float64, len(c))
 		s.Score(context.Background(), cs, &framework.Request{Prompt: pr}, c, scores)

@@ -47,11 +47,11 @@ type PoolObserver interface {
 // Candidate is one endpoint considered in a scheduling cycle.
 type Candidate struct {
 	Endpoint Endpoint
-	// Metrics is the endpoint's latest scrape when it is fresh; nil when the
-	// endpoint's load is unknown (never scraped, or staler than the
-	// scheduler's metrics staleness). Scorers treat nil as unknown, never
+	// Metrics is the endpoint's latest scrape when it is fresh; IsZero when
+	// the endpoint's load is unknown (never scraped, or staler than the
+	// scheduler's metrics staleness). Scorers treat that as unknown, never
 	// as zero.
-	Metrics *datastore.Metrics
+	Metrics Metrics
 	// Index is the endpoint's position in CycleState.Endpoints, stable
 	// while filters reorder and drop candidates: a plugin may keep
 	// per-endpoint state in a slice aligned with that snapshot.
@@ -59,7 +59,7 @@ type Candidate struct {
 }
 
 // Known reports whether the candidate's load is known.
-func (c *Candidate) Known() bool { return c.Metrics != nil }
+func (c *Candidate) Known() bool { return !c.Metrics.IsZero() }
 
 // Filter narrows the candidates.
 type Filter interface {
@@ -223,7 +223,7 @@ func (cs *CycleState) Reuse(key StateKey) any {
 // false when its load is unknown.
 func (cs *CycleState) Saturated(c *Candidate) bool {
 	m := c.Metrics
-	return m != nil && (m.WaitingRequests >= cs.saturation.QueueDepth || m.KVCacheUsage >= cs.saturation.KVCacheUtil)
+	return !m.IsZero() && (m.WaitingRequests() >= cs.saturation.QueueDepth || m.KVCacheUsage() >= cs.saturation.KVCacheUtil)
 }
 
 // Rand returns a uniformly random uint64 from the scheduler's source, for

@@ -53,14 +53,71 @@ func (e Endpoint) Labels() map[string]string { return e.e.Labels }
 // Key identifies the endpoint across snapshots: the pod UID and the port.
 func (e Endpoint) Key() datastore.EndpointKey { return e.e.Key() }
 
-// Metrics returns the endpoint's latest scrape, or nil when it was never
-// scraped; the snapshot is immutable. A Candidate's Metrics is this one
-// when it is fresh enough to schedule on.
-func (e Endpoint) Metrics() *datastore.Metrics { return e.e.Metrics() }
+// Metrics returns the endpoint's latest scrape; IsZero when it was never
+// scraped. A Candidate's Metrics is this one when it is fresh enough to
+// schedule on.
+func (e Endpoint) Metrics() Metrics { return Metrics{m: e.e.Metrics()} }
 
 // InFlight is the number of requests poolpicker sent to the endpoint and
 // has not yet seen finish; it moves while a plugin reads it.
 func (e Endpoint) InFlight() int64 { return e.e.InFlight() }
+
+// Metrics is a read-only view of one scrape of a model server. The zero
+// Metrics is the view of no scrape (load unknown, never zero): IsZero
+// reports it, and its other getters must not be called.
+type Metrics struct{ m *datastore.Metrics }
+
+// MetricsOf returns the view of m (nil: the zero view), for a scheduler
+// handing m to plugins and for tests of plugins.
+func MetricsOf(m *datastore.Metrics) Metrics { return Metrics{m: m} }
+
+// IsZero reports whether the view is of no scrape.
+func (m Metrics) IsZero() bool { return m.m == nil }
+
+// WaitingRequests is the number of requests queued in the server.
+func (m Metrics) WaitingRequests() int { return m.m.WaitingRequests }
+
+// RunningRequests is the number of requests the server is decoding.
+func (m Metrics) RunningRequests() int { return m.m.RunningRequests }
+
+// KVCacheUsage is the fraction of KV-cache blocks in use, 0..1.
+func (m Metrics) KVCacheUsage() float64 { return m.m.KVCacheUsage }
+
+// HasAdapter reports whether the LoRA adapter is running or waiting on the
+// server.
+func (m Metrics) HasAdapter(name string) (running, waiting bool) { return m.m.HasAdapter(name) }
+
+// NumRunningAdapters and RunningAdapter(i), 0 <= i < NumRunningAdapters(),
+// are the LoRA adapters the server is running requests for.
+func (m Metrics) NumRunningAdapters() int     { return len(m.m.RunningAdapters) }
+func (m Metrics) RunningAdapter(i int) string { return m.m.RunningAdapters[i] }
+
+// NumWaitingAdapters and WaitingAdapter(i), 0 <= i < NumWaitingAdapters(),
+// are the LoRA adapters requests are queued for.
+func (m Metrics) NumWaitingAdapters() int     { return len(m.m.WaitingAdapters) }
+func (m Metrics) WaitingAdapter(i int) string { return m.m.WaitingAdapters[i] }
+
+// MaxAdapters is how many adapters the server can hold at once; 0 unknown.
+func (m Metrics) MaxAdapters() int { return m.m.MaxAdapters }
+
+// BlockSize is the number of tokens per KV-cache block; 0 unknown.
+func (m Metrics) BlockSize() int { return m.m.BlockSize }
+
+// NumBlocks is the number of KV-cache blocks of the server; 0 unknown.
+func (m Metrics) NumBlocks() int { return m.m.NumBlocks }
+
+// PrefixCacheQueries and PrefixCacheHits are the server's counters of
+// prompt tokens looked up in its prefix cache and found there, since it
+// started; both 0: unknown.
+func (m Metrics) PrefixCacheQueries() float64 { return m.m.PrefixCacheQueries }
+func (m Metrics) PrefixCacheHits() float64    { return m.m.PrefixCacheHits }
+
+// ScrapedAt is when the scrape finished.
+func (m Metrics) ScrapedAt() time.Time { return m.m.ScrapedAt }
+
+// Interval is the time until the server's next scrape when these values
+// were published; zero means the refresh interval.
+func (m Metrics) Interval() time.Duration { return m.m.Interval }
 
 // EndpointSet is a read-only view of a pool's endpoint snapshot, sorted by
 // address. Two views are == when they view the same snapshot, so a plugin

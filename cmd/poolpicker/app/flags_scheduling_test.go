@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/pflag"
 
@@ -35,12 +34,12 @@ func TestSchedulingFlags(t *testing.T) {
 		check       func(t *testing.T, o scheduling.Options)
 	}{
 		{name: "defaults", args: nil, wantProfile: scheduling.DefaultProfileName, check: func(t *testing.T, o scheduling.Options) {
-			if o.MaxEndpoints != 3 || o.MetricsStaleness != 2*time.Second || o.QueueDepthThreshold != 5 || o.KVCacheUtilThreshold != 0.8 {
+			if o.MaxEndpoints != scheduling.DefaultMaxEndpoints || o.MetricsStaleness != 0 || o.QueueDepthThreshold != scheduling.DefaultQueueDepthThreshold || o.KVCacheUtilThreshold != scheduling.DefaultKVCacheUtilThreshold {
 				t.Fatalf("defaults %+v", o)
 			}
 		}},
 		{name: "all flags", args: []string{"--config-file", cfgPath, "--scheduler-max-endpoints=2", "--saturation-queue-depth-threshold=9", "--saturation-kv-cache-threshold=0.9"}, wantProfile: "spread", check: func(t *testing.T, o scheduling.Options) {
-			if o.MaxEndpoints != 2 || o.MetricsStaleness != 2*time.Second || o.QueueDepthThreshold != 9 || o.KVCacheUtilThreshold != 0.9 {
+			if o.MaxEndpoints != 2 || o.QueueDepthThreshold != 9 || o.KVCacheUtilThreshold != 0.9 {
 				t.Fatalf("options %+v", o)
 			}
 		}},
@@ -48,8 +47,11 @@ func TestSchedulingFlags(t *testing.T) {
 		{name: "file and text", args: []string{"--config-file", cfgPath, "--config-text", cfg}, wantErr: []string{"not both"}},
 		{name: "unknown plugin in file", args: []string{"--config-file", badPath}, wantErr: []string{"bad.yaml", `"queue-scorr"`}},
 		{name: "missing file", args: []string{"--config-file", filepath.Join(dir, "nope.yaml")}, wantErr: []string{"nope.yaml"}},
-		{name: "zero endpoints", args: []string{"--scheduler-max-endpoints=0"}, wantErr: []string{"--scheduler-max-endpoints 0"}},
-		{name: "KV threshold above 1", args: []string{"--saturation-kv-cache-threshold=80"}, wantErr: []string{"--saturation-kv-cache-threshold 80"}},
+		{name: "zero means the default", args: []string{"--scheduler-max-endpoints=0", "--saturation-queue-depth-threshold=0", "--saturation-kv-cache-threshold=0"}, wantProfile: scheduling.DefaultProfileName},
+		{name: "negative endpoints", args: []string{"--scheduler-max-endpoints=-1"}, wantErr: []string{"max endpoints -1"}},
+		{name: "negative queue depth", args: []string{"--saturation-queue-depth-threshold=-2"}, wantErr: []string{"queue depth threshold -2"}},
+		{name: "KV threshold above 1", args: []string{"--saturation-kv-cache-threshold=80"}, wantErr: []string{"KV-cache threshold 80"}},
+		{name: "every error at once", args: []string{"--scheduler-max-endpoints=-1", "--saturation-kv-cache-threshold=-0.5"}, wantErr: []string{"max endpoints -1", "KV-cache threshold -0.5"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,7 +61,7 @@ func TestSchedulingFlags(t *testing.T) {
 			if err := fs.Parse(c.args); err != nil {
 				t.Fatal(err)
 			}
-			s, err := newScheduler(o, nil)
+			s, err := scheduling.New(nil, o)
 			if len(c.wantErr) > 0 {
 				if err == nil {
 					t.Fatalf("built, want an error naming %q", c.wantErr)

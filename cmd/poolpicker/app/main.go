@@ -186,6 +186,9 @@ func validate(o *options) error {
 	if err := o.scrape.Validate(); err != nil {
 		return err
 	}
+	if err := o.scheduling.Validate(); err != nil {
+		return err
+	}
 	for name, port := range map[string]int{"--metrics-port": o.metricsPort, "--grpc-port": o.extproc.GRPCPort, "--grpc-health-port": o.extproc.HealthPort} {
 		if port < 1 || port > 65535 {
 			return fmt.Errorf("%s %d: must be 1..65535", name, port)
@@ -245,7 +248,7 @@ func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, er
 	for _, w := range cfg.Warnings {
 		log.Info("WARNING: scheduling config: "+w, "warning", true)
 	}
-	sched, err := newScheduler(o.scheduling, cfg)
+	sched, err := scheduling.New(cfg, o.scheduling)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}

@@ -124,7 +124,7 @@ func Candidates(pool *datastore.Pool) []framework.Candidate {
 		if !m.Fresh(now, MetricsStaleness) {
 			m = nil
 		}
-		out = append(out, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: m, Index: i})
+		out = append(out, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(m), Index: i})
 	}
 	return out
 }

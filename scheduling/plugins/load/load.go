@@ -40,8 +40,8 @@ func (s *queueScorer) TypedName() framework.TypedName { return s.name }
 
 func (s *queueScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
 	for i := range c {
-		if m := c[i].Metrics; m != nil {
-			scores[i] = float64(m.WaitingRequests)
+		if m := c[i].Metrics; !m.IsZero() {
+			scores[i] = float64(m.WaitingRequests())
 		} else {
 			scores[i] = unknownLoad
 		}
@@ -65,8 +65,8 @@ func (s *runningRequestsScorer) TypedName() framework.TypedName { return s.name 
 
 func (s *runningRequestsScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
 	for i := range c {
-		if m := c[i].Metrics; m != nil {
-			scores[i] = float64(m.RunningRequests)
+		if m := c[i].Metrics; !m.IsZero() {
+			scores[i] = float64(m.RunningRequests())
 		} else {
 			scores[i] = unknownLoad
 		}
@@ -116,8 +116,8 @@ func (s *kvCacheScorer) TypedName() framework.TypedName { return s.name }
 
 func (s *kvCacheScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
 	for i := range c {
-		if m := c[i].Metrics; m != nil {
-			scores[i] = 1 - m.KVCacheUsage
+		if m := c[i].Metrics; !m.IsZero() {
+			scores[i] = 1 - m.KVCacheUsage()
 		}
 	}
 }

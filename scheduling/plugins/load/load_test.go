@@ -45,7 +45,7 @@ func TestLoadScorers(t *testing.T) {
 			for i, e := range c.eps {
 				endpoint := tp.Ep(t, i+1)
 				endpoint.AddInFlight(e.inFlight)
-				cands[i] = framework.Candidate{Endpoint: framework.EndpointOf(endpoint), Metrics: e.m}
+				cands[i] = framework.Candidate{Endpoint: framework.EndpointOf(endpoint), Metrics: framework.MetricsOf(e.m)}
 			}
 			scores := make([]float64, len(cands))
 			schedtest.Build(t, "test", c.factory, "").(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, "m", 1), &framework.Request{}, cands, scores)

@@ -7,9 +7,7 @@ package lora
 import (
 	"context"
 	"encoding/json"
-	"slices"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
@@ -58,31 +56,31 @@ func (s *loraAffinityScorer) Score(_ context.Context, cs *framework.CycleState, 
 			scores[i] = 1
 			continue
 		}
-		if m := c[i].Metrics; m != nil {
+		if m := c[i].Metrics; !m.IsZero() {
 			scores[i] = loraScore(m, model)
 		}
 	}
 }
 
-func loraScore(m *datastore.Metrics, model string) float64 {
+func loraScore(m framework.Metrics, model string) float64 {
 	running, waiting := m.HasAdapter(model)
 	if running {
 		return loraRunning
 	}
 	// The adapters a server holds: running ones plus those being loaded.
-	held := len(m.RunningAdapters)
-	for _, a := range m.WaitingAdapters {
-		if !slices.Contains(m.RunningAdapters, a) {
+	held := m.NumRunningAdapters()
+	for i := range m.NumWaitingAdapters() {
+		if running, _ := m.HasAdapter(m.WaitingAdapter(i)); !running {
 			held++
 		}
 	}
-	unbounded := m.MaxAdapters <= 0
+	unbounded := m.MaxAdapters() <= 0
 	switch {
-	case waiting && (unbounded || len(m.RunningAdapters) < m.MaxAdapters):
+	case waiting && (unbounded || m.NumRunningAdapters() < m.MaxAdapters()):
 		return loraWaitingFree
 	case waiting:
 		return loraWaitingFull
-	case unbounded || held < m.MaxAdapters:
+	case unbounded || held < m.MaxAdapters():
 		return loraFreeSlot
 	}
 	return loraFull

@@ -186,9 +186,10 @@ type prefixEndpoint struct {
 	// mu by scoring, to skip a stale view's entry.
 	dead atomic.Bool
 
-	// sample is the server's metrics snapshot the LRU was last aged by
-	// (observeSample); read without mu, to skip a sample already seen.
-	sample atomic.Pointer[datastore.Metrics]
+	// sampledAt is the scrape time (Unix ns) of the server's metrics
+	// snapshot the LRU was last aged by (observeSample); read without mu,
+	// to skip a sample already seen.
+	sampledAt atomic.Int64
 
 	mu       sync.Mutex
 	lru      *blockLRU
@@ -223,21 +224,25 @@ func (pe *prefixEndpoint) correctAdded(blocks float64) {
 // the LRU evicts at the rate the server's cache does, however many picker
 // replicas share the server. A sample without the counters, or whose
 // counters fell (the server restarted), only sets the base for the next.
-func (pe *prefixEndpoint) observeSample(m *datastore.Metrics, tokensPerBlock float64) {
-	if m == nil || pe.sample.Load() == m {
+func (pe *prefixEndpoint) observeSample(m framework.Metrics, tokensPerBlock float64) {
+	if m.IsZero() {
+		return
+	}
+	at := m.ScrapedAt().UnixNano()
+	if at <= pe.sampledAt.Load() {
 		return
 	}
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
-	if prev := pe.sample.Load(); pe.dead.Load() || prev == m || (prev != nil && m.ScrapedAt.Before(prev.ScrapedAt)) {
+	if pe.dead.Load() || at <= pe.sampledAt.Load() {
 		return // dead, raced, or an older snapshot read before a newer one
 	}
-	pe.sample.Store(m)
+	pe.sampledAt.Store(at)
 	added := pe.added
 	pe.added = 0
-	computed := m.PrefixCacheQueries - m.PrefixCacheHits
-	if m.PrefixCacheQueries <= 0 || !pe.hasComputed || computed < pe.computed {
-		pe.computed, pe.hasComputed, pe.pending = computed, m.PrefixCacheQueries > 0, 0
+	computed := m.PrefixCacheQueries() - m.PrefixCacheHits()
+	if m.PrefixCacheQueries() <= 0 || !pe.hasComputed || computed < pe.computed {
+		pe.computed, pe.hasComputed, pe.pending = computed, m.PrefixCacheQueries() > 0, 0
 		return
 	}
 	pe.pending += (computed-pe.computed)/tokensPerBlock - added

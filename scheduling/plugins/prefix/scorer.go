@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
@@ -336,8 +335,8 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 	least, running := int64(math.MaxInt64), 1
 	for i := range c {
 		least = min(least, candidateLoad(&c[i]))
-		if m := c[i].Metrics; m != nil {
-			running = max(running, m.RunningRequests)
+		if m := c[i].Metrics; !m.IsZero() {
+			running = max(running, m.RunningRequests())
 		}
 	}
 	// When every endpoint is busy, a miss also delays everything queued
@@ -383,9 +382,9 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	var own, scraped int64
 	for i := range c {
 		least = min(least, candidateLoad(&c[i]))
-		if m := c[i].Metrics; m != nil {
+		if m := c[i].Metrics; !m.IsZero() {
 			own += max(c[i].Endpoint.InFlight(), 0)
-			scraped += int64(m.RunningRequests + m.WaitingRequests)
+			scraped += int64(m.RunningRequests() + m.WaitingRequests())
 		}
 	}
 	slack := int64(s.params.RendezvousLoadSlack)
@@ -478,8 +477,8 @@ func (st *prefixCycle) matchedBlocks(c *framework.Candidate, states []*prefixEnd
 // they say more (requests another picker replica sent).
 func candidateLoad(c *framework.Candidate) int64 {
 	n := max(c.Endpoint.InFlight(), 0)
-	if m := c.Metrics; m != nil {
-		n = max(n, int64(m.RunningRequests+m.WaitingRequests))
+	if m := c.Metrics; !m.IsZero() {
+		n = max(n, int64(m.RunningRequests()+m.WaitingRequests()))
 	}
 	return n
 }
@@ -513,9 +512,9 @@ func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *fram
 // capacity is the number of blocks an endpoint's LRU holds: the server's
 // KV cache in prompt bytes over the block size, when the server says how
 // big its cache is; LRUCapacityPerServer otherwise.
-func (s *Scorer) capacity(m *datastore.Metrics) int {
-	if *s.params.AutoTune && m != nil && m.NumBlocks > 0 && m.BlockSize > 0 {
-		c := int64(m.NumBlocks) * int64(m.BlockSize) * int64(s.params.BytesPerToken) / int64(s.params.HashBlockSize)
+func (s *Scorer) capacity(m framework.Metrics) int {
+	if *s.params.AutoTune && !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
+		c := int64(m.NumBlocks()) * int64(m.BlockSize()) * int64(s.params.BytesPerToken) / int64(s.params.HashBlockSize)
 		return int(min(max(c, 1), maxLRUCapacityPerServer))
 	}
 	return s.params.LRUCapacityPerServer

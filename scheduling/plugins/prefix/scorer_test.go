@@ -262,7 +262,7 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 	m := schedtest.Load(0, 0.1)
 	m.NumBlocks, m.BlockSize = 10, 16
 	f.tp.Ep(t, 1).SetMetrics(m)
-	if c := f.s.capacity(m); c != 10 {
+	if c := f.s.capacity(framework.MetricsOf(m)); c != 10 {
 		t.Fatalf("capacity %d, want 10", c)
 	}
 	f.score(b[:64], 1)
@@ -378,7 +378,7 @@ func TestPrefixCapacity(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := build(t, c.params)
-			if got := s.capacity(c.m); got != c.want {
+			if got := s.capacity(framework.MetricsOf(c.m)); got != c.want {
 				t.Fatalf("capacity %d, want %d", got, c.want)
 			}
 		})
