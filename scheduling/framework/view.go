@@ -87,14 +87,17 @@ func (m Metrics) KVCacheUsage() float64 { return m.m.KVCacheUsage }
 // server.
 func (m Metrics) HasAdapter(name string) (running, waiting bool) { return m.m.HasAdapter(name) }
 
-// NumRunningAdapters and RunningAdapter(i), 0 <= i < NumRunningAdapters(),
-// are the LoRA adapters the server is running requests for.
-func (m Metrics) NumRunningAdapters() int     { return len(m.m.RunningAdapters) }
+// NumRunningAdapters is the number of LoRA adapters the server is running
+// requests for.
+func (m Metrics) NumRunningAdapters() int { return len(m.m.RunningAdapters) }
+
+// RunningAdapter is the i-th running adapter, 0 <= i < NumRunningAdapters().
 func (m Metrics) RunningAdapter(i int) string { return m.m.RunningAdapters[i] }
 
-// NumWaitingAdapters and WaitingAdapter(i), 0 <= i < NumWaitingAdapters(),
-// are the LoRA adapters requests are queued for.
-func (m Metrics) NumWaitingAdapters() int     { return len(m.m.WaitingAdapters) }
+// NumWaitingAdapters is the number of LoRA adapters requests are queued for.
+func (m Metrics) NumWaitingAdapters() int { return len(m.m.WaitingAdapters) }
+
+// WaitingAdapter is the i-th waiting adapter, 0 <= i < NumWaitingAdapters().
 func (m Metrics) WaitingAdapter(i int) string { return m.m.WaitingAdapters[i] }
 
 // MaxAdapters is how many adapters the server can hold at once; 0 unknown.
@@ -106,11 +109,13 @@ func (m Metrics) BlockSize() int { return m.m.BlockSize }
 // NumBlocks is the number of KV-cache blocks of the server; 0 unknown.
 func (m Metrics) NumBlocks() int { return m.m.NumBlocks }
 
-// PrefixCacheQueries and PrefixCacheHits are the server's counters of
-// prompt tokens looked up in its prefix cache and found there, since it
-// started; both 0: unknown.
+// PrefixCacheQueries is the server's count of prompt tokens looked up in its
+// prefix cache since it started; 0: unknown.
 func (m Metrics) PrefixCacheQueries() float64 { return m.m.PrefixCacheQueries }
-func (m Metrics) PrefixCacheHits() float64    { return m.m.PrefixCacheHits }
+
+// PrefixCacheHits is the server's count of prompt tokens found in its prefix
+// cache since it started; 0 with PrefixCacheQueries 0: unknown.
+func (m Metrics) PrefixCacheHits() float64 { return m.m.PrefixCacheHits }
 
 // ScrapedAt is when the scrape finished.
 func (m Metrics) ScrapedAt() time.Time { return m.m.ScrapedAt }
