@@ -75,16 +75,26 @@ func (b *budget) take() time.Duration {
 func (b *budget) charge(cost, expected time.Duration, measured bool) {
 	if !measured {
 		cost = expected
-	}
-	b.used.Add(int64(cost))
-	if !measured {
+		b.used.Add(int64(cost))
 		return
 	}
 	b.mu.Lock()
+	// A span preempted midway reads what its thread ran meanwhile (another
+	// goroutine, the garbage collector's marking) up to its wall time:
+	// tens of milliseconds against a scrape's tens of microseconds. Taken
+	// whole, one such sample would multiply the mean, and the budget would
+	// slow every busy pool for a plan or more; bounded, a sample moves the
+	// mean by at most a few sixteenths, and a true rise in cost still
+	// reaches it within a few dozen timed scrapes.
+	cost = min(cost, maxSampleFactor*b.perScrape)
 	b.tokens -= cost - expected
 	b.perScrape += (cost - b.perScrape) / 16
 	b.mu.Unlock()
+	b.used.Add(int64(cost))
 }
+
+// maxSampleFactor bounds one timed scrape's cost against the mean.
+const maxSampleFactor = 4
 
 // expected is the cost a scrape is admitted with.
 func (b *budget) expected() time.Duration {

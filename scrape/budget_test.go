@@ -126,3 +126,92 @@ func (h *harness) single(t *testing.T, family string) float64 {
 	t.Fatalf("no %s", family)
 	return 0
 }
+
+// A busy pool the budget slowed to seconds between scrapes is scraped
+// again at the refresh interval as soon as a plan restores it, not when
+// its servers' late due times come.
+func TestBudgetRestoredPoolHastened(t *testing.T) {
+	servers := startModelServers(t, 17)
+	for _, s := range servers {
+		s.servePage(t, vllmpage.State{Waiting: 1}, vllmpage.Options{})
+	}
+	// A scrape's cost on this machine, measured without a budget.
+	const refresh = 20 * time.Millisecond
+	cal := newHarness(t, Options{RefreshInterval: refresh, CPUBudget: -1})
+	cal.addPool("calibration", nil, servers[0].port, servers...)
+	for range 4 {
+		cal.awaitScrapes(t, servers[16].addr, 10)
+	}
+	cost := cal.m.budget.expected()
+	// Sixteen servers at 20 ms want 800 scrapes a second, one server 50:
+	// the budget pays for three times the one's, a fifth of all of them.
+	cores := 3 * float64(time.Second/refresh) * cost.Seconds()
+	t.Logf("%v a scrape: a budget of %.3f cores", cost, cores)
+	h := newHarness(t, Options{RefreshInterval: refresh, CPUBudget: cores, DemandWindow: 300 * time.Millisecond})
+	loud := h.addPool("loud", nil, servers[0].port, servers[:16]...)
+	quiet := h.addPool("quiet", nil, servers[0].port, servers[16])
+	stopLoud, stop, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-done }()
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		loudOn := true
+		for {
+			select {
+			case <-stop:
+				return
+			case <-stopLoud:
+				loudOn, stopLoud = false, nil
+			case now := <-tick.C:
+				// The loud pool's weight is a thousand times the quiet one's.
+				for i := 0; loudOn && i < 1000; i++ {
+					loud.NoteRequest(now)
+				}
+				quiet.NoteRequest(now)
+			}
+		}
+	}()
+	quietServer := func() (interval, ahead time.Duration, running bool) {
+		h.m.mu.Lock()
+		defer h.m.mu.Unlock()
+		ps := h.m.pools[quiet.Key]
+		s := ps.subs[endpointOf(t, quiet, servers[16].addr).Key()].srv
+		return ps.interval, s.next.Sub(s.lastStart), s.running
+	}
+	h.await(t, "the quiet pool slowed to a second or more, its server due that late", func(scrapeEvent) bool {
+		interval, ahead, running := quietServer()
+		return interval >= time.Second && ahead >= time.Second && !running
+	})
+	t.Logf("slowed: %v a scrape, %.0f scrapes a second", h.m.budget.expected(), h.m.budget.rate())
+	close(stopLoud)
+	h.await(t, "a plan restoring the quiet pool", func(scrapeEvent) bool {
+		interval, _, _ := quietServer()
+		return interval == 0
+	})
+	if _, ahead, running := quietServer(); !running && ahead > 2*refresh {
+		t.Errorf("the restored pool's server is due %v after its last scrape, want within %v", ahead, 2*refresh)
+	}
+}
+
+// One timed scrape that read what its thread ran while it was preempted
+// moves the mean cost by a bounded step, not by its own size.
+func TestBudgetSampleBounded(t *testing.T) {
+	b := newBudget(1)
+	for range 64 {
+		b.charge(30*time.Microsecond, b.take(), true)
+	}
+	before := b.expected()
+	b.charge(20*time.Millisecond, b.take(), true)
+	after := b.expected()
+	if limit := before + (maxSampleFactor-1)*before/16 + time.Microsecond; after > limit {
+		t.Errorf("one 20 ms sample moved the mean from %v to %v, want at most %v", before, after, limit)
+	}
+	// A sustained rise still reaches the mean.
+	for range 64 {
+		b.charge(300*time.Microsecond, b.take(), true)
+	}
+	if got := b.expected(); got < 250*time.Microsecond {
+		t.Errorf("after 64 samples of 300 µs the mean is %v, want it near 300 µs", got)
+	}
+}

@@ -26,8 +26,18 @@ func (m *Manager) planLocked(now time.Time) {
 		weight float64 // requests since the last plan, plus one
 	}
 	var wants []want
+	var slowed []slowedPool
 	demand, weights := 0.0, 0.0
+	// However the plan ends, the servers of a pool it gives a shorter
+	// interval than the last are due by that one: a server takes its
+	// interval when its scrape ends, and one slowed to seconds would
+	// otherwise keep its late due time through the plans that have
+	// restored it.
+	defer func() { m.hastenLocked(slowed) }()
 	for _, ps := range m.pools {
+		if ps.interval > 0 {
+			slowed = append(slowed, slowedPool{ps, ps.interval})
+		}
 		ps.interval = 0
 		requests := ps.pool.Requests()
 		weight := float64(requests-ps.requests) + 1
@@ -85,6 +95,34 @@ func (m *Manager) planLocked(now time.Time) {
 			"budgetCores", m.budget.cores, "scrapesPerSecond", int(rate), "busyDemandPerSecond", int(demand), "slowedPools", m.slowed)
 	} else {
 		m.log.V(4).Info("metrics scrape budget shared", "scrapesPerSecond", int(rate), "busyDemandPerSecond", int(demand), "slowedPools", m.slowed)
+	}
+}
+
+// slowedPool is a pool with the interval the last plan gave it.
+type slowedPool struct {
+	ps       *poolSubs
+	interval time.Duration
+}
+
+// hastenLocked brings forward the queued busy servers of the pools whose
+// interval the plan shortened, each to its last start plus the new one.
+func (m *Manager) hastenLocked(slowed []slowedPool) {
+	for _, sp := range slowed {
+		ps := sp.ps
+		if ps.interval >= sp.interval || m.pools[ps.pool.Key] != ps {
+			continue
+		}
+		for _, sb := range ps.subs {
+			s := sb.srv
+			if s == nil || !s.busy || s.running || s.index < 0 && s.parkedOn == nil {
+				continue
+			}
+			interval := max(m.shareLocked(s), m.opts.RefreshInterval)
+			if at := s.lastStart.Add(interval); at.Before(s.next) {
+				s.interval = interval
+				m.scheduleLocked(s, at)
+			}
+		}
 	}
 }
 
