@@ -53,6 +53,10 @@ type config struct {
 	Noisy      float64 `json:"noisy,omitempty"`
 	Servers    int     `json:"servers"`
 	Port       int     `json:"port"`
+	// BackgroundNice is the nice value of the processes that stand in for
+	// other machines: the model servers from their start, etcd and
+	// kube-apiserver from poolpicker's sync on (0: all at normal priority).
+	BackgroundNice int `json:"backgroundNice"`
 
 	settle, idleWindow, hotWindow, flipWindow time.Duration
 	steadyWait, hotWarmup                     time.Duration
@@ -89,6 +93,7 @@ func main() {
 	flag.Float64Var(&c.Noisy, "noisy", 0, "Noisy neighbour: after the hot window, two more, one with a hot pool's servers hanging until the scrape timeout, one with its traffic at this many times each other hot pool's; every hot figure is the other pools' (0: none).")
 	flag.Float64Var(&c.FlipRate, "flip-rate", 20, "Pod readiness flips per second during the pod-update phase (0: no such phase).")
 	flag.IntVar(&c.Servers, "servers", 4, "Model-server processes serving every pod address.")
+	flag.IntVar(&c.BackgroundNice, "background-nice", 19, "Nice value of the model servers and, after poolpicker's sync, of etcd and kube-apiserver, which in a cluster run on other machines than poolpicker's (0: normal priority, as poolpicker and the timing client).")
 	flag.IntVar(&c.Port, "port", 28123, "Port of every model server (the pools' target port); it must be free on every loopback address.")
 	flag.DurationVar(&c.steadyWait, "steady-wait", 5*time.Second, "Time the API server is left alone after its caches are warm, before its steady RSS is taken (the most over the next 5 s).")
 	flag.DurationVar(&c.hotWarmup, "hot-warmup", 5*time.Second, "Hot-pool traffic sent before each measured window, under its conditions.")

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,7 +55,7 @@ type picker struct {
 	cmd                       *exec.Cmd
 	grpcAddr, health, metrics string
 	started                   time.Time
-	log                       *bytes.Buffer
+	log                       *tailWriter
 	exited                    chan struct{}
 }
 
@@ -92,14 +93,13 @@ func startPicker(ctx context.Context, bin, kubeconfig string, c config) (*picker
 		grpcAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
 		health:   net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
 		metrics:  fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[2]),
-		log:      &bytes.Buffer{},
+		log:      &tailWriter{max: 64 << 10},
 		exited:   make(chan struct{}),
 	}
 	p.cmd = exec.CommandContext(ctx, bin, args...)
+	p.cmd.Stderr = p.log
 	if c.logPicker {
-		p.cmd.Stderr = os.Stderr
-	} else {
-		p.cmd.Stderr = &tailWriter{buf: p.log, max: 64 << 10}
+		p.cmd.Stderr = io.MultiWriter(os.Stderr, p.log)
 	}
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
@@ -265,18 +265,68 @@ func (p *picker) stop() {
 	}
 }
 
-// tailWriter keeps the last max bytes written.
+// tailWriter keeps the last max bytes written, and the lines about the
+// scrape budget (budgetLogMark) with when they came.
 type tailWriter struct {
-	buf *bytes.Buffer
-	max int
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	max     int
+	partial []byte
+	budget  []budgetLine
+}
+
+// budgetLogMark is in each of poolpicker's log lines about the scrape
+// budget trading freshness.
+const budgetLogMark = "metrics scrape budget"
+
+// budgetLine is a log line about the scrape budget.
+type budgetLine struct {
+	at   time.Time
+	line string
 }
 
 func (w *tailWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.buf.Write(b)
 	if over := w.buf.Len() - w.max; over > 0 {
 		w.buf.Next(over)
 	}
+	w.partial = append(w.partial, b...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if line := w.partial[:i]; bytes.Contains(line, []byte(budgetLogMark)) && len(w.budget) < 1000 {
+			w.budget = append(w.budget, budgetLine{at: time.Now(), line: string(line)})
+		}
+		w.partial = w.partial[i+1:]
+	}
+	if len(w.partial) > w.max {
+		w.partial = w.partial[:0] // a line that long is no budget line
+	}
 	return len(b), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// budgetSince returns the budget lines logged since t, each prefixed with
+// its time from origin.
+func (w *tailWriter) budgetSince(t, origin time.Time) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, l := range w.budget {
+		if !l.at.Before(t) {
+			out = append(out, fmt.Sprintf("%+.1fs: %s", l.at.Sub(origin).Seconds(), l.line))
+		}
+	}
+	return out
 }
 
 var _ io.Writer = (*tailWriter)(nil)

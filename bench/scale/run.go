@@ -180,7 +180,7 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	if err := testenv.WriteKubeconfig(env.Config, kubeconfig); err != nil {
 		return r, err
 	}
-	servers, err := startModelServers(ctx, c.Servers, c.Port)
+	servers, err := startModelServers(ctx, c.Servers, c.Port, c.BackgroundNice)
 	if err != nil {
 		return r, err
 	}
@@ -214,6 +214,18 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	r.APISyncCPUSec = proc.CPU(api) - apiCPU0
 	r.PickerSyncCPUSec = proc.CPU(p.pid())
 	r.APIPeakSyncRSS = peaks.peak(0, false)
+	if c.BackgroundNice != 0 {
+		// Past the sync, the control plane is another machine's work.
+		etcd := proc.Child(os.Getpid(), "etcd")
+		if etcd == 0 {
+			return r, fmt.Errorf("etcd child not found")
+		}
+		for _, pid := range []int{api, etcd} {
+			if err := proc.Renice(pid, c.BackgroundNice); err != nil {
+				return r, err
+			}
+		}
+	}
 	m, err := p.readMetrics(ctx)
 	if err != nil {
 		return r, err
@@ -397,6 +409,10 @@ type hotFigures struct {
 	CPUPerScrapeUs float64 `json:"cpuPerScrapeMicros"`
 	// Oldest are the picks that saw the oldest values.
 	Oldest []string `json:"oldest,omitempty"`
+	// BudgetLog are poolpicker's log lines about the scrape budget in the
+	// window (and its warm-up, before +0), the time from the window's start
+	// first.
+	BudgetLog []string `json:"budgetLog,omitempty"`
 	// ScrapeTimeouts are the scrapes that timed out in the window (the
 	// hanging servers').
 	ScrapeTimeouts float64 `json:"scrapeTimeouts,omitempty"`
@@ -407,6 +423,7 @@ type hotFigures struct {
 // picks left out when others is set.
 func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServers, c config, hot []int, noisy float64, others bool) (hotFigures, error) {
 	var f hotFigures
+	warm := time.Now()
 	// Each window has its warm-up under its own conditions: between
 	// windows the pools go without requests for longer than the demand
 	// window while the harness reads the figures, and their first picks
@@ -428,6 +445,7 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	}
 	f.BusyIntervalMs, f.CPUPerScrapeUs = m.busyInterval*1e3, m.perScrape*1e6
 	f.Picks, f.PickRate = len(picks), float64(len(picks))/el
+	f.BudgetLog = p.log.budgetSince(warm, t0)
 	if others {
 		picks = slices.DeleteFunc(picks, func(pk pick) bool { return pk.pool == hot[0] })
 	}

@@ -172,7 +172,8 @@ type modelServers struct {
 	ctl  []string
 }
 
-func startModelServers(ctx context.Context, n, port int) (*modelServers, error) {
+// startModelServers starts n model-server processes at nice value nice.
+func startModelServers(ctx context.Context, n, port, nice int) (*modelServers, error) {
 	ms := &modelServers{}
 	for range n {
 		cmd := exec.CommandContext(ctx, os.Args[0])
@@ -195,6 +196,12 @@ func startModelServers(ctx context.Context, n, port int) (*modelServers, error) 
 			return nil, errors.Join(fmt.Errorf("model server did not start (%q)", line), err)
 		}
 		ms.ctl = append(ms.ctl, addr)
+		if nice != 0 {
+			if err := proc.Renice(cmd.Process.Pid, nice); err != nil {
+				ms.stop()
+				return nil, err
+			}
+		}
 	}
 	return ms, nil
 }

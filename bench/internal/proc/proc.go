@@ -6,10 +6,12 @@
 package proc
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // StatusField reads a "kB" field (VmRSS, VmHWM, ...) of process pid's
@@ -72,4 +74,28 @@ func Child(parent int, comm string) int {
 		}
 	}
 	return 0
+}
+
+// Renice sets the nice value of every thread of process pid: Linux keeps
+// a nice value per thread, and threads started later inherit their
+// starter's.
+func Renice(pid, nice int) error {
+	// Twice: a thread started during the first pass by one not yet
+	// reniced is caught by the second.
+	for range 2 {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return err
+		}
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("renice thread %d of %d: %w", tid, pid, err)
+			}
+		}
+	}
+	return nil
 }
