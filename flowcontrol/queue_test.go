@@ -369,6 +369,35 @@ func TestQueueTTL(t *testing.T) {
 	}
 }
 
+// TestSheddableWaitsBehindCritical: a sheddable request that came first
+// waits behind a critical one that came later, takes no slot while the
+// critical one holds it, and is the one the queue TTL refuses (429); the
+// critical one is served.
+func TestSheddableWaitsBehindCritical(t *testing.T) {
+	fx := newFixture(t, flowcontrol.Options{QueueTTL: time.Second})
+	p := fx.pool("p", 1)
+	running := fx.fill(t, p)[0]
+	shed, crit := make(chan admitted, 1), make(chan admitted, 1)
+	fx.admit(context.Background(), p, "batch", flowcontrol.Request{Flow: "batch", Priority: -1, Bytes: 5}, shed)
+	fx.queued(t, p, 1)
+	fx.admit(context.Background(), p, "interactive", flowcontrol.Request{Flow: "interactive", Bytes: 5}, crit)
+	fx.queued(t, p, 2)
+	running.finish()
+	c := <-crit
+	if c.err != nil {
+		t.Fatalf("critical request: %v", c.err)
+	}
+	defer c.finish()
+	s := <-shed
+	var fe *flowcontrol.Error
+	if !errors.As(s.err, &fe) || fe.Code != http.StatusTooManyRequests || fe.Reason != flowcontrol.ReasonQueueTTLExpired {
+		t.Fatalf("sheddable request got %v, want 429 %s while the critical one holds the slot", s.err, flowcontrol.ReasonQueueTTLExpired)
+	}
+	if got := fx.metric("inference_extension_flow_control_rejected_total", p); got != 1 {
+		t.Fatalf("rejected_total %v, want 1 (the sheddable expiry)", got)
+	}
+}
+
 // TestClientGone: a queued request whose client goes away leaves the queue
 // at once (its bytes released, counted as canceled) and does not take the
 // next slot from the request behind it.
