@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -70,7 +70,7 @@ func grantPods(t *testing.T, user, ns string) {
 // metric, an Event naming the reason) while the picker turns ready and the
 // other pool is served; granting the permission heals it.
 func TestBrokenPoolLeavesOthersServing(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		good, bad := env.Namespace(t, "blast-good"), env.Namespace(t, "blast-bad")
 		user := fmt.Sprintf("picker-%s", bad)
 		cfg := limitedUser(t, user)
@@ -93,7 +93,7 @@ func TestBrokenPoolLeavesOthersServing(t *testing.T) {
 		if p.Synced() || p.Endpoints().Len() != 0 {
 			t.Fatalf("broken pool synced %v with %d endpoints", p.Synced(), p.Endpoints().Len())
 		}
-		if got := testutil.ToFloat64(r.m.metrics.syncFailing.WithLabelValues(bad, "pool")); got != 1 {
+		if got := r.metric("poolpicker_pool_sync_failing", bad, "pool"); got != 1 {
 			t.Fatalf("poolpicker_pool_sync_failing for the broken pool = %v, want 1", got)
 		}
 		if g, _ := r.reg.Get(goodKey); g.SyncError() != "" {
@@ -116,7 +116,7 @@ func TestBrokenPoolLeavesOthersServing(t *testing.T) {
 		r.waitEndpoints(t, badKey, "10.14.1.1:8000")
 		r.waitFor(t, "the failure cleared", func() bool {
 			p, _ := r.reg.Get(badKey)
-			return p.SyncError() == "" && testutil.ToFloat64(r.m.metrics.syncFailing.WithLabelValues(bad, "pool")) == 0
+			return p.SyncError() == "" && r.metric("poolpicker_pool_sync_failing", bad, "pool") == 0
 		})
 	})
 }
@@ -126,7 +126,7 @@ func TestBrokenPoolLeavesOthersServing(t *testing.T) {
 // never turned into a watch of some other selector; the other pool of the
 // namespace is served. Fixing the key serves the pool.
 func TestInvalidSelectorKeyReported(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "badkey")
 		createPod(t, ns, "p1", map[string]string{"app": "m"}, podState{ip: "10.14.2.1", ready: true})
 		createPool(t, ns, "good", map[string]string{"app": "m"}, []int32{8000})

@@ -18,16 +18,14 @@ import (
 type poolRecorder struct {
 	cache    client.Reader
 	recorder events.EventRecorder
-	// ctx bounds the cache reads: it ends when the watches stop, and the
-	// cache refuses reads before it starts.
-	ctx context.Context
 }
 
 // record records an Event on the pool; nothing when the pool is not in the
-// cache (gone, or the cache not started or stopping).
-func (r *poolRecorder) record(key datastore.PoolKey, eventType, reason, note string) {
+// cache (gone, or the cache not started or stopping). ctx bounds the cache
+// read, which waits only while the pool cache has not synced.
+func (r *poolRecorder) record(ctx context.Context, key datastore.PoolKey, eventType, reason, note string) {
 	var pool v1.InferencePool
-	if r.cache.Get(r.ctx, key, &pool) != nil {
+	if r.cache.Get(ctx, key, &pool) != nil {
 		return
 	}
 	r.recorder.Eventf(&pool, nil, eventType, reason, "Serve", "%s", note)

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
@@ -332,17 +333,17 @@ func runManager(t *testing.T, r *running) {
 
 // eachPlan runs test under each pod watch plan, as subtests named by it:
 // every guarantee of the pod watches holds in both.
-func eachPlan(t *testing.T, test func(t *testing.T, plan PodWatchPlan)) {
+func eachPlan(t *testing.T, test func(t *testing.T, plan podsource.Plan)) {
 	t.Helper()
-	for _, plan := range []PodWatchPlan{PodWatchPlanPerPool, PodWatchPlanNamespace} {
+	for _, plan := range []podsource.Plan{podsource.PlanPerPool, podsource.PlanNamespace} {
 		t.Run(string(plan), func(t *testing.T) { test(t, plan) })
 	}
 }
 
 // watchedSelector is the label selector the API server gets for a pool of
 // selector under plan: none in the namespace plan.
-func watchedSelector(plan PodWatchPlan, selector string) string {
-	if plan == PodWatchPlanNamespace {
+func watchedSelector(plan podsource.Plan, selector string) string {
+	if plan == podsource.PlanNamespace {
 		return ""
 	}
 	return selector
@@ -351,3 +352,29 @@ func watchedSelector(plan PodWatchPlan, selector string) string {
 // IsLeader reports whether this replica holds the lease (always, without
 // leader election) and so runs the writers.
 func (m *Manager) IsLeader() bool { return m.leader.IsLeader() }
+
+// metric is the value of the named gauge or counter in the Manager's
+// registry: the series labelled namespace and name when nsName holds them,
+// the unlabelled one otherwise; 0 when there is no such series.
+func (r *running) metric(name string, nsName ...string) float64 {
+	mfs, err := r.metrics.Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if len(nsName) == 2 && (got["namespace"] != nsName[0] || got["name"] != nsName[1]) || len(nsName) != 2 && len(got) > 0 {
+				continue
+			}
+			return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -29,8 +28,16 @@ import (
 	llmdv1alpha2 "github.com/poolpicker/poolpicker/api/llmd/v1alpha2"
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
 )
+
+// doneContext is a context that has ended: reads with it never wait.
+var doneContext = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // Manager runs the reconcilers (PoolReconciler, PolicyReconciler,
 // ClaimReconciler and, with provisioning, ProvisionReconciler), the pod
@@ -49,7 +56,7 @@ type Manager struct {
 
 	selection *selection
 	recorder  *poolRecorder
-	sources   *podSources
+	sources   *podsource.Sources
 	leader    *leadership
 	waiting   *waitingPools
 
@@ -139,10 +146,6 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("controllers: registering metrics: %w", err)
 	}
-	pods, err := corev1client.NewForConfig(podWatchConfig(mgr.GetConfig()))
-	if err != nil {
-		return nil, fmt.Errorf("controllers: creating pod client: %w", err)
-	}
 	m := &Manager{
 		opts:      opts,
 		mgr:       mgr,
@@ -153,8 +156,14 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 		changed:   make(chan struct{}, 1),
 	}
 	m.recorder = &poolRecorder{cache: mgr.GetCache(), recorder: mgr.GetEventRecorder("poolpicker")}
-	m.sources = newPodSources(opts.Registry, pods, met, opts.Logger, m.recorder, opts, m.servablePools, m.signal)
-	m.recorder.ctx = m.sources.watchCtx
+	m.sources, err = podsource.New(mgr.GetConfig(), podsource.Options{
+		Registry: opts.Registry, Plan: opts.PodWatchPlan, NamespaceWatchThreshold: opts.NamespaceWatchThreshold,
+		DisableStreamingLists: opts.DisableStreamingLists, CountServable: m.servablePools, Changed: m.signal,
+		Events: m.recorder.record, Registerer: opts.Registerer, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
 	m.waiting = &waitingPools{}
 	m.leader = &leadership{opts: opts, cfg: mgr.GetConfig(), recorderFor: mgr.GetEventRecorderFor, log: opts.Logger, metrics: met} //nolint:staticcheck // client-go's leader election records with the core Events API
 	cf := &conflicts{metrics: met, events: m.recorder, byKey: map[conflictKey]string{}}
@@ -198,19 +207,6 @@ func New(cfg *rest.Config, opts Options) (*Manager, error) {
 // minutes, would end the process).
 const waitForAPIServer = 365 * 24 * time.Hour
 
-// podWatchConfig tunes the client of the per-pool pod watches, of which
-// there are thousands, each a long-lived stream: a gzip reader holds some
-// 40 KB per stream, more than a small pool's pods, so responses come
-// uncompressed; and pods come as protobuf, smaller and cheaper to decode
-// than JSON.
-func podWatchConfig(cfg *rest.Config) *rest.Config {
-	cp := rest.CopyConfig(cfg)
-	cp.DisableCompression = true
-	cp.ContentType = "application/vnd.kubernetes.protobuf"
-	cp.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	return cp
-}
-
 // add adds a part of the Manager's own to run beside the reconcilers, on
 // every replica, leader or not: what only the leader may do, the writers
 // decide for themselves (leadership.asLeader).
@@ -234,7 +230,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	// Reconcilers have ended (or failed to start): no new watch can begin.
 	// The sources' runnable stops them when it ran; this is for a manager
 	// that failed before it.
-	m.sources.shutdown()
+	m.sources.Stop()
 	return err
 }
 
@@ -278,7 +274,7 @@ func (m *Manager) waitInitialSync(ctx context.Context) error {
 				delete(want, key)
 				continue
 			}
-			if !ok && !m.sources.isServed(key) && !m.inCache(ctx, key) {
+			if !ok && !m.sources.IsServed(key) && !m.inCache(ctx, key) {
 				delete(want, key) // deleted or no longer served since
 				continue
 			}
@@ -309,7 +305,10 @@ func (m *Manager) PoolEvent(key datastore.PoolKey, warning bool, reason, note st
 	if warning {
 		t = corev1.EventTypeWarning
 	}
-	m.recorder.record(key, t, reason, note)
+	// Flow control calls this from its queues, where it must not wait: a
+	// pool with requests waiting is served, so the pool cache has synced,
+	// and a read of a synced cache never waits on its context.
+	m.recorder.record(doneContext, key, t, reason, note)
 }
 
 func (m *Manager) inCache(ctx context.Context, key datastore.PoolKey) bool {

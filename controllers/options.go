@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -40,16 +41,9 @@ const (
 	DefaultRenewDeadline = 10 * time.Second
 	DefaultRetryPeriod   = 2 * time.Second
 	// DefaultNamespaceWatchThreshold is the number of served pools from
-	// which the auto plan watches a namespace's pods once for all of them.
-	// Below it, per-pool watches cost the API server a few watchers and
-	// selector-filtered lists, and poolpicker receives only the pools' pods
-	// (a namespace may hold many other pods); from it, each pod event of
-	// the namespace is filtered for every pool's watcher and each pool's
-	// first list walks the namespace, so one namespace watch is cheaper on
-	// both sides. The plan goes back to per-pool watches at half the
-	// threshold or fewer pools, so that a namespace hovering around the
-	// threshold does not switch back and forth.
-	DefaultNamespaceWatchThreshold = 10
+	// which the auto plan watches a namespace's pods once for all of them
+	// (podsource.DefaultNamespaceWatchThreshold says why).
+	DefaultNamespaceWatchThreshold = podsource.DefaultNamespaceWatchThreshold
 	// DefaultGracefulShutdownTimeout bounds how long Start waits for
 	// reconcilers and added runnables to end once its context is cancelled.
 	DefaultGracefulShutdownTimeout = 30 * time.Second
@@ -123,17 +117,17 @@ type Options struct {
 	DisableStreamingLists bool
 
 	// PodWatchPlan is how the pods of a namespace's served pools are
-	// watched: PodWatchPlanPerPool (a selector-scoped watch per pool),
-	// PodWatchPlanNamespace (one watch of the namespace's pods, filtered
-	// here by each pool's selector) or PodWatchPlanAuto (chosen per
+	// watched: podsource.PlanPerPool (a selector-scoped watch per pool),
+	// podsource.PlanNamespace (one watch of the namespace's pods, filtered
+	// here by each pool's selector) or podsource.PlanAuto (chosen per
 	// namespace by its number of served pools, see
 	// NamespaceWatchThreshold). A namespace switching plans keeps serving
 	// each pool from its old watch until the new one has listed, then
 	// replaces the pool's endpoints in one swap. The watch of this
 	// deployment's own pods (PickerPodSelector) is always its own.
-	// Zero: PodWatchPlanAuto.
-	PodWatchPlan PodWatchPlan
-	// NamespaceWatchThreshold is, for PodWatchPlanAuto, the number of
+	// Zero: podsource.PlanAuto.
+	PodWatchPlan podsource.Plan
+	// NamespaceWatchThreshold is, for podsource.PlanAuto, the number of
 	// served pools from which a namespace is watched once for all of them;
 	// it returns to per-pool watches at NamespaceWatchThreshold/2 pools or
 	// fewer. Zero: DefaultNamespaceWatchThreshold.
@@ -180,7 +174,7 @@ func (o *Options) setDefaults() {
 		o.RetryPeriod = min(DefaultRetryPeriod, o.RenewDeadline/2)
 	}
 	if o.PodWatchPlan == "" {
-		o.PodWatchPlan = PodWatchPlanAuto
+		o.PodWatchPlan = podsource.PlanAuto
 	}
 	if o.NamespaceWatchThreshold <= 0 {
 		o.NamespaceWatchThreshold = DefaultNamespaceWatchThreshold
@@ -250,8 +244,10 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("picker pod selector %q selects every pod of the namespace", o.PickerPodSelector))
 		}
 	}
-	if o.PodWatchPlan != "" && !o.PodWatchPlan.valid() {
-		errs = append(errs, validPlanError(o.PodWatchPlan))
+	if o.PodWatchPlan != "" {
+		if err := o.PodWatchPlan.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if o.NamespaceWatchThreshold < 0 {
 		errs = append(errs, fmt.Errorf("namespace watch threshold %d: must not be negative", o.NamespaceWatchThreshold))

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -31,7 +32,7 @@ type PoolReconciler struct {
 	// client reads the pool cache.
 	client    client.Client
 	selection *selection
-	sources   *podSources
+	sources   *podsource.Sources
 	events    *poolRecorder
 	conflicts *conflicts
 	// policy wakes the policy reconciler for a pool that started or
@@ -78,14 +79,14 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	if _, err := labels.ValidatedSelectorFromSet(matchLabels(&pool)); err != nil {
 		reason := fmt.Sprintf("spec.selector.matchLabels is not a valid label selector: %v", err)
 		if r.logIgnored(ctx, key, reason) {
-			r.events.record(key, corev1.EventTypeWarning, "InvalidSelector", reason+"; the pool is not served until it is fixed")
+			r.events.record(ctx, key, corev1.EventTypeWarning, "InvalidSelector", reason+"; the pool is not served until it is fixed")
 		}
 		r.unserve(ctx, key, reason)
 		return reconcile.Result{}, nil
 	}
 	r.forgetIgnored(key)
 	spec, selector := poolSpec(&pool)
-	if r.sources.serve(ctx, key, spec, selector, matchLabels(&pool)) {
+	if r.sources.Serve(ctx, key, spec) {
 		log.FromContext(ctx).Info("serving pool", "pool", key.String(), "selector", selector, "targetPorts", spec.TargetPorts)
 		r.poolChanged(ctx, key)
 	}
@@ -93,7 +94,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 }
 
 func (r *PoolReconciler) unserve(ctx context.Context, key datastore.PoolKey, reason string) {
-	if !r.sources.unserve(key) {
+	if !r.sources.Unserve(key) {
 		return
 	}
 	log.FromContext(ctx).Info("stopped serving pool", "pool", key.String(), "reason", reason)

@@ -11,16 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
 var ready = func(ip string) podState { return podState{ip: ip, ready: true} }
 
 func TestPodsExistBeforePool(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "before")
 		sel := map[string]string{"app": "llama"}
 		createPod(t, ns, "a", sel, ready("10.1.0.1"))
@@ -33,10 +32,10 @@ func TestPodsExistBeforePool(t *testing.T) {
 		key := datastore.PoolKey{Namespace: ns, Name: "pool"}
 		createPool(t, ns, "pool", sel, []int32{8000, 8001})
 		r.waitEndpoints(t, key, "10.1.0.1:8000", "10.1.0.1:8001", "10.1.0.2:8000", "10.1.0.2:8001")
-		if got := testutil.ToFloat64(r.m.metrics.readyPods.WithLabelValues(ns, "pool")); got != 2 {
+		if got := r.metric("inference_pool_ready_pods", ns, "pool"); got != 2 {
 			t.Errorf("inference_pool_ready_pods = %v, want 2", got)
 		}
-		if got := testutil.ToFloat64(r.m.metrics.servedPools); got != 1 {
+		if got := r.metric("poolpicker_served_pools"); got != 1 {
 			t.Errorf("poolpicker_served_pools = %v, want 1", got)
 		}
 	})
@@ -46,7 +45,7 @@ func TestPodsExistBeforePool(t *testing.T) {
 // set of pods while readers spin on the datastore: every read must be the
 // whole old set or the whole new set, and the old watch must stop.
 func TestSelectorChangeSwapsAtomically(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "swap")
 		blue, green := map[string]string{"color": "blue"}, map[string]string{"color": "green"}
 		var wantBlue, wantGreen []string
@@ -109,8 +108,8 @@ func TestSelectorChangeSwapsAtomically(t *testing.T) {
 			t.Fatal("readers never saw the new set")
 		}
 		// The old watch stops once the new set is published.
-		r.waitFor(t, "one pod watch running", func() bool { return testutil.ToFloat64(r.m.metrics.liveWatches) == 1 })
-		if got := testutil.ToFloat64(r.m.metrics.watchStarts.WithLabelValues(ns, "pool")); got != 2 {
+		r.waitFor(t, "one pod watch running", func() bool { return r.metric("poolpicker_pod_watches") == 1 })
+		if got := r.metric("poolpicker_pool_watch_starts_total", ns, "pool"); got != 2 {
 			t.Errorf("watch starts = %v, want 2", got)
 		}
 		// The new watch follows the new selector; blue pods are not seen any more.
@@ -121,7 +120,7 @@ func TestSelectorChangeSwapsAtomically(t *testing.T) {
 }
 
 func TestTargetPortsChangeNeedsNoNewWatch(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "ports")
 		sel := map[string]string{"app": "m"}
 		createPod(t, ns, "a", sel, ready("10.3.0.1"))
@@ -133,7 +132,7 @@ func TestTargetPortsChangeNeedsNoNewWatch(t *testing.T) {
 			p.Spec.TargetPorts = []v1.Port{{Number: 9000}, {Number: 9001}}
 		})
 		r.waitEndpoints(t, key, "10.3.0.1:9000", "10.3.0.1:9001")
-		if got := testutil.ToFloat64(r.m.metrics.watchStarts.WithLabelValues(ns, "pool")); got != 1 {
+		if got := r.metric("poolpicker_pool_watch_starts_total", ns, "pool"); got != 1 {
 			t.Errorf("watch starts = %v, want 1", got)
 		}
 	})
@@ -142,7 +141,7 @@ func TestTargetPortsChangeNeedsNoNewWatch(t *testing.T) {
 // TestRestart stops the picker, changes pods while it is down, and starts a
 // new one with an empty datastore: it must list afresh, not wait for events.
 func TestRestart(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "restart")
 		sel := map[string]string{"app": "m"}
 		createPod(t, ns, "a", sel, ready("10.4.0.1"))
@@ -170,7 +169,7 @@ func TestRestart(t *testing.T) {
 }
 
 func TestPoolDeletedAndRecreated(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "recreate")
 		createPod(t, ns, "a", map[string]string{"app": "a"}, ready("10.5.0.1"))
 		createPod(t, ns, "b", map[string]string{"app": "b"}, ready("10.5.0.2"))
@@ -185,8 +184,8 @@ func TestPoolDeletedAndRecreated(t *testing.T) {
 		if !first.Removed() {
 			t.Fatal("the deleted pool's datastore entry is not marked removed")
 		}
-		r.waitFor(t, "no pod watch running", func() bool { return testutil.ToFloat64(r.m.metrics.liveWatches) == 0 })
-		if got := testutil.ToFloat64(r.m.metrics.servedPools); got != 0 {
+		r.waitFor(t, "no pod watch running", func() bool { return r.metric("poolpicker_pod_watches") == 0 })
+		if got := r.metric("poolpicker_served_pools"); got != 0 {
 			t.Errorf("served pools = %v after delete", got)
 		}
 
@@ -199,7 +198,7 @@ func TestPoolDeletedAndRecreated(t *testing.T) {
 }
 
 func TestPodLifecycle(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "lifecycle")
 		sel := map[string]string{"app": "m"}
 		a := createPod(t, ns, "a", sel, ready("10.6.0.1"))
@@ -241,7 +240,7 @@ func TestPodLifecycle(t *testing.T) {
 // TestOtherNamespaceNeverIncluded: pods with matching labels in another
 // namespace are not the pool's, and are never even sent to the picker.
 func TestOtherNamespaceNeverIncluded(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns, other := env.Namespace(t, "home"), env.Namespace(t, "away")
 		sel := map[string]string{"app": "shared-name"}
 		createPod(t, other, "x", sel, ready("10.7.1.1"))
@@ -263,7 +262,7 @@ func TestOtherNamespaceNeverIncluded(t *testing.T) {
 }
 
 func TestOverlappingSelectorsShareAPod(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "overlap")
 		createPod(t, ns, "both", map[string]string{"app": "m", "tier": "gold"}, ready("10.8.0.1"))
 		createPod(t, ns, "wide-only", map[string]string{"app": "m"}, ready("10.8.0.2"))
@@ -288,7 +287,7 @@ func TestOverlappingSelectorsShareAPod(t *testing.T) {
 }
 
 func TestPoolLeavesServedSetByLabel(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "shard")
 		createPod(t, ns, "a", map[string]string{"app": "m"}, ready("10.9.0.1"))
 		r := start(t, nil, Options{PodWatchPlan: plan, Namespaces: []string{ns}, PoolSelector: "shard=a"})
@@ -301,14 +300,14 @@ func TestPoolLeavesServedSetByLabel(t *testing.T) {
 		}
 		updatePool(t, key, func(p *v1.InferencePool) { p.Labels = map[string]string{"shard": "b"} })
 		r.waitGone(t, key)
-		r.waitFor(t, "no pod watch running", func() bool { return testutil.ToFloat64(r.m.metrics.liveWatches) == 0 })
+		r.waitFor(t, "no pod watch running", func() bool { return r.metric("poolpicker_pod_watches") == 0 })
 		updatePool(t, key, func(p *v1.InferencePool) { p.Labels = map[string]string{"shard": "a"} })
 		r.waitEndpoints(t, key, "10.9.0.1:8000")
 	})
 }
 
 func TestManyPoolsAtOnce(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		const pools = 200
 		ns := env.Namespace(t, "many")
 		r := start(t, nil, Options{PodWatchPlan: plan, Namespaces: []string{ns}})
@@ -342,7 +341,7 @@ func TestManyPoolsAtOnce(t *testing.T) {
 				t.Fatalf("%s endpoints %v, want %v", key, got, want)
 			}
 		}
-		if got := testutil.ToFloat64(r.m.metrics.servedPools); got != pools {
+		if got := r.metric("poolpicker_served_pools"); got != pools {
 			t.Errorf("served pools metric = %v", got)
 		}
 	})

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -48,7 +49,7 @@ type ProvisionReconciler struct {
 	selection *selection
 	leader    *leadership
 	conflicts *conflicts
-	sources   *podSources
+	sources   *podsource.Sources
 	// pickerName, pickerNamespace, podSelector and port are Options'
 	// PickerName, PickerNamespace, PickerPodSelector and PickerPort.
 	pickerName, pickerNamespace, podSelector string
@@ -73,9 +74,9 @@ func (r *ProvisionReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	sel, _ := labels.Parse(r.podSelector) // validated
 	r.replicaPool = replicaReg.Upsert(key, &datastore.PoolSpec{TargetPorts: []int32{r.port}})
 	if err := mgr.Add(everyReplica{manager.RunnableFunc(func(ctx context.Context) error {
-		sp := r.sources.watchReplicas(key, r.replicaPool, sel.String())
+		stop := r.sources.WatchReplicas(key, r.replicaPool, sel.String())
 		<-ctx.Done()
-		sp.stop()
+		stop()
 		return nil
 	})}); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
@@ -34,7 +35,7 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "bad pool name", opts: Options{PoolName: "Llama!"}, wantErr: `pool name "Llama!" is not a valid object name`},
 		{name: "pool outside namespaces", opts: Options{PoolName: "p", PoolNamespace: "x", Namespaces: []string{"y"}}, wantErr: "pool x/p is outside the watched namespaces [y]"},
 		{name: "bad pod watch plan", opts: Options{PodWatchPlan: "per-namespace"}, wantErr: `pod watch plan "per-namespace": must be one of [auto per-pool namespace]`},
-		{name: "pod watch plans", opts: Options{PodWatchPlan: PodWatchPlanNamespace, NamespaceWatchThreshold: 3}},
+		{name: "pod watch plans", opts: Options{PodWatchPlan: podsource.PlanNamespace, NamespaceWatchThreshold: 3}},
 		{name: "bad service name", opts: Options{PickerServices: []string{"epp.svc"}}, wantErr: `endpoint picker Service name "epp.svc" is not a valid Service name`},
 	}
 	for _, tc := range cases {
@@ -167,7 +168,7 @@ func TestIgnoredPoolLoggedOnce(t *testing.T) {
 // plan a namespace is listed once, and a selector change is a re-filter on
 // this side that sends nothing.
 func TestPodRequestsAreScoped(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns1, ns2 := env.Namespace(t, "scope1"), env.Namespace(t, "scope2")
 		for _, ns := range []string{ns1, ns2} {
 			createPod(t, ns, "a", map[string]string{"app": "a"}, ready("10.11.0.1"))
@@ -193,7 +194,7 @@ func TestPodRequestsAreScoped(t *testing.T) {
 		// One initial list (or streaming-list watch) per watch started: two
 		// pools and a selector change.
 		wantLists := 3
-		if plan == PodWatchPlanNamespace {
+		if plan == podsource.PlanNamespace {
 			allowed = map[string][]string{ns1: {""}, ns2: {""}}
 			wantLists = 2
 		}
@@ -226,7 +227,7 @@ func TestPodRequestsAreScoped(t *testing.T) {
 // without streaming lists would have them: a paged list, then a watch from
 // its version.
 func TestPlainListWithoutStreamingLists(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns := env.Namespace(t, "plainlist")
 		sel := map[string]string{"app": "m"}
 		createPod(t, ns, "a", sel, ready("10.13.0.1"))

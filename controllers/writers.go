@@ -242,7 +242,7 @@ func (c *conflicts) conflict(ctx context.Context, key datastore.PoolKey, kind, m
 	}
 	log.FromContext(ctx).Info("conflict on a pool", "pool", key.String(), "kind", kind, "detail", msg)
 	reason := map[string]string{"claim": "ClaimedByOtherPicker", "Service": "PickerServiceConflict", "EndpointSlice": "PickerEndpointSliceConflict"}[kind]
-	c.events.record(key, corev1.EventTypeWarning, reason, msg)
+	c.events.record(ctx, key, corev1.EventTypeWarning, reason, msg)
 }
 
 // resolved clears a conflict reported by conflict.

@@ -29,6 +29,7 @@ import (
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/bench/internal/proc"
 	"github.com/poolpicker/poolpicker/controllers"
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
@@ -51,9 +52,9 @@ func runChild(f benchFlags) error {
 	switch f.child {
 	case "perpool", "namespace", "auto":
 		opts := controllers.Options{Registry: reg, DisableStreamingLists: f.plainList,
-			PodWatchPlan: map[string]controllers.PodWatchPlan{"namespace": controllers.PodWatchPlanNamespace, "auto": controllers.PodWatchPlanAuto}[f.child]}
+			PodWatchPlan: map[string]podsource.Plan{"namespace": podsource.PlanNamespace, "auto": podsource.PlanAuto}[f.child]}
 		if opts.PodWatchPlan == "" {
-			opts.PodWatchPlan = controllers.PodWatchPlanPerPool
+			opts.PodWatchPlan = podsource.PlanPerPool
 		}
 		if f.perNamespace {
 			opts.Namespaces = namespaces(f)

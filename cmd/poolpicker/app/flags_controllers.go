@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/poolpicker/poolpicker/controllers"
+	"github.com/poolpicker/poolpicker/controllers/podsource"
 )
 
 func bindControllersFlags(fs *pflag.FlagSet, o *controllers.Options) {
@@ -28,17 +29,17 @@ func bindControllersFlags(fs *pflag.FlagSet, o *controllers.Options) {
 
 func bindPodWatchFlags(fs *pflag.FlagSet, o *controllers.Options) {
 	if o.PodWatchPlan == "" {
-		o.PodWatchPlan = controllers.PodWatchPlanAuto
+		o.PodWatchPlan = podsource.PlanAuto
 	}
 	fs.Var(podWatchPlanValue{&o.PodWatchPlan}, "pod-watch-plan", fmt.Sprintf(
 		"How the pods of a namespace's served pools are watched: %s (a watch per pool, scoped by its selector on the API server), %s (one watch of the namespace's pods for all its pools, filtered here) or %s (per namespace: %s from --pod-watch-namespace-threshold pools, %s again at half of it or fewer). A switch keeps each pool on its old watch until the new one has listed, then replaces its endpoints at once.",
-		controllers.PodWatchPlanPerPool, controllers.PodWatchPlanNamespace, controllers.PodWatchPlanAuto, controllers.PodWatchPlanNamespace, controllers.PodWatchPlanPerPool))
+		podsource.PlanPerPool, podsource.PlanNamespace, podsource.PlanAuto, podsource.PlanNamespace, podsource.PlanPerPool))
 	fs.IntVar(&o.NamespaceWatchThreshold, "pod-watch-namespace-threshold", controllers.DefaultNamespaceWatchThreshold,
 		"With --pod-watch-plan=auto, the number of served pools from which a namespace's pods are watched once for all its pools.")
 }
 
 // podWatchPlanValue refuses an unknown plan when the flag is parsed.
-type podWatchPlanValue struct{ p *controllers.PodWatchPlan }
+type podWatchPlanValue struct{ p *podsource.Plan }
 
 func (v podWatchPlanValue) String() string {
 	if v.p == nil {
@@ -48,14 +49,14 @@ func (v podWatchPlanValue) String() string {
 }
 
 func (v podWatchPlanValue) Set(s string) error {
-	if !slices.Contains(controllers.PodWatchPlans, controllers.PodWatchPlan(s)) {
-		names := make([]string, len(controllers.PodWatchPlans))
-		for i, p := range controllers.PodWatchPlans {
+	if !slices.Contains(podsource.Plans, podsource.Plan(s)) {
+		names := make([]string, len(podsource.Plans))
+		for i, p := range podsource.Plans {
 			names[i] = string(p)
 		}
 		return fmt.Errorf("must be one of %s", strings.Join(names, ", "))
 	}
-	*v.p = controllers.PodWatchPlan(s)
+	*v.p = podsource.Plan(s)
 	return nil
 }
 

@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package controllers
+package podsource
 
 import (
 	"fmt"
@@ -19,9 +19,9 @@ import (
 // once, however many pools the namespace holds. It lives while it has
 // subscriptions.
 //
-// Its lock's place in the order: see podSources.
+// Its lock's place in the order: see the package doc.
 type namespaceWatch struct {
-	src       *podSources
+	src       *Sources
 	namespace string
 	watch     *podWatch
 
@@ -93,7 +93,7 @@ func (s *nsSub) matches(pod *endpointPod) bool {
 // subscribe joins sub to its namespace's watch, starting the watch if the
 // namespace has none. If the watch has listed, the pool gets its pods at
 // once.
-func (ps *podSources) subscribe(sub *nsSub) {
+func (ps *Sources) subscribe(sub *nsSub) {
 	namespace := sub.owner.key.Namespace
 	ps.mu.Lock()
 	ns := ps.nsWatches[namespace]
@@ -144,7 +144,7 @@ func (ps *podSources) subscribe(sub *nsSub) {
 
 // unsubscribe removes sub from its watch, and stops the watch when no
 // subscription is left.
-func (ps *podSources) unsubscribe(sub *nsSub) {
+func (ps *Sources) unsubscribe(sub *nsSub) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ns := ps.nsWatches[sub.owner.key.Namespace]
@@ -167,7 +167,7 @@ func (ps *podSources) unsubscribe(sub *nsSub) {
 	ps.closeLocked(ns)
 }
 
-func (ps *podSources) closeIfUnused(ns *namespaceWatch) {
+func (ps *Sources) closeIfUnused(ns *namespaceWatch) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	ns.mu.Lock()
@@ -177,7 +177,7 @@ func (ps *podSources) closeIfUnused(ns *namespaceWatch) {
 
 // closeLocked stops ns if no subscription is left. Called with ps.mu and
 // ns.mu held.
-func (ps *podSources) closeLocked(ns *namespaceWatch) {
+func (ps *Sources) closeLocked(ns *namespaceWatch) {
 	if len(ns.subs) > 0 || ns.closed {
 		return
 	}

@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package controllers
+package podsource
 
 import (
 	"fmt"
@@ -99,13 +99,13 @@ func startProxy(t *testing.T, p *refusingProxy) *rest.Config {
 // Both ways a watch starts are refused: a streaming list (one watch
 // request) and a plain list followed by a watch.
 func TestRefusedWatchesArePaced(t *testing.T) {
-	eachPlan(t, func(t *testing.T, plan PodWatchPlan) {
+	eachPlan(t, func(t *testing.T, plan Plan) {
 		t.Run("streaming list", func(t *testing.T) { checkRefusalsPaced(t, plan, false) })
 		t.Run("plain list", func(t *testing.T) { checkRefusalsPaced(t, plan, true) })
 	})
 }
 
-func checkRefusalsPaced(t *testing.T, plan PodWatchPlan, plainList bool) {
+func checkRefusalsPaced(t *testing.T, plan Plan, plainList bool) {
 	ns := env.Namespace(t, "paced")
 	const pools = 8
 	const tooMany, unavailable = http.StatusTooManyRequests, http.StatusServiceUnavailable
@@ -114,7 +114,6 @@ func checkRefusalsPaced(t *testing.T, plan PodWatchPlan, plainList bool) {
 		sel := fmt.Sprintf("app=m%d", i)
 		refusals[watchedSelector(plan, sel)] = []int{tooMany}
 		createPod(t, ns, fmt.Sprintf("m%d", i), map[string]string{"app": fmt.Sprintf("m%d", i)}, ready(fmt.Sprintf("10.17.0.%d", i+1)))
-		createPool(t, ns, fmt.Sprintf("pool-%d", i), map[string]string{"app": fmt.Sprintf("m%d", i)}, []int32{8000})
 	}
 	// One watch is refused by a 429, then three times without
 	// Retry-After (the pod watch's own backoff), then passes.
@@ -128,11 +127,14 @@ func checkRefusalsPaced(t *testing.T, plan PodWatchPlan, plainList bool) {
 		}
 	}
 	proxy := &refusingProxy{namespace: ns, refusals: refusals, arrivals: map[string][]arrival{}}
-	r := start(t, startProxy(t, proxy), Options{Namespaces: []string{ns}, PodWatchPlan: plan, DisableStreamingLists: plainList})
+	r := start(t, startProxy(t, proxy), Options{Plan: plan, DisableStreamingLists: plainList})
+	for i := range pools {
+		r.serve(t, datastore.PoolKey{Namespace: ns, Name: fmt.Sprintf("pool-%d", i)}, map[string]string{"app": fmt.Sprintf("m%d", i)}, 8000)
+	}
 	for i := range pools {
 		r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: fmt.Sprintf("pool-%d", i)}, fmt.Sprintf("10.17.0.%d:8000", i+1))
 	}
-	r.waitFor(t, "HasSynced", r.m.HasSynced)
+	r.waitFor(t, "every pool synced", r.reg.AllSynced)
 	if p, _ := r.reg.Get(datastore.PoolKey{Namespace: ns, Name: "pool-0"}); p.SyncError() != "" {
 		t.Errorf("pool-0 still reports %q after syncing", p.SyncError())
 	}

@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package controllers
+package podsource
 
 import (
 	"context"
@@ -39,7 +39,7 @@ import (
 // (namespace plan).
 type servedPool struct {
 	key datastore.PoolKey
-	src *podSources
+	src *Sources
 	// replicas marks the watch of this deployment's own pods, which is no
 	// served pool: it has no pool metrics and no Events, and it is always
 	// watched on its own.
@@ -134,7 +134,7 @@ func (sp *servedPool) ensure() {
 }
 
 // stop ends the pool's sources; watch goroutines end on their own and
-// podSources.Start waits for them.
+// Sources.Start waits for them.
 func (sp *servedPool) stop() {
 	sp.mu.Lock()
 	sp.stopped = true
@@ -208,7 +208,7 @@ func (sp *servedPool) failed(src podSource, what string, err error) {
 			msg = "it keeps serving the endpoints last listed"
 		}
 		sp.src.log.Error(err, "cannot list or watch a pool's pods; "+msg, "pool", sp.key.String(), "source", src.describe())
-		sp.src.events.record(sp.key, corev1.EventTypeWarning, "PodsNotListed", reason+"; "+msg)
+		sp.src.event(sp.key, corev1.EventTypeWarning, "PodsNotListed", reason+"; "+msg)
 	}
 }
 
@@ -288,7 +288,7 @@ type watchSink interface {
 // stream (plus the HTTP/2 stream's writer): the pods are a map owned by that
 // goroutine, handed to the sink after each burst of events.
 type podWatch struct {
-	src       *podSources
+	src       *Sources
 	namespace string
 	selector  string
 	sink      watchSink
@@ -381,7 +381,7 @@ func endpointSources(pods map[string]*endpointPod) []datastore.EndpointSource {
 
 // startPoolWatch starts a pool's own watch of the pods of its namespace
 // matching selector.
-func (ps *podSources) startPoolWatch(sp *servedPool, selector string) *poolWatch {
+func (ps *Sources) startPoolWatch(sp *servedPool, selector string) *poolWatch {
 	pw := &poolWatch{owner: sp}
 	pw.podWatch = ps.newWatch(sp.key.Namespace, selector, pw, ps.log.WithValues("pool", sp.key.String(), "selector", selector))
 	ps.runWatch(pw.podWatch)
@@ -390,12 +390,12 @@ func (ps *podSources) startPoolWatch(sp *servedPool, selector string) *poolWatch
 
 // newWatch makes a watch of the namespace's pods matching selector (all of
 // them when empty), reporting to sink; runWatch starts it.
-func (ps *podSources) newWatch(namespace, selector string, sink watchSink, log logr.Logger) *podWatch {
+func (ps *Sources) newWatch(namespace, selector string, sink watchSink, log logr.Logger) *podWatch {
 	return &podWatch{src: ps, namespace: namespace, selector: selector, sink: sink, log: log,
 		pods: ps.pods.Pods(namespace), rest: ps.pods.RESTClient(), started: time.Now()}
 }
 
-func (ps *podSources) runWatch(w *podWatch) {
+func (ps *Sources) runWatch(w *podWatch) {
 	ctx, cancel := context.WithCancel(ps.watchCtx)
 	w.cancel = cancel
 	ps.runMu.RLock()

@@ -1,59 +1,59 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package controllers
+package podsource
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 )
 
-// PodWatchPlan is how the pods of a namespace's served pools are watched.
-type PodWatchPlan string
+// Plan is how the pods of a namespace's served pools are watched.
+type Plan string
 
 const (
-	// PodWatchPlanAuto chooses per namespace by its number of served pools:
-	// the namespace plan from NamespaceWatchThreshold pools, the per-pool
+	// PlanAuto chooses per namespace by its number of served pools:
+	// the namespace plan from Options.NamespaceWatchThreshold pools, the per-pool
 	// plan again at half of it or fewer.
-	PodWatchPlanAuto PodWatchPlan = "auto"
-	// PodWatchPlanPerPool gives each pool its own watch, scoped on the API
+	PlanAuto Plan = "auto"
+	// PlanPerPool gives each pool its own watch, scoped on the API
 	// server by the pool's selector: the API server sends only the pool's
 	// pods, and keeps one watcher (and one list at start) per pool.
-	PodWatchPlanPerPool PodWatchPlan = "per-pool"
-	// PodWatchPlanNamespace watches every pod of a namespace once, for all
+	PlanPerPool Plan = "per-pool"
+	// PlanNamespace watches every pod of a namespace once, for all
 	// its served pools, and filters by each pool's selector here: one
 	// watcher and one list per namespace, whatever its number of pools.
-	PodWatchPlanNamespace PodWatchPlan = "namespace"
+	PlanNamespace Plan = "namespace"
 )
 
-// PodWatchPlans are the valid values of Options.PodWatchPlan.
-var PodWatchPlans = []PodWatchPlan{PodWatchPlanAuto, PodWatchPlanPerPool, PodWatchPlanNamespace}
+// Plans are the valid values of Options.Plan.
+var Plans = []Plan{PlanAuto, PlanPerPool, PlanNamespace}
 
-func (p PodWatchPlan) valid() bool {
-	for _, v := range PodWatchPlans {
-		if p == v {
-			return true
-		}
+// Validate reports a plan that is none of Plans.
+func (p Plan) Validate() error {
+	if slices.Contains(Plans, p) {
+		return nil
 	}
-	return false
+	return fmt.Errorf("pod watch plan %q: must be one of %v", p, Plans)
 }
 
 // namespacePlan is the watch plan of one namespace and the count it
 // follows. A namespace's pools share it.
 type namespacePlan struct {
 	// pools is the number of served pools of the namespace; guarded by
-	// podSources.mu.
+	// Sources.mu.
 	pools int
 	// namespaceWatch: the namespace plan is in force. Written under
-	// podSources.mu; read by the pools under their own lock.
+	// Sources.mu; read by the pools under their own lock.
 	namespaceWatch atomic.Bool
 }
 
 // joinPlanLocked counts a newly served pool in its namespace and returns
 // the namespace's plan, and whether the plan switched to the namespace
 // watch (so the namespace's other pools must move). Called with ps.mu held.
-func (ps *podSources) joinPlanLocked(ctx context.Context, namespace string) (*namespacePlan, bool) {
+func (ps *Sources) joinPlanLocked(ctx context.Context, namespace string) (*namespacePlan, bool) {
 	p := ps.plans[namespace]
 	fresh := p == nil
 	if fresh {
@@ -63,13 +63,13 @@ func (ps *podSources) joinPlanLocked(ctx context.Context, namespace string) (*na
 	p.pools++
 	want, inCache := false, 0
 	switch ps.plan {
-	case PodWatchPlanNamespace:
+	case PlanNamespace:
 		want = true
-	case PodWatchPlanAuto:
+	case PlanAuto:
 		// A namespace seen first is planned by the pools it will have (the
 		// pool cache at start), so that a namespace of a thousand pools
 		// does not start its first pools' own watches only to drop them.
-		if fresh {
+		if fresh && ps.countServable != nil {
 			inCache = ps.countServable(ctx, namespace)
 		}
 		want = p.namespaceWatch.Load() || max(p.pools, inCache) >= ps.threshold
@@ -86,7 +86,7 @@ func (ps *podSources) joinPlanLocked(ctx context.Context, namespace string) (*na
 // leavePlanLocked uncounts a pool that is no longer served and reports
 // whether the namespace switched back to per-pool watches. Called with ps.mu
 // held.
-func (ps *podSources) leavePlanLocked(namespace string) bool {
+func (ps *Sources) leavePlanLocked(namespace string) bool {
 	p := ps.plans[namespace]
 	if p == nil {
 		return false
@@ -96,7 +96,7 @@ func (ps *podSources) leavePlanLocked(namespace string) bool {
 		delete(ps.plans, namespace)
 		return false
 	}
-	if ps.plan != PodWatchPlanAuto || !p.namespaceWatch.Load() || p.pools > ps.threshold/2 {
+	if ps.plan != PlanAuto || !p.namespaceWatch.Load() || p.pools > ps.threshold/2 {
 		return false
 	}
 	p.namespaceWatch.Store(false)
@@ -105,7 +105,7 @@ func (ps *podSources) leavePlanLocked(namespace string) bool {
 }
 
 // replan moves every served pool of the namespace to its current plan.
-func (ps *podSources) replan(namespace string) {
+func (ps *Sources) replan(namespace string) {
 	ps.mu.Lock()
 	var pools []*servedPool
 	for key, sp := range ps.served {
@@ -117,8 +117,4 @@ func (ps *podSources) replan(namespace string) {
 	for _, sp := range pools {
 		sp.ensure()
 	}
-}
-
-func validPlanError(p PodWatchPlan) error {
-	return fmt.Errorf("pod watch plan %q: must be one of %v", p, PodWatchPlans)
 }

@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package controllers
+package podsource
 
 import (
 	"fmt"
@@ -20,17 +20,17 @@ func TestWatchDecoders(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		clientGo bool
-		plan     PodWatchPlan
+		plan     Plan
 		// maxPerPool bounds the goroutines a pool adds.
 		maxPerPool float64
 	}{
 		// The watch's goroutine and its HTTP/2 stream's writer.
-		{"own goroutine", false, PodWatchPlanPerPool, 2.5},
+		{"own goroutine", false, PlanPerPool, 2.5},
 		// Plus client-go's decoding goroutine.
-		{"client-go", true, PodWatchPlanPerPool, 3.5},
+		{"client-go", true, PlanPerPool, 3.5},
 		// The namespace's one watch serves the new pools too.
-		{"own goroutine, namespace plan", false, PodWatchPlanNamespace, 0.25},
-		{"client-go, namespace plan", true, PodWatchPlanNamespace, 0.25},
+		{"own goroutine, namespace plan", false, PlanNamespace, 0.25},
+		{"client-go, namespace plan", true, PlanNamespace, 0.25},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := env.Namespace(t, "decoder")
@@ -39,9 +39,10 @@ func TestWatchDecoders(t *testing.T) {
 			b := createPod(t, ns, "b", sel, podState{ip: "10.14.0.2"})
 			// The fallback is taken as if the API server had answered the
 			// first watch in JSON.
-			r := startWith(t, nil, Options{Namespaces: []string{ns}, PodWatchPlan: tc.plan}, func(m *Manager) { m.sources.noProtobufWatch.Store(tc.clientGo) })
+			r := start(t, nil, Options{Plan: tc.plan})
+			r.s.noProtobufWatch.Store(tc.clientGo)
 			key := datastore.PoolKey{Namespace: ns, Name: "pool"}
-			createPool(t, ns, "pool", sel, []int32{8000})
+			r.serve(t, key, sel, 8000)
 			r.waitEndpoints(t, key, "10.14.0.1:8000")
 			setPodStatus(t, b, "10.14.0.2", true)
 			r.waitEndpoints(t, key, "10.14.0.1:8000", "10.14.0.2:8000")
@@ -61,7 +62,7 @@ func TestWatchDecoders(t *testing.T) {
 			for i := range pools {
 				l := map[string]string{"app": fmt.Sprintf("w%d", i)}
 				createPod(t, ns, fmt.Sprintf("w%d", i), l, ready(fmt.Sprintf("10.14.2.%d", i+1)))
-				createPool(t, ns, fmt.Sprintf("w%d", i), l, []int32{8000})
+				r.serve(t, datastore.PoolKey{Namespace: ns, Name: fmt.Sprintf("w%d", i)}, l, 8000)
 			}
 			for i := range pools {
 				r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: fmt.Sprintf("w%d", i)}, fmt.Sprintf("10.14.2.%d:8000", i+1))
