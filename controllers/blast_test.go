@@ -88,7 +88,7 @@ func TestBrokenPoolLeavesOthersServing(t *testing.T) {
 			p, ok := r.reg.Get(badKey)
 			return ok && strings.Contains(p.SyncError(), "forbidden")
 		})
-		r.waitFor(t, "the picker synced despite the broken pool", r.m.HasSynced)
+		r.waitFor(t, "the picker synced despite the broken pool", r.parts.InitialSync.HasSynced)
 		p, _ := r.reg.Get(badKey)
 		if p.Synced() || p.Endpoints().Len() != 0 {
 			t.Fatalf("broken pool synced %v with %d endpoints", p.Synced(), p.Endpoints().Len())

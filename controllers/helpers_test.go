@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/controllers/podsource"
@@ -34,9 +35,10 @@ func TestMain(m *testing.M) { os.Exit(testenv.RunMain(m, &env, testenv.Options{}
 
 const waitTimeout = 60 * time.Second
 
-// running is a started Manager and what a test asserts on.
+// running is a started manager with the reconcilers and parts of Setup,
+// assembled as the process does, and what a test asserts on.
 type running struct {
-	m       *Manager
+	parts   *Parts
 	reg     *datastore.Registry
 	metrics *prometheus.Registry
 	changes chan struct{}
@@ -59,36 +61,61 @@ func (o changeObserver) EndpointsChanged(*datastore.Pool, []*datastore.Endpoint,
 }
 func (o changeObserver) PoolRemoved(*datastore.Pool) { o.poke() }
 
-// start runs a Manager over cfg (env.Config when nil) until the test ends.
-func start(t *testing.T, cfg *rest.Config, opts Options) *running {
-	t.Helper()
-	return startWith(t, cfg, opts, nil)
-}
-
-// startWith is start with a hook on the Manager before it starts.
-func startWith(t *testing.T, cfg *rest.Config, opts Options, before func(*Manager)) *running {
+// start runs the controllers over cfg (env.Config when nil) until the test
+// ends; the registry's other observers are added first. opts.Logger, when
+// unset, writes to the test log.
+func start(t *testing.T, cfg *rest.Config, opts Options, observers ...datastore.Observer) *running {
 	t.Helper()
 	if cfg == nil {
 		cfg = env.Config
 	}
 	r := &running{reg: datastore.NewRegistry(), metrics: prometheus.NewRegistry(), changes: make(chan struct{}, 1), done: make(chan error, 1)}
+	for _, o := range observers {
+		r.reg.AddObserver(o)
+	}
 	r.reg.AddObserver(changeObserver{r.changes})
 	opts.Registry = r.reg
 	opts.Registerer = r.metrics
-	opts.Logger = testLogger(t)
-	m, err := New(cfg, opts)
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = testLogger(t)
+	}
+	mgr, parts, err := assemble(cfg, opts)
 	if err != nil {
-		t.Fatalf("New: %v", err)
+		t.Fatalf("assembling the controllers: %v", err)
 	}
-	r.m = m
-	if before != nil {
-		before(m)
-	}
+	r.parts = parts
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	go func() { r.done <- m.Start(ctx) }()
+	go func() {
+		err := mgr.Start(ctx)
+		parts.Sources.Stop()
+		r.done <- err
+	}()
 	t.Cleanup(func() { r.stop(t) })
 	return r
+}
+
+// assemble makes a manager and adds the controllers to it as
+// cmd/poolpicker/app does.
+func assemble(cfg *rest.Config, opts Options) (manager.Manager, *Parts, error) {
+	mopts, err := ManagerOptions(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	mgr, err := manager.New(cfg, mopts)
+	if err != nil {
+		return nil, nil, err
+	}
+	parts, err := Setup(mgr, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range parts.Runnables() {
+		if err := mgr.Add(r); err != nil {
+			return nil, nil, err
+		}
+	}
+	return mgr, parts, nil
 }
 
 func (r *running) stop(t *testing.T) {
@@ -101,10 +128,10 @@ func (r *running) stop(t *testing.T) {
 	select {
 	case err := <-r.done:
 		if err != nil {
-			t.Errorf("Manager.Start returned %v", err)
+			t.Errorf("the manager returned %v", err)
 		}
 	case <-time.After(waitTimeout):
-		t.Fatal("Manager.Start did not return after cancel")
+		t.Fatal("the manager did not return after cancel")
 	}
 }
 
@@ -322,15 +349,6 @@ func testLogger(t *testing.T) logr.Logger { return testr.New(t) }
 
 func clientKey(o client.Object) client.ObjectKey { return client.ObjectKeyFromObject(o) }
 
-// runManager starts r.m until the test ends.
-func runManager(t *testing.T, r *running) {
-	t.Helper()
-	c, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go func() { r.done <- r.m.Start(c) }()
-	t.Cleanup(func() { r.stop(t) })
-}
-
 // eachPlan runs test under each pod watch plan, as subtests named by it:
 // every guarantee of the pod watches holds in both.
 func eachPlan(t *testing.T, test func(t *testing.T, plan podsource.Plan)) {
@@ -349,14 +367,14 @@ func watchedSelector(plan podsource.Plan, selector string) string {
 	return selector
 }
 
-// IsLeader reports whether this replica holds the lease (always, without
-// leader election) and so runs the writers.
-func (m *Manager) IsLeader() bool { return m.leader.IsLeader() }
+// metricLabels name the labels of the values given to metric, in order.
+var metricLabels = []string{"namespace", "name", "kind"}
 
-// metric is the value of the named gauge or counter in the Manager's
-// registry: the series labelled namespace and name when nsName holds them,
-// the unlabelled one otherwise; 0 when there is no such series.
-func (r *running) metric(name string, nsName ...string) float64 {
+// metric is the value of the named gauge or counter in the registry of
+// r's parts: the series whose labels namespace, name and kind are the
+// values given, as many as given (the unlabelled series when none); 0 when
+// there is no such series.
+func (r *running) metric(name string, values ...string) float64 {
 	mfs, err := r.metrics.Gather()
 	if err != nil {
 		return -1
@@ -370,10 +388,27 @@ func (r *running) metric(name string, nsName ...string) float64 {
 			for _, l := range m.GetLabel() {
 				got[l.GetName()] = l.GetValue()
 			}
-			if len(nsName) == 2 && (got["namespace"] != nsName[0] || got["name"] != nsName[1]) || len(nsName) != 2 && len(got) > 0 {
-				continue
+			match := len(got) == len(values)
+			for i, v := range values {
+				match = match && got[metricLabels[i]] == v
 			}
-			return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			if match {
+				return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// series counts the series of the named metric in r's registry.
+func (r *running) series(name string) int {
+	mfs, err := r.metrics.Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
 		}
 	}
 	return 0

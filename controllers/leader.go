@@ -26,14 +26,14 @@ import (
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 )
 
-// leadership elects, with a Lease, the replica that runs the writers (pool
+// Leadership elects, with a Lease, the replica that runs the writers (pool
 // claims, picker Services and EndpointSlices, Accepted conditions); every
 // replica runs the data plane regardless. It is a runnable on every
 // replica: losing the Lease pauses the writers and the replica campaigns
 // again, serving all along. Without Options.LeaderElection this process
 // leads from Start on.
-type leadership struct {
-	// opts are the Manager's, defaulted: LeaderElection, the timings and
+type Leadership struct {
+	// opts are Setup's, defaulted: LeaderElection, the timings and
 	// the Lease's name.
 	opts        Options
 	cfg         *rest.Config
@@ -53,14 +53,14 @@ type leadership struct {
 
 // electedSource is a channel for a writer's controller on which each new
 // term sends one event.
-func (l *leadership) electedSource() chan event.GenericEvent {
+func (l *Leadership) electedSource() chan event.GenericEvent {
 	c := make(chan event.GenericEvent, 1)
 	l.elected = append(l.elected, c)
 	return c
 }
 
 // Start campaigns (or, without election, leads) until ctx ends.
-func (l *leadership) Start(ctx context.Context) error {
+func (l *Leadership) Start(ctx context.Context) error {
 	if l.opts.LeaderElection {
 		return l.elect(ctx)
 	}
@@ -69,15 +69,15 @@ func (l *leadership) Start(ctx context.Context) error {
 }
 
 // NeedLeaderElection is false: the election is this runnable's own.
-func (*leadership) NeedLeaderElection() bool { return false }
+func (*Leadership) NeedLeaderElection() bool { return false }
 
 // IsLeader reports whether this replica holds the lease.
-func (l *leadership) IsLeader() bool { return l.leader.Load() }
+func (l *Leadership) IsLeader() bool { return l.leader.Load() }
 
 // lead runs one term as leader, until ctx ends: the writers write, and a
 // newly elected leader looks at every pool again, so that nothing a
 // predecessor left half done (or changed while nobody led) stays so.
-func (l *leadership) lead(ctx context.Context) {
+func (l *Leadership) lead(ctx context.Context) {
 	t := &term{ctx: ctx}
 	l.termMu.Lock()
 	l.term = t
@@ -108,7 +108,7 @@ func (l *leadership) lead(ctx context.Context) {
 const minLockTimeout = time.Second
 
 // term is one stretch of leadership: its context ends when the Lease is
-// lost or the Manager stops, and writes counts the writes under way, so
+// lost or the manager stops, and writes counts the writes under way, so
 // that the Lease is given up only once none is left.
 type term struct {
 	ctx    context.Context
@@ -118,7 +118,7 @@ type term struct {
 // leading returns a context for writes that ends with this replica's term
 // as leader, and done, to call when they are finished; ok is false off the
 // leader (nothing may be written then).
-func (l *leadership) leading(ctx context.Context) (_ context.Context, done func(), ok bool) {
+func (l *Leadership) leading(ctx context.Context) (_ context.Context, done func(), ok bool) {
 	l.termMu.RLock()
 	t := l.term
 	if t != nil {
@@ -136,7 +136,7 @@ func (l *leadership) leading(ctx context.Context) (_ context.Context, done func(
 // asLeader makes r a writer: it runs only on the leader, and what it writes
 // is cut off when the term ends. Off the leader a request is dropped: a
 // newly elected leader enqueues every pool again (electedRequests).
-func (l *leadership) asLeader(r reconcile.Func) reconcile.Func {
+func (l *Leadership) asLeader(r reconcile.Func) reconcile.Func {
 	return func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		ctx, done, ok := l.leading(ctx)
 		defer done()
@@ -157,7 +157,7 @@ func (l *leadership) asLeader(r reconcile.Func) reconcile.Func {
 // serving all along: controller-runtime's own election would exit the
 // process instead, taking every pool's serving down with the writers.
 // When ctx ends, the Lease is released once the term's writes are over.
-func (l *leadership) elect(ctx context.Context) error {
+func (l *Leadership) elect(ctx context.Context) error {
 	lock, err := l.newLock()
 	if err != nil {
 		return err
@@ -173,7 +173,7 @@ func (l *leadership) elect(ctx context.Context) error {
 }
 
 // campaign waits for the Lease, then leads until it is lost or ctx ends.
-func (l *leadership) campaign(ctx context.Context, lock resourcelock.Interface) error {
+func (l *Leadership) campaign(ctx context.Context, lock resourcelock.Interface) error {
 	// The elector's context outlives ctx until the term is over, so that
 	// renewal goes on while the last writes finish.
 	electCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -224,11 +224,11 @@ func (l *leadership) campaign(ctx context.Context, lock resourcelock.Interface) 
 	return nil
 }
 
-func (l *leadership) leaseName() string { return l.opts.PickerNamespace + "/" + l.opts.PickerName }
+func (l *Leadership) leaseName() string { return l.opts.PickerNamespace + "/" + l.opts.PickerName }
 
 // newLock is the Lease this deployment's replicas elect a leader with, held
 // under a unique identity per process.
-func (l *leadership) newLock() (resourcelock.Interface, error) {
+func (l *Leadership) newLock() (resourcelock.Interface, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		return nil, fmt.Errorf("controllers: leader election identity: %w", err)
@@ -258,7 +258,7 @@ func (l *leadership) newLock() (resourcelock.Interface, error) {
 // release gives the Lease up when this process holds it, so that another
 // replica takes over at its next retry rather than when the Lease expires.
 // It runs once the last term's writes are over.
-func (l *leadership) release(lock resourcelock.Interface) {
+func (l *Leadership) release(lock resourcelock.Interface) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.RenewDeadline)
 	defer cancel()
 	rec, _, err := lock.Get(ctx)

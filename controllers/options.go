@@ -44,13 +44,14 @@ const (
 	// which the auto plan watches a namespace's pods once for all of them
 	// (podsource.DefaultNamespaceWatchThreshold says why).
 	DefaultNamespaceWatchThreshold = podsource.DefaultNamespaceWatchThreshold
-	// DefaultGracefulShutdownTimeout bounds how long Start waits for
+	// DefaultGracefulShutdownTimeout bounds how long the manager waits for
 	// reconcilers and added runnables to end once its context is cancelled.
 	DefaultGracefulShutdownTimeout = 30 * time.Second
 )
 
-// Options configure a Manager. The zero value of each field is its documented
-// default; flags are bound to it in cmd/poolpicker.
+// Options configure the controllers (ManagerOptions and Setup). The zero
+// value of each field is its documented default; flags are bound to it in
+// cmd/poolpicker.
 type Options struct {
 	// Registry receives the served pools. Required.
 	Registry *datastore.Registry

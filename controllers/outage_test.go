@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,17 +55,17 @@ func TestLeaderStepsDownAcrossAnOutage(t *testing.T) {
 	opts.ProvisionPickerServices = false
 	opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod = 4*time.Second, 3*time.Second, 250*time.Millisecond
 	counts := &endpointCounts{key: key}
-	r := startWith(t, outage.Config, opts, func(m *Manager) { m.registry.AddObserver(counts) })
+	r := start(t, outage.Config, opts, counts)
 	r.waitEndpoints(t, key, "10.18.0.1:8000")
-	r.waitFor(t, "the Lease", r.m.IsLeader)
+	r.waitFor(t, "the Lease", r.parts.Leader.IsLeader)
 	claim := ns + "/" + name
 	waitClaim(t, r, key, claim)
 
 	outage.Freeze()
 	frozen := time.Now()
-	r.waitFor(t, "the leader to step down", func() bool { return !r.m.IsLeader() })
+	r.waitFor(t, "the leader to step down", func() bool { return !r.parts.Leader.IsLeader() })
 	stepDown := time.Since(frozen)
-	if got := testutil.ToFloat64(r.m.metrics.leader); got != 0 {
+	if got := r.metric("poolpicker_leader"); got != 0 {
 		t.Errorf("poolpicker_leader = %v after stepping down", got)
 	}
 	// What changes meanwhile reaches the API server, not the picker.
@@ -81,7 +80,7 @@ func TestLeaderStepsDownAcrossAnOutage(t *testing.T) {
 	})
 	select {
 	case err := <-r.done:
-		t.Fatalf("Manager.Start returned during the outage: %v", err)
+		t.Fatalf("the manager returned during the outage: %v", err)
 	default:
 	}
 	if got := r.endpoints(key); len(got) != 1 || got[0] != "10.18.0.1:8000" {
@@ -90,14 +89,14 @@ func TestLeaderStepsDownAcrossAnOutage(t *testing.T) {
 	if p, _ := r.reg.Get(key); !p.Synced() {
 		t.Fatal("the pool stopped being synced during the outage")
 	}
-	if r.m.IsLeader() {
+	if r.parts.Leader.IsLeader() {
 		t.Fatal("leader again while the API server is frozen")
 	}
 	outageLasted := time.Since(frozen)
 
 	outage.Resume()
 	resumed := time.Now()
-	r.waitFor(t, "the Lease again", r.m.IsLeader)
+	r.waitFor(t, "the Lease again", r.parts.Leader.IsLeader)
 	reacquired := time.Since(resumed)
 	r.waitEndpoints(t, key, "10.18.0.1:8000", "10.18.0.2:8000")
 	waitClaim(t, r, datastore.PoolKey{Namespace: ns, Name: "later"}, claim)

@@ -26,7 +26,7 @@ func TestNamespacePlanStartsFromCache(t *testing.T) {
 	}
 	var log testenv.RequestLog
 	r := start(t, log.Wrap(env.Config), Options{Namespaces: []string{ns}, NamespaceWatchThreshold: 4})
-	r.waitFor(t, "HasSynced", r.m.HasSynced)
+	r.waitFor(t, "HasSynced", r.parts.InitialSync.HasSynced)
 	for i := range pools {
 		r.waitEndpoints(t, datastore.PoolKey{Namespace: ns, Name: fmt.Sprintf("pool-%d", i)}, fmt.Sprintf("10.16.0.%d:8000", i+1))
 	}

@@ -55,7 +55,7 @@ type PolicyReconciler struct {
 	apiReader client.Reader
 	registry  *datastore.Registry
 	groups    policyGroups
-	leader    *leadership
+	leader    *Leadership
 	// pools carries the pools that started or stopped being served, and
 	// those a new leader looks at again.
 	pools chan event.GenericEvent

@@ -33,7 +33,7 @@ type PoolReconciler struct {
 	client    client.Client
 	selection *selection
 	sources   *podsource.Sources
-	events    *poolRecorder
+	events    *PoolEvents
 	conflicts *conflicts
 	// policy wakes the policy reconciler for a pool that started or
 	// stopped being served, so that it publishes the new pool's policy.

@@ -164,7 +164,7 @@ func TestRestart(t *testing.T) {
 		second := start(t, nil, Options{PodWatchPlan: plan, Namespaces: []string{ns}})
 		second.waitEndpoints(t, one, "10.4.0.1:8000", "10.4.0.5:8000")
 		second.waitEndpoints(t, two, "10.4.1.1:8000")
-		second.waitFor(t, "HasSynced", second.m.HasSynced)
+		second.waitFor(t, "HasSynced", second.parts.InitialSync.HasSynced)
 	})
 }
 

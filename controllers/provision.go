@@ -47,7 +47,7 @@ type ProvisionReconciler struct {
 	client    client.Client
 	apiReader client.Reader
 	selection *selection
-	leader    *leadership
+	leader    *Leadership
 	conflicts *conflicts
 	sources   *podsource.Sources
 	// pickerName, pickerNamespace, podSelector and port are Options'

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr/funcr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/controllers/podsource"
@@ -49,8 +51,12 @@ func TestOptionsValidate(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(env.Config, Options{}); err == nil || !strings.Contains(err.Error(), "Registry is required") {
-		t.Fatalf("New without a registry: %v", err)
+	mgr, err := manager.New(env.Config, manager.Options{Scheme: Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Setup(mgr, Options{}); err == nil || !strings.Contains(err.Error(), "Registry is required") {
+		t.Fatalf("Setup without a registry: %v", err)
 	}
 }
 
@@ -96,7 +102,7 @@ func TestWhichPoolsAreServed(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := start(t, nil, tc.opts)
-			r.waitFor(t, "HasSynced", r.m.HasSynced)
+			r.waitFor(t, "HasSynced", r.parts.InitialSync.HasSynced)
 			var got []string
 			for _, p := range r.reg.Pools() {
 				if p.Key.Namespace == ns1 || p.Key.Namespace == ns2 {
@@ -135,13 +141,8 @@ func TestIgnoredPoolLoggedOnce(t *testing.T) {
 		}
 		return n
 	}
-	reg := datastore.NewRegistry()
-	m, err := New(env.Config, Options{Registry: reg, Namespaces: []string{ns}, Logger: logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &running{m: m, reg: reg, changes: make(chan struct{}, 1), done: make(chan error, 1)}
-	runManager(t, r)
+	r := start(t, nil, Options{Namespaces: []string{ns}, Logger: logger})
+	reg := r.reg
 
 	key := datastore.PoolKey{Namespace: ns, Name: "pool"}
 	createPool(t, ns, "pool", map[string]string{"app": "m"}, []int32{8000}, func(p *v1.InferencePool) {

@@ -25,24 +25,27 @@ import (
 // (the requests went on, left, or timed out).
 const RequestsWaitingAnnotation = "poolpicker.io/requests-waiting"
 
-// waitingPools are the pools whose waiting room in this replica holds
+// WaitingPools are the pools whose waiting room in this replica holds
 // requests, and the claim reconciler's queue, which writes them.
-type waitingPools struct {
+type WaitingPools struct {
 	keys  sync.Map // datastore.PoolKey → struct{}
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 }
 
 // source hands the claim reconciler's queue to set.
-func (w *waitingPools) source() source.Source {
+func (w *WaitingPools) source() source.Source {
 	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		w.queue.Store(&q)
 		return nil
 	})
 }
 
-// set records whether requests wait for pool key and has the claim
-// reconciler look at the pool; it returns at once.
-func (w *waitingPools) set(key datastore.PoolKey, waiting bool) {
+// SetRequestsWaiting records whether requests wait in this replica's
+// waiting room for pool key's first ready endpoint, and has the claim
+// reconciler look at the pool: the leader writes it as
+// RequestsWaitingAnnotation. It returns at once (flow control calls it with
+// a queue's lock held).
+func (w *WaitingPools) SetRequestsWaiting(key datastore.PoolKey, waiting bool) {
 	if waiting {
 		w.keys.Store(key, struct{}{})
 	} else {
@@ -51,14 +54,6 @@ func (w *waitingPools) set(key datastore.PoolKey, waiting bool) {
 	if q := w.queue.Load(); q != nil {
 		(*q).Add(reconcile.Request{NamespacedName: key})
 	}
-}
-
-// SetRequestsWaiting records whether requests wait in this replica's
-// waiting room for pool key's first ready endpoint; the leader writes it as
-// RequestsWaitingAnnotation. It returns at once (flow control calls it with
-// a queue's lock held).
-func (m *Manager) SetRequestsWaiting(key datastore.PoolKey, waiting bool) {
-	m.waiting.set(key, waiting)
 }
 
 // setWaiting makes RequestsWaitingAnnotation on a pool this deployment

@@ -22,7 +22,7 @@ func TestRequestsWaitingAnnotation(t *testing.T) {
 	opts := haOptions(name, pickerNS, ns)
 	opts.ProvisionPickerServices = false
 	leader := start(t, nil, opts)
-	leader.waitFor(t, "the first replica elected", leader.m.IsLeader)
+	leader.waitFor(t, "the first replica elected", leader.parts.Leader.IsLeader)
 	follower := start(t, nil, opts)
 	key := datastore.PoolKey{Namespace: ns, Name: "pool"}
 	createPool(t, ns, "pool", map[string]string{"app": "m"}, []int32{8000})
@@ -39,16 +39,16 @@ func TestRequestsWaitingAnnotation(t *testing.T) {
 		return env.Client.Get(ctx(t), client.ObjectKey(key), &p) == nil && p.Annotations[ClaimAnnotation] != ""
 	})
 
-	follower.m.SetRequestsWaiting(key, true)
-	leader.m.SetRequestsWaiting(key, true)
+	follower.parts.Waiting.SetRequestsWaiting(key, true)
+	leader.parts.Waiting.SetRequestsWaiting(key, true)
 	leader.waitFor(t, "the annotation written", func() bool { v, ok := annotation(); return ok && v == "1" })
-	leader.m.SetRequestsWaiting(key, false)
+	leader.parts.Waiting.SetRequestsWaiting(key, false)
 	leader.waitFor(t, "the annotation removed though the follower has requests waiting", func() bool { _, ok := annotation(); return !ok })
 
-	leader.m.SetRequestsWaiting(key, true)
+	leader.parts.Waiting.SetRequestsWaiting(key, true)
 	leader.waitFor(t, "the annotation written again", func() bool { _, ok := annotation(); return ok })
-	follower.m.SetRequestsWaiting(key, false)
+	follower.parts.Waiting.SetRequestsWaiting(key, false)
 	leader.stop(t)
-	follower.waitFor(t, "the follower elected", follower.m.IsLeader)
+	follower.waitFor(t, "the follower elected", follower.parts.Leader.IsLeader)
 	follower.waitFor(t, "the new leader, with nothing waiting, removing the annotation", func() bool { _, ok := annotation(); return !ok })
 }

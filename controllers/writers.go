@@ -126,14 +126,14 @@ type ClaimReconciler struct {
 	client    client.Client
 	apiReader client.Reader
 	selection *selection
-	leader    *leadership
+	leader    *Leadership
 	conflicts *conflicts
 	// provisioning: a new leader also looks at the pools of provisioned
 	// objects.
 	provisioning            bool
 	maxConcurrentReconciles int
 	// waiting are the pools whose RequestsWaitingAnnotation it writes.
-	waiting *waitingPools
+	waiting *WaitingPools
 }
 
 // SetupWithManager adds the reconciler to mgr, woken by pool changes and
@@ -217,7 +217,7 @@ func (r *ClaimReconciler) setClaim(ctx context.Context, pool *v1.InferencePool, 
 // poolpicker_pool_conflicts until resolved.
 type conflicts struct {
 	metrics *metrics
-	events  *poolRecorder
+	events  *PoolEvents
 
 	mu    sync.Mutex
 	byKey map[conflictKey]string

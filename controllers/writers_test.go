@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -101,12 +100,12 @@ func TestLeaderProvisionsPickerServices(t *testing.T) {
 	r1 := start(t, nil, haOptions(name, pickerNS, nsA, nsB))
 	r2 := start(t, nil, haOptions(name, pickerNS, nsA, nsB))
 	var leader, follower *running
-	r1.waitFor(t, "a leader", func() bool { return r1.m.IsLeader() || r2.m.IsLeader() })
+	r1.waitFor(t, "a leader", func() bool { return r1.parts.Leader.IsLeader() || r2.parts.Leader.IsLeader() })
 	leader, follower = r1, r2
-	if r2.m.IsLeader() {
+	if r2.parts.Leader.IsLeader() {
 		leader, follower = r2, r1
 	}
-	if follower.m.IsLeader() {
+	if follower.parts.Leader.IsLeader() {
 		t.Fatal("two leaders")
 	}
 	holder := leaseHolder(t, pickerNS, name)
@@ -141,7 +140,7 @@ func TestLeaderProvisionsPickerServices(t *testing.T) {
 		len(slice.Ports) != 1 || *slice.Ports[0].Port != 9002 || *slice.Ports[0].Name != "grpc-ext-proc" {
 		t.Fatalf("slice labels %v ports %+v", slice.Labels, slice.Ports)
 	}
-	if got := testutil.ToFloat64(leader.m.metrics.leader); got != 1 {
+	if got := leader.metric("poolpicker_leader"); got != 1 {
 		t.Fatalf("poolpicker_leader on the leader = %v", got)
 	}
 
@@ -153,7 +152,7 @@ func TestLeaderProvisionsPickerServices(t *testing.T) {
 
 	// The leader goes; the follower takes the Lease and the writing over.
 	leader.stop(t)
-	follower.waitFor(t, "the follower elected", follower.m.IsLeader)
+	follower.waitFor(t, "the follower elected", follower.parts.Leader.IsLeader)
 	if h := leaseHolder(t, pickerNS, name); h == holder || h == "" {
 		t.Fatalf("Lease holder %q after the leader stopped (was %q)", h, holder)
 	}
@@ -185,7 +184,7 @@ func TestForeignPickerServiceLeftAlone(t *testing.T) {
 	opts.LeaderElection = false
 	r := start(t, nil, opts)
 	r.waitFor(t, "the conflict reported", func() bool {
-		return testutil.ToFloat64(r.m.metrics.conflicts.WithLabelValues(ns, "pool", "Service")) == 1 &&
+		return r.metric("poolpicker_pool_conflicts", ns, "pool", "Service") == 1 &&
 			hasEvent(t, key, "PickerServiceConflict", "was not created by poolpicker")
 	})
 	var after corev1.Service
@@ -204,7 +203,7 @@ func TestForeignPickerServiceLeftAlone(t *testing.T) {
 	}
 	r.waitFor(t, "the provisioned Service and slice", func() bool {
 		return slices.Equal(sliceIPs(t, ns, "epp", name), []string{"10.32.0.1"}) &&
-			testutil.ToFloat64(r.m.metrics.conflicts.WithLabelValues(ns, "pool", "Service")) == 0
+			r.metric("poolpicker_pool_conflicts", ns, "pool", "Service") == 0
 	})
 }
 
@@ -231,10 +230,10 @@ func TestShardConflictReported(t *testing.T) {
 
 	b := start(t, nil, Options{Namespaces: []string{ns}, PickerName: nameB, PickerNamespace: "picker-system"})
 	b.waitFor(t, "the later shard reporting the conflict", func() bool {
-		return testutil.ToFloat64(b.m.metrics.conflicts.WithLabelValues(ns, "pool", "claim")) == 1 &&
+		return b.metric("poolpicker_pool_conflicts", ns, "pool", "claim") == 1 &&
 			hasEvent(t, key, "ClaimedByOtherPicker", "picker-system/"+nameA)
 	})
-	b.waitFor(t, "the later shard synced", b.m.HasSynced)
+	b.waitFor(t, "the later shard synced", b.parts.InitialSync.HasSynced)
 	if _, ok := b.reg.Get(key); ok {
 		t.Fatal("the later shard serves a pool claimed by the first")
 	}
@@ -260,7 +259,7 @@ func TestOnlyLeaderWritesAccepted(t *testing.T) {
 	leaderOpts, followerOpts := haOptions(name, pickerNS, elsewhere), haOptions(name, pickerNS, ns)
 	leaderOpts.ProvisionPickerServices, followerOpts.ProvisionPickerServices = false, false
 	leader := start(t, nil, leaderOpts)
-	leader.waitFor(t, "the first replica elected", leader.m.IsLeader)
+	leader.waitFor(t, "the first replica elected", leader.parts.Leader.IsLeader)
 	follower := start(t, nil, followerOpts)
 	key := datastore.PoolKey{Namespace: ns, Name: "pool"}
 	createPool(t, ns, "pool", map[string]string{"app": "m"}, []int32{8000})
@@ -274,7 +273,7 @@ func TestOnlyLeaderWritesAccepted(t *testing.T) {
 	critical := objective(ns, "critical", "pool", ptr.To(10))
 	create(t, critical)
 	follower.waitPolicy(t, key, &datastore.Policy{Objectives: map[string]int{"batch": -1, "critical": 10}, Rewrites: map[string][]datastore.RewriteTarget{}})
-	if follower.m.IsLeader() {
+	if follower.parts.Leader.IsLeader() {
 		t.Fatal("two leaders")
 	}
 	for _, o := range []client.Object{batch, critical} {
@@ -284,7 +283,7 @@ func TestOnlyLeaderWritesAccepted(t *testing.T) {
 	}
 
 	leader.stop(t)
-	follower.waitFor(t, "the follower elected", follower.m.IsLeader)
+	follower.waitFor(t, "the follower elected", follower.parts.Leader.IsLeader)
 	for _, o := range []client.Object{batch, critical} {
 		follower.waitAccepted(t, o, metav1.ConditionTrue, v1alpha2.ReasonAccepted)
 	}
@@ -303,10 +302,10 @@ func TestConflictForgottenWithPool(t *testing.T) {
 	a.waitEndpoints(t, key, "10.34.0.1:8000")
 	b := start(t, nil, Options{Namespaces: []string{ns}, PickerName: nameB, PickerNamespace: "picker-system"})
 	b.waitFor(t, "the later shard reporting the conflict", func() bool {
-		return testutil.ToFloat64(b.m.metrics.conflicts.WithLabelValues(ns, "pool", "claim")) == 1
+		return b.metric("poolpicker_pool_conflicts", ns, "pool", "claim") == 1
 	})
 	deletePool(t, key)
 	b.waitFor(t, "the conflict series gone with the pool", func() bool {
-		return testutil.CollectAndCount(b.m.metrics.conflicts) == 0
+		return b.series("poolpicker_pool_conflicts") == 0
 	})
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/bench/internal/proc"
@@ -63,11 +64,28 @@ func runChild(f benchFlags) error {
 			opts.Logger = funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, time.Now().Format("15:04:05.000"), prefix, args) },
 				funcr.Options{Verbosity: f.logV})
 		}
-		m, err := controllers.New(cfg, opts)
+		mopts, err := controllers.ManagerOptions(opts)
 		if err != nil {
 			return err
 		}
-		go func() { done <- m.Start(ctx) }()
+		mgr, err := manager.New(cfg, mopts)
+		if err != nil {
+			return err
+		}
+		parts, err := controllers.Setup(mgr, opts)
+		if err != nil {
+			return err
+		}
+		for _, r := range parts.Runnables() {
+			if err := mgr.Add(r); err != nil {
+				return err
+			}
+		}
+		go func() {
+			err := mgr.Start(ctx)
+			parts.Sources.Stop()
+			done <- err
+		}()
 	case "baseline", "baseline-stripped":
 		if err := startBaseline(ctx, cfg, f, reg, f.child == "baseline-stripped", done); err != nil {
 			return err

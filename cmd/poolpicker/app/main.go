@@ -220,9 +220,9 @@ type components struct {
 	metrics *prometheus.Registry
 	scraper *scrape.Manager
 	server  *extproc.Server
-	// pools is the pool controller, set once the API server has answered;
-	// readiness reads it.
-	pools atomic.Pointer[controllers.Manager]
+	// pools are the controllers' parts, set once the API server has
+	// answered; readiness and flow control read them.
+	pools atomic.Pointer[controllers.Parts]
 	// connected is set once the API server has answered at start-up.
 	connected atomic.Bool
 	// waiting is poolpicker_waiting_for_api_server.
@@ -281,8 +281,8 @@ func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, er
 	})
 	metrics.MustRegister(cs.waiting)
 	o.extproc.PoolsSynced = func() bool {
-		m := cs.pools.Load()
-		return m != nil && m.HasSynced()
+		p := cs.pools.Load()
+		return p != nil && p.InitialSync.HasSynced()
 	}
 	server, err := extproc.New(reg, sched, o.extproc)
 	if err != nil {
@@ -323,7 +323,7 @@ func (cs *components) serve(ctx context.Context, cfg *rest.Config, o *options, m
 	defer stopControllers()
 
 	type result struct {
-		c   *controllers.Manager
+		c   *controllerProcess
 		err error
 	}
 	connected := make(chan result, 1)
@@ -408,28 +408,61 @@ func firstError(errs <-chan error) error {
 // endpoint, for its owners and autoscalers: an Event, and the leader's
 // requests-waiting annotation.
 func (cs *components) poolWaiting(pool *datastore.Pool) {
-	if m := cs.pools.Load(); m != nil {
-		m.PoolEvent(pool.Key, false, "RequestsWaiting", "requests wait in the picker for the pool's first ready endpoint (flow control's waiting room)")
-		m.SetRequestsWaiting(pool.Key, true)
+	if p := cs.pools.Load(); p != nil {
+		p.Events.PoolEvent(pool.Key, false, "RequestsWaiting", "requests wait in the picker for the pool's first ready endpoint (flow control's waiting room)")
+		p.Waiting.SetRequestsWaiting(pool.Key, true)
 	}
 }
 
 // poolDrained has the leader remove the pool's requests-waiting annotation:
 // nothing waits for an endpoint any more.
 func (cs *components) poolDrained(pool *datastore.Pool) {
-	if m := cs.pools.Load(); m != nil {
-		m.SetRequestsWaiting(pool.Key, false)
+	if p := cs.pools.Load(); p != nil {
+		p.Waiting.SetRequestsWaiting(pool.Key, false)
 	}
 }
 
-// newControllers builds the reconcilers over cfg; readiness follows their
-// initial sync from then on.
-func (cs *components) newControllers(cfg *rest.Config, o *options, log logr.Logger) (*controllers.Manager, error) {
+// controllerProcess is the controller-runtime manager that runs the
+// reconcilers of package controllers, with the parts they share added as
+// its runnables.
+type controllerProcess struct {
+	mgr   manager.Manager
+	parts *controllers.Parts
+}
+
+// newControllers makes the manager over cfg, sets the reconcilers up on it
+// and adds their runnables; readiness follows their initial sync from then
+// on. Nothing runs until Start.
+func (cs *components) newControllers(cfg *rest.Config, o *options, log logr.Logger) (*controllerProcess, error) {
 	o.controllers.Registry, o.controllers.Registerer, o.controllers.Logger = cs.reg, cs.metrics, log.WithName("controllers")
-	c, err := controllers.New(cfg, o.controllers)
+	mopts, err := controllers.ManagerOptions(o.controllers)
 	if err != nil {
 		return nil, err
 	}
-	cs.pools.Store(c)
-	return c, nil
+	mgr, err := manager.New(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("controllers: creating manager: %w", err)
+	}
+	parts, err := controllers.Setup(mgr, o.controllers)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range parts.Runnables() {
+		if err := mgr.Add(r); err != nil {
+			return nil, err
+		}
+	}
+	cs.pools.Store(parts)
+	return &controllerProcess{mgr: mgr, parts: parts}, nil
+}
+
+// Start runs the manager until ctx ends, then waits for every pod watch to
+// end. It returns nil on a clean stop.
+func (c *controllerProcess) Start(ctx context.Context) error {
+	err := c.mgr.Start(ctx)
+	// The reconcilers have ended (or failed to start): no new watch can
+	// begin. The sources' runnable stops them when it ran; this is for a
+	// manager that failed before it.
+	c.parts.Sources.Stop()
+	return err
 }

@@ -41,12 +41,12 @@ var connectBackoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2,
 // retrying cannot mend (a denied permission, rejected credentials) is
 // returned. It calls onUnavailable once, on the first attempt that got no
 // answer. It returns nil, nil when ctx ends first.
-func (cs *components) connect(ctx context.Context, cfg *rest.Config, o *options, log logr.Logger, onUnavailable func()) (*controllers.Manager, error) {
+func (cs *components) connect(ctx context.Context, cfg *rest.Config, o *options, log logr.Logger, onUnavailable func()) (*controllerProcess, error) {
 	backoff := connectBackoff
 	since := time.Now()
 	for attempt := 1; ; attempt++ {
 		err := checkPermissions(ctx, cfg, &o.controllers, o.compat.metricsEndpointAuth)
-		var c *controllers.Manager
+		var c *controllerProcess
 		if err == nil {
 			c, err = cs.newControllers(cfg, o, log)
 		}
