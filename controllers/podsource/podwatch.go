@@ -199,8 +199,8 @@ func (sp *servedPool) failed(src podSource, what string, err error) {
 		sp.src.metrics.syncFailing.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(1)
 	}
 	sp.mu.Unlock()
-	// waitInitialSync counts a pool that failed as done: readiness must not
-	// wait for one broken pool.
+	// A caller waiting for pools to sync (Options.Changed) counts a pool
+	// that failed as done: readiness must not wait for one broken pool.
 	sp.src.signal()
 	if first {
 		msg := "its requests are refused until its pods are listed"
