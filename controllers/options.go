@@ -245,14 +245,7 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("picker pod selector %q selects every pod of the namespace", o.PickerPodSelector))
 		}
 	}
-	if o.PodWatchPlan != "" {
-		if err := o.PodWatchPlan.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if o.NamespaceWatchThreshold < 0 {
-		errs = append(errs, fmt.Errorf("namespace watch threshold %d: must not be negative", o.NamespaceWatchThreshold))
-	}
+	errs = append(errs, podsource.Options{Plan: o.PodWatchPlan, NamespaceWatchThreshold: o.NamespaceWatchThreshold}.Validate())
 	if o.PickerPort < 0 || o.PickerPort > 65535 {
 		errs = append(errs, fmt.Errorf("picker port %d: must be 1..65535", o.PickerPort))
 	}

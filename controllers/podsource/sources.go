@@ -68,6 +68,20 @@ type Options struct {
 	Logger logr.Logger
 }
 
+// Validate reports every option that cannot work, joined, each named as the
+// flag an operator would set. The Registry is not checked: it is wiring,
+// not input.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Plan != "" {
+		errs = append(errs, o.Plan.Validate())
+	}
+	if o.NamespaceWatchThreshold < 0 {
+		errs = append(errs, fmt.Errorf("namespace watch threshold %d: must not be negative", o.NamespaceWatchThreshold))
+	}
+	return errors.Join(errs...)
+}
+
 // Sources feeds the served pools of a registry their pods: for each pool a
 // source (its own selector-scoped watch, or its subscription to its
 // namespace's watch) chosen by the namespace's watch plan, switched without
@@ -118,14 +132,11 @@ func New(cfg *rest.Config, opts Options) (*Sources, error) {
 	if opts.Registry == nil {
 		return nil, errors.New("podsource: Options.Registry is required")
 	}
-	if opts.Plan == "" {
-		opts.Plan = PlanAuto
-	}
-	if err := opts.Plan.Validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.NamespaceWatchThreshold < 0 {
-		return nil, fmt.Errorf("namespace watch threshold %d: must not be negative", opts.NamespaceWatchThreshold)
+	if opts.Plan == "" {
+		opts.Plan = PlanAuto
 	}
 	if opts.NamespaceWatchThreshold == 0 {
 		opts.NamespaceWatchThreshold = DefaultNamespaceWatchThreshold
