@@ -49,8 +49,8 @@ func (r *viewRecorder) TypedName() framework.TypedName {
 func (r *viewRecorder) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
 	for i := range c {
 		scores[i] = 1
-		if m := c[i].Endpoint.Metrics(); m != nil {
-			r.waiting.WithLabelValues(c[i].Endpoint.Address()).Set(float64(m.WaitingRequests))
+		if m := c[i].Endpoint.Metrics(); !m.IsZero() {
+			r.waiting.WithLabelValues(c[i].Endpoint.Address()).Set(float64(m.WaitingRequests()))
 		}
 	}
 }
