@@ -32,8 +32,11 @@ type Endpoint struct {
 type endpointState struct {
 	metrics  atomic.Pointer[Metrics]
 	inFlight atomic.Int64
-	// inFlightAtMetrics is inFlight when metrics was published.
+	// inFlightAtMetrics is InFlight when metrics was published.
 	inFlightAtMetrics atomic.Int64
+	// peerInFlight is the requests the picker's peer replicas say they
+	// have in flight on the endpoint (peer sync); zero without peers.
+	peerInFlight atomic.Int64
 }
 
 // Key identifies the endpoint across snapshots: the pod UID and the port.
@@ -45,7 +48,7 @@ func (e *Endpoint) Metrics() *Metrics { return e.state.metrics.Load() }
 // SetMetrics publishes a new scrape, and notes the in-flight count of the
 // moment (InFlightAtMetrics).
 func (e *Endpoint) SetMetrics(m *Metrics) {
-	e.state.inFlightAtMetrics.Store(e.state.inFlight.Load())
+	e.state.inFlightAtMetrics.Store(e.InFlight())
 	e.state.metrics.Store(m)
 }
 
@@ -56,8 +59,19 @@ func (e *Endpoint) SetMetrics(m *Metrics) {
 func (e *Endpoint) InFlightAtMetrics() int64 { return e.state.inFlightAtMetrics.Load() }
 
 // InFlight is the number of requests poolpicker sent to the endpoint and has
-// not yet seen finish.
-func (e *Endpoint) InFlight() int64 { return e.state.inFlight.Load() }
+// not yet seen finish: this replica's (OwnInFlight) and, with peer sync,
+// those its peer replicas last reported (AddPeerInFlight).
+func (e *Endpoint) InFlight() int64 {
+	return e.state.inFlight.Load() + e.state.peerInFlight.Load()
+}
+
+// OwnInFlight is the number of requests this replica sent to the endpoint
+// and has not yet seen finish: what it reports to its peers.
+func (e *Endpoint) OwnInFlight() int64 { return e.state.inFlight.Load() }
+
+// AddPeerInFlight adjusts the count of the peer replicas' requests in
+// flight by delta.
+func (e *Endpoint) AddPeerInFlight(delta int64) { e.state.peerInFlight.Add(delta) }
 
 // AddInFlight adjusts the in-flight count by delta (+1 on pick, -1 on finish).
 func (e *Endpoint) AddInFlight(delta int64) { e.state.inFlight.Add(delta) }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
 )
 
@@ -188,6 +189,11 @@ type Options struct {
 	// releases it by priority band and flow. Nil: no flow control; a
 	// saturated pool sheds sheddable requests only.
 	FlowControl *flowcontrol.Controller
+	// InFlight, when set, hears each time a request's count on an endpoint
+	// changes (picked, moved to the endpoint that served it, finished):
+	// peer sync sends this replica's counts to its peers. Called on the
+	// stream's goroutine; it must not block.
+	InFlight InFlightObserver
 	// Tracer starts one span per request (see tracing.go). Nil: no spans,
 	// and the pick path does no tracing work at all.
 	Tracer trace.Tracer
@@ -242,4 +248,10 @@ func (o *Options) setDefaults() {
 	if o.Logger.GetSink() == nil {
 		o.Logger = logr.Discard()
 	}
+}
+
+// InFlightObserver hears of changes of this replica's requests in flight
+// on an endpoint (Options.InFlight).
+type InFlightObserver interface {
+	InFlightChanged(pool *datastore.Pool, e *datastore.Endpoint)
 }

@@ -763,7 +763,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 
 	// The count goes up as the decision leaves; close takes it down once.
 	st.counted, st.picked = res.Endpoints[0], res
-	st.counted.AddInFlight(1)
+	st.addInFlight(st.counted, 1)
 	st.ticket.Picked()
 	st.s.metrics.routed(st.labels, res.Priority, st.bodyBytes)
 	if log := st.s.log.V(4); log.Enabled() { // the arguments cost allocations
@@ -886,8 +886,8 @@ func (st *stream) readServed(mc *corev3.Metadata) {
 		return
 	}
 	if e, ok := st.pool.Endpoints().Get(served); ok {
-		e.AddInFlight(1)
-		st.counted.AddInFlight(-1)
+		st.addInFlight(e, 1)
+		st.addInFlight(st.counted, -1)
 		st.counted = e
 	}
 }
@@ -957,6 +957,15 @@ func (st *stream) onResponseTrailers() error {
 	return nil
 }
 
+// addInFlight counts the request on e (delta +1) or no longer (-1), and
+// tells Options.InFlight.
+func (st *stream) addInFlight(e *datastore.Endpoint, delta int64) {
+	e.AddInFlight(delta)
+	if o := st.s.opts.InFlight; o != nil {
+		o.InFlightChanged(st.pool, e)
+	}
+}
+
 // finish ends the request's accounting exactly once.
 func (st *stream) finish(outcome string, completed bool) {
 	if st.finished {
@@ -967,7 +976,7 @@ func (st *stream) finish(outcome string, completed bool) {
 		st.trace.end(outcome)
 	}
 	if st.counted != nil {
-		st.counted.AddInFlight(-1)
+		st.addInFlight(st.counted, -1)
 		st.s.metrics.ended(st.labels)
 	}
 	st.ticket.Done()

@@ -77,6 +77,11 @@ type Options struct {
 	// (Handle.MetricsRegisterer). Nil: a registry of the scheduler's own,
 	// served nowhere.
 	Registerer prometheus.Registerer
+	// Peers shares what plugins learn from picks with the picker's peer
+	// replicas (framework.PeersOf a plugin's Handle); the scheduler's
+	// LearnPeerBlocks hands back what the peers learned. Nil: peer sync
+	// is off and plugins learn from this replica's picks only.
+	Peers framework.Peers
 }
 
 // Extension points as upstream's plugin duration metric names them.
@@ -145,7 +150,11 @@ func (o *Options) handle(typ, name string) framework.Handle {
 	if o.BaseContext != nil {
 		ctx = o.BaseContext()
 	}
-	return framework.NewHandle(ctx, o.Logger.WithName(typ).WithValues("plugin", name), o.Registerer)
+	h := framework.NewHandle(ctx, o.Logger.WithName(typ).WithValues("plugin", name), o.Registerer)
+	if o.Peers != nil {
+		return framework.NewPeerHandle(h, o.Peers)
+	}
+	return h
 }
 
 // LoadConfig returns the config the options name: ConfigFile, ConfigText,
@@ -171,6 +180,7 @@ type Scheduler struct {
 	opts      Options
 	built     *builtConfig
 	observers []framework.PoolObserver
+	learners  []framework.PeerLearner
 	states    sync.Pool // *cycle
 	// pools holds per-pool scheduler state (*poolState) keyed by *Pool, so a
 	// pool removed and added again starts afresh.
@@ -209,6 +219,9 @@ func New(cfg *Config, opts Options) (*Scheduler, error) {
 	for _, p := range built.plugins {
 		if o, ok := p.(framework.PoolObserver); ok {
 			s.observers = append(s.observers, o)
+		}
+		if l, ok := p.(framework.PeerLearner); ok && opts.Peers != nil {
+			s.learners = append(s.learners, l)
 		}
 	}
 	s.states.New = func() any { return &cycle{} }
@@ -501,6 +514,19 @@ func (s *Scheduler) EndpointsChanged(pool *datastore.Pool, added, removed []*dat
 	p, a, r := framework.PoolOf(pool), endpointViews(added), endpointViews(removed)
 	for _, o := range s.observers {
 		o.EndpointsChanged(p, a, r)
+	}
+}
+
+// LearnPeerBlocks hands a peer replica's pick (endpoint e of pool now
+// caches blocks, see framework.PeerLearner) to the plugins that learn from
+// peers; a no-op without Options.Peers.
+func (s *Scheduler) LearnPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+	if len(s.learners) == 0 || pool == nil || e == nil {
+		return
+	}
+	p, ep := framework.PoolOf(pool), framework.EndpointOf(e)
+	for _, l := range s.learners {
+		l.LearnPeerBlocks(p, ep, blocks)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/poolpicker/poolpicker/extproc"
 	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/internal/modelsim"
+	"github.com/poolpicker/poolpicker/peersync"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 	"github.com/poolpicker/poolpicker/scrape"
@@ -166,8 +168,18 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 		stops = append(stops, stop)
 		f.replicas = append(f.replicas, rp)
 	}
+	var links []*peerLink
+	if r.peerSync && !r.reference {
+		if links, err = peerLinks(replicas, cfg.seed+uint64(n)); err != nil {
+			return nil, err
+		}
+	}
 	for i := 0; i < replicas && !r.reference; i++ {
-		rp, stop, err := startReplica(ctx, n, i, cfg, r.config, r.flowControl, port, pods)
+		var link *peerLink
+		if links != nil {
+			link = links[i]
+		}
+		rp, stop, err := startReplica(ctx, n, i, cfg, r.config, r.flowControl, port, pods, link)
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +196,7 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 // startReplica starts replica r of fleet n in front of the fleet's pods, and
 // returns it once it has scraped every server (a cold start is not what
 // the sweep measures) with the function that stops it.
-func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig string, flowControl bool, port int, pods []datastore.EndpointSource) (_ *replica, _ func(), err error) {
+func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig string, flowControl bool, port int, pods []datastore.EndpointSource, link *peerLink) (_ *replica, _ func(), err error) {
 	var stops []func()
 	stop := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -201,7 +213,19 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	if flowControl {
 		so.QueueDepthThreshold = flowQueueDepth
 	}
-	sched, err := scheduling.New(nil, so)
+	reg := datastore.NewRegistry()
+	var sched *scheduling.Scheduler
+	var exchange *peersync.Exchange
+	if link != nil {
+		exchange, err = peersync.New(peersync.Options{Registry: reg, HashKey: link.key, Registerer: metrics, Listener: link.lis, Peers: link.peers,
+			Learner: peersync.LearnerFunc(func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) { sched.LearnPeerBlocks(pool, e, blocks) })})
+		if err != nil {
+			link.lis.Close()
+			return nil, nil, err
+		}
+		so.Peers = exchange
+	}
+	sched, err = scheduling.New(nil, so)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -219,7 +243,6 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 		return nil, nil, err
 	}
 	rp := &replica{sched: sched, metrics: metrics}
-	reg := datastore.NewRegistry()
 	reg.AddObserver(sched)
 	reg.AddObserver(scraper)
 	if fc != nil {
@@ -245,7 +268,15 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 		lis.Close()
 		return nil, nil, err
 	}
-	srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, FlowControl: fc})
+	eo := extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, FlowControl: fc}
+	if exchange != nil {
+		eo.InFlight = exchange
+		xctx, xcancel := context.WithCancel(ctx)
+		synced := make(chan struct{})
+		go func() { _ = exchange.Start(xctx); close(synced) }()
+		stops = append(stops, func() { xcancel(); <-synced })
+	}
+	srv, err := extproc.New(reg, sched, eo)
 	if err != nil {
 		lis.Close()
 		hlis.Close()
@@ -273,6 +304,38 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 		}
 	}
 	return rp, stop, nil
+}
+
+// peerLink is one replica's part in its fleet's peer sync: its listener,
+// its peers' addresses, and the fleet's hash key.
+type peerLink struct {
+	lis   net.Listener
+	peers func() []string
+	key   uint64
+}
+
+// peerLinks binds a peer-sync listener per replica on loopback; each
+// replica's peers are the others'.
+func peerLinks(replicas int, seed uint64) ([]*peerLink, error) {
+	links := make([]*peerLink, replicas)
+	addrs := make([]string, replicas)
+	key := seeded(seed + 300)()
+	for i := range links {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			for _, l := range links[:i] {
+				l.lis.Close()
+			}
+			return nil, err
+		}
+		addrs[i] = lis.Addr().String()
+		links[i] = &peerLink{lis: lis, key: key}
+	}
+	for i, l := range links {
+		others := slices.Delete(slices.Clone(addrs), i, i+1)
+		l.peers = func() []string { return others }
+	}
+	return links, nil
 }
 
 // queueStats are a run's server queues (running + waiting) over time.

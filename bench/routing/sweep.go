@@ -30,6 +30,9 @@ type router struct {
 	// reference runs the reference EPP's binary instead of poolpicker
 	// (reference.go); config is unused.
 	reference bool
+	// peerSync links the replicas with peer sync (package peersync): each
+	// learns every replica's picks and in-flight counts.
+	peerSync bool
 }
 
 const roundRobinConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -98,6 +101,7 @@ var allRouters = []router{
 	{name: "least-queue", config: leastQueueConfig, replicas: []int{1}},
 	{name: "upstream-weights", config: upstreamConfig, replicas: []int{1}},
 	{name: "poolpicker-counter-aging", config: counterAgingConfig},
+	{name: "poolpicker-peer-sync", config: scheduling.DefaultConfigText, peerSync: true},
 	flowRouter,
 	referenceRouter,
 }

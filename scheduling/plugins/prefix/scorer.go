@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolpicker/poolpicker/scheduling/framework"
@@ -159,6 +160,10 @@ type Scorer struct {
 	// agreement counts the index's predictions against the servers'
 	// reports (Result.ObserveCachedTokens).
 	agreement agreement
+	// peers, when set (peer sync), hears of every pick's blocks, and the
+	// blocks are hashed under its key instead of seed, so that the peers'
+	// blocks name the same prefixes as this index's.
+	peers framework.Peers
 }
 
 // agreement is the scorer's series of the prediction metrics.
@@ -210,6 +215,7 @@ var (
 	_ framework.PromptReader            = (*Scorer)(nil)
 	_ framework.CachePredictionObserver = (*Scorer)(nil)
 	_ framework.PoolObserver            = (*Scorer)(nil)
+	_ framework.PeerLearner             = (*Scorer)(nil)
 )
 
 // New is the factory of prefix-cache-scorer; its parameters are
@@ -254,7 +260,8 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 	if err != nil {
 		return nil, err
 	}
-	return &Scorer{name: framework.TypedName{Type: Type, Name: name}, key: framework.StateKey(Type + "/" + name), params: p, seed: maphash.MakeSeed(), agreement: a}, nil
+	return &Scorer{name: framework.TypedName{Type: Type, Name: name}, key: framework.StateKey(Type + "/" + name), params: p, seed: maphash.MakeSeed(), agreement: a,
+		peers: framework.PeersOf(h)}, nil
 }
 
 // TypedName is the plugin's type and name in its profile.
@@ -282,7 +289,11 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 		st = &prefixCycle{}
 	}
 	cs.Write(s.key, st)
-	st.hashes = hashPrompt(s.seed, st.hashes[:0], cs.TargetModel, req.Prompt, s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
+	if s.peers != nil {
+		st.hashes = hashPromptKeyed(s.peers.HashKey(), st.hashes[:0], cs.TargetModel, req.Prompt, s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
+	} else {
+		st.hashes = hashPrompt(s.seed, st.hashes[:0], cs.TargetModel, req.Prompt, s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
+	}
 	st.index = s.index(cs.Pool)
 	if len(st.hashes) == 0 || st.index == nil {
 		return
@@ -503,10 +514,32 @@ func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *fram
 		res.Predict(framework.CachePrediction{Observer: s, Ref: pe, Mark: watermark,
 			PredictedTokens: int(predicted) * (s.params.HashBlockSize / s.params.BytesPerToken),
 			PromptTokens:    min(len(req.Prompt), s.PromptBytes()) / s.params.BytesPerToken})
+		if s.peers != nil {
+			s.peers.ShareBlocks(cs.Pool, e, st.hashes)
+		}
 	}
 	// The state is recycled with the CycleState: do not pin the index of a
 	// pool that may be removed.
 	st.index = nil
+}
+
+// LearnPeerBlocks implements framework.PeerLearner: a peer replica's pick
+// sent the prompt to e, so e's LRU records its blocks as this replica's
+// own pick would have. At most MaxPrefixBlocksToMatch blocks count, so a
+// peer can make an LRU hold only what a prompt could.
+func (s *Scorer) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	if len(blocks) == 0 {
+		return
+	}
+	x := s.index(pool)
+	if x == nil {
+		return
+	}
+	blocks = blocks[:min(len(blocks), s.params.MaxPrefixBlocksToMatch)]
+	capacity := s.capacity(e.Metrics())
+	if pe := x.endpointFor(pool, e, capacity); pe != nil {
+		pe.record(blocks, capacity, 0)
+	}
 }
 
 // capacity is the number of blocks an endpoint's LRU holds: the server's
@@ -570,6 +603,28 @@ func hashPrompt(seed maphash.Seed, dst []uint64, model string, prompt []byte, bl
 	prev := maphash.String(seed, model)
 	for i := 0; i < n; i++ {
 		prev = chainHash(prev, maphash.Bytes(seed, prompt[i*blockSize:(i+1)*blockSize]))
+		dst = append(dst, prev)
+	}
+	return dst
+}
+
+// hashPromptKeyed is hashPrompt with xxhash64 seeded by key in place of
+// the runtime's hash, whose seed cannot be shared: the hashes peer
+// replicas exchange must agree across processes, and a key that clients
+// do not know keeps them from crafting prompts whose blocks collide.
+func hashPromptKeyed(key uint64, dst []uint64, model string, prompt []byte, blockSize, maxBlocks int) []uint64 {
+	n := min(len(prompt)/blockSize, maxBlocks)
+	if n == 0 {
+		return dst
+	}
+	var d xxhash.Digest
+	d.ResetWithSeed(key)
+	_, _ = d.WriteString(model)
+	prev := d.Sum64()
+	for i := 0; i < n; i++ {
+		d.ResetWithSeed(key)
+		_, _ = d.Write(prompt[i*blockSize : (i+1)*blockSize])
+		prev = chainHash(prev, d.Sum64())
 		dst = append(dst, prev)
 	}
 	return dst

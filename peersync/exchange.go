@@ -1,0 +1,545 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+// Package peersync streams what each picker replica learns from its picks
+// (the prompt blocks an endpoint now caches, and the requests it has in
+// flight there) to its peer replicas over long-lived gRPC streams, off the
+// pick path, so that every replica's prefix index and load view follow
+// every replica's picks, as one replica's follow its own.
+package peersync
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+)
+
+// Learner is what learns from the peers' picks: the scheduler, whose
+// prefix plugins record a peer's blocks as their own pick would.
+type Learner interface {
+	LearnPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64)
+}
+
+// Defaults of Options.
+const (
+	DefaultFlushInterval       = 2 * time.Millisecond
+	DefaultSnapshotInterval    = time.Second
+	DefaultRefreshInterval     = 2 * time.Second
+	DefaultQueueRecords        = 1 << 14
+	DefaultMaxRecordsPerSecond = 1 << 15
+	DefaultMaxFrameBytes       = 1 << 20
+)
+
+// Options configure an Exchange; zero fields take the defaults above.
+type Options struct {
+	// Registry is where a peer's records find their pool and endpoint; a
+	// record naming neither here is dropped.
+	Registry *datastore.Registry
+	// Learner hears of the peers' blocks.
+	Learner Learner
+	// HashKey keys the block hashes (framework.Peers.HashKey): every
+	// replica of a deployment must have the same.
+	HashKey uint64
+	// Listener serves the peers' streams. Nil: this replica only sends.
+	Listener net.Listener
+	// Peers returns the addresses (host:port) of the peer replicas to send
+	// to, without this one's own; asked every RefreshInterval.
+	Peers func() []string
+	// ServerTLS, when set, is the listener's TLS (ask for and verify
+	// client certificates there: a peer is anyone who can connect).
+	// ClientTLS is the TLS the streams to peers dial with. Nil: plaintext
+	// (loopback tests and benchmarks).
+	ServerTLS, ClientTLS *tls.Config
+	// FlushInterval is how long records gather before they are sent: the
+	// delay a peer learns a pick with, at most, beyond the network's.
+	FlushInterval time.Duration
+	// SnapshotInterval is how often every nonzero in-flight count is sent
+	// again, so a peer that missed an update or connected late is right
+	// within it.
+	SnapshotInterval time.Duration
+	// RefreshInterval is how often Peers is asked.
+	RefreshInterval time.Duration
+	// QueueRecords bounds the records waiting to be sent; beyond it a
+	// pick's blocks are dropped (and counted).
+	QueueRecords int
+	// MaxRecordsPerSecond bounds what one peer stream may deliver; beyond
+	// it records are dropped (and counted), so a peer gone wild costs
+	// bounded work.
+	MaxRecordsPerSecond int
+	// MaxFrameBytes bounds a frame, both ways.
+	MaxFrameBytes int
+	Logger        logr.Logger
+	// Registerer is where the exchange's metrics go. Nil: nowhere.
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) setDefaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.FlushInterval, DefaultFlushInterval)
+	def(&o.SnapshotInterval, DefaultSnapshotInterval)
+	def(&o.RefreshInterval, DefaultRefreshInterval)
+	for _, v := range []struct {
+		p *int
+		d int
+	}{{&o.QueueRecords, DefaultQueueRecords}, {&o.MaxRecordsPerSecond, DefaultMaxRecordsPerSecond}, {&o.MaxFrameBytes, DefaultMaxFrameBytes}} {
+		if *v.p <= 0 {
+			*v.p = v.d
+		}
+	}
+	if o.Peers == nil {
+		o.Peers = func() []string { return nil }
+	}
+}
+
+// Exchange is one replica's end of the peer streams: it implements
+// framework.Peers for the scheduler, hears of its in-flight changes
+// (InFlightChanged), sends both to every peer, and applies what the peers
+// send.
+type Exchange struct {
+	opts    Options
+	metrics *metrics
+	kick    chan struct{}
+
+	mu       sync.Mutex
+	pending  []record
+	dirty    map[*datastore.Endpoint]datastore.PoolKey
+	reported map[*datastore.Endpoint]datastore.PoolKey // sent nonzero since the last snapshot
+	peers    map[string]*peer
+}
+
+var _ framework.Peers = (*Exchange)(nil)
+
+// New returns an Exchange; Start runs it.
+func New(opts Options) (*Exchange, error) {
+	opts.setDefaults()
+	if opts.Registry == nil || opts.Learner == nil {
+		return nil, errors.New("peersync: a Registry and a Learner are needed")
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Exchange{opts: opts, metrics: m, kick: make(chan struct{}, 1),
+		dirty: map[*datastore.Endpoint]datastore.PoolKey{}, reported: map[*datastore.Endpoint]datastore.PoolKey{}, peers: map[string]*peer{}}, nil
+}
+
+// HashKey implements framework.Peers.
+func (x *Exchange) HashKey() uint64 { return x.opts.HashKey }
+
+// ShareBlocks implements framework.Peers.
+func (x *Exchange) ShareBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	if len(blocks) == 0 {
+		return
+	}
+	r := record{kind: kindBlocks, pool: pool.Key(), addr: e.Address(), blocks: slices.Clone(blocks[:min(len(blocks), MaxBlocksPerRecord)])}
+	if !validRecord(&r) {
+		return
+	}
+	x.mu.Lock()
+	if len(x.pending) >= x.opts.QueueRecords {
+		x.mu.Unlock()
+		x.metrics.dropped.WithLabelValues("queue").Inc()
+		return
+	}
+	x.pending = append(x.pending, r)
+	x.mu.Unlock()
+	x.wake()
+}
+
+// InFlightChanged tells the exchange that this replica's count of
+// requests in flight on e (of pool) changed: the count as it is when the
+// records are sent goes to the peers, so changes in between coalesce.
+func (x *Exchange) InFlightChanged(pool *datastore.Pool, e *datastore.Endpoint) {
+	if pool == nil || e == nil {
+		return
+	}
+	x.mu.Lock()
+	x.dirty[e] = pool.Key
+	x.mu.Unlock()
+	x.wake()
+}
+
+func (x *Exchange) wake() {
+	select {
+	case x.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Start serves the peers' streams and sends to the peers until ctx ends;
+// every goroutine it started has ended when it returns.
+func (x *Exchange) Start(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var srv *grpc.Server
+	if x.opts.Listener != nil {
+		creds := insecure.NewCredentials()
+		if x.opts.ServerTLS != nil {
+			creds = credentials.NewTLS(x.opts.ServerTLS)
+		}
+		srv = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(x.opts.MaxFrameBytes+64), grpc.MaxConcurrentStreams(64))
+		srv.RegisterService(&serviceDesc, x)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(x.opts.Listener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				x.opts.Logger.Error(err, "peer sync listener stopped")
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); x.flushLoop(ctx) }()
+
+	refresh := time.NewTicker(x.opts.RefreshInterval)
+	defer refresh.Stop()
+	for {
+		x.syncPeers(ctx, &wg)
+		select {
+		case <-ctx.Done():
+		case <-refresh.C:
+			continue
+		}
+		break
+	}
+	if srv != nil {
+		srv.Stop()
+	}
+	x.mu.Lock()
+	for addr, p := range x.peers {
+		p.cancel()
+		delete(x.peers, addr)
+	}
+	x.mu.Unlock()
+	wg.Wait()
+	return nil
+}
+
+// syncPeers starts a sender for each new peer and stops those gone.
+func (x *Exchange) syncPeers(ctx context.Context, wg *sync.WaitGroup) {
+	want := map[string]bool{}
+	for _, a := range x.opts.Peers() {
+		want[a] = true
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for addr, p := range x.peers {
+		if !want[addr] {
+			p.cancel()
+			delete(x.peers, addr)
+		}
+	}
+	for addr := range want {
+		if x.peers[addr] != nil {
+			continue
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		p := &peer{addr: addr, frames: make(chan []byte, 256), cancel: cancel}
+		x.peers[addr] = p
+		wg.Add(1)
+		go func() { defer wg.Done(); x.send(pctx, p) }()
+	}
+	x.metrics.peers.Set(float64(len(x.peers)))
+}
+
+// flushLoop sends the gathered records when there are some, at most every
+// FlushInterval, and the in-flight snapshot every SnapshotInterval.
+func (x *Exchange) flushLoop(ctx context.Context) {
+	snap := time.NewTicker(x.opts.SnapshotInterval)
+	defer snap.Stop()
+	batch := time.NewTimer(0)
+	<-batch.C
+	for {
+		select {
+		case <-ctx.Done():
+			batch.Stop()
+			return
+		case <-snap.C:
+			x.fanOut(x.snapshotFrames())
+			continue
+		case <-x.kick:
+		}
+		batch.Reset(x.opts.FlushInterval)
+		select {
+		case <-ctx.Done():
+			batch.Stop()
+			return
+		case <-batch.C:
+		}
+		x.fanOut(x.pendingFrames())
+	}
+}
+
+// pendingFrames takes the gathered records and encodes them.
+func (x *Exchange) pendingFrames() [][]byte {
+	x.mu.Lock()
+	recs := x.pending
+	x.pending = nil
+	for e, pool := range x.dirty {
+		recs = append(recs, record{kind: kindInFlight, pool: pool, addr: e.Address, inFlight: e.OwnInFlight()})
+		x.reported[e] = pool
+		delete(x.dirty, e)
+	}
+	x.mu.Unlock()
+	return x.encode(recs)
+}
+
+// snapshotFrames encodes the in-flight count of every endpoint reported
+// nonzero since the last snapshot; those now at zero are sent once more
+// and then no longer.
+func (x *Exchange) snapshotFrames() [][]byte {
+	x.mu.Lock()
+	recs := make([]record, 0, len(x.reported))
+	for e, pool := range x.reported {
+		n := e.OwnInFlight()
+		recs = append(recs, record{kind: kindInFlight, pool: pool, addr: e.Address, inFlight: n})
+		if n <= 0 {
+			delete(x.reported, e)
+		}
+	}
+	x.mu.Unlock()
+	return x.encode(recs)
+}
+
+// encode packs records into frames of at most MaxFrameBytes.
+func (x *Exchange) encode(recs []record) [][]byte {
+	var frames [][]byte
+	var b []byte
+	for i := range recs {
+		if !validRecord(&recs[i]) {
+			continue
+		}
+		start := len(b)
+		if b == nil {
+			b = append(b, frameVersion)
+			start = 1
+		}
+		b = appendRecord(b, &recs[i])
+		if len(b) > x.opts.MaxFrameBytes && start > 1 {
+			frames = append(frames, b[:start:start])
+			b = append([]byte{frameVersion}, b[start:]...)
+		}
+	}
+	if len(b) > 1 {
+		frames = append(frames, b)
+	}
+	x.metrics.sent.Add(float64(len(recs)))
+	return frames
+}
+
+// fanOut queues the frames to every peer; a peer whose queue is full
+// misses them (and they are counted).
+func (x *Exchange) fanOut(frames [][]byte) {
+	if len(frames) == 0 {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, p := range x.peers {
+		for _, f := range frames {
+			select {
+			case p.frames <- f:
+			default:
+				x.metrics.dropped.WithLabelValues("peer-queue").Inc()
+			}
+		}
+	}
+}
+
+// peer is the stream to one peer replica.
+type peer struct {
+	addr   string
+	frames chan []byte
+	cancel func()
+}
+
+// send streams frames to p until ctx ends, redialling with backoff when
+// the stream breaks.
+func (x *Exchange) send(ctx context.Context, p *peer) {
+	creds := insecure.NewCredentials()
+	if x.opts.ClientTLS != nil {
+		creds = credentials.NewTLS(x.opts.ClientTLS)
+	}
+	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		x.opts.Logger.Error(err, "peer sync: bad peer address", "peer", p.addr)
+		return
+	}
+	defer conn.Close()
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := x.stream(ctx, conn, p)
+		if ctx.Err() != nil {
+			return
+		}
+		x.opts.Logger.V(2).Info("peer sync stream ended; retrying", "peer", p.addr, "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// stream opens one stream to p and sends on it: first the in-flight
+// snapshot, so a peer (re)connected is right at once, then the frames.
+func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := conn.NewStream(sctx, &serviceDesc.Streams[0], pushMethod, grpc.WaitForReady(true))
+	if err != nil {
+		return err
+	}
+	x.mu.Lock()
+	var recs []record
+	for e, pool := range x.reported {
+		recs = append(recs, record{kind: kindInFlight, pool: pool, addr: e.Address, inFlight: e.OwnInFlight()})
+	}
+	x.mu.Unlock()
+	for _, f := range x.encode(recs) {
+		if err := s.SendMsg(&wrapperspb.BytesValue{Value: f}); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case f := <-p.frames:
+			if err := s.SendMsg(&wrapperspb.BytesValue{Value: f}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+const pushMethod = "/poolpicker.peersync.v1.PeerSync/Push"
+
+// pushServer is the service's handler type.
+type pushServer interface {
+	serve(grpc.ServerStream) error
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: "poolpicker.peersync.v1.PeerSync",
+	HandlerType: (*pushServer)(nil),
+	Streams: []grpc.StreamDesc{{StreamName: "Push", ClientStreams: true,
+		Handler: func(srv any, s grpc.ServerStream) error { return srv.(pushServer).serve(s) }}},
+	Metadata: "peersync",
+}
+
+// serve applies one peer's stream until it ends; the in-flight counts the
+// peer reported are taken back then, so a replica that went away stops
+// counting at once.
+func (x *Exchange) serve(s grpc.ServerStream) error {
+	in := &inbound{x: x, counts: map[*datastore.Endpoint]int64{}, tokens: float64(x.opts.MaxRecordsPerSecond), last: time.Now()}
+	x.metrics.streams.Inc()
+	defer func() {
+		x.metrics.streams.Dec()
+		for e, n := range in.counts {
+			e.AddPeerInFlight(-n)
+		}
+	}()
+	for {
+		var m wrapperspb.BytesValue
+		if err := s.RecvMsg(&m); err != nil {
+			return nil
+		}
+		if len(m.Value) > x.opts.MaxFrameBytes {
+			x.metrics.dropped.WithLabelValues("malformed").Inc()
+			return fmt.Errorf("peer sync: frame of %d bytes, at most %d", len(m.Value), x.opts.MaxFrameBytes)
+		}
+		if err := decodeFrame(m.Value, in.apply); err != nil {
+			x.metrics.dropped.WithLabelValues("malformed").Inc()
+			x.opts.Logger.V(2).Info("peer sync: malformed frame; the stream is closed", "err", err.Error())
+			return fmt.Errorf("peer sync: %w", err)
+		}
+	}
+}
+
+// inbound is the state of one peer's stream.
+type inbound struct {
+	x *Exchange
+	// counts is what this peer last said it has in flight per endpoint.
+	counts map[*datastore.Endpoint]int64
+	// tokens and last are the stream's rate limit: a token bucket of
+	// MaxRecordsPerSecond, as deep.
+	tokens float64
+	last   time.Time
+}
+
+func (in *inbound) apply(r *record) {
+	x := in.x
+	now := time.Now()
+	rate := float64(x.opts.MaxRecordsPerSecond)
+	in.tokens = min(rate, in.tokens+now.Sub(in.last).Seconds()*rate)
+	in.last = now
+	if in.tokens < 1 {
+		x.metrics.dropped.WithLabelValues("rate").Inc()
+		return
+	}
+	in.tokens--
+	pool, ok := x.opts.Registry.Get(r.pool)
+	if !ok {
+		x.metrics.dropped.WithLabelValues("unknown").Inc()
+		return
+	}
+	e, ok := pool.Endpoints().Get(r.addr)
+	if !ok {
+		x.metrics.dropped.WithLabelValues("unknown").Inc()
+		return
+	}
+	x.metrics.received.WithLabelValues(kindName(r.kind)).Inc()
+	switch r.kind {
+	case kindBlocks:
+		x.opts.Learner.LearnPeerBlocks(pool, e, r.blocks)
+	case kindInFlight:
+		prev := in.counts[e]
+		if d := r.inFlight - prev; d != 0 {
+			e.AddPeerInFlight(d)
+		}
+		if r.inFlight == 0 {
+			delete(in.counts, e)
+		} else {
+			in.counts[e] = r.inFlight
+		}
+	}
+}
+
+func kindName(k byte) string {
+	if k == kindBlocks {
+		return "blocks"
+	}
+	return "in-flight"
+}
+
+// LearnerFunc is a function as a Learner (a scheduler built after the
+// exchange, whose Peers it is).
+type LearnerFunc func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64)
+
+// LearnPeerBlocks implements Learner.
+func (f LearnerFunc) LearnPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+	f(pool, e, blocks)
+}
