@@ -10,9 +10,12 @@ package peersync
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"sync"
@@ -21,8 +24,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -60,6 +67,14 @@ type Options struct {
 	// Peers returns the addresses (host:port) of the peer replicas to send
 	// to, without this one's own; asked every RefreshInterval.
 	Peers func() []string
+	// OnlyPeers accepts streams only from the hosts of Peers' addresses
+	// (their IPs, as the connection's source): another pod that can reach
+	// the port is refused before it sends anything.
+	OnlyPeers bool
+	// LocalIP, when set, is the source address the streams to peers dial
+	// from (the replica's bind address), so that a peer with OnlyPeers
+	// knows it.
+	LocalIP net.IP
 	// ServerTLS, when set, is the listener's TLS (ask for and verify
 	// client certificates there: a peer is anyone who can connect).
 	// ClientTLS is the TLS the streams to peers dial with. Nil: plaintext
@@ -115,7 +130,10 @@ func (o *Options) setDefaults() {
 // (InFlightChanged), sends both to every peer, and applies what the peers
 // send.
 type Exchange struct {
-	opts    Options
+	opts Options
+	// id tells this exchange's streams apart from a peer's: a replica
+	// whose peer list names itself refuses its own stream.
+	id      string
 	metrics *metrics
 	kick    chan struct{}
 
@@ -124,6 +142,8 @@ type Exchange struct {
 	dirty    map[*datastore.Endpoint]datastore.PoolKey
 	reported map[*datastore.Endpoint]datastore.PoolKey // sent nonzero since the last snapshot
 	peers    map[string]*peer
+	// hosts are the peers' hosts, for OnlyPeers.
+	hosts map[string]bool
 }
 
 var _ framework.Peers = (*Exchange)(nil)
@@ -138,7 +158,11 @@ func New(opts Options) (*Exchange, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Exchange{opts: opts, metrics: m, kick: make(chan struct{}, 1),
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	return &Exchange{opts: opts, id: hex.EncodeToString(id[:]), metrics: m, kick: make(chan struct{}, 1),
 		dirty: map[*datastore.Endpoint]datastore.PoolKey{}, reported: map[*datastore.Endpoint]datastore.PoolKey{}, peers: map[string]*peer{}}, nil
 }
 
@@ -191,6 +215,8 @@ func (x *Exchange) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
+	// The peers are known before the first stream is accepted (OnlyPeers).
+	x.syncPeers(ctx, &wg)
 	var srv *grpc.Server
 	if x.opts.Listener != nil {
 		creds := insecure.NewCredentials()
@@ -212,14 +238,13 @@ func (x *Exchange) Start(ctx context.Context) error {
 
 	refresh := time.NewTicker(x.opts.RefreshInterval)
 	defer refresh.Stop()
-	for {
-		x.syncPeers(ctx, &wg)
+	for done := false; !done; {
 		select {
 		case <-ctx.Done():
+			done = true
 		case <-refresh.C:
-			continue
+			x.syncPeers(ctx, &wg)
 		}
-		break
 	}
 	if srv != nil {
 		srv.Stop()
@@ -236,12 +261,19 @@ func (x *Exchange) Start(ctx context.Context) error {
 
 // syncPeers starts a sender for each new peer and stops those gone.
 func (x *Exchange) syncPeers(ctx context.Context, wg *sync.WaitGroup) {
-	want := map[string]bool{}
+	want, hosts := map[string]bool{}, map[string]bool{}
 	for _, a := range x.opts.Peers() {
 		want[a] = true
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			if ip := net.ParseIP(h); ip != nil {
+				h = ip.String()
+			}
+			hosts[h] = true
+		}
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.hosts = hosts
 	for addr, p := range x.peers {
 		if !want[addr] {
 			p.cancel()
@@ -258,7 +290,19 @@ func (x *Exchange) syncPeers(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Add(1)
 		go func() { defer wg.Done(); x.send(pctx, p) }()
 	}
-	x.metrics.peers.Set(float64(len(x.peers)))
+	x.countPeers()
+}
+
+// countPeers sets the peers gauge: the peers streamed to, not those that
+// refused (this replica itself). Called with mu held.
+func (x *Exchange) countPeers() {
+	n := 0
+	for _, p := range x.peers {
+		if !p.refused {
+			n++
+		}
+	}
+	x.metrics.peers.Set(float64(n))
 }
 
 // flushLoop sends the gathered records when there are some, at most every
@@ -370,6 +414,9 @@ type peer struct {
 	addr   string
 	frames chan []byte
 	cancel func()
+	// refused is set, under the exchange's mu, once the peer refused the
+	// stream for good (it is this replica).
+	refused bool
 }
 
 // send streams frames to p until ctx ends, redialling with backoff when
@@ -379,7 +426,14 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 	if x.opts.ClientTLS != nil {
 		creds = credentials.NewTLS(x.opts.ClientTLS)
 	}
-	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(creds))
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if x.opts.LocalIP != nil {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: x.opts.LocalIP}}
+		dialOpts = append(dialOpts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", addr)
+		}))
+	}
+	conn, err := grpc.NewClient(p.addr, dialOpts...)
 	if err != nil {
 		x.opts.Logger.Error(err, "peer sync: bad peer address", "peer", p.addr)
 		return
@@ -389,6 +443,18 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 	for ctx.Err() == nil {
 		err := x.stream(ctx, conn, p)
 		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.FailedPrecondition {
+			// This replica itself, or a peer of another version: retrying
+			// would not change the answer. It is asked again once it
+			// leaves the peer list and comes back.
+			x.opts.Logger.V(2).Info("peer sync: not streaming to a peer", "peer", p.addr, "err", err.Error())
+			x.mu.Lock()
+			p.refused = true
+			x.countPeers()
+			x.mu.Unlock()
+			<-ctx.Done()
 			return
 		}
 		x.opts.Logger.V(2).Info("peer sync stream ended; retrying", "peer", p.addr, "err", err, "backoff", backoff)
@@ -408,9 +474,20 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	sctx = metadata.AppendToOutgoingContext(sctx, idHeader, x.id)
 	s, err := conn.NewStream(sctx, &serviceDesc.Streams[0], pushMethod, grpc.WaitForReady(true))
 	if err != nil {
 		return err
+	}
+	// The server answers at once when it refuses the stream; headers
+	// come first otherwise (serve sends them before reading).
+	md, err := s.Header()
+	if err != nil {
+		return err
+	}
+	if md == nil {
+		// Trailers only: the server refused; RecvMsg says why.
+		return s.RecvMsg(&wrapperspb.BytesValue{})
 	}
 	x.mu.Lock()
 	var recs []record
@@ -437,6 +514,9 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 
 const pushMethod = "/poolpicker.peersync.v1.PeerSync/Push"
 
+// idHeader carries the sending exchange's id.
+const idHeader = "poolpicker-peer-sync-id"
+
 // pushServer is the service's handler type.
 type pushServer interface {
 	serve(grpc.ServerStream) error
@@ -454,6 +534,16 @@ var serviceDesc = grpc.ServiceDesc{
 // peer reported are taken back then, so a replica that went away stops
 // counting at once.
 func (x *Exchange) serve(s grpc.ServerStream) error {
+	if x.opts.OnlyPeers && !x.fromPeer(s.Context()) {
+		x.metrics.refused.Inc()
+		return status.Error(codes.PermissionDenied, "peer sync: not a peer replica")
+	}
+	if md, _ := metadata.FromIncomingContext(s.Context()); slices.Contains(md.Get(idHeader), x.id) {
+		return status.Error(codes.FailedPrecondition, "peer sync: a stream from this replica to itself")
+	}
+	if err := s.SendHeader(metadata.Pairs(idHeader, x.id)); err != nil {
+		return nil
+	}
 	in := &inbound{x: x, counts: map[*datastore.Endpoint]int64{}, tokens: float64(x.opts.MaxRecordsPerSecond), last: time.Now()}
 	x.metrics.streams.Inc()
 	defer func() {
@@ -465,6 +555,9 @@ func (x *Exchange) serve(s grpc.ServerStream) error {
 	for {
 		var m wrapperspb.BytesValue
 		if err := s.RecvMsg(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return s.SendMsg(&wrapperspb.BytesValue{})
+			}
 			return nil
 		}
 		if len(m.Value) > x.opts.MaxFrameBytes {
@@ -477,6 +570,22 @@ func (x *Exchange) serve(s grpc.ServerStream) error {
 			return fmt.Errorf("peer sync: %w", err)
 		}
 	}
+}
+
+// fromPeer reports whether the stream comes from the host of one of the
+// peers.
+func (x *Exchange) fromPeer(ctx context.Context) bool {
+	p, ok := grpcpeer.FromContext(ctx)
+	if !ok {
+		return false
+	}
+	tcp, ok := p.Addr.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.hosts[tcp.IP.String()]
 }
 
 // inbound is the state of one peer's stream.

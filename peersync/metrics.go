@@ -14,11 +14,12 @@ const (
 	MetricSent     = "poolpicker_peer_sync_sent_records_total"
 	MetricReceived = "poolpicker_peer_sync_received_records_total"
 	MetricDropped  = "poolpicker_peer_sync_dropped_records_total"
+	MetricRefused  = "poolpicker_peer_sync_refused_streams_total"
 )
 
 type metrics struct {
 	peers, streams prometheus.Gauge
-	sent           prometheus.Counter
+	sent, refused  prometheus.Counter
 	received       *prometheus.CounterVec
 	dropped        *prometheus.CounterVec
 }
@@ -28,6 +29,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		peers:    prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricPeers, Help: "Peer replicas this replica sends its picks to."}),
 		streams:  prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricStreams, Help: "Peer replicas' streams this replica receives picks on."}),
 		sent:     prometheus.NewCounter(prometheus.CounterOpts{Name: MetricSent, Help: "Records of this replica's picks and in-flight counts encoded for the peers."}),
+		refused:  prometheus.NewCounter(prometheus.CounterOpts{Name: MetricRefused, Help: "Streams refused because they came from no peer replica's address."}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReceived, Help: "Records applied from the peers' streams, by kind (blocks, in-flight)."}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricDropped, Help: "Records not sent or not applied, by reason: queue (this replica's send queue was full), peer-queue (a peer's stream fell behind), rate (a peer sent beyond the rate limit), unknown (a pool or endpoint this replica does not have), malformed (a frame refused whole)."},
 			[]string{"reason"}),
@@ -35,7 +37,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	if r == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.peers, m.streams, m.sent, m.received, m.dropped} {
+	for _, c := range []prometheus.Collector{m.peers, m.streams, m.sent, m.refused, m.received, m.dropped} {
 		if err := r.Register(c); err != nil {
 			return nil, err
 		}

@@ -268,3 +268,85 @@ func TestScheduleDeferredLearnsAtCommit(t *testing.T) {
 	var none *scheduling.Result
 	none.Commit() // nil-safe, as after an error
 }
+
+// linkedPeers hands one scheduler's shared blocks to another's
+// LearnPeerBlocks at once, as package peersync does over a stream.
+type linkedPeers struct {
+	key    uint64
+	to     *scheduling.Scheduler
+	pool   *datastore.Pool
+	shared atomic.Int64
+}
+
+func (l *linkedPeers) HashKey() uint64 { return l.key }
+
+func (l *linkedPeers) ShareBlocks(_ framework.Pool, e framework.Endpoint, blocks []uint64) {
+	l.shared.Add(1)
+	if l.to == nil {
+		return
+	}
+	if de, ok := l.pool.Endpoints().Get(e.Address()); ok {
+		l.to.LearnPeerBlocks(l.pool, de, blocks)
+	}
+}
+
+// TestSchedulePeerBlocks: with peers, a replica that never saw a prompt
+// sends it where a peer's pick cached it; without peers (a replica of
+// its own) it chooses elsewhere.
+func TestSchedulePeerBlocks(t *testing.T) {
+	toB := &linkedPeers{key: 42}
+	toA := &linkedPeers{key: 42}
+	a, err := scheduling.New(nil, scheduling.Options{Rand: schedtest.SeededRand(1), Peers: toB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := scheduling.New(nil, scheduling.Options{Rand: schedtest.SeededRand(2), Peers: toA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := scheduling.New(nil, scheduling.Options{Rand: schedtest.SeededRand(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := schedtest.NewPool(t, 4, a, b, alone)
+	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+	toB.to, toB.pool, toA.to, toA.pool = b, tp.Pool, a, tp.Pool
+	p := schedtest.Prompt("peer", 4096)
+
+	res, err := schedule(alone, tp.Pool, &scheduling.Request{Model: "m", Prompt: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := res.Endpoints[0].Address
+	var target string
+	for _, e := range tp.Pool.Endpoints().Endpoints {
+		if e.Address != elsewhere {
+			target = e.Address
+			break
+		}
+	}
+	// A picks target (the subset leaves no other) and shares the blocks.
+	if _, err := schedule(a, tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Subset: []string{target}}); err != nil {
+		t.Fatal(err)
+	}
+	if toB.shared.Load() != 1 {
+		t.Fatalf("%d picks shared, want 1", toB.shared.Load())
+	}
+	for _, tc := range []struct {
+		name string
+		s    *scheduling.Scheduler
+		want string
+	}{{"peer", b, target}, {"alone", alone, elsewhere}} {
+		res, err := schedule(tc.s, tp.Pool, &scheduling.Request{Model: "m", Prompt: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Endpoints[0].Address; got != tc.want {
+			t.Errorf("%s: picked %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// B's own pick went to A in turn: the blocks travel both ways.
+	if toA.shared.Load() != 1 {
+		t.Fatalf("B shared %d picks, want 1", toA.shared.Load())
+	}
+}

@@ -1,0 +1,334 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+package peersync
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+)
+
+var poolKey = types.NamespacedName{Namespace: "ns", Name: "pool"}
+
+// learned is one LearnPeerBlocks call.
+type learned struct {
+	addr   string
+	blocks []uint64
+}
+
+// side is one replica: a registry with the pool of two endpoints, an
+// exchange serving on loopback, and what its learner heard.
+type side struct {
+	reg     *datastore.Registry
+	pool    *datastore.Pool
+	x       *Exchange
+	lis     net.Listener
+	learned chan learned
+	metrics *prometheus.Registry
+}
+
+func newSide(t *testing.T, opts Options) *side {
+	t.Helper()
+	s := &side{reg: datastore.NewRegistry(), learned: make(chan learned, 64), metrics: prometheus.NewRegistry()}
+	s.pool = s.reg.Upsert(poolKey, &datastore.PoolSpec{Selector: map[string]string{"app": "m"}, TargetPorts: []int32{8000}})
+	s.pool.SetPods([]datastore.EndpointSource{
+		{Pod: types.NamespacedName{Namespace: "ns", Name: "a"}, UID: "a", IP: "127.0.0.2"},
+		{Pod: types.NamespacedName{Namespace: "ns", Name: "b"}, UID: "b", IP: "127.0.0.3"},
+	})
+	var err error
+	if s.lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	opts.Registry, opts.Listener, opts.Registerer = s.reg, s.lis, s.metrics
+	opts.Learner = LearnerFunc(func(_ *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+		s.learned <- learned{e.Address, slices.Clone(blocks)}
+	})
+	if s.x, err = New(opts); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// start runs the exchange until the test ends.
+func (s *side) start(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = s.x.Start(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func (s *side) endpoint(t *testing.T, addr string) *datastore.Endpoint {
+	t.Helper()
+	e, ok := s.pool.Endpoints().Get(addr)
+	if !ok {
+		t.Fatalf("no endpoint %s", addr)
+	}
+	return e
+}
+
+// TestExchange runs two replicas' exchanges against each other over
+// loopback gRPC: one's picks (blocks) and in-flight counts reach the
+// other, and the counts are taken back when the sender goes.
+func TestExchange(t *testing.T) {
+	var a, b *side
+	// B takes streams from A only; A dials from the address B knows it by.
+	b = newSide(t, Options{HashKey: 7, OnlyPeers: true, Peers: func() []string { return []string{a.lis.Addr().String()} }})
+	a = newSide(t, Options{HashKey: 7, LocalIP: net.IPv4(127, 0, 0, 1), Peers: func() []string { return []string{b.lis.Addr().String()} }})
+	b.start(t)
+	ctx, stopA := context.WithCancel(context.Background())
+	doneA := make(chan struct{})
+	go func() { _ = a.x.Start(ctx); close(doneA) }()
+	defer func() { stopA(); <-doneA }()
+
+	ea := a.endpoint(t, "127.0.0.2:8000")
+	a.x.ShareBlocks(framework.PoolOf(a.pool), framework.EndpointOf(ea), []uint64{1, 2, 3})
+	got := <-b.learned
+	if got.addr != "127.0.0.2:8000" || !slices.Equal(got.blocks, []uint64{1, 2, 3}) {
+		t.Fatalf("learned %+v, want 127.0.0.2:8000 [1 2 3]", got)
+	}
+
+	ea.AddInFlight(2)
+	a.x.InFlightChanged(a.pool, ea)
+	eb := b.endpoint(t, "127.0.0.2:8000")
+	poll.Until(t, 10*time.Second, "the peer's 2 in flight", func() bool { return eb.InFlight() == 2 })
+	if eb.OwnInFlight() != 0 {
+		t.Fatalf("own in flight %d, want 0: a peer's requests are not this replica's", eb.OwnInFlight())
+	}
+	ea.AddInFlight(-1)
+	a.x.InFlightChanged(a.pool, ea)
+	poll.Until(t, 10*time.Second, "the peer's 1 in flight", func() bool { return eb.InFlight() == 1 })
+	if a.endpoint(t, "127.0.0.2:8000").InFlight() != 1 {
+		t.Fatal("the sender's own count changed")
+	}
+
+	stopA()
+	<-doneA
+	poll.Until(t, 10*time.Second, "the gone peer's count taken back", func() bool { return eb.InFlight() == 0 })
+	if n := testutil.ToFloat64(b.x.metrics.received.WithLabelValues("blocks")); n != 1 {
+		t.Fatalf("%s{kind=blocks} %v, want 1", MetricReceived, n)
+	}
+}
+
+// TestHostilePeer sends what a peer gone wrong (or an attacker that can
+// reach the port) might: every bad frame closes its stream with an error
+// and applies nothing after the bad record; counts are bounded; records
+// beyond the rate limit are dropped; what names no pool or endpoint here
+// is dropped.
+func TestHostilePeer(t *testing.T) {
+	b := newSide(t, Options{MaxRecordsPerSecond: 5})
+	b.start(t)
+	conn, err := grpc.NewClient(b.lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	push := func(frames ...[]byte) error {
+		t.Helper()
+		s, err := conn.NewStream(context.Background(), &serviceDesc.Streams[0], pushMethod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range frames {
+			if err := s.SendMsg(&wrapperspb.BytesValue{Value: f}); err != nil {
+				break
+			}
+		}
+		if err := s.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		var out wrapperspb.BytesValue
+		return s.RecvMsg(&out)
+	}
+	frame := func(recs ...record) []byte {
+		out := []byte{frameVersion}
+		for i := range recs {
+			out = appendRecord(out, &recs[i])
+		}
+		return out
+	}
+	eb := b.endpoint(t, "127.0.0.3:8000")
+	blocks := record{kind: kindBlocks, pool: poolKey, addr: "127.0.0.3:8000", blocks: []uint64{9}}
+
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"empty", []byte{}},
+		{"other version", []byte{frameVersion + 1}},
+		{"unknown kind", append(frame(), 9)},
+		{"truncated name", append(frame(), kindBlocks, 5, 'n')},
+		{"too many blocks", append(frame(blocks)[:1+1+3+5+15], 0xff, 0xff, 0x7f)},
+		{"truncated blocks", frame(blocks)[:len(frame(blocks))-1]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := push(tc.frame); err == nil {
+				t.Fatal("stream ended without an error")
+			}
+			select {
+			case l := <-b.learned:
+				t.Fatalf("learned %+v from a malformed frame", l)
+			default:
+			}
+		})
+	}
+
+	// An in-flight count beyond the bound counts as the bound, and is
+	// taken back with the stream.
+	s, err := conn.NewStream(context.Background(), &serviceDesc.Streams[0], pushMethod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendMsg(&wrapperspb.BytesValue{Value: frame(record{kind: kindInFlight, pool: poolKey, addr: "127.0.0.3:8000", inFlight: 1 << 40})}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, "the bounded count", func() bool { return eb.InFlight() == maxPeerInFlight })
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var out wrapperspb.BytesValue
+	_ = s.RecvMsg(&out)
+	poll.Until(t, 10*time.Second, "the count taken back", func() bool { return eb.InFlight() == 0 })
+
+	// Unknown pool and endpoint, then more records than the rate allows.
+	unknown := []record{
+		{kind: kindBlocks, pool: types.NamespacedName{Namespace: "ns", Name: "other"}, addr: "127.0.0.3:8000", blocks: []uint64{1}},
+		{kind: kindBlocks, pool: poolKey, addr: "127.0.0.9:8000", blocks: []uint64{1}},
+	}
+	many := make([]record, 10)
+	for i := range many {
+		many[i] = record{kind: kindBlocks, pool: poolKey, addr: "127.0.0.3:8000", blocks: []uint64{uint64(i)}}
+	}
+	if err := push(frame(append(unknown, many...)...)); err != nil {
+		t.Fatalf("a well-formed stream ended with %v", err)
+	}
+	if n := testutil.ToFloat64(b.x.metrics.dropped.WithLabelValues("unknown")); n != 2 {
+		t.Fatalf("dropped{reason=unknown} %v, want 2", n)
+	}
+	// The bucket holds 5 records; the 2 unknown ones took 2 (the time
+	// between refills at most a few).
+	learnedN := len(b.learned)
+	rate := testutil.ToFloat64(b.x.metrics.dropped.WithLabelValues("rate"))
+	if learnedN+int(rate) != len(many) || rate < 5 {
+		t.Fatalf("learned %d and dropped %v for the rate of %d records, want at least 5 dropped", learnedN, rate, len(many))
+	}
+}
+
+// TestOnlyPeers: with OnlyPeers, a stream from a host that is no peer's
+// is refused before anything it sends is read; one from a peer's host is
+// taken.
+func TestOnlyPeers(t *testing.T) {
+	b := newSide(t, Options{OnlyPeers: true, Peers: func() []string { return []string{"127.0.0.7:1"} }})
+	b.start(t)
+	rec := appendRecord([]byte{frameVersion}, &record{kind: kindInFlight, pool: poolKey, addr: "127.0.0.2:8000", inFlight: 3})
+	for _, tc := range []struct {
+		from string
+		want codes.Code
+	}{{"127.0.0.1", codes.PermissionDenied}, {"127.0.0.7", codes.OK}} {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(tc.from)}}
+		conn, err := grpc.NewClient(b.lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := conn.NewStream(context.Background(), &serviceDesc.Streams[0], pushMethod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.SendMsg(&wrapperspb.BytesValue{Value: rec})
+		_ = s.CloseSend()
+		var out wrapperspb.BytesValue
+		if got := status.Code(s.RecvMsg(&out)); got != tc.want {
+			t.Errorf("from %s: %v, want %v", tc.from, got, tc.want)
+		}
+		conn.Close()
+	}
+	if n := testutil.ToFloat64(b.x.metrics.refused); n != 1 {
+		t.Fatalf("%s %v, want 1", MetricRefused, n)
+	}
+	if n := testutil.ToFloat64(b.x.metrics.received.WithLabelValues("in-flight")); n != 1 {
+		t.Fatalf("%s{kind=in-flight} %v, want 1 (the peer's only)", MetricReceived, n)
+	}
+}
+
+// TestSelfIsNoPeer: a replica whose peer list names itself (discovery
+// lists every ready replica) refuses its own stream and stops dialling it,
+// so it never counts its own requests twice.
+func TestSelfIsNoPeer(t *testing.T) {
+	var s *side
+	s = newSide(t, Options{Peers: func() []string { return []string{s.lis.Addr().String()} }})
+	s.start(t)
+	poll.Until(t, 10*time.Second, "the peer found to be this replica", func() bool { return testutil.ToFloat64(s.x.metrics.peers) == 0 })
+	e := s.endpoint(t, "127.0.0.2:8000")
+	e.AddInFlight(1)
+	s.x.InFlightChanged(s.pool, e)
+	s.x.ShareBlocks(framework.PoolOf(s.pool), framework.EndpointOf(e), []uint64{1})
+	if n := testutil.ToFloat64(s.x.metrics.received.WithLabelValues("in-flight")) + testutil.ToFloat64(s.x.metrics.received.WithLabelValues("blocks")); n != 0 {
+		t.Fatalf("%v records received from itself", n)
+	}
+	if e.InFlight() != 1 {
+		t.Fatalf("in flight %d, want 1", e.InFlight())
+	}
+}
+
+// TestFrames round-trips records through a frame, and splits a batch into
+// frames of the size bound.
+func TestFrames(t *testing.T) {
+	x := &Exchange{opts: Options{MaxFrameBytes: 200}, metrics: mustMetrics(t)}
+	var recs []record
+	for i := range 12 {
+		recs = append(recs, record{kind: kindBlocks, pool: poolKey, addr: fmt.Sprintf("10.0.0.%d:8000", i), blocks: []uint64{uint64(i), 1 << 63}},
+			record{kind: kindInFlight, pool: poolKey, addr: fmt.Sprintf("10.0.0.%d:8000", i), inFlight: int64(i)})
+	}
+	recs = append(recs, record{kind: kindBlocks, pool: types.NamespacedName{Name: string(make([]byte, 300))}})
+	frames := x.encode(recs)
+	if len(frames) < 2 {
+		t.Fatalf("%d frames, want the batch split", len(frames))
+	}
+	var got []record
+	for _, f := range frames {
+		if len(f) > 200+60 {
+			t.Fatalf("frame of %d bytes", len(f))
+		}
+		if err := decodeFrame(f, func(r *record) {
+			c := *r
+			c.blocks = slices.Clone(r.blocks)
+			got = append(got, c)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 24 {
+		t.Fatalf("%d records decoded, want 24 (the invalid one skipped)", len(got))
+	}
+	for i, r := range got {
+		w := recs[i]
+		if r.kind != w.kind || r.pool != w.pool || r.addr != w.addr || r.inFlight != w.inFlight || !slices.Equal(r.blocks, w.blocks) {
+			t.Fatalf("record %d: %+v, want %+v", i, r, w)
+		}
+	}
+}
+
+func mustMetrics(t *testing.T) *metrics {
+	m, err := newMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
