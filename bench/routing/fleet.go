@@ -218,7 +218,9 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	var exchange *peersync.Exchange
 	if link != nil {
 		exchange, err = peersync.New(peersync.Options{Registry: reg, HashKey: link.key, Registerer: metrics, Listener: link.lis, Peers: link.peers,
-			Learner: peersync.LearnerFunc(func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) { sched.LearnPeerBlocks(pool, e, blocks) })})
+			Learner: peersync.LearnerFunc(func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+				sched.LearnPeerBlocks(pool, e, blocks)
+			})})
 		if err != nil {
 			link.lis.Close()
 			return nil, nil, err
