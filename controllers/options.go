@@ -94,6 +94,10 @@ type Options struct {
 	// PickerPort is the port the replicas serve ext_proc on, listed in
 	// provisioned EndpointSlices. Zero: DefaultPickerPort.
 	PickerPort int32
+	// PeerPort, when set, has Setup watch this deployment's own
+	// ready pods (PickerPodSelector) for peer sync: Manager.PeerAddresses
+	// lists them at this port. Zero: no such watch.
+	PeerPort int32
 	// ProvisionPickerServices makes the leader create, for each served pool
 	// whose spec.endpointPickerRef Service does not exist, that Service in
 	// the pool's namespace (selector-less, owned by the pool) and an

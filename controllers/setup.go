@@ -118,13 +118,20 @@ type Parts struct {
 	Events *PoolEvents
 	// Waiting tells the leader which pools have requests waiting here.
 	Waiting *WaitingPools
+	// Peers, with Options.PeerPort, lists this deployment's ready
+	// replicas for peer sync; nil without it.
+	Peers *PeerReplicas
 }
 
 // Runnables are the parts to add to the manager: each runs on every
 // replica, leader or not (what only the leader may do, the writers decide
 // for themselves).
 func (p *Parts) Runnables() []manager.Runnable {
-	return []manager.Runnable{p.Sources, p.Leader, p.InitialSync}
+	rs := []manager.Runnable{p.Sources, p.Leader, p.InitialSync}
+	if p.Peers != nil {
+		rs = append(rs, p.Peers)
+	}
+	return rs
 }
 
 // Setup adds the reconcilers (PoolReconciler, PolicyReconciler,
@@ -168,6 +175,9 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 		return nil, err
 	}
 	p.InitialSync.sources = p.Sources
+	if opts.PeerPort > 0 {
+		p.Peers = newPeerReplicas(opts, p.Sources)
+	}
 
 	cf := &conflicts{metrics: met, events: p.Events, byKey: map[conflictKey]string{}}
 	policyEvents := make(chan event.GenericEvent, 1024)

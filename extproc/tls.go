@@ -246,3 +246,23 @@ func (o Options) Validate() error {
 	}
 	return nil
 }
+
+// CertificateTLSConfig is a server TLS configuration with the ext_proc
+// listener's certificate (CertPath's, read once, or a self-signed one),
+// minimum version and cipher suites, and no client certificates: for
+// another listener of the process with the same posture (peer sync).
+func (o Options) CertificateTLSConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: cmp.Or(o.TLSMinVersion, minTLSVersion), CipherSuites: o.TLSCipherSuites, NextProtos: []string{"h2"}}
+	var cert tls.Certificate
+	var err error
+	if o.CertPath == "" {
+		cert, err = selfSignedCertificate(time.Now())
+	} else {
+		cert, err = tls.LoadX509KeyPair(filepath.Join(o.CertPath, certFile), filepath.Join(o.CertPath, keyFile))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("extproc: certificate: %w", err)
+	}
+	cfg.Certificates = []tls.Certificate{cert}
+	return cfg, nil
+}

@@ -62,8 +62,11 @@ type Options struct {
 	// HashKey keys the block hashes (framework.Peers.HashKey): every
 	// replica of a deployment must have the same.
 	HashKey uint64
-	// Listener serves the peers' streams. Nil: this replica only sends.
+	// Listener serves the peers' streams. Nil: Start listens on Addr, or,
+	// without it, this replica only sends.
 	Listener net.Listener
+	// Addr is the host:port Start listens on when Listener is nil.
+	Addr string
 	// Peers returns the addresses (host:port) of the peer replicas to send
 	// to, without this one's own; asked every RefreshInterval.
 	Peers func() []string
@@ -214,6 +217,13 @@ func (x *Exchange) wake() {
 func (x *Exchange) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if x.opts.Listener == nil && x.opts.Addr != "" {
+		lis, err := net.Listen("tcp", x.opts.Addr)
+		if err != nil {
+			return fmt.Errorf("peer sync: %w", err)
+		}
+		x.opts.Listener = lis
+	}
 	var wg sync.WaitGroup
 	// The peers are known before the first stream is accepted (OnlyPeers).
 	x.syncPeers(ctx, &wg)

@@ -31,6 +31,7 @@ import (
 	"github.com/poolpicker/poolpicker/controllers"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/peersync"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 	"github.com/poolpicker/poolpicker/scrape"
@@ -63,6 +64,7 @@ type options struct {
 	scrape       scrape.Options
 	scheduling   scheduling.Options
 	flowControl  flowControlOptions
+	peerSync     peerSyncOptions
 	ha           haOptions
 	logging      loggingOptions
 	compat       compatOptions
@@ -85,6 +87,7 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	bindFlowControlFlags(fs, &o.flowControl)
 	bindVersionFlag(fs, &o.printVersion)
 	bindHAFlags(fs, &o.controllers, &o.ha)
+	bindPeerSyncFlags(fs, &o.peerSync)
 	bindLoggingFlags(fs, &o.logging)
 	bindCompatFlags(fs, &o.compat)
 	return fs
@@ -197,6 +200,9 @@ func validate(o *options) error {
 	if o.metricsPort == o.extproc.GRPCPort || o.metricsPort == o.extproc.HealthPort || o.extproc.GRPCPort == o.extproc.HealthPort {
 		return fmt.Errorf("--metrics-port %d, --grpc-port %d and --grpc-health-port %d must differ", o.metricsPort, o.extproc.GRPCPort, o.extproc.HealthPort)
 	}
+	if err := validatePeerSync(o); err != nil {
+		return err
+	}
 	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst < 1 {
 		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d must be positive", o.kubeAPIQPS, o.kubeAPIBurst)
 	}
@@ -220,6 +226,8 @@ type components struct {
 	metrics *prometheus.Registry
 	scraper *scrape.Manager
 	server  *extproc.Server
+	// peers is peer sync's exchange; nil when off.
+	peers *peersync.Exchange
 	// pools are the controllers' parts, set once the API server has
 	// answered; readiness and flow control read them.
 	pools atomic.Pointer[controllers.Parts]
@@ -248,11 +256,14 @@ func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, er
 	for _, w := range cfg.Warnings {
 		log.Info("WARNING: scheduling config: "+w, "warning", true)
 	}
-	sched, err := scheduling.New(cfg, o.scheduling)
-	if err != nil {
+	cs := &components{reg: reg, metrics: metrics}
+	var sched *scheduling.Scheduler
+	if cs.peers, err = newPeerSync(o, reg, &sched, cs.peerAddresses, metrics, log.WithName("peersync")); err != nil {
+		return nil, err
+	}
+	if sched, err = scheduling.New(cfg, o.scheduling); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	cs := &components{reg: reg, metrics: metrics}
 	applyFlowControlConfig(&o.flowControl, cfg.FlowControl)
 	fc, err := newFlowController(&o.flowControl, sched, metrics, log.WithName("flowcontrol"), cs.poolWaiting, cs.poolDrained)
 	if err != nil {
@@ -350,7 +361,11 @@ func (cs *components) serve(ctx context.Context, cfg *rest.Config, o *options, m
 
 	errs := make(chan error, 4)
 	var serving sync.WaitGroup
-	for _, r := range []manager.Runnable{cs.scraper, cs.server, ms} {
+	runnables := []manager.Runnable{cs.scraper, cs.server, ms}
+	if cs.peers != nil {
+		runnables = append(runnables, cs.peers)
+	}
+	for _, r := range runnables {
 		serving.Add(1)
 		go func() {
 			defer serving.Done()
@@ -392,6 +407,15 @@ func (cs *components) serve(ctx context.Context, cfg *rest.Config, o *options, m
 		ctrlErr = <-ctrlDone
 	}
 	return errors.Join(firstError(errs), ctrlErr)
+}
+
+// peerAddresses are the replicas the controllers found for peer sync
+// (none before they run).
+func (cs *components) peerAddresses() []string {
+	if p := cs.pools.Load(); p != nil && p.Peers != nil {
+		return p.Peers.Addresses()
+	}
+	return nil
 }
 
 // firstError is the error in errs, if any, without waiting.
