@@ -95,7 +95,7 @@ type Options struct {
 	// provisioned EndpointSlices. Zero: DefaultPickerPort.
 	PickerPort int32
 	// PeerPort, when set, has Setup watch this deployment's own
-	// ready pods (PickerPodSelector) for peer sync: Manager.PeerAddresses
+	// ready pods (PickerPodSelector) for peer sync: Parts.Peers
 	// lists them at this port. Zero: no such watch.
 	PeerPort int32
 	// ProvisionPickerServices makes the leader create, for each served pool
