@@ -26,6 +26,7 @@ import (
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/controllers/podsource"
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/promtest"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
@@ -375,29 +376,11 @@ var metricLabels = []string{"namespace", "name", "kind"}
 // values given, as many as given (the unlabelled series when none); 0 when
 // there is no such series.
 func (r *running) metric(name string, values ...string) float64 {
-	mfs, err := r.metrics.Gather()
-	if err != nil {
-		return -1
+	labels := make(map[string]string, len(values))
+	for i, v := range values {
+		labels[metricLabels[i]] = v
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			match := len(got) == len(values)
-			for i, v := range values {
-				match = match && got[metricLabels[i]] == v
-			}
-			if match {
-				return m.GetGauge().GetValue() + m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return promtest.Value(r.metrics, name, labels)
 }
 
 // series counts the series of the named metric in r's registry.

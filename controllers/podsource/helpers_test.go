@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/promtest"
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
@@ -157,26 +158,11 @@ func (r *running) waitGone(t *testing.T, key datastore.PoolKey) {
 // registry: the series labelled namespace and name when nsName holds them,
 // the unlabelled one otherwise; 0 when there is no such series.
 func (r *running) metric(name string, nsName ...string) float64 {
-	mfs, err := r.metrics.Gather()
-	if err != nil {
-		return -1
+	var labels map[string]string
+	if len(nsName) == 2 {
+		labels = map[string]string{"namespace": nsName[0], "name": nsName[1]}
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if len(nsName) == 2 && (got["namespace"] != nsName[0] || got["name"] != nsName[1]) || len(nsName) != 2 && len(got) > 0 {
-				continue
-			}
-			return m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return promtest.Value(r.metrics, name, labels)
 }
 
 func ctx(t *testing.T) context.Context {

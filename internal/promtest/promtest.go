@@ -36,3 +36,31 @@ func PoolSum(g prometheus.Gatherer, name, namespace, pool string) float64 {
 	}
 	return sum
 }
+
+// Value is the gauge or counter value of the named metric's series whose
+// labels are exactly labels (none: the unlabelled series); 0 when there is
+// no such series, -1 when the gatherer fails, which no poll accepts.
+func Value(g prometheus.Gatherer, name string, labels map[string]string) float64 {
+	mfs, err := g.Gather()
+	if err != nil {
+		return -1
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; !ok || v != l.GetValue() {
+					continue series
+				}
+			}
+			return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
