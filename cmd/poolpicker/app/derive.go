@@ -56,5 +56,10 @@ func derive(o *options, in deriveInputs) (warnings []string) {
 	// scheduler treats an endpoint's load as unknown.
 	o.scheduling.EnableConformanceTestFilter = o.extproc.EnableConformanceTestBehaviors
 	o.scheduling.MetricsStaleness = o.scrape.StalenessThreshold
+	// Peer sync without a static list finds its peers among the
+	// deployment's ready pods, at the peer-sync port.
+	if o.peerSync.enabled && len(o.peerSync.peers) == 0 {
+		c.PeerPort = int32(o.peerSync.port)
+	}
 	return warnings
 }

@@ -66,9 +66,6 @@ func validatePeerSync(o *options) error {
 			return fmt.Errorf("--peer-sync-peers: %q is no host:port", a)
 		}
 	}
-	if len(ps.peers) == 0 {
-		o.controllers.PeerPort = int32(ps.port)
-	}
 	return nil
 }
 

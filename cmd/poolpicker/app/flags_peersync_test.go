@@ -23,8 +23,8 @@ func TestPeerSyncFlags(t *testing.T) {
 		{name: "off by default"},
 		{name: "on: peers discovered at the port", args: []string{"--peer-sync"}, peerPort: 9004},
 		{name: "static peers", args: []string{"--peer-sync", "--peer-sync-peers=10.0.0.1:9004,10.0.0.2:9004"}},
-		{name: "port taken by ext_proc", args: []string{"--peer-sync", "--peer-sync-port=9002"}, wantErr: "--peer-sync-port 9002 and --grpc-port 9002 must differ"},
-		{name: "port out of range", args: []string{"--peer-sync", "--peer-sync-port=70000"}, wantErr: "--peer-sync-port 70000: must be 1..65535"},
+		{name: "port taken by ext_proc", args: []string{"--peer-sync", "--peer-sync-port=9002"}, wantErr: "--peer-sync-port 9002 and --grpc-port 9002 must differ", peerPort: 9002},
+		{name: "port out of range", args: []string{"--peer-sync", "--peer-sync-port=70000"}, wantErr: "--peer-sync-port 70000: must be 1..65535", peerPort: 70000},
 		{name: "peer without port", args: []string{"--peer-sync", "--peer-sync-peers=10.0.0.1"}, wantErr: `--peer-sync-peers: "10.0.0.1" is no host:port`},
 		{name: "off: the other flags are not checked", args: []string{"--peer-sync-port=9002"}},
 	}
@@ -34,6 +34,7 @@ func TestPeerSyncFlags(t *testing.T) {
 			if err := newFlagSet(io.Discard, &o).Parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
+			derive(&o, deriveInputs{})
 			err := validatePeerSync(&o)
 			switch {
 			case tc.wantErr == "" && err != nil:
