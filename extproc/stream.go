@@ -989,7 +989,7 @@ func (st *stream) finish(outcome string, completed bool) {
 		st.s.metrics.completed(st.labels, time.Since(st.start), ttft, st.respBytes, u, ok)
 		if ok && u.HasCachedTokens {
 			// The prefix index checks its prediction against the server.
-			st.picked.ObserveCachedTokens(u.CachedTokens)
+			st.picked.ObserveCachedTokens(u.CachedTokens, u.PromptTokens)
 		}
 	}
 	if log := st.s.log.V(5); st.counted != nil && log.Enabled() {

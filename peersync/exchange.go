@@ -2,10 +2,11 @@
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
 // Package peersync streams what each picker replica learns from its picks
-// (the prompt blocks an endpoint now caches, and the requests it has in
-// flight there) to its peer replicas over long-lived gRPC streams, off the
-// pick path, so that every replica's prefix index and load view follow
-// every replica's picks, as one replica's follow its own.
+// (the prompt blocks an endpoint now caches, those its server's reports
+// said it no longer caches, and the requests it has in flight there) to
+// its peer replicas over long-lived gRPC streams, off the pick path, so
+// that every replica's prefix index and load view follow every replica's
+// picks, as one replica's follow its own.
 package peersync
 
 import (
@@ -36,10 +37,12 @@ import (
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
-// Learner is what learns from the peers' picks: the scheduler, whose
-// prefix plugins record a peer's blocks as their own pick would.
+// Learner is what learns from the peers: the scheduler, whose prefix
+// plugins record a peer's blocks as their own pick would, and forget the
+// blocks a peer's server report said an endpoint no longer has.
 type Learner interface {
 	LearnPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64)
+	ForgetPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64)
 }
 
 // Defaults of Options.
@@ -57,7 +60,7 @@ type Options struct {
 	// Registry is where a peer's records find their pool and endpoint; a
 	// record naming neither here is dropped.
 	Registry *datastore.Registry
-	// Learner hears of the peers' blocks.
+	// Learner hears of the peers' blocks, learned and forgotten.
 	Learner Learner
 	// HashKey keys the block hashes (framework.Peers.HashKey): every
 	// replica of a deployment must have the same.
@@ -147,6 +150,10 @@ type Exchange struct {
 	peers    map[string]*peer
 	// hosts are the peers' hosts, for OnlyPeers.
 	hosts map[string]bool
+	// legacy makes serve answer as the release before forget records did
+	// (no forgetHeader): what a replica of that release does in a rolling
+	// update, for the tests.
+	legacy bool
 }
 
 var _ framework.Peers = (*Exchange)(nil)
@@ -174,10 +181,21 @@ func (x *Exchange) HashKey() uint64 { return x.opts.HashKey }
 
 // ShareBlocks implements framework.Peers.
 func (x *Exchange) ShareBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	x.queueBlocks(kindBlocks, pool, e, blocks)
+}
+
+// ForgetBlocks implements framework.Peers: at most MaxBlocksPerRecord
+// blocks, the first ones given, go.
+func (x *Exchange) ForgetBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	x.queueBlocks(kindForget, pool, e, blocks)
+}
+
+// queueBlocks queues a record of blocks for the next flush.
+func (x *Exchange) queueBlocks(kind byte, pool framework.Pool, e framework.Endpoint, blocks []uint64) {
 	if len(blocks) == 0 {
 		return
 	}
-	r := record{kind: kindBlocks, pool: pool.Key(), addr: e.Address(), blocks: slices.Clone(blocks[:min(len(blocks), MaxBlocksPerRecord)])}
+	r := record{kind: kind, pool: pool.Key(), addr: e.Address(), blocks: slices.Clone(blocks[:min(len(blocks), MaxBlocksPerRecord)])}
 	if !validRecord(&r) {
 		return
 	}
@@ -295,7 +313,7 @@ func (x *Exchange) syncPeers(ctx context.Context, wg *sync.WaitGroup) {
 			continue
 		}
 		pctx, cancel := context.WithCancel(ctx)
-		p := &peer{addr: addr, frames: make(chan []byte, 256), cancel: cancel}
+		p := &peer{addr: addr, frames: make(chan frame, 256), cancel: cancel}
 		x.peers[addr] = p
 		wg.Add(1)
 		go func() { defer wg.Done(); x.send(pctx, p) }()
@@ -328,7 +346,7 @@ func (x *Exchange) flushLoop(ctx context.Context) {
 			batch.Stop()
 			return
 		case <-snap.C:
-			x.fanOut(x.snapshotFrames())
+			x.fanOut(framesOf(x.snapshotFrames(), false))
 			continue
 		case <-x.kick:
 		}
@@ -343,8 +361,10 @@ func (x *Exchange) flushLoop(ctx context.Context) {
 	}
 }
 
-// pendingFrames takes the gathered records and encodes them.
-func (x *Exchange) pendingFrames() [][]byte {
+// pendingFrames takes the gathered records and encodes them: the forget
+// records in frames of their own, which go only to the peers that read
+// them.
+func (x *Exchange) pendingFrames() []frame {
 	x.mu.Lock()
 	recs := x.pending
 	x.pending = nil
@@ -354,7 +374,30 @@ func (x *Exchange) pendingFrames() [][]byte {
 		delete(x.dirty, e)
 	}
 	x.mu.Unlock()
-	return x.encode(recs)
+	var forgets []record
+	recs = slices.DeleteFunc(recs, func(r record) bool {
+		if r.kind == kindForget {
+			forgets = append(forgets, r)
+			return true
+		}
+		return false
+	})
+	return append(framesOf(x.encode(recs), false), framesOf(x.encode(forgets), true)...)
+}
+
+// frame is an encoded frame on its way to the peers; forget frames go
+// only to the peers that read them.
+type frame struct {
+	b      []byte
+	forget bool
+}
+
+func framesOf(bs [][]byte, forget bool) []frame {
+	out := make([]frame, len(bs))
+	for i, b := range bs {
+		out[i] = frame{b: b, forget: forget}
+	}
+	return out
 }
 
 // snapshotFrames encodes the in-flight count of every endpoint reported
@@ -402,7 +445,7 @@ func (x *Exchange) encode(recs []record) [][]byte {
 
 // fanOut queues the frames to every peer; a peer whose queue is full
 // misses them (and they are counted).
-func (x *Exchange) fanOut(frames [][]byte) {
+func (x *Exchange) fanOut(frames []frame) {
 	if len(frames) == 0 {
 		return
 	}
@@ -422,7 +465,7 @@ func (x *Exchange) fanOut(frames [][]byte) {
 // peer is the stream to one peer replica.
 type peer struct {
 	addr   string
-	frames chan []byte
+	frames chan frame
 	cancel func()
 	// refused is set, under the exchange's mu, once the peer refused the
 	// stream for good (it is this replica).
@@ -499,6 +542,7 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 		// Trailers only: the server refused; RecvMsg says why.
 		return s.RecvMsg(&wrapperspb.BytesValue{})
 	}
+	forget := slices.Contains(md.Get(forgetHeader), "1")
 	x.mu.Lock()
 	var recs []record
 	for e, pool := range x.reported {
@@ -515,7 +559,10 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 		case <-ctx.Done():
 			return ctx.Err()
 		case f := <-p.frames:
-			if err := s.SendMsg(&wrapperspb.BytesValue{Value: f}); err != nil {
+			if f.forget && !forget {
+				continue // a peer of the release before: it would refuse the frame
+			}
+			if err := s.SendMsg(&wrapperspb.BytesValue{Value: f.b}); err != nil {
 				return err
 			}
 		}
@@ -526,6 +573,9 @@ const pushMethod = "/poolpicker.peersync.v1.PeerSync/Push"
 
 // idHeader carries the sending exchange's id.
 const idHeader = "poolpicker-peer-sync-id"
+
+// forgetHeader, "1" in a receiver's headers, says it reads forget records.
+const forgetHeader = "poolpicker-peer-sync-forget"
 
 // pushServer is the service's handler type.
 type pushServer interface {
@@ -551,7 +601,11 @@ func (x *Exchange) serve(s grpc.ServerStream) error {
 	if md, _ := metadata.FromIncomingContext(s.Context()); slices.Contains(md.Get(idHeader), x.id) {
 		return status.Error(codes.FailedPrecondition, "peer sync: a stream from this replica to itself")
 	}
-	if err := s.SendHeader(metadata.Pairs(idHeader, x.id)); err != nil {
+	md := metadata.Pairs(idHeader, x.id)
+	if !x.legacy {
+		md.Set(forgetHeader, "1")
+	}
+	if err := s.SendHeader(md); err != nil {
 		return nil
 	}
 	in := &inbound{x: x, counts: map[*datastore.Endpoint]int64{}, tokens: float64(x.opts.MaxRecordsPerSecond), last: time.Now()}
@@ -634,6 +688,8 @@ func (in *inbound) apply(r *record) {
 	switch r.kind {
 	case kindBlocks:
 		x.opts.Learner.LearnPeerBlocks(pool, e, r.blocks)
+	case kindForget:
+		x.opts.Learner.ForgetPeerBlocks(pool, e, r.blocks)
 	case kindInFlight:
 		prev := in.counts[e]
 		if d := r.inFlight - prev; d != 0 {
@@ -648,17 +704,31 @@ func (in *inbound) apply(r *record) {
 }
 
 func kindName(k byte) string {
-	if k == kindBlocks {
+	switch k {
+	case kindBlocks:
 		return "blocks"
+	case kindForget:
+		return "forget"
 	}
 	return "in-flight"
 }
 
-// LearnerFunc is a function as a Learner (a scheduler built after the
-// exchange, whose Peers it is).
-type LearnerFunc func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64)
+// LearnerFuncs are functions as a Learner (a scheduler built after the
+// exchange, whose Peers it is); a nil one ignores its records.
+type LearnerFuncs struct {
+	Learn, Forget func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64)
+}
 
 // LearnPeerBlocks implements Learner.
-func (f LearnerFunc) LearnPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
-	f(pool, e, blocks)
+func (f LearnerFuncs) LearnPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+	if f.Learn != nil {
+		f.Learn(pool, e, blocks)
+	}
+}
+
+// ForgetPeerBlocks implements Learner.
+func (f LearnerFuncs) ForgetPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+	if f.Forget != nil {
+		f.Forget(pool, e, blocks)
+	}
 }

@@ -27,10 +27,12 @@ import (
 
 var poolKey = types.NamespacedName{Namespace: "ns", Name: "pool"}
 
-// learned is one LearnPeerBlocks call.
+// learned is one LearnPeerBlocks call, or a ForgetPeerBlocks call when
+// forget is set.
 type learned struct {
 	addr   string
 	blocks []uint64
+	forget bool
 }
 
 // side is one replica: a registry with the pool of two endpoints, an
@@ -57,9 +59,14 @@ func newSide(t *testing.T, opts Options) *side {
 		t.Fatal(err)
 	}
 	opts.Registry, opts.Listener, opts.Registerer = s.reg, s.lis, s.metrics
-	opts.Learner = LearnerFunc(func(_ *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
-		s.learned <- learned{e.Address, slices.Clone(blocks)}
-	})
+	opts.Learner = LearnerFuncs{
+		Learn: func(_ *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+			s.learned <- learned{e.Address, slices.Clone(blocks), false}
+		},
+		Forget: func(_ *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+			s.learned <- learned{e.Address, slices.Clone(blocks), true}
+		},
+	}
 	if s.x, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +91,9 @@ func (s *side) endpoint(t *testing.T, addr string) *datastore.Endpoint {
 }
 
 // TestExchange runs two replicas' exchanges against each other over
-// loopback gRPC: one's picks (blocks) and in-flight counts reach the
-// other, and the counts are taken back when the sender goes.
+// loopback gRPC: one's picks (blocks), what its servers' reports made it
+// forget, and its in-flight counts reach the other, and the counts are
+// taken back when the sender goes.
 func TestExchange(t *testing.T) {
 	var a, b *side
 	// B takes streams from A only; A dials from the address B knows it by.
@@ -100,8 +108,12 @@ func TestExchange(t *testing.T) {
 	ea := a.endpoint(t, "127.0.0.2:8000")
 	a.x.ShareBlocks(framework.PoolOf(a.pool), framework.EndpointOf(ea), []uint64{1, 2, 3})
 	got := <-b.learned
-	if got.addr != "127.0.0.2:8000" || !slices.Equal(got.blocks, []uint64{1, 2, 3}) {
+	if got.addr != "127.0.0.2:8000" || !slices.Equal(got.blocks, []uint64{1, 2, 3}) || got.forget {
 		t.Fatalf("learned %+v, want 127.0.0.2:8000 [1 2 3]", got)
+	}
+	a.x.ForgetBlocks(framework.PoolOf(a.pool), framework.EndpointOf(ea), []uint64{3, 2})
+	if got := <-b.learned; got.addr != "127.0.0.2:8000" || !slices.Equal(got.blocks, []uint64{3, 2}) || !got.forget {
+		t.Fatalf("heard %+v, want 127.0.0.2:8000 [3 2] forgotten", got)
 	}
 
 	ea.AddInFlight(2)
@@ -121,8 +133,40 @@ func TestExchange(t *testing.T) {
 	stopA()
 	<-doneA
 	poll.Until(t, 10*time.Second, "the gone peer's count taken back", func() bool { return eb.InFlight() == 0 })
-	if n := testutil.ToFloat64(b.x.metrics.received.WithLabelValues("blocks")); n != 1 {
-		t.Fatalf("%s{kind=blocks} %v, want 1", MetricReceived, n)
+	for _, kind := range []string{"blocks", "forget"} {
+		if n := testutil.ToFloat64(b.x.metrics.received.WithLabelValues(kind)); n != 1 {
+			t.Fatalf("%s{kind=%s} %v, want 1", MetricReceived, kind, n)
+		}
+	}
+}
+
+// TestForgetNotSentToPreviousRelease: a peer of the release before forget
+// records (its headers do not say it reads them) would refuse a frame
+// holding one and close the stream; the sender leaves them out of its
+// stream, which keeps carrying the picks.
+func TestForgetNotSentToPreviousRelease(t *testing.T) {
+	var a, b *side
+	b = newSide(t, Options{Peers: func() []string { return []string{a.lis.Addr().String()} }})
+	b.x.legacy = true
+	a = newSide(t, Options{Peers: func() []string { return []string{b.lis.Addr().String()} }})
+	b.start(t)
+	a.start(t)
+	ea := a.endpoint(t, "127.0.0.2:8000")
+	pool, e := framework.PoolOf(a.pool), framework.EndpointOf(ea)
+	a.x.ShareBlocks(pool, e, []uint64{1})
+	if got := <-b.learned; !slices.Equal(got.blocks, []uint64{1}) || got.forget {
+		t.Fatalf("learned %+v, want [1]", got)
+	}
+	a.x.ForgetBlocks(pool, e, []uint64{1})
+	a.x.ShareBlocks(pool, e, []uint64{2})
+	if got := <-b.learned; !slices.Equal(got.blocks, []uint64{2}) || got.forget {
+		t.Fatalf("heard %+v after a forget, want [2] learned on the same stream", got)
+	}
+	if n := testutil.ToFloat64(b.x.metrics.dropped.WithLabelValues("malformed")) + testutil.ToFloat64(b.x.metrics.received.WithLabelValues("forget")); n != 0 {
+		t.Fatalf("%v forget or malformed records at the peer of the release before, want 0", n)
+	}
+	if n := testutil.ToFloat64(b.x.metrics.streams); n != 1 {
+		t.Fatalf("%v inbound streams, want the one it had", n)
 	}
 }
 
@@ -165,6 +209,7 @@ func TestHostilePeer(t *testing.T) {
 	}
 	eb := b.endpoint(t, "127.0.0.3:8000")
 	blocks := record{kind: kindBlocks, pool: poolKey, addr: "127.0.0.3:8000", blocks: []uint64{9}}
+	forget := record{kind: kindForget, pool: poolKey, addr: "127.0.0.3:8000", blocks: []uint64{9}}
 
 	for _, tc := range []struct {
 		name  string
@@ -176,6 +221,8 @@ func TestHostilePeer(t *testing.T) {
 		{"truncated name", append(frame(), kindBlocks, 5, 'n')},
 		{"too many blocks", append(frame(blocks)[:1+1+3+5+15], 0xff, 0xff, 0x7f)},
 		{"truncated blocks", frame(blocks)[:len(frame(blocks))-1]},
+		{"too many blocks forgotten", append(frame(forget)[:1+1+3+5+15], 0xff, 0xff, 0x7f)},
+		{"truncated blocks forgotten", frame(forget)[:len(frame(forget))-1]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := push(tc.frame); err == nil {
@@ -209,11 +256,11 @@ func TestHostilePeer(t *testing.T) {
 	// Unknown pool and endpoint, then more records than the rate allows.
 	unknown := []record{
 		{kind: kindBlocks, pool: types.NamespacedName{Namespace: "ns", Name: "other"}, addr: "127.0.0.3:8000", blocks: []uint64{1}},
-		{kind: kindBlocks, pool: poolKey, addr: "127.0.0.9:8000", blocks: []uint64{1}},
+		{kind: kindForget, pool: poolKey, addr: "127.0.0.9:8000", blocks: []uint64{1}},
 	}
 	many := make([]record, 10)
 	for i := range many {
-		many[i] = record{kind: kindBlocks, pool: poolKey, addr: "127.0.0.3:8000", blocks: []uint64{uint64(i)}}
+		many[i] = record{kind: kindBlocks + byte(i%2)*(kindForget-kindBlocks), pool: poolKey, addr: "127.0.0.3:8000", blocks: []uint64{uint64(i)}}
 	}
 	if err := push(frame(append(unknown, many...)...)); err != nil {
 		t.Fatalf("a well-formed stream ended with %v", err)
@@ -294,7 +341,8 @@ func TestFrames(t *testing.T) {
 	var recs []record
 	for i := range 12 {
 		recs = append(recs, record{kind: kindBlocks, pool: poolKey, addr: fmt.Sprintf("10.0.0.%d:8000", i), blocks: []uint64{uint64(i), 1 << 63}},
-			record{kind: kindInFlight, pool: poolKey, addr: fmt.Sprintf("10.0.0.%d:8000", i), inFlight: int64(i)})
+			record{kind: kindInFlight, pool: poolKey, addr: fmt.Sprintf("10.0.0.%d:8000", i), inFlight: int64(i)},
+			record{kind: kindForget, pool: poolKey, addr: fmt.Sprintf("10.0.0.%d:8000", i), blocks: []uint64{1 << 62, uint64(i)}})
 	}
 	recs = append(recs, record{kind: kindBlocks, pool: types.NamespacedName{Name: string(make([]byte, 300))}})
 	frames := x.encode(recs)
@@ -314,8 +362,8 @@ func TestFrames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if len(got) != 24 {
-		t.Fatalf("%d records decoded, want 24 (the invalid one skipped)", len(got))
+	if len(got) != 36 {
+		t.Fatalf("%d records decoded, want 36 (the invalid one skipped)", len(got))
 	}
 	for i, r := range got {
 		w := recs[i]

@@ -30,7 +30,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		streams:  prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricStreams, Help: "Peer replicas' streams this replica receives picks on."}),
 		sent:     prometheus.NewCounter(prometheus.CounterOpts{Name: MetricSent, Help: "Records of this replica's picks and in-flight counts encoded for the peers."}),
 		refused:  prometheus.NewCounter(prometheus.CounterOpts{Name: MetricRefused, Help: "Streams refused because they came from no peer replica's address."}),
-		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReceived, Help: "Records applied from the peers' streams, by kind (blocks, in-flight)."}, []string{"kind"}),
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReceived, Help: "Records applied from the peers' streams, by kind (blocks, forget, in-flight)."}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricDropped, Help: "Records not sent or not applied, by reason: queue (this replica's send queue was full), peer-queue (a peer's stream fell behind), rate (a peer sent beyond the rate limit), unknown (a pool or endpoint this replica does not have), malformed (a frame refused whole)."},
 			[]string{"reason"}),
 	}

@@ -20,6 +20,11 @@ const frameVersion = 1
 const (
 	kindBlocks   = 1 // the endpoint now caches these prompt blocks
 	kindInFlight = 2 // the sender has this many requests in flight there
+	// kindForget: the endpoint no longer caches these prompt blocks (its
+	// server reported a miss). Sent only on streams whose receiver said it
+	// reads them (forgetHeader): a receiver of the release before refuses a
+	// frame with a kind it does not know.
+	kindForget = 3
 )
 
 // Bounds of what a record may carry: beyond them a frame is refused.
@@ -41,14 +46,14 @@ type record struct {
 	kind     byte
 	pool     datastore.PoolKey
 	addr     string
-	blocks   []uint64 // kindBlocks
+	blocks   []uint64 // kindBlocks, kindForget
 	inFlight int64    // kindInFlight
 }
 
 // appendRecord appends r's encoding: kind, the pool's namespace and name
 // and the endpoint's address (each a length byte and the bytes), then the
 // blocks (a uvarint count and 8 little-endian bytes each) or the count in
-// flight (a uvarint).
+// flight (a uvarint). A forget record is laid out as a blocks record.
 func appendRecord(b []byte, r *record) []byte {
 	b = append(b, r.kind)
 	for _, s := range []string{r.pool.Namespace, r.pool.Name, r.addr} {
@@ -56,7 +61,7 @@ func appendRecord(b []byte, r *record) []byte {
 		b = append(b, s...)
 	}
 	switch r.kind {
-	case kindBlocks:
+	case kindBlocks, kindForget:
 		b = binary.AppendUvarint(b, uint64(len(r.blocks)))
 		for _, h := range r.blocks {
 			b = binary.LittleEndian.AppendUint64(b, h)
@@ -92,7 +97,7 @@ func decodeFrame(frame []byte, fn func(*record)) error {
 	var blocks []uint64
 	for len(b) > 0 {
 		r.kind, b = b[0], b[1:]
-		if r.kind != kindBlocks && r.kind != kindInFlight {
+		if r.kind != kindBlocks && r.kind != kindInFlight && r.kind != kindForget {
 			return fmt.Errorf("unknown record kind %d", r.kind)
 		}
 		var fields [3]string
@@ -114,7 +119,7 @@ func decodeFrame(frame []byte, fn func(*record)) error {
 		}
 		b = b[n:]
 		switch r.kind {
-		case kindBlocks:
+		case kindBlocks, kindForget:
 			if v > MaxBlocksPerRecord {
 				return fmt.Errorf("%d blocks in a record, at most %d", v, MaxBlocksPerRecord)
 			}

@@ -53,14 +53,16 @@ func (r *Result) Commit() {
 
 // ObserveCachedTokens tells the post-pick plugin that predicted the
 // primary endpoint's prefix cache how many prompt tokens the endpoint
-// reported serving from it (the usage's prompt_tokens_details.cached_tokens),
-// after Commit. Call it at most once, only with a count the server
-// reported; a nil Result ignores it.
-func (r *Result) ObserveCachedTokens(cachedTokens int) {
+// reported serving from it (the usage's prompt_tokens_details.cached_tokens)
+// of the prompt's promptTokens (the usage's prompt_tokens; 0 when not
+// reported), after Commit. Call it at most once, only with a count the
+// server reported; a nil Result ignores it.
+func (r *Result) ObserveCachedTokens(cachedTokens, promptTokens int) {
 	if r == nil || r.prediction.Observer == nil {
 		return
 	}
 	p := r.prediction
 	r.prediction = framework.CachePrediction{}
+	p.ReportedPromptTokens = max(promptTokens, 0)
 	p.Observer.ObserveCachedTokens(&p, cachedTokens)
 }

@@ -177,11 +177,12 @@ func (o *Options) LoadConfig() (*Config, error) {
 // dropped when the pool or its endpoints go. Register the Scheduler with
 // the registry (Registry.AddObserver) so it hears of those changes.
 type Scheduler struct {
-	opts      Options
-	built     *builtConfig
-	observers []framework.PoolObserver
-	learners  []framework.PeerLearner
-	states    sync.Pool // *cycle
+	opts       Options
+	built      *builtConfig
+	observers  []framework.PoolObserver
+	learners   []framework.PeerLearner
+	forgetters []framework.PeerForgetter
+	states     sync.Pool // *cycle
 	// pools holds per-pool scheduler state (*poolState) keyed by *Pool, so a
 	// pool removed and added again starts afresh.
 	pools sync.Map
@@ -222,6 +223,9 @@ func New(cfg *Config, opts Options) (*Scheduler, error) {
 		}
 		if l, ok := p.(framework.PeerLearner); ok && opts.Peers != nil {
 			s.learners = append(s.learners, l)
+		}
+		if f, ok := p.(framework.PeerForgetter); ok && opts.Peers != nil {
+			s.forgetters = append(s.forgetters, f)
 		}
 	}
 	s.states.New = func() any { return &cycle{} }
@@ -527,6 +531,19 @@ func (s *Scheduler) LearnPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint,
 	p, ep := framework.PoolOf(pool), framework.EndpointOf(e)
 	for _, l := range s.learners {
 		l.LearnPeerBlocks(p, ep, blocks)
+	}
+}
+
+// ForgetPeerBlocks hands a peer replica's news that endpoint e of pool no
+// longer caches blocks (see framework.PeerForgetter) to the plugins that
+// learn it; a no-op without Options.Peers.
+func (s *Scheduler) ForgetPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+	if len(s.forgetters) == 0 || pool == nil || e == nil {
+		return
+	}
+	p, ep := framework.PoolOf(pool), framework.EndpointOf(e)
+	for _, f := range s.forgetters {
+		f.ForgetPeerBlocks(p, ep, blocks)
 	}
 }
 

@@ -711,13 +711,13 @@ func (p *predictor) PostPick(_ context.Context, _ *framework.CycleState, _ *Requ
 }
 
 func (p *predictor) ObserveCachedTokens(c *framework.CachePrediction, cached int) {
-	p.heard = append(p.heard, c.PredictedTokens, cached)
+	p.heard = append(p.heard, c.PredictedTokens, cached, c.ReportedPromptTokens)
 	p.ref, _ = c.Ref.(string)
 }
 
-// TestObserveCachedTokens: the server's report reaches the post-pick plugin
-// that predicted, once, with its prediction, after Commit; a nil Result
-// ignores it.
+// TestObserveCachedTokens: the server's report (cached and prompt tokens)
+// reaches the post-pick plugin that predicted, once, with its prediction,
+// after Commit; a nil Result ignores it.
 func TestObserveCachedTokens(t *testing.T) {
 	pr := &predictor{}
 	r := NewRegistry()
@@ -734,15 +734,15 @@ func TestObserveCachedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.ObserveCachedTokens(1) // before Commit: nothing predicted yet
+	res.ObserveCachedTokens(1, 100) // before Commit: nothing predicted yet
 	res.Commit()
-	res.ObserveCachedTokens(48)
-	res.ObserveCachedTokens(48)
-	if !slices.Equal(pr.heard, []int{64, 48}) || pr.ref != res.Endpoints[0].Address {
-		t.Fatalf("heard %v for %q, want [64 48] once for %s", pr.heard, pr.ref, res.Endpoints[0].Address)
+	res.ObserveCachedTokens(48, 60)
+	res.ObserveCachedTokens(48, 60)
+	if !slices.Equal(pr.heard, []int{64, 48, 60}) || pr.ref != res.Endpoints[0].Address {
+		t.Fatalf("heard %v for %q, want [64 48 60] once for %s", pr.heard, pr.ref, res.Endpoints[0].Address)
 	}
 	var none *Result
-	none.ObserveCachedTokens(5)
+	none.ObserveCachedTokens(5, 10)
 	none.Commit()
 }
 

@@ -91,3 +91,57 @@ func TestIndexLearnsFromReportedCachedTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestIndexComparesServerTokens runs prompts through the real ext_proc
+// server to a real modelsim server that counts 5 prompt bytes a token,
+// where the prefix index estimates 4: the server's cached tokens of a
+// prompt it holds whole are 4/5 of the index's estimate. The index scales
+// its prediction by the prompt tokens the server reports in the same
+// usage, so a prompt the server had whole counts as predicted right (and
+// nothing is forgotten); with a server of 4 bytes a token, as before.
+func TestIndexComparesServerTokens(t *testing.T) {
+	for n, bytesPerToken := range []int{4, 5} {
+		t.Run(fmt.Sprintf("%d bytes a token", bytesPerToken), func(t *testing.T) {
+			c := defaultSweep()
+			c.servers, c.slots, c.kvBlocks, c.blockTokens = 1, 1, 300, 16
+			c.prefixTokens, c.suffixTokens, c.outputTokens = 1000, 8, 2
+			c.promptBytesPerToken, c.timeScale = bytesPerToken, 50
+			prompt := func(g, i int) []byte {
+				prefix := words(rand.New(rand.NewPCG(1, uint64(g)+1)), fmt.Sprintf("system prompt %d: ", g), c.prefixTokens*modelsim.BytesPerToken)
+				suffix := words(rand.New(rand.NewPCG(2, uint64(i))), fmt.Sprintf(" question %d: ", i), c.suffixTokens*modelsim.BytesPerToken)
+				return fmt.Appendf(nil, `{"model":%q,"prompt":"%s%s","max_tokens":%d,"stream":true,"stream_options":{"include_usage":true}}`,
+					modelsim.DefaultModel, prefix, suffix, c.outputTokens)
+			}
+			ctx := context.Background()
+			f, err := startFleet(ctx, 20+n, &c, router{config: fmt.Sprintf(feedbackConfig, true)}, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.stop()
+			sequence := []int{0, 1, 0, 1, 0}
+			var cached, prompts []int
+			for i, g := range sequence {
+				out, err := f.send(ctx, time.Now(), fmt.Sprintf("req-%d", i), objectiveCritical, prompt(g, i))
+				if err != nil || out.status != 200 {
+					t.Fatalf("request %d: status %d, %v", i, out.status, err)
+				}
+				cached, prompts = append(cached, out.cachedTokens), append(prompts, out.promptTokens)
+			}
+			// The server holds both prompts: from the third request on, each
+			// hits on its whole prefix, in the server's tokens.
+			for i := 2; i < len(sequence); i++ {
+				if want := c.prefixTokens * modelsim.BytesPerToken / bytesPerToken * 9 / 10; cached[i] < want {
+					t.Fatalf("server cached tokens %v of %v: want at least %d from the third request on", cached, prompts, want)
+				}
+			}
+			a := gatherCounters(f.replicas[0].metrics)
+			if a[prefix.MetricPredictions] != int64(len(sequence)) {
+				t.Fatalf("%d reports observed, want %d", a[prefix.MetricPredictions], len(sequence))
+			}
+			if a[prefix.MetricOverPredictions] != 0 || a[prefix.MetricConfirmedTokens] < a[prefix.MetricPredictedTokens]*95/100 {
+				t.Fatalf("over-predicted %d, confirmed %d of %d predicted tokens, want none over and at least 95 %% confirmed (server cached %v of %v)",
+					a[prefix.MetricOverPredictions], a[prefix.MetricConfirmedTokens], a[prefix.MetricPredictedTokens], cached, prompts)
+			}
+		})
+	}
+}

@@ -129,18 +129,19 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 			s = ls
 		} else {
 			ms, err := modelsim.New(modelsim.Options{
-				Listener:         ln,
-				MaxNumSeqs:       cfg.slots,
-				BlockSizeTokens:  cfg.blockTokens,
-				NumGPUBlocks:     cfg.kvBlocks,
-				PrefillOverhead:  cfg.prefillOverhead,
-				PrefillPerToken:  cfg.prefillPerToken,
-				DecodePerToken:   cfg.decodePerToken,
-				LoadSlowdown:     cfg.loadSlowdown,
-				TimeScale:        cfg.timeScale,
-				Seed:             cfg.seed + uint64(i),
-				MetricsPageBytes: -1,
-				Name:             name,
+				Listener:            ln,
+				MaxNumSeqs:          cfg.slots,
+				BlockSizeTokens:     cfg.blockTokens,
+				PromptBytesPerToken: cfg.promptBytesPerToken,
+				NumGPUBlocks:        cfg.kvBlocks,
+				PrefillOverhead:     cfg.prefillOverhead,
+				PrefillPerToken:     cfg.prefillPerToken,
+				DecodePerToken:      cfg.decodePerToken,
+				LoadSlowdown:        cfg.loadSlowdown,
+				TimeScale:           cfg.timeScale,
+				Seed:                cfg.seed + uint64(i),
+				MetricsPageBytes:    -1,
+				Name:                name,
 			})
 			if err != nil {
 				for _, ln := range lns[i:] {
@@ -218,9 +219,14 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	var exchange *peersync.Exchange
 	if link != nil {
 		exchange, err = peersync.New(peersync.Options{Registry: reg, HashKey: link.key, Registerer: metrics, Listener: link.lis, Peers: link.peers,
-			Learner: peersync.LearnerFunc(func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
-				sched.LearnPeerBlocks(pool, e, blocks)
-			})})
+			Learner: peersync.LearnerFuncs{
+				Learn: func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+					sched.LearnPeerBlocks(pool, e, blocks)
+				},
+				Forget: func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+					sched.ForgetPeerBlocks(pool, e, blocks)
+				},
+			}})
 		if err != nil {
 			link.lis.Close()
 			return nil, nil, err

@@ -84,6 +84,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.slots, "slots", c.slots, "sequences a server runs at once (--max-num-seqs)")
 	fs.IntVar(&c.kvBlocks, "kv-blocks", c.kvBlocks, "KV-cache blocks per server")
 	fs.IntVar(&c.blockTokens, "block-size", c.blockTokens, "tokens per KV-cache block")
+	fs.IntVar(&c.promptBytesPerToken, "prompt-bytes-per-token", c.promptBytesPerToken, "prompt bytes a modelsim server counts as one token (0: 4, what the prompts are sized by; another value stands for a tokenizer the picker cannot know)")
 	fs.IntVar(&c.prefixTokens, "prefix-tokens", c.prefixTokens, "tokens of each shared prefix")
 	fs.IntVar(&c.suffixTokens, "suffix-tokens", c.suffixTokens, "tokens of each request's unique suffix")
 	fs.IntVar(&c.outputTokens, "output-tokens", c.outputTokens, "tokens generated per request")
@@ -264,6 +265,8 @@ func (c *sweepConfig) check() error {
 		return fmt.Errorf("-time-scale %v: above 0, at most 1000", c.timeScale)
 	case c.servers < 1 || c.servers > 250:
 		return fmt.Errorf("-servers %d: between 1 and 250", c.servers)
+	case c.promptBytesPerToken < 0 || c.promptBytesPerToken > 64:
+		return fmt.Errorf("-prompt-bytes-per-token %d: between 0 and 64", c.promptBytesPerToken)
 	case c.slots < 1 || c.kvBlocks < 1 || c.blockTokens < 1 || c.prefixTokens < 1 || c.suffixTokens < 1 || c.outputTokens < 1:
 		return fmt.Errorf("-slots, -kv-blocks, -block-size, -prefix-tokens, -suffix-tokens and -output-tokens must be positive")
 	case (c.prefixTokens+c.suffixTokens+c.outputTokens+c.blockTokens-1)/c.blockTokens > c.kvBlocks:

@@ -82,6 +82,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-replicas", "1,0"}, `-replicas: "0" is not a positive number`},
 		{[]string{"-replicas", "17"}, "-replicas 17: at most 16"},
 		{[]string{"-spread", "hash"}, `want round-robin or random, got "hash"`},
+		{[]string{"-prompt-bytes-per-token", "65"}, "-prompt-bytes-per-token 65: between 0 and 64"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := mainCode(tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {

@@ -110,6 +110,9 @@ var allRouters = []router{
 // duration is simulated time; the servers spend it divided by timeScale.
 type sweepConfig struct {
 	servers, slots, kvBlocks, blockTokens    int
+	// promptBytesPerToken is the prompt bytes a modelsim server counts as
+	// a token (0: modelsim's 4, which the prompts are sized by).
+	promptBytesPerToken int
 	prefixTokens, suffixTokens, outputTokens int
 	prefillOverhead, prefillPerToken         time.Duration
 	decodePerToken, scrapeInterval           time.Duration

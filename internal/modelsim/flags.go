@@ -30,6 +30,7 @@ func ParseArgs(args []string, stderr io.Writer) (opts Options, verbosity int, er
 	fs.IntVar(&o.MaxNumSeqs, "max-num-seqs", DefaultMaxNumSeqs, "requests running at once; the rest wait in FIFO order")
 	fs.IntVar(&o.BlockSizeTokens, "block-size", DefaultBlockSizeTokens, "tokens per KV-cache block")
 	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", DefaultNumGPUBlocks, "KV-cache blocks")
+	fs.IntVar(&o.PromptBytesPerToken, "prompt-bytes-per-token", BytesPerToken, "prompt bytes counted as one token (usage and KV-cache blocks)")
 	fs.IntVar(&o.MaxModelLenTokens, "max-model-len", 0, "longest prompt+output in tokens (0: 8192 or the whole KV cache if smaller)")
 	noPrefix := fs.Bool("no-enable-prefix-caching", false, "disable prefix caching")
 	fs.IntVar(&o.DefaultMaxTokens, "default-max-tokens", DefaultMaxTokens, "output length of requests without max_tokens")

@@ -15,11 +15,11 @@ import (
 type blockHash uint64
 
 // promptBlockHashes cuts the prompt into blocks of blockTokens tokens
-// (BytesPerToken bytes each) and hashes every full block chained to the
+// (bytesPerToken bytes each) and hashes every full block chained to the
 // previous one. The chain starts from the model name, because a LoRA adapter
 // computes different keys and values for the same text.
-func promptBlockHashes(model string, prompt []byte, blockTokens int) []blockHash {
-	blockBytes := blockTokens * BytesPerToken
+func promptBlockHashes(model string, prompt []byte, blockTokens, bytesPerToken int) []blockHash {
+	blockBytes := blockTokens * bytesPerToken
 	n := len(prompt) / blockBytes
 	if n == 0 {
 		return nil

@@ -13,9 +13,9 @@ func prompt(blocks int, fill byte) []byte {
 }
 
 func TestPromptBlockHashesChain(t *testing.T) {
-	a := promptBlockHashes("m", append(prompt(2, 'a'), prompt(1, 'b')...), 4)
-	b := promptBlockHashes("m", append(prompt(2, 'a'), prompt(1, 'c')...), 4)
-	c := promptBlockHashes("lora", append(prompt(2, 'a'), prompt(1, 'b')...), 4)
+	a := promptBlockHashes("m", append(prompt(2, 'a'), prompt(1, 'b')...), 4, BytesPerToken)
+	b := promptBlockHashes("m", append(prompt(2, 'a'), prompt(1, 'c')...), 4, BytesPerToken)
+	c := promptBlockHashes("lora", append(prompt(2, 'a'), prompt(1, 'b')...), 4, BytesPerToken)
 	if len(a) != 3 || len(b) != 3 {
 		t.Fatalf("got %d and %d hashes, want 3", len(a), len(b))
 	}
@@ -26,7 +26,7 @@ func TestPromptBlockHashesChain(t *testing.T) {
 		t.Fatalf("another model (adapter) must not share cache entries")
 	}
 	// A partial trailing block is not hashed.
-	if got := promptBlockHashes("m", prompt(1, 'a')[:4*BytesPerToken-1], 4); got != nil {
+	if got := promptBlockHashes("m", prompt(1, 'a')[:4*BytesPerToken-1], 4, BytesPerToken); got != nil {
 		t.Fatalf("partial block hashed: %v", got)
 	}
 }
@@ -102,7 +102,7 @@ func TestKVCache(t *testing.T) {
 				} else {
 					tokens := (len(s.prompt) + BytesPerToken - 1) / BytesPerToken
 					total := (tokens+bt-1)/bt + s.outputBlocks
-					a, ok := c.allocate(promptBlockHashes("m", s.prompt, bt), tokens, total)
+					a, ok := c.allocate(promptBlockHashes("m", s.prompt, bt, BytesPerToken), tokens, total)
 					if ok != s.wantOK {
 						t.Fatalf("%s: allocate ok=%v, want %v", s.name, ok, s.wantOK)
 					}

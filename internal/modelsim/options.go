@@ -59,6 +59,11 @@ type Options struct {
 	MaxNumSeqs int
 	// BlockSizeTokens is the number of tokens in a KV-cache block. Zero: 16.
 	BlockSizeTokens int
+	// PromptBytesPerToken is how many prompt bytes count as one token: what
+	// the usage's prompt and cached tokens, and the KV-cache blocks, are
+	// counted in. Zero: BytesPerToken. Another value stands for a tokenizer
+	// whose tokens a client cannot guess from the bytes.
+	PromptBytesPerToken int
 	// NumGPUBlocks is the number of KV-cache blocks. A request holds blocks for
 	// its prompt and its maximum output while it runs. Zero: 2048.
 	NumGPUBlocks int
@@ -129,6 +134,9 @@ func (o *Options) setDefaults() {
 	if o.BlockSizeTokens <= 0 {
 		o.BlockSizeTokens = DefaultBlockSizeTokens
 	}
+	if o.PromptBytesPerToken == 0 {
+		o.PromptBytesPerToken = BytesPerToken
+	}
 	if o.NumGPUBlocks <= 0 {
 		o.NumGPUBlocks = DefaultNumGPUBlocks
 	}
@@ -175,6 +183,9 @@ func (o *Options) validate() error {
 	}
 	if !(o.TimeScale > 0 && o.TimeScale <= 1e6) {
 		return fmt.Errorf("modelsim: time scale %v outside (0, 1e6]", o.TimeScale)
+	}
+	if o.PromptBytesPerToken < 1 || o.PromptBytesPerToken > 64 {
+		return fmt.Errorf("modelsim: prompt bytes per token %d outside [1, 64]", o.PromptBytesPerToken)
 	}
 	if o.PrefillOverhead < 0 {
 		return fmt.Errorf("modelsim: negative prefill overhead %v", o.PrefillOverhead)

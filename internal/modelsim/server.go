@@ -285,6 +285,9 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, chat boo
 		writeError(w, apiErr)
 		return
 	}
+	if bpt := s.opts.PromptBytesPerToken; bpt != BytesPerToken {
+		req.promptTokens = (len(req.prompt) + bpt - 1) / bpt
+	}
 	adapter, ok := s.adapterOf(req.model)
 	if !ok {
 		writeError(w, &apiError{code: http.StatusNotFound, typ: "NotFoundError", msg: fmt.Sprintf("The model `%s` does not exist.", req.model)})
@@ -302,7 +305,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, chat boo
 		totalBlocks:  (req.promptTokens + req.maxTokens + s.opts.BlockSizeTokens - 1) / s.opts.BlockSizeTokens,
 	}
 	if !s.opts.DisablePrefixCaching {
-		seq.hashes = promptBlockHashes(req.model, req.prompt, s.opts.BlockSizeTokens)
+		seq.hashes = promptBlockHashes(req.model, req.prompt, s.opts.BlockSizeTokens, s.opts.PromptBytesPerToken)
 	}
 	ctx := r.Context()
 	if err := s.eng.run(ctx, seq); err != nil {

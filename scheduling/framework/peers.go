@@ -15,6 +15,11 @@ type Peers interface {
 	// prompt blocks (chained hashes under HashKey, the prefix first). It
 	// copies blocks and never blocks; under backpressure it drops.
 	ShareBlocks(pool Pool, endpoint Endpoint, blocks []uint64)
+	// ForgetBlocks tells the peers that endpoint of pool no longer caches
+	// the blocks (its server reported fewer cached prompt tokens than
+	// predicted, so blocks used before went too). Like ShareBlocks, it
+	// copies blocks and never blocks.
+	ForgetBlocks(pool Pool, endpoint Endpoint, blocks []uint64)
 }
 
 // PeerLearner is a plugin that learns from the picks of the picker's peer
@@ -24,6 +29,16 @@ type Peers interface {
 type PeerLearner interface {
 	Plugin
 	LearnPeerBlocks(pool Pool, endpoint Endpoint, blocks []uint64)
+}
+
+// PeerForgetter is a plugin that learns from the picker's peer replicas
+// what a server no longer caches: a peer's server reported a miss, and
+// endpoint no longer holds the blocks given (chained hashes under
+// Peers.HashKey, at most a bound the receiver sets). It runs on the peer
+// stream's goroutine, never on the pick path.
+type PeerForgetter interface {
+	Plugin
+	ForgetPeerBlocks(pool Pool, endpoint Endpoint, blocks []uint64)
 }
 
 // PeerHandle is implemented by the Handle of a scheduler built with peers:

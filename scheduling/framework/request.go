@@ -76,14 +76,21 @@ type CachePredictionObserver interface {
 
 // CachePrediction is a post-picker's belief about the primary endpoint's
 // prefix cache for this request, checked when the server reports its
-// cached tokens. The fields other than Observer are the observer's own;
-// Ref should hold a pointer (storing one costs no allocation).
+// cached tokens. The fields other than Observer and ReportedPromptTokens
+// are the observer's own; Ref should hold a pointer (storing one costs no
+// allocation).
 type CachePrediction struct {
 	Observer        CachePredictionObserver
 	Ref             any
 	PredictedTokens int
 	PromptTokens    int
 	Mark            uint64
+	// ReportedPromptTokens is the prompt's tokens as the server counted
+	// them (the usage's prompt_tokens), set by the scheduler when it hands
+	// the report to ObserveCachedTokens; zero when the server reported
+	// none. The cached tokens are in the server's tokens too, so an
+	// observer that predicted in its own estimate of tokens can scale.
+	ReportedPromptTokens int
 }
 
 // Predict leaves p on the result for the server's report of cached tokens

@@ -111,9 +111,14 @@ func newPeerSync(o *options, reg *datastore.Registry, sched **scheduling.Schedul
 	}
 	po := peersync.Options{Registry: reg, HashKey: key, Peers: peers, OnlyPeers: true, Registerer: metrics, Logger: log,
 		Addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.peerSync.port)),
-		Learner: peersync.LearnerFunc(func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
-			(*sched).LearnPeerBlocks(pool, e, blocks)
-		})}
+		Learner: peersync.LearnerFuncs{
+			Learn: func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+				(*sched).LearnPeerBlocks(pool, e, blocks)
+			},
+			Forget: func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
+				(*sched).ForgetPeerBlocks(pool, e, blocks)
+			},
+		}}
 	if ip := net.ParseIP(o.ha.bindAddress); ip != nil && !ip.IsUnspecified() {
 		po.LocalIP = ip
 	}

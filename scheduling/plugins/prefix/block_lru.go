@@ -127,14 +127,35 @@ func (l *blockLRU) stampOf(h uint64) (uint64, bool) {
 }
 
 // dropUsedBefore evicts every block whose stamp is below stamp (used less
-// recently than the block that had it), and returns how many.
-func (l *blockLRU) dropUsedBefore(stamp uint64) int {
+// recently than the block that had it), and returns how many. With
+// dropped non-nil, the blocks evicted are appended to it too, the least
+// recent first.
+func (l *blockLRU) dropUsedBefore(stamp uint64, dropped *[]uint64) int {
 	n := 0
 	for i := l.entries[0].prev; i != 0 && l.entries[i].stamp < stamp; i = l.entries[0].prev {
+		if _, phantom := l.phantoms[i]; dropped != nil && !phantom {
+			*dropped = append(*dropped, l.entries[i].key)
+		}
 		l.evictOldest()
 		n++
 	}
 	return n
+}
+
+// remove evicts h if held and reports whether it was.
+func (l *blockLRU) remove(h uint64) bool {
+	i, ok := l.pos[h]
+	if !ok {
+		return false
+	}
+	l.unlink(i)
+	l.evictions++
+	l.free = append(l.free, i)
+	delete(l.pos, h)
+	if l.onEvict != nil {
+		l.onEvict(h)
+	}
+	return true
 }
 
 // resize sets the capacity, evicting the least recent blocks beyond it.

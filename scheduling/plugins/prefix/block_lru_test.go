@@ -192,9 +192,64 @@ func TestBlockLRUForgetsUsedBefore(t *testing.T) {
 			if _, ok := l.stampOf(42); ok {
 				t.Fatal("stampOf: 42 found")
 			}
-			dropped := l.dropUsedBefore(stamp)
+			var named []uint64
+			dropped := l.dropUsedBefore(stamp, &named)
 			if !slices.Equal(l.keys(), c.want) || dropped != len(evicted) || dropped != n-len(c.want) {
 				t.Fatalf("kept %v (dropped %d, evicted %v), want %v", l.keys(), dropped, evicted, c.want)
+			}
+			if !slices.Equal(named, evicted) {
+				t.Fatalf("named %v as dropped, evicted %v (the least recent first)", named, evicted)
+			}
+		})
+	}
+}
+
+// TestBlockLRURemove: remove evicts the blocks named and only those,
+// keeps the others' order, and leaves no trace of a phantom or an absent
+// block; a freed position is reused by the next add.
+func TestBlockLRURemove(t *testing.T) {
+	cases := []struct {
+		name   string
+		remove []uint64
+		want   []uint64 // kept, most recent first
+	}{
+		{"nothing", nil, []uint64{5, 4, 3, 2, 1}},
+		{"the most recent", []uint64{5}, []uint64{4, 3, 2, 1}},
+		{"the least recent", []uint64{1}, []uint64{5, 4, 3, 2}},
+		{"a middle pair", []uint64{3, 2}, []uint64{5, 4, 1}},
+		{"absent blocks", []uint64{42, 0}, []uint64{5, 4, 3, 2, 1}},
+		{"all", []uint64{1, 2, 3, 4, 5}, []uint64{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var evicted []uint64
+			l := newBlockLRU(10, func(h uint64) { evicted = append(evicted, h) })
+			for _, h := range []uint64{1, 2, 3, 4, 5} {
+				l.add(h)
+			}
+			l.age(2) // a phantom entry, the most recent
+			var removed []uint64
+			for _, h := range c.remove {
+				if l.remove(h) {
+					removed = append(removed, h)
+				}
+			}
+			if !slices.Equal(l.keys(), c.want) {
+				t.Fatalf("kept %v, want %v", l.keys(), c.want)
+			}
+			if !slices.Equal(evicted, removed) {
+				t.Fatalf("evicted %v, removed %v", evicted, removed)
+			}
+			if l.phantomBlocks != 2 {
+				t.Fatalf("phantom blocks %d, want 2", l.phantomBlocks)
+			}
+			size := len(l.entries)
+			l.add(7)
+			if len(removed) > 0 && len(l.entries) != size {
+				t.Fatalf("entries grew to %d after a removal freed one", len(l.entries))
+			}
+			if l.keys()[0] != 7 {
+				t.Fatalf("keys %v, want 7 the most recent", l.keys())
 			}
 		})
 	}

@@ -51,6 +51,13 @@ type prefixIndex struct {
 	missShare    atomic.Uint64
 	hasMissShare atomic.Bool
 
+	// tokenScale is the servers' prompt tokens over the scorer's estimate
+	// of them (prompt bytes over BytesPerToken), a moving average of the
+	// reports of whole prompts (float64 bits; hasTokenScale is false until
+	// the first): what scales the estimate of a prompt cut before its end.
+	tokenScale    atomic.Uint64
+	hasTokenScale atomic.Bool
+
 	// loadShare is the pool's recent share of the servers' requests that
 	// this replica has in flight, a moving average (float64 bits; 0 until
 	// the first sample, when hasLoadShare is set): about 1 with one picker
@@ -120,6 +127,31 @@ func (x *prefixIndex) observeMiss(share float64) {
 	x.missShare.Store(math.Float64bits(old + missShareWeight*(share-old)))
 }
 
+// tokenScaleWeight is the weight of one report in the pool's moving
+// average of the servers' tokens over the estimate: a few dozen requests.
+const tokenScaleWeight = 0.05
+
+// observeTokenScale folds the scale of one whole prompt's report into the
+// pool's. Reports race; a lost update of a moving average does not matter.
+func (x *prefixIndex) observeTokenScale(scale float64) {
+	if !x.hasTokenScale.Load() {
+		x.tokenScale.Store(math.Float64bits(scale))
+		x.hasTokenScale.Store(true)
+		return
+	}
+	old := math.Float64frombits(x.tokenScale.Load())
+	x.tokenScale.Store(math.Float64bits(old + tokenScaleWeight*(scale-old)))
+}
+
+// recentTokenScale is the pool's recent scale of the servers' tokens over
+// the estimate (1, the estimate itself, before any report).
+func (x *prefixIndex) recentTokenScale() float64 {
+	if !x.hasTokenScale.Load() {
+		return 1
+	}
+	return math.Float64frombits(x.tokenScale.Load())
+}
+
 // recentMissShare is the pool's recent share of uncached prompt tokens
 // (0 before any report).
 func (x *prefixIndex) recentMissShare() float64 {
@@ -176,6 +208,9 @@ func (hs *holders) rest() []*prefixEndpoint {
 // prefixEndpoint is one endpoint's LRU of block hashes.
 type prefixEndpoint struct {
 	key datastore.EndpointKey
+	// pool and endpoint name the endpoint to peer replicas (ForgetBlocks).
+	pool     framework.Pool
+	endpoint framework.Endpoint
 	// slot numbers the endpoint within its pool's index, for per-cycle
 	// arrays; immutable, and reused only after the endpoint's blocks have
 	// left the index.
@@ -296,7 +331,7 @@ func (x *prefixIndex) endpointFor(pool framework.Pool, e framework.Endpoint, cap
 	if now, ok := pool.Endpoints().Get(e.Address()); !ok || now.Key() != key {
 		return nil
 	}
-	pe := &prefixEndpoint{key: key, idx: x, capacity: capacity}
+	pe := &prefixEndpoint{key: key, pool: pool, endpoint: e, idx: x, capacity: capacity}
 	if n := len(x.freeSlots); n > 0 {
 		pe.slot = x.freeSlots[n-1]
 		x.freeSlots = x.freeSlots[:n-1]
@@ -441,14 +476,34 @@ func (pe *prefixEndpoint) record(hashes []uint64, capacity, predicted int) (wate
 // forgetUsedBefore drops the blocks used less recently than watermark: the
 // server reported it no longer had a block of that age, and its cache
 // evicts the least recently used first. The blocks touched since (the
-// request's own, which the server has just computed) stay.
-func (pe *prefixEndpoint) forgetUsedBefore(watermark uint64) int {
+// request's own, which the server has just computed) stay. With dropped
+// non-nil, the blocks dropped are appended to it, the least recent first.
+func (pe *prefixEndpoint) forgetUsedBefore(watermark uint64, dropped *[]uint64) int {
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
 	if pe.dead.Load() || watermark == 0 {
 		return 0
 	}
-	return pe.lru.dropUsedBefore(watermark)
+	return pe.lru.dropUsedBefore(watermark, dropped)
+}
+
+// forget drops the blocks named, those held: a peer replica's server
+// report said the endpoint no longer has them. Only ever fewer beliefs:
+// a block this LRU holds that the peer's did not stays, and a prompt whose
+// leading blocks go scores nothing here however much of its tail stays.
+func (pe *prefixEndpoint) forget(blocks []uint64) int {
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	if pe.dead.Load() {
+		return 0
+	}
+	n := 0
+	for _, h := range blocks {
+		if pe.lru.remove(h) {
+			n++
+		}
+	}
+	return n
 }
 
 // touchOrAdd makes the blocks the most recent, the first the most recent

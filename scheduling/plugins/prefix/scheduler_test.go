@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -276,6 +277,7 @@ type linkedPeers struct {
 	to     *scheduling.Scheduler
 	pool   *datastore.Pool
 	shared atomic.Int64
+	forgot atomic.Int64
 }
 
 func (l *linkedPeers) HashKey() uint64 { return l.key }
@@ -287,6 +289,16 @@ func (l *linkedPeers) ShareBlocks(_ framework.Pool, e framework.Endpoint, blocks
 	}
 	if de, ok := l.pool.Endpoints().Get(e.Address()); ok {
 		l.to.LearnPeerBlocks(l.pool, de, blocks)
+	}
+}
+
+func (l *linkedPeers) ForgetBlocks(_ framework.Pool, e framework.Endpoint, blocks []uint64) {
+	l.forgot.Add(1)
+	if l.to == nil {
+		return
+	}
+	if de, ok := l.pool.Endpoints().Get(e.Address()); ok {
+		l.to.ForgetPeerBlocks(l.pool, de, blocks)
 	}
 }
 
@@ -348,5 +360,87 @@ func TestSchedulePeerBlocks(t *testing.T) {
 	// B's own pick went to A in turn: the blocks travel both ways.
 	if toA.shared.Load() != 1 {
 		t.Fatalf("B shared %d picks, want 1", toA.shared.Load())
+	}
+}
+
+// TestSchedulePeerForgets: when a server reports fewer cached tokens than
+// replica A's index predicted, A forgets what its server evicted, and so
+// does its peer B, which saw the same picks: B no longer sends the evicted
+// prefix to that server for its cache. Without usage feedback neither
+// forgets; a report that confirms the prediction forgets nothing.
+func TestSchedulePeerForgets(t *testing.T) {
+	prefixOnly := func(feedback bool) string {
+		return fmt.Sprintf(`apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+  parameters:
+    usageFeedback: %t
+- type: max-score-picker
+`, feedback)
+	}
+	cases := []struct {
+		name     string
+		feedback bool
+		// cached is what the server reports of p1's second pick, whose 10
+		// blocks (160 tokens) were predicted.
+		cached int
+		// p0Held is whether each replica still sends p0 to the server.
+		p0Held bool
+		forgot int64
+	}{
+		{name: "a miss", feedback: true, cached: 0, p0Held: false, forgot: 1},
+		{name: "a miss without usage feedback", feedback: false, cached: 0, p0Held: true, forgot: 0},
+		{name: "a hit", feedback: true, cached: 160, p0Held: true, forgot: 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			toB, toA := &linkedPeers{key: 9}, &linkedPeers{key: 9}
+			a, err := scheduling.New(nil, scheduling.Options{ConfigText: prefixOnly(c.feedback), Rand: schedtest.SeededRand(1), Peers: toB})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := scheduling.New(nil, scheduling.Options{ConfigText: prefixOnly(c.feedback), Rand: schedtest.SeededRand(2), Peers: toA})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp := schedtest.NewPool(t, 2, a, b)
+			tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+			toB.to, toB.pool, toA.to, toA.pool = b, tp.Pool, a, tp.Pool
+			server := tp.Ep(t, 1).Address
+			p := []([]byte){schedtest.Prompt("p0", 640), schedtest.Prompt("p1", 640), schedtest.Prompt("p2", 640)}
+			for _, prompt := range p {
+				if _, err := schedule(a, tp.Pool, &scheduling.Request{Model: "m", Prompt: prompt, Subset: []string{server}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// p1 again, predicted whole; the report says what the server had
+			// (a miss: p0, used before p1, is gone; p2, used since, stays).
+			res, err := a.ScheduleDeferred(context.Background(), tp.Pool, &scheduling.Request{Model: "m", Prompt: p[1], Subset: []string{server}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Commit()
+			res.ObserveCachedTokens(c.cached, 160)
+			if got := toB.forgot.Load(); got != c.forgot {
+				t.Fatalf("A made its peer forget %d times, want %d", got, c.forgot)
+			}
+			for _, r := range []struct {
+				name string
+				s    *scheduling.Scheduler
+			}{{"A", a}, {"B", b}} {
+				for i, prompt := range p {
+					// Not committed: the check learns nothing.
+					res, err := r.s.ScheduleDeferred(context.Background(), tp.Pool, &scheduling.Request{Model: "m", Prompt: prompt, Scores: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					held := res.Scores[server] > res.Scores[tp.Ep(t, 2).Address]
+					if want := i > 0 || c.p0Held; held != want {
+						t.Errorf("%s: p%d scores %v, the server held it: %v, want %v", r.name, i, res.Scores, held, want)
+					}
+				}
+			}
+		})
 	}
 }

@@ -68,9 +68,10 @@ type Params struct {
 	QueueCostTokens int `json:"queueCostTokens"`
 	// UsageFeedback lets the servers' reports of cached prompt tokens (the
 	// response usage's prompt_tokens_details.cached_tokens) correct the
-	// index: when an endpoint had fewer than predicted, the blocks it was
-	// believed to hold from before the ones it lost are forgotten. Absent:
-	// true.
+	// index: when an endpoint had fewer than predicted (in the server's
+	// tokens, which the usage's prompt_tokens scales the estimate to), the
+	// blocks it was believed to hold from before the ones it lost are
+	// forgotten, by the peer replicas too. Absent: true.
 	UsageFeedback *bool `json:"usageFeedback"`
 	// QueueMissCost adds to QueueCostTokens what the requests queued ahead
 	// cost in prefill when the pool misses: the pool's recent share of
@@ -216,6 +217,7 @@ var (
 	_ framework.CachePredictionObserver = (*Scorer)(nil)
 	_ framework.PoolObserver            = (*Scorer)(nil)
 	_ framework.PeerLearner             = (*Scorer)(nil)
+	_ framework.PeerForgetter           = (*Scorer)(nil)
 )
 
 // New is the factory of prefix-cache-scorer; its parameters are
@@ -328,7 +330,8 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 // sample was seen, so it costs the pick path nothing between scrapes.
 func (s *Scorer) ageByServers(x *prefixIndex, set framework.EndpointSet, c []framework.Candidate) {
 	states := x.statesFor(set)
-	tokensPerBlock := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
+	// The counters are in the servers' tokens.
+	tokensPerBlock := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken) * x.recentTokenScale()
 	for i := range c {
 		if pe := states[c[i].Index]; pe != nil {
 			pe.observeSample(c[i].Endpoint.Metrics(), tokensPerBlock)
@@ -443,16 +446,30 @@ func fnvString(h uint64, s string) uint64 {
 // more than a block's rounding (the server's block, and the index's), the
 // blocks the endpoint's LRU holds that were used before the least recent
 // predicted one are dropped: the server evicts least recently used first,
-// so they are gone too.
+// so they are gone too. With peers, the blocks dropped are forgotten there
+// too (Peers.ForgetBlocks): they recorded the same picks, and would
+// otherwise keep believing what the server lost until their own requests
+// missed on it.
+//
+// The prediction is in the index's estimate of tokens (BytesPerToken);
+// the report in the server's, which the server counts too
+// (ReportedPromptTokens): a whole prompt's report scales the estimate to
+// the server's tokens, and the pool's recent scale does for a prompt the
+// index saw only the start of.
 func (s *Scorer) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens int) {
 	pe, _ := p.Ref.(*prefixEndpoint)
 	if pe == nil || cachedTokens < 0 {
 		return
 	}
-	blockTokens := s.params.HashBlockSize / s.params.BytesPerToken
-	predicted := p.PredictedTokens
-	if p.PromptTokens > 0 {
-		pe.idx.observeMiss(1 - min(float64(cachedTokens)/float64(p.PromptTokens), 1))
+	scale := s.tokenScale(pe.idx, p)
+	blockTokens := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken) * scale
+	predicted := int(math.Round(float64(p.PredictedTokens) * scale))
+	promptTokens := p.PromptTokens
+	if p.ReportedPromptTokens > 0 {
+		promptTokens = p.ReportedPromptTokens
+	}
+	if promptTokens > 0 {
+		pe.idx.observeMiss(1 - min(float64(cachedTokens)/float64(promptTokens), 1))
 	}
 	s.agreement.observed.Inc()
 	s.agreement.predictedTokens.Add(float64(predicted))
@@ -462,16 +479,56 @@ func (s *Scorer) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens 
 		// added for it, plus the predicted blocks it did not have, less
 		// the blocks the index added that it did have: the request's own,
 		// not another replica's.
-		pe.correctAdded(float64(predicted-min(cachedTokens, p.PromptTokens)) / float64(blockTokens))
+		pe.correctAdded(float64(predicted-min(cachedTokens, promptTokens)) / blockTokens)
 	}
-	slack := 2 * max(blockTokens, 16)
+	slack := 2 * max(int(math.Round(blockTokens)), 16)
 	if cachedTokens+slack >= predicted {
 		return
 	}
 	s.agreement.overPredicted.Inc()
-	if *s.params.UsageFeedback {
-		pe.forgetUsedBefore(p.Mark)
+	if !*s.params.UsageFeedback {
+		return
 	}
+	if s.peers == nil {
+		pe.forgetUsedBefore(p.Mark, nil)
+		return
+	}
+	var dropped []uint64
+	pe.forgetUsedBefore(p.Mark, &dropped)
+	if len(dropped) > 0 {
+		// The most recent of them matter most (the least recent go first
+		// from the peers' LRUs too): at most a record's worth.
+		s.peers.ForgetBlocks(pe.pool, pe.endpoint, dropped[max(len(dropped)-maxForgetBlocks, 0):])
+	}
+}
+
+// maxForgetBlocks bounds the blocks one report makes the peers forget (and
+// one peer's record makes this index forget): as many as a peer-sync
+// record carries.
+const maxForgetBlocks = 1 << 12
+
+// Bounds of the servers' tokens over the index's estimate: beyond them a
+// report is not of the same prompt (or not of a tokenizer), and counts as
+// the bound.
+const (
+	minTokenScale = 1.0 / 8
+	maxTokenScale = 8.0
+)
+
+// tokenScale is the servers' tokens over the index's estimate for p's
+// report: the report's own when the index saw the whole prompt (folded
+// into the pool's), the pool's recent scale when it saw only its start, 1
+// without a report of the prompt's tokens.
+func (s *Scorer) tokenScale(x *prefixIndex, p *framework.CachePrediction) float64 {
+	if p.ReportedPromptTokens <= 0 || p.PromptTokens <= 0 {
+		return 1
+	}
+	if p.PromptTokens >= s.PromptBytes()/s.params.BytesPerToken {
+		return x.recentTokenScale() // the prompt may go on past what was hashed
+	}
+	scale := min(max(float64(p.ReportedPromptTokens)/float64(p.PromptTokens), minTokenScale), maxTokenScale)
+	x.observeTokenScale(scale)
+	return scale
 }
 
 // matchedBlocks is how many leading blocks of the prompt the candidate is
@@ -539,6 +596,21 @@ func (s *Scorer) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, bloc
 	capacity := s.capacity(e.Metrics())
 	if pe := x.endpointFor(pool, e, capacity); pe != nil {
 		pe.record(blocks, capacity, 0)
+	}
+}
+
+// ForgetPeerBlocks implements framework.PeerForgetter: a peer replica's
+// server report said e no longer caches the blocks, so e's LRU drops
+// those it holds. At most maxForgetBlocks count, and only an index and an
+// LRU that exist are touched: a peer can make this index forget, never
+// believe more.
+func (s *Scorer) ForgetPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	v, ok := s.indexes.Load(pool)
+	if !ok || len(blocks) == 0 {
+		return
+	}
+	if pe := v.(*prefixIndex).lookup(e.Key()); pe != nil {
+		pe.forget(blocks[:min(len(blocks), maxForgetBlocks)])
 	}
 }
 

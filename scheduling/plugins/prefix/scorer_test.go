@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
@@ -867,6 +868,82 @@ func TestLoadShareEstimate(t *testing.T) {
 			}
 			if got := x.replicas(); got != c.want {
 				t.Fatalf("replicas %d, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+// pickAndReport scores prompt, picks pod 1 and hands the scorer the
+// server's report of it: cached of reported prompt tokens.
+func (f *prefixFixture) pickAndReport(prompt []byte, cached, reported int) {
+	f.t.Helper()
+	cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
+	req := &framework.Request{Prompt: prompt}
+	f.s.Score(ctx, cs, req, schedtest.Candidates(f.tp.Pool), make([]float64, len(f.tp.Pods)))
+	res := &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(f.tp.Ep(f.t, 1))}}
+	f.s.PostPick(ctx, cs, req, res)
+	p := res.Prediction()
+	if p.Observer == nil {
+		f.t.Fatal("no prediction left")
+	}
+	p.ReportedPromptTokens = reported
+	f.s.ObserveCachedTokens(&p, cached)
+}
+
+// TestObserveCachedTokensInServerTokens: the index predicts in its own
+// estimate of tokens (4 prompt bytes a token), the server reports in its
+// own; the report's prompt tokens scale the prediction, so a server whose
+// tokens are 5 bytes long is not taken to have missed when it had every
+// block. A prompt the index saw only the start of takes the pool's recent
+// scale; without a report of prompt tokens the estimate stands; an absurd
+// report counts as the bound.
+func TestObserveCachedTokensInServerTokens(t *testing.T) {
+	// 40 blocks of 64 bytes are hashed at most: 2,560 bytes.
+	whole := schedtest.Prompt("whole", 1280) // 20 blocks, 320 tokens of 4 bytes, 256 of 5
+	cut := schedtest.Prompt("cut", 3000)     // 40 blocks hashed, 2,560 bytes: 512 tokens of 5
+	type report struct {
+		prompt           []byte
+		cached, reported int
+	}
+	cases := []struct {
+		name string
+		// before are reports of picks made first (their prompt recorded
+		// once before each).
+		before []report
+		last   report
+		// over is whether the last report counts as an over-prediction,
+		// predicted the server's tokens the index predicted for it.
+		over      bool
+		predicted float64
+	}{
+		{name: "4 bytes a token, all cached", last: report{whole, 320, 320}, predicted: 320},
+		{name: "5 bytes a token, all cached", last: report{whole, 256, 256}, predicted: 256},
+		{name: "5 bytes a token, half cached", last: report{whole, 128, 256}, over: true, predicted: 256},
+		{name: "a cut prompt takes the pool's scale", before: []report{{whole, 256, 256}}, last: report{cut, 512, 600}, predicted: 512},
+		{name: "a cut prompt before any scale: the estimate", last: report{cut, 640, 750}, predicted: 640},
+		{name: "no prompt tokens reported: the estimate", last: report{whole, 256, 0}, over: true, predicted: 320},
+		{name: "an absurd report is bounded", last: report{whole, 0, 1 << 40}, over: true, predicted: 320 * maxTokenScale},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 2, `{"maxPrefixBlocksToMatch": 40}`)
+			// run records r's prompt, picks it again (predicted whole) and
+			// reports; it returns whether the report counted as an
+			// over-prediction and the server's tokens predicted.
+			run := func(r report) (bool, float64) {
+				f.score(r.prompt, 1)
+				over, predicted := testutil.ToFloat64(f.s.agreement.overPredicted), testutil.ToFloat64(f.s.agreement.predictedTokens)
+				f.pickAndReport(r.prompt, r.cached, r.reported)
+				return testutil.ToFloat64(f.s.agreement.overPredicted) > over, testutil.ToFloat64(f.s.agreement.predictedTokens) - predicted
+			}
+			for _, r := range c.before {
+				if over, _ := run(r); over {
+					t.Fatal("a report before the last counted as an over-prediction")
+				}
+			}
+			over, predicted := run(c.last)
+			if over != c.over || predicted != c.predicted {
+				t.Fatalf("over-predicted %v, %v server tokens predicted; want %v, %v", over, predicted, c.over, c.predicted)
 			}
 		})
 	}
