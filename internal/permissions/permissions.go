@@ -52,6 +52,7 @@ const (
 const (
 	FeatureLeaderElection = "ha-enable-leader-election"
 	FeatureProvisioning   = "provision-picker-services"
+	FeaturePeerSync       = "peer-sync"
 )
 
 // Needed returns the rules of rules needed with the features for which on
@@ -113,6 +114,8 @@ var Rules = []Rule{
 		Why: "list this deployment's ready replicas in an EndpointSlice of each provisioned picker Service, and remove it with the Service"},
 	{Group: "", Resource: "pods", Verbs: []string{"list", "watch"}, Scope: OwnNamespace, Feature: FeatureProvisioning,
 		Why: "follow this deployment's own replicas (--picker-pod-selector), the endpoints of the provisioned picker Services"},
+	{Group: "", Resource: "pods", Verbs: []string{"list", "watch"}, Scope: OwnNamespace, Feature: FeaturePeerSync,
+		Why: "find the peer replicas (this deployment's ready pods, --picker-pod-selector) to share picks with; not needed with --peer-sync-peers"},
 	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"get", "create", "update"}, Scope: OwnNamespace, Feature: FeatureLeaderElection,
 		Why: "elect the leader, the one replica that writes (the Lease named --picker-name)"},
 	{Group: "", Resource: "events", Verbs: []string{"create", "patch"}, Scope: OwnNamespace, Feature: FeatureLeaderElection,

@@ -131,6 +131,8 @@ func TestNeeded(t *testing.T) {
 		{"both off", nil, nil},
 		{"leader election", []string{permissions.FeatureLeaderElection}, []string{"coordination.k8s.io/leases", "/events"}},
 		{"provisioning", []string{permissions.FeatureProvisioning}, []string{"/services", "discovery.k8s.io/endpointslices", "/pods"}},
+		{"peer sync", []string{permissions.FeaturePeerSync}, []string{"/pods"}},
+		{"provisioning and peer sync", []string{permissions.FeatureProvisioning, permissions.FeaturePeerSync}, []string{"/services", "discovery.k8s.io/endpointslices", "/pods", "/pods"}},
 	}
 	always := 0
 	for _, r := range permissions.Rules {

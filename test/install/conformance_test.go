@@ -313,7 +313,7 @@ func TestConformanceOverlayActsAsLwepp(t *testing.T) {
 				}
 				t.Cleanup(srv.Stop)
 			}
-			readyPod(t, ctx, fmt.Sprintf("%s-%d", d.GetName(), i), ip, labels)
+			readyPod(t, ctx, conformanceNS, fmt.Sprintf("%s-%d", d.GetName(), i), ip, labels)
 			podIPs[labels["app"]] = append(podIPs[labels["app"]], ip)
 		}
 	}
@@ -399,11 +399,11 @@ func TestConformanceOverlayActsAsLwepp(t *testing.T) {
 	}
 }
 
-// readyPod creates a Ready pod in the suite's backend namespace with ip and
-// labels, its status set through the status subresource as a kubelet would.
-func readyPod(t *testing.T, ctx context.Context, name, ip string, labels map[string]string) {
+// readyPod creates a Ready pod in namespace with ip and labels, its status
+// set through the status subresource as a kubelet would.
+func readyPod(t *testing.T, ctx context.Context, namespace, name, ip string, labels map[string]string) {
 	t.Helper()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: conformanceNS, Name: name, Labels: labels},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "server", Image: "echo-basic"}}}}
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)

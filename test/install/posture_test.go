@@ -6,6 +6,7 @@ package install
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,7 +37,9 @@ func lastFlag(args []string, name string, def bool) bool {
 // the picker, a reader ClusterRole for scrapers), Go's profiles are not
 // served, ext_proc is TLS; and a NetworkPolicy is offered (chart value,
 // overlay) that admits each port only from the namespaces it names, and a
-// ServiceMonitor that sends Prometheus' token.
+// ServiceMonitor that sends Prometheus' token. Peer sync is on, its port on
+// no Service, and the NetworkPolicy admits only the picker's own pods to
+// it.
 func TestSecureByDefault(t *testing.T) {
 	ctx := ctxT(t, 15*time.Minute)
 	type install struct {
@@ -78,6 +81,12 @@ func TestSecureByDefault(t *testing.T) {
 				t.Errorf("ext_proc is plaintext by default: args %v", args)
 			}
 			checkMetricsAuth(t, objs, deploy) // the reviews' role bound, the reader role rendered
+			// The replicas share their picks, on a port of their own that
+			// no Service exposes, over TLS (the ext_proc certificate).
+			if peerSyncPort(t, args) == 0 {
+				t.Errorf("peer sync is off by default: args %v", args)
+			}
+			checkPeerSync(t, objs, deploy)
 			for _, o := range objs {
 				if o.GetKind() == "NetworkPolicy" || o.GetKind() == "ServiceMonitor" {
 					t.Errorf("the default install renders %s %s; it is offered, not imposed", o.GetKind(), o.GetName())
@@ -125,8 +134,11 @@ func TestSecureByDefault(t *testing.T) {
 // checkNetworkPolicy: one NetworkPolicy selects the Deployment's pods,
 // restricts ingress, and admits each of the container's ports only from
 // a namespace selector that is not empty (an empty one admits every
-// namespace); every container port is covered, or the probes' and
-// gateways' traffic would be cut.
+// namespace), or from the picker's own pods (a pod selector alone, which
+// matches pods of the policy's namespace only); the peer-sync port is
+// admitted from the picker's own pods and from no one else; every
+// container port is covered, or the probes', gateways' and peers' traffic
+// would be cut.
 func checkNetworkPolicy(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
 	deploy := deploytest.Find(objs, "Deployment", "poolpicker")
@@ -144,18 +156,25 @@ func checkNetworkPolicy(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Errorf("NetworkPolicy in %q, Deployment in %q", np.GetNamespace(), deploy.GetNamespace())
 	}
 	podLabels, _, _ := unstructured.NestedStringMap(deploy.Object, "spec", "template", "metadata", "labels")
+	selectsPicker := func(sel map[string]string) bool {
+		for k, v := range sel {
+			if podLabels[k] != v {
+				return false
+			}
+		}
+		return len(sel) > 0
+	}
 	sel, _, _ := unstructured.NestedStringMap(np.Object, "spec", "podSelector", "matchLabels")
 	if len(sel) == 0 {
 		t.Errorf("NetworkPolicy selects every pod of its namespace")
 	}
-	for k, v := range sel {
-		if podLabels[k] != v {
-			t.Errorf("NetworkPolicy selects %s=%s, which the picker's pods (%v) lack", k, v, podLabels)
-		}
+	if !selectsPicker(sel) {
+		t.Errorf("NetworkPolicy selects %v, labels the picker's pods (%v) lack", sel, podLabels)
 	}
 	if types, _, _ := unstructured.NestedStringSlice(np.Object, "spec", "policyTypes"); !slices.Contains(types, "Ingress") {
 		t.Errorf("NetworkPolicy policyTypes %v lack Ingress", types)
 	}
+	peerPort := strconv.Itoa(peerSyncPort(t, containerArgs(deploy)))
 	admitted := map[string]bool{}
 	rules, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
 	for _, r := range rules {
@@ -164,10 +183,24 @@ func checkNetworkPolicy(t *testing.T, objs []*unstructured.Unstructured) {
 		if len(from) == 0 {
 			t.Errorf("ingress rule %v admits every source", rule)
 		}
+		onlyPeers := len(from) > 0
 		for _, f := range from {
-			labels, _, _ := unstructured.NestedStringMap(f.(map[string]any), "namespaceSelector", "matchLabels")
-			if len(labels) == 0 {
-				t.Errorf("ingress rule source %v admits every namespace", f)
+			peer := f.(map[string]any)
+			nsLabels, hasNS, _ := unstructured.NestedStringMap(peer, "namespaceSelector", "matchLabels")
+			podSel, hasPods, _ := unstructured.NestedStringMap(peer, "podSelector", "matchLabels")
+			switch {
+			case hasNS && !hasPods:
+				onlyPeers = false
+				if len(nsLabels) == 0 {
+					t.Errorf("ingress rule source %v admits every namespace", peer)
+				}
+			case hasPods && !hasNS && len(peer) == 1:
+				if !selectsPicker(podSel) {
+					t.Errorf("ingress rule source %v admits pods other than the picker's own (%v)", peer, podLabels)
+				}
+			default:
+				onlyPeers = false
+				t.Errorf("ingress rule source %v is neither a namespace selector nor the picker's own pods", peer)
 			}
 		}
 		ports, _, _ := unstructured.NestedSlice(rule, "ports")
@@ -175,7 +208,14 @@ func checkNetworkPolicy(t *testing.T, objs []*unstructured.Unstructured) {
 			t.Errorf("ingress rule %v admits every port", rule)
 		}
 		for _, p := range ports {
-			admitted[fmt.Sprint(p.(map[string]any)["port"])] = true
+			port := fmt.Sprint(p.(map[string]any)["port"])
+			admitted[port] = true
+			if port == peerPort && !onlyPeers {
+				t.Errorf("ingress rule %v admits sources other than the picker's own pods to the peer-sync port %s", rule, port)
+			}
+			if port != peerPort && onlyPeers {
+				t.Errorf("ingress rule %v admits the picker's own pods to port %s, which they do not use", rule, port)
+			}
 		}
 	}
 	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")

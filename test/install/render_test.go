@@ -33,6 +33,7 @@ var kustomizations = []struct {
 	{"config/deploy/base", nil},
 	{"config/deploy/overlays/servicemonitor", []string{"ServiceMonitor"}},
 	{"config/deploy/overlays/networkpolicy", []string{"NetworkPolicy"}},
+	{"config/deploy/overlays/peer-sync-key", nil},
 }
 
 // baseKinds: the picker's ClusterRole and binding, the token reviews'
@@ -46,7 +47,7 @@ var chartVariants = []struct {
 	// kinds rendered (sorted, with repeats).
 	kinds []string
 }{
-	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
 	{name: "everything", values: `
 image: {repository: registry.example/poolpicker, tag: v9.9.9, pullPolicy: Always}
 imagePullSecrets: [regcred]
@@ -63,6 +64,7 @@ tls:
   clientCA: {configMapName: gateway-ca, key: root-cert.pem}
 metrics: {serviceMonitor: {enabled: true, interval: 30s, labels: {release: prom}}, pprof: {enabled: true}}
 networkPolicy: {enabled: true}
+peerSync: {port: 9010, hashKey: {secretName: shard-a-peer-key, key: hash-key}}
 pickerName: shard-a
 drainGracePeriod: 3s
 drainTimeout: 20s
@@ -82,25 +84,33 @@ poolName: chat
 poolNamespace: install-team-a
 tls: {enabled: false}
 podDisruptionBudget: {enabled: false}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"}},
-	{name: "leader election and provisioning off", values: `
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
+	{name: "leader election, provisioning and peer sync off", values: `
 leaderElection: {enabled: false}
 provisionPickerServices: {enabled: false}
+peerSync: {enabled: false}
 `, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Service", "ServiceAccount"}},
+	{name: "peer sync only, one replica", values: `
+replicas: 1
+leaderElection: {enabled: false}
+provisionPickerServices: {enabled: false}
+networkPolicy: {enabled: true}
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
 	{name: "metrics endpoint auth off", values: `
 metrics: {serviceMonitor: {enabled: true}, endpointAuth: {enabled: false}}
-`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
 	{name: "metrics endpoint auth with a reader", values: `
 metrics:
   serviceMonitor: {enabled: true}
   endpointAuth: {readers: [{name: prometheus-k8s, namespace: monitoring}]}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
 	{name: "leader election only", values: `
 provisionPickerServices: {enabled: false}
+peerSync: {enabled: false}
 `, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 	{name: "client CA from a Secret", values: `
 tls: {clientCA: {secretName: gateway-ca}, minVersion: VersionTLS13}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -141,6 +151,10 @@ func TestKustomizationsRender(t *testing.T) {
 			checkNoConformanceBehaviors(t, deploy)
 			checkRBAC(t, objs, deploy)
 			checkMetricsAuth(t, objs, deploy)
+			checkPeerSync(t, objs, deploy)
+			if deploytest.Find(objs, "NetworkPolicy", "poolpicker") != nil {
+				checkNetworkPolicy(t, objs)
+			}
 		})
 	}
 }
@@ -169,6 +183,12 @@ func TestChartLintsAndRenders(t *testing.T) {
 			checkNoConformanceBehaviors(t, deploy)
 			checkRBAC(t, objs, deploy)
 			checkMetricsAuth(t, objs, deploy)
+			checkPeerSync(t, objs, deploy)
+			for _, o := range objs {
+				if o.GetKind() == "NetworkPolicy" {
+					checkNetworkPolicy(t, objs)
+				}
+			}
 		})
 	}
 }
@@ -186,10 +206,18 @@ func checkNoConformanceBehaviors(t *testing.T, deploy *unstructured.Unstructured
 
 // TestChartMatchesKustomize: with default values the chart renders the
 // base's objects with the same names, RBAC rules, Deployment spec (image
-// and labels aside), Service ports and PodDisruptionBudget.
+// and labels aside), Service ports and PodDisruptionBudget, but for the
+// peer-sync hash key: the chart mounts a random key from a Secret it
+// creates, which kustomize cannot make, so the base derives the key and
+// overlays/peer-sync-key mounts the Secret the user creates, with the
+// chart's flag, mount and volume.
 func TestChartMatchesKustomize(t *testing.T) {
 	ctx := ctxT(t, 15*time.Minute)
 	base, err := tool.Kustomize(ctx, "config/deploy/base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyed, err := tool.Kustomize(ctx, "config/deploy/overlays/peer-sync-key")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,25 +225,40 @@ func TestChartMatchesKustomize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range base {
-		if b.GetKind() == "Namespace" {
-			continue // helm install --create-namespace makes it
-		}
-		c := deploytest.Find(chart, b.GetKind(), b.GetName())
-		if c == nil {
-			t.Errorf("chart renders no %s %s", b.GetKind(), b.GetName())
-			continue
-		}
-		if c.GetNamespace() != b.GetNamespace() {
-			t.Errorf("%s %s: namespace %q in the chart, %q in kustomize", b.GetKind(), b.GetName(), c.GetNamespace(), b.GetNamespace())
-		}
-		for _, field := range [][]string{{"rules"}, {"roleRef"}, {"subjects"}, {"spec", "ports"}, {"spec", "minAvailable"},
-			{"spec", "replicas"}, {"spec", "template", "spec", "containers"}, {"spec", "template", "spec", "securityContext"},
-			{"spec", "template", "spec", "terminationGracePeriodSeconds"}, {"spec", "template", "spec", "serviceAccountName"}} {
-			bv, bok, _ := unstructured.NestedFieldNoCopy(b.Object, field...)
-			cv, cok, _ := unstructured.NestedFieldNoCopy(c.Object, field...)
-			if bok != cok || fmt.Sprint(bv) != fmt.Sprint(cv) {
-				t.Errorf("%s %s .%s differs:\nkustomize: %v\nchart:     %v", b.GetKind(), b.GetName(), strings.Join(field, "."), bv, cv)
+	chartKey := withoutPeerSyncKey(t, deploytest.Find(chart, "Deployment", "poolpicker"))
+	if chartKey.arg == "" {
+		t.Fatal("the chart's default Deployment has no --peer-sync-key-file")
+	}
+	if baseKey := withoutPeerSyncKey(t, deploytest.Find(base, "Deployment", "poolpicker")); baseKey.arg != "" {
+		t.Errorf("the kustomize base mounts a peer-sync key (%s) it cannot create", baseKey.arg)
+	}
+	if overlayKey := withoutPeerSyncKey(t, deploytest.Find(keyed, "Deployment", "poolpicker")); fmt.Sprint(overlayKey) != fmt.Sprint(chartKey) {
+		t.Errorf("overlays/peer-sync-key wires the key as\n%+v\nthe chart as\n%+v", overlayKey, chartKey)
+	}
+	for _, kustomize := range []struct {
+		name string
+		objs []*unstructured.Unstructured
+	}{{"base", base}, {"overlays/peer-sync-key", keyed}} {
+		for _, b := range kustomize.objs {
+			if b.GetKind() == "Namespace" {
+				continue // helm install --create-namespace makes it
+			}
+			c := deploytest.Find(chart, b.GetKind(), b.GetName())
+			if c == nil {
+				t.Errorf("chart renders no %s %s", b.GetKind(), b.GetName())
+				continue
+			}
+			if c.GetNamespace() != b.GetNamespace() {
+				t.Errorf("%s %s: namespace %q in the chart, %q in kustomize %s", b.GetKind(), b.GetName(), c.GetNamespace(), b.GetNamespace(), kustomize.name)
+			}
+			for _, field := range [][]string{{"rules"}, {"roleRef"}, {"subjects"}, {"spec", "ports"}, {"spec", "minAvailable"},
+				{"spec", "replicas"}, {"spec", "template", "spec", "containers"}, {"spec", "template", "spec", "securityContext"},
+				{"spec", "template", "spec", "terminationGracePeriodSeconds"}, {"spec", "template", "spec", "serviceAccountName"}} {
+				bv, bok, _ := unstructured.NestedFieldNoCopy(b.Object, field...)
+				cv, cok, _ := unstructured.NestedFieldNoCopy(c.Object, field...)
+				if bok != cok || fmt.Sprint(bv) != fmt.Sprint(cv) {
+					t.Errorf("%s %s .%s differs:\nkustomize %s: %v\nchart:     %v", b.GetKind(), b.GetName(), strings.Join(field, "."), kustomize.name, bv, cv)
+				}
 			}
 		}
 	}
@@ -425,9 +468,10 @@ func checkDeployment(t *testing.T, d *unstructured.Unstructured) {
 	if grace < drainGrace+drain+10*time.Second {
 		t.Errorf("terminationGracePeriodSeconds %s does not cover --drain-grace-period %s, --drain-timeout %s and 10s of shutdown", grace, drainGrace, drain)
 	}
-	// Leader election and provisioning find the Lease and the replicas'
-	// pods in POD_NAMESPACE, and the replicas by their picker label.
-	if slices.Contains(args, "--ha-enable-leader-election") || slices.Contains(args, "--provision-picker-services") {
+	// Leader election, provisioning and peer sync find the Lease and the
+	// replicas' pods in POD_NAMESPACE, and the replicas by their picker
+	// label.
+	if slices.Contains(args, "--ha-enable-leader-election") || slices.Contains(args, "--provision-picker-services") || slices.Contains(args, "--peer-sync") {
 		if got := str(c, "env"); !strings.Contains(got, "name:POD_NAMESPACE") || !strings.Contains(got, "fieldPath:metadata.namespace") {
 			t.Errorf("container env %s lacks POD_NAMESPACE from metadata.namespace", got)
 		}

@@ -124,6 +124,10 @@ func neededRules(o *controllers.Options) []permissions.Rule {
 			return o.LeaderElection
 		case permissions.FeatureProvisioning:
 			return o.ProvisionPickerServices
+		case permissions.FeaturePeerSync:
+			// Set by derive when the peers come from the API server,
+			// not from --peer-sync-peers.
+			return o.PeerPort > 0
 		}
 		return true // a feature this switch does not know: asked for
 	})
