@@ -8,6 +8,7 @@ package permissions
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -28,10 +29,11 @@ type Rule struct {
 	Why string
 	// Scope is where the rule is needed. Zero: PoolNamespaces.
 	Scope Scope
-	// Feature is the flag (without its dashes) of the feature that needs
-	// the rule; empty: always needed. Needed drops the rules of features
-	// that are off, so that their permissions are asked for only when used.
-	Feature string
+	// Features are the flags (without their dashes) of the features that
+	// need the rule; empty: always needed. Needed drops a rule when every
+	// one of its features is off, so that its permissions are asked for
+	// only when used.
+	Features []string
 }
 
 // Scope is where a Rule is needed, which is also how the manifests grant it.
@@ -56,11 +58,12 @@ const (
 )
 
 // Needed returns the rules of rules needed with the features for which on
-// reports true, in order.
+// reports true, in order: those needed always, and those one of whose
+// features is on.
 func Needed(rules []Rule, on func(feature string) bool) []Rule {
 	var out []Rule
 	for _, r := range rules {
-		if r.Feature == "" || on(r.Feature) {
+		if len(r.Features) == 0 || slices.ContainsFunc(r.Features, on) {
 			out = append(out, r)
 		}
 	}
@@ -108,17 +111,15 @@ var Rules = []Rule{
 		Why: "set an objective's Accepted condition (llm-d router's group)"},
 	{Group: "llm-d.ai", Resource: "inferencemodelrewrites/status", Verbs: []string{"patch"},
 		Why: "set a rewrite's Accepted condition (llm-d router's group)"},
-	{Group: "", Resource: "services", Verbs: []string{"get", "list", "watch", "create", "update", "delete"}, Feature: FeatureProvisioning,
+	{Group: "", Resource: "services", Verbs: []string{"get", "list", "watch", "create", "update", "delete"}, Features: []string{FeatureProvisioning},
 		Why: "create each served pool's picker Service where it is missing, keep it right, and remove it when the pool is no longer served"},
-	{Group: "discovery.k8s.io", Resource: "endpointslices", Verbs: []string{"get", "list", "watch", "create", "update", "delete"}, Feature: FeatureProvisioning,
+	{Group: "discovery.k8s.io", Resource: "endpointslices", Verbs: []string{"get", "list", "watch", "create", "update", "delete"}, Features: []string{FeatureProvisioning},
 		Why: "list this deployment's ready replicas in an EndpointSlice of each provisioned picker Service, and remove it with the Service"},
-	{Group: "", Resource: "pods", Verbs: []string{"list", "watch"}, Scope: OwnNamespace, Feature: FeatureProvisioning,
-		Why: "follow this deployment's own replicas (--picker-pod-selector), the endpoints of the provisioned picker Services"},
-	{Group: "", Resource: "pods", Verbs: []string{"list", "watch"}, Scope: OwnNamespace, Feature: FeaturePeerSync,
-		Why: "find the peer replicas (this deployment's ready pods, --picker-pod-selector) to share picks with; not needed with --peer-sync-peers"},
-	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"get", "create", "update"}, Scope: OwnNamespace, Feature: FeatureLeaderElection,
+	{Group: "", Resource: "pods", Verbs: []string{"list", "watch"}, Scope: OwnNamespace, Features: []string{FeatureProvisioning, FeaturePeerSync},
+		Why: "follow this deployment's own replicas (--picker-pod-selector): the endpoints of the provisioned picker Services, and the peers of peer sync (not with --peer-sync-peers)"},
+	{Group: "coordination.k8s.io", Resource: "leases", Verbs: []string{"get", "create", "update"}, Scope: OwnNamespace, Features: []string{FeatureLeaderElection},
 		Why: "elect the leader, the one replica that writes (the Lease named --picker-name)"},
-	{Group: "", Resource: "events", Verbs: []string{"create", "patch"}, Scope: OwnNamespace, Feature: FeatureLeaderElection,
+	{Group: "", Resource: "events", Verbs: []string{"create", "patch"}, Scope: OwnNamespace, Features: []string{FeatureLeaderElection},
 		Why: "record leader changes as Events on the Lease (client-go's leader election)"},
 }
 

@@ -132,11 +132,11 @@ func TestNeeded(t *testing.T) {
 		{"leader election", []string{permissions.FeatureLeaderElection}, []string{"coordination.k8s.io/leases", "/events"}},
 		{"provisioning", []string{permissions.FeatureProvisioning}, []string{"/services", "discovery.k8s.io/endpointslices", "/pods"}},
 		{"peer sync", []string{permissions.FeaturePeerSync}, []string{"/pods"}},
-		{"provisioning and peer sync", []string{permissions.FeatureProvisioning, permissions.FeaturePeerSync}, []string{"/services", "discovery.k8s.io/endpointslices", "/pods", "/pods"}},
+		{"provisioning and peer sync", []string{permissions.FeatureProvisioning, permissions.FeaturePeerSync}, []string{"/services", "discovery.k8s.io/endpointslices", "/pods"}},
 	}
 	always := 0
 	for _, r := range permissions.Rules {
-		if r.Feature == "" {
+		if len(r.Features) == 0 {
 			always++
 		}
 	}
@@ -148,7 +148,7 @@ func TestNeeded(t *testing.T) {
 			}
 			var feature []string
 			for _, r := range got {
-				if r.Feature != "" {
+				if len(r.Features) > 0 {
 					feature = append(feature, r.Group+"/"+r.Resource)
 				}
 			}

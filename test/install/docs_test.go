@@ -139,8 +139,12 @@ func TestRBACTableMatchesRules(t *testing.T) {
 		if r.Scope == permissions.OwnNamespace {
 			where = "own namespace"
 		}
-		if r.Feature != "" {
-			where += ", with `--" + r.Feature + "`"
+		for i, f := range r.Features {
+			if i == 0 {
+				where += ", with `--" + f + "`"
+			} else {
+				where += " or `--" + f + "`"
+			}
 		}
 		want := "| " + group + " | `" + r.Resource + "` | " + strings.Join(r.Verbs, ", ") + " | " + where + " | " + r.Why + " |"
 		if !strings.Contains(text, want) {

