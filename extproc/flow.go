@@ -8,78 +8,30 @@ import (
 
 	"google.golang.org/grpc/status"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
-	"github.com/poolpicker/poolpicker/scheduling"
 )
 
-// awaitEndpoints holds the stream's request in its pool's waiting room
-// while the pool has no ready endpoint, before the scheduler is asked. done
-// means the request was refused (503) or its client went away.
-func (st *stream) awaitEndpoints() (done bool, err error) {
-	if st.pool.Endpoints().Len() > 0 {
-		return false, nil
-	}
-	prev := st.state
-	st.state = stateQueued
-	err = st.s.opts.FlowControl.AwaitEndpoints(st.ctx, st.pool, st.flowRequest())
-	st.state = prev
-	if err != nil {
-		return true, st.refuse(err)
-	}
-	return false, nil
-}
-
 // admit holds the stream's request in its pool's flow-control queue until
-// the endpoint it prefers (the scheduler's pick, res) or an idle one may
-// take it, and puts that endpoint first in res; the stream holds its
-// answer meanwhile. done means the request was refused (answered 429 or
-// 503) or its client went away.
-func (st *stream) admit(res *scheduling.Result) (done bool, err error) {
-	req := st.flowRequest()
-	req.Endpoints = res.Endpoints
-	prev := st.state
-	st.state = stateQueued
-	t, err := st.s.opts.FlowControl.Admit(st.ctx, st.pool, req)
-	st.state = prev
-	if err != nil {
-		return true, st.refuse(err)
-	}
-	st.ticket = t
-	if to := t.Endpoint(); to != nil && to.Key() != res.Endpoints[0].Key() {
-		res.Endpoints = firstOf(res.Endpoints, to)
-	}
-	return false, nil
-}
-
-func (st *stream) flowRequest() flowcontrol.Request {
+// it may be scheduled; the stream holds its answer meanwhile. done means the
+// request was refused (answered 429 or 503) or its client went away.
+func (st *stream) admit() (done bool, err error) {
+	fc := st.s.opts.FlowControl
 	priority, _ := st.pool.Policy().Priority(st.objective)
 	flow := st.objective
 	if st.s.flowHeader != "" {
 		flow = st.flow
 	}
-	return flowcontrol.Request{ID: st.requestID, Flow: flow, Priority: priority, Bytes: int64(st.bodyBytes)}
-}
-
-// refuse answers a request flow control refused, or ends the stream of one
-// whose client went away.
-func (st *stream) refuse(err error) error {
-	var fe *flowcontrol.Error
-	if errors.As(err, &fe) {
-		return st.fail(&httpError{code: fe.Code, reason: fe.Reason, msg: fe.Message})
-	}
-	return status.FromContextError(err).Err()
-}
-
-// firstOf is eps with e first, the others after it in their order, as
-// many as eps held (the last dropped when e was not among them).
-func firstOf(eps []*datastore.Endpoint, e *datastore.Endpoint) []*datastore.Endpoint {
-	out := make([]*datastore.Endpoint, 0, len(eps))
-	out = append(out, e)
-	for _, x := range eps {
-		if len(out) < len(eps) && x.Key() != e.Key() {
-			out = append(out, x)
+	prev := st.state
+	st.state = stateQueued
+	t, err := fc.Admit(st.ctx, st.pool, flowcontrol.Request{ID: st.requestID, Flow: flow, Priority: priority, Bytes: int64(st.bodyBytes)})
+	st.state = prev
+	if err != nil {
+		var fe *flowcontrol.Error
+		if errors.As(err, &fe) {
+			return true, st.fail(&httpError{code: fe.Code, reason: fe.Reason, msg: fe.Message})
 		}
+		return true, status.FromContextError(err).Err()
 	}
-	return out
+	st.ticket = t
+	return false, nil
 }

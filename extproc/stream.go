@@ -692,9 +692,10 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	}
 	st.setLabels(requested, sreq.Model)
 	if st.s.opts.FlowControl != nil {
-		if done, err := st.awaitEndpoints(); done {
+		if done, err := st.admit(); done {
 			return true, err
 		}
+		defer st.ticket.Picked() // a failed pick frees the queue too
 		sreq.Admitted = true
 	}
 	scheduleStart := time.Now()
@@ -705,14 +706,8 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		st.trace.scheduled(sreq.Model, scheduleTime)
 	}
 	// Learning from the pick waits until the answer is sent (and before a
-	// pooled body that sreq.Prompt may alias is reused); a request flow
-	// control refused went nowhere and teaches nothing.
-	refused := false
-	defer func() {
-		if !refused {
-			res.Commit()
-		}
-	}()
+	// pooled body that sreq.Prompt may alias is reused).
+	defer res.Commit()
 	if err != nil || res == nil || len(res.Endpoints) == 0 {
 		st.s.metrics.attempted(st.labels, nil)
 	}
@@ -728,12 +723,6 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	}
 	if res == nil || len(res.Endpoints) == 0 {
 		return true, st.fail(&httpError{code: http.StatusServiceUnavailable, reason: "NoEligibleEndpoints", msg: "the scheduler returned no endpoint for pool " + st.poolName})
-	}
-	if st.s.opts.FlowControl != nil {
-		if refused, err = st.admit(res); refused {
-			return true, err
-		}
-		defer st.ticket.Picked() // a failed pick frees the queue too
 	}
 	target := res.TargetModel
 	if target == "" {

@@ -7,30 +7,17 @@
 //
 // Every pool has its own queue: one pool's backlog never holds another's
 // requests. Within a pool, requests wait in bands, one per objective
-// priority, and a band is served only while no request of a band above it
-// may go anywhere. Within a band, the flows (an objective, or the value of
-// a header the operator names) are served in turn, one request each, so a
-// flow's share of service does not follow its arrival rate while several
-// are backlogged.
-//
-// A request waits for an endpoint, not for the pool: the one the scheduler
-// picked for it (Request.Endpoints, the holder of its prompt's prefix),
-// released once that endpoint has a free slot by the saturation detector,
-// so that the model servers' own first-come queues stay short and a
-// request of a high band does not wait in them behind one of a low band.
-// An idle endpoint (fewer than Options.StealBelow requests in flight)
-// takes a request waiting for a busy one, and so does any endpoint with a
-// free slot once the request has waited Options.StealAfter: a request
-// sent away from its prefix costs its prefill, a slot left idle costs
-// the pool its service.
+// priority, and a band is served only while every band above it is empty.
+// Within a band, the flows (an objective, or the value of a header the
+// operator names) are served in turn, one request each, so a flow's share of
+// service does not follow its arrival rate while several are backlogged.
 //
 // Nothing polls. A queue is looked at when something may have freed a slot:
 // a request of the pool finished (Ticket.Done), a scrape of one of its
-// servers was published (Controller.Wake), its endpoints changed, the
-// request the queue released last was picked (Ticket.Picked), or a request
-// reached StealAfter. The queue releases one request at a time and waits
-// for its pick, so that the next look at saturation sees that request's
-// in-flight count.
+// servers was published (Controller.Wake), its endpoints changed, or the
+// request the queue released last was picked (Ticket.Picked). The queue
+// releases one request at a time and waits for its pick, so that the next
+// look at saturation sees that request's in-flight count.
 //
 // A pool without ready endpoints has a waiting room with its own TTL: its
 // requests wait there until the pool's endpoint set is no longer empty, then

@@ -43,7 +43,7 @@ func newFixture(t *testing.T, opts flowcontrol.Options) *fixture {
 	}
 	fx := &fixture{reg: datastore.NewRegistry(), sched: sched, prom: prometheus.NewRegistry()}
 	fx.reg.AddObserver(sched)
-	opts.EndpointSaturated, opts.Registerer = sched.EndpointSaturated, fx.prom
+	opts.Saturated, opts.Registerer = sched.PoolSaturated, fx.prom
 	if fx.c, err = flowcontrol.New(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -86,10 +86,7 @@ func (fx *fixture) admit(ctx context.Context, p *datastore.Pool, name string, re
 		t, err := fx.c.Admit(ctx, p, req)
 		a := admitted{name: name, t: t, err: err}
 		if err == nil {
-			a.e = t.Endpoint()
-			if a.e == nil {
-				a.e = fx.place(p)
-			}
+			a.e = fx.place(p)
 			if a.e != nil {
 				a.e.AddInFlight(1)
 			}
@@ -511,77 +508,5 @@ func TestPoolsIsolated(t *testing.T) {
 	}
 	for _, a := range running {
 		a.finish()
-	}
-}
-
-// TestEndpointChoice: a request goes to the endpoint it prefers (the
-// scheduler's pick) while that one has a free slot; while it is busy, the
-// request waits for it even when another endpoint has a free slot, unless
-// that one is idle (nothing in flight) or the request has waited
-// StealAfter; a request whose preferred endpoint left the pool goes to any
-// free one.
-func TestEndpointChoice(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts flowcontrol.Options
-		// running is each endpoint's scrape's running requests, inFlight
-		// the picker's requests in flight to it: with a queue-depth
-		// threshold of 1, in flight beyond running saturates.
-		running, inFlight [2]int64
-		prefer            int  // index of the preferred endpoint, -1: one that left the pool
-		wantWait          bool // queued until endpoint 0 frees a slot
-		want              int  // endpoint it goes to
-	}{
-		{name: "preferred free", inFlight: [2]int64{0, 0}, prefer: 1, want: 1},
-		{name: "preferred busy, other idle", inFlight: [2]int64{1, 0}, prefer: 0, want: 1},
-		{name: "preferred busy, other free but busy", running: [2]int64{0, 2}, inFlight: [2]int64{1, 1}, prefer: 0, wantWait: true, want: 0},
-		{name: "StealBelow 2 takes the other", opts: flowcontrol.Options{StealBelow: 2}, running: [2]int64{0, 2}, inFlight: [2]int64{1, 1}, prefer: 0, want: 1},
-		{name: "StealAfter passes", opts: flowcontrol.Options{StealAfter: 20 * time.Millisecond}, running: [2]int64{0, 2}, inFlight: [2]int64{1, 1}, prefer: 0, want: 1},
-		{name: "preferred left the pool", running: [2]int64{0, 2}, inFlight: [2]int64{1, 1}, prefer: -1, want: 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fx := newFixture(t, tc.opts)
-			p := fx.pool("p", 2)
-			eps := p.Endpoints().Endpoints
-			for i, e := range eps {
-				e.AddInFlight(tc.inFlight[i])
-				e.SetMetrics(&datastore.Metrics{ScrapedAt: time.Now(), Interval: time.Hour, RunningRequests: int(tc.running[i])})
-			}
-			gone := fx.pool("gone", 1).Endpoints().Endpoints[0]
-			pref := gone
-			if tc.prefer >= 0 {
-				pref = eps[tc.prefer]
-			}
-			start := time.Now()
-			ch := make(chan *flowcontrol.Ticket, 1)
-			errc := make(chan error, 1)
-			go func() {
-				tk, err := fx.c.Admit(context.Background(), p, flowcontrol.Request{ID: "r", Endpoints: []*datastore.Endpoint{pref}})
-				if err != nil {
-					errc <- err
-					return
-				}
-				ch <- tk
-			}()
-			if tc.wantWait {
-				fx.queued(t, p, 1)
-				eps[0].AddInFlight(-1)
-				fx.c.Wake(p)
-			}
-			var tk *flowcontrol.Ticket
-			select {
-			case tk = <-ch:
-			case err := <-errc:
-				t.Fatal(err)
-			}
-			defer tk.Done()
-			tk.Picked()
-			if got := tk.Endpoint(); got == nil || got.Key() != eps[tc.want].Key() {
-				t.Fatalf("went to %v, want endpoint %d (%s)", got, tc.want, eps[tc.want].Address)
-			}
-			if d := tc.opts.StealAfter; d > 0 && time.Since(start) < d {
-				t.Fatalf("taken by another endpoint after %v, before StealAfter %v", time.Since(start), d)
-			}
-		})
 	}
 }

@@ -106,7 +106,7 @@ func newFlowController(o *flowControlOptions, sched *scheduling.Scheduler, metri
 	case fo.MaxQueuedBytes < 1:
 		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlQueuedBytes, fo.MaxQueuedBytes)
 	}
-	fo.EndpointSaturated, fo.Registerer, fo.Logger = sched.EndpointSaturated, metrics, log
+	fo.Saturated, fo.Registerer, fo.Logger = sched.PoolSaturated, metrics, log
 	fo.Waiting, fo.Drained = waiting, drained
 	return flowcontrol.New(fo)
 }
