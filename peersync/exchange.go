@@ -374,15 +374,20 @@ func (x *Exchange) pendingFrames() []frame {
 		delete(x.dirty, e)
 	}
 	x.mu.Unlock()
-	var forgets []record
-	recs = slices.DeleteFunc(recs, func(r record) bool {
-		if r.kind == kindForget {
-			forgets = append(forgets, r)
-			return true
+	// In order, so that a peer forgets and learns a block as this replica
+	// did: each run of forget records, and each run of others, is framed
+	// on its own.
+	var frames []frame
+	for len(recs) > 0 {
+		forget := recs[0].kind == kindForget
+		n := 1
+		for n < len(recs) && (recs[n].kind == kindForget) == forget {
+			n++
 		}
-		return false
-	})
-	return append(framesOf(x.encode(recs), false), framesOf(x.encode(forgets), true)...)
+		frames = append(frames, framesOf(x.encode(recs[:n]), forget)...)
+		recs = recs[n:]
+	}
+	return frames
 }
 
 // frame is an encoded frame on its way to the peers; forget frames go

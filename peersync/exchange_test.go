@@ -140,6 +140,40 @@ func TestExchange(t *testing.T) {
 	}
 }
 
+// TestFramesKeepOrder: records gathered in one flush reach a peer in the
+// order they were made, a forget between two picks of the same blocks
+// included, though forget records travel in frames of their own.
+func TestFramesKeepOrder(t *testing.T) {
+	s := newSide(t, Options{})
+	e := s.endpoint(t, "127.0.0.2:8000")
+	pool, ep := framework.PoolOf(s.pool), framework.EndpointOf(e)
+	s.x.ShareBlocks(pool, ep, []uint64{1})
+	s.x.ForgetBlocks(pool, ep, []uint64{1})
+	s.x.ForgetBlocks(pool, ep, []uint64{2})
+	s.x.ShareBlocks(pool, ep, []uint64{1})
+	e.AddInFlight(1)
+	s.x.InFlightChanged(s.pool, e)
+	var kinds []byte
+	var forgetFrames []bool
+	for _, f := range s.x.pendingFrames() {
+		forgetFrames = append(forgetFrames, f.forget)
+		if err := decodeFrame(f.b, func(r *record) {
+			if (r.kind == kindForget) != f.forget {
+				t.Errorf("a record of kind %d in a frame with forget %v", r.kind, f.forget)
+			}
+			kinds = append(kinds, r.kind)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []byte{kindBlocks, kindForget, kindForget, kindBlocks, kindInFlight}; !slices.Equal(kinds, want) {
+		t.Fatalf("records %v, want %v", kinds, want)
+	}
+	if want := []bool{false, true, false}; !slices.Equal(forgetFrames, want) {
+		t.Fatalf("frames' forget %v, want %v", forgetFrames, want)
+	}
+}
+
 // TestForgetNotSentToPreviousRelease: a peer of the release before forget
 // records (its headers do not say it reads them) would refuse a frame
 // holding one and close the stream; the sender leaves them out of its
