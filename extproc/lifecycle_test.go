@@ -27,7 +27,16 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(modelServerEnv) != "" {
+		if err := firstPickModelServer(); err != nil {
+			os.Stderr.WriteString("model server: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func healthClient(t *testing.T, addr string) healthpb.HealthClient {
 	t.Helper()

@@ -43,7 +43,12 @@ func (m *Manager) get(ctx context.Context, s *server, buf *bytes.Buffer) ([]byte
 		}
 	}
 	var d net.Dialer
+	s.slot.give() // the dial waits for the server's answer
 	c, err := d.DialContext(ctx, "tcp", t.host)
+	if !s.slot.take() && err == nil {
+		c.Close()
+		err = ctx.Err()
+	}
 	if err != nil {
 		return nil, transportFailure(t.url, err)
 	}
@@ -85,7 +90,7 @@ func (m *Manager) exchange(ctx context.Context, s *server, buf *bytes.Buffer, re
 		}
 		return nil, m.readFailure(ctx, s, err, 0)
 	}
-	r := responseReader{c: c, raw: s.raw, cpu: &s.cpu, buf: buf}
+	r := responseReader{c: c, raw: s.raw, cpu: &s.cpu, slot: &s.slot, buf: buf}
 	buf.Reset()
 	status, end, err := r.header()
 	if err != nil {
@@ -156,6 +161,7 @@ type responseReader struct {
 	// cpu one system call at a time.
 	raw  syscall.RawConn
 	cpu  *cpuClock
+	slot *cpuSlot
 	buf  *bytes.Buffer
 	read int // bytes read from c
 }
@@ -183,22 +189,36 @@ func (r *responseReader) fill() error {
 // is not the scrape's CPU.
 func (r *responseReader) readInto(b []byte) (int, error) {
 	if r.raw == nil {
-		return r.c.Read(b)
+		r.slot.give()
+		n, err := r.c.Read(b)
+		if !r.slot.take() && err == nil {
+			err = r.slot.ctx.Err()
+		}
+		return n, err
 	}
 	var n int
 	var rerr error
 	err := r.raw.Read(func(fd uintptr) bool {
+		if !r.slot.take() {
+			// Cancelled while waiting for a slot: the scrape ends.
+			n, rerr = 0, r.slot.ctx.Err()
+			return true
+		}
 		sp := r.cpu.begin()
 		for {
 			n, rerr = syscall.Read(int(fd), b)
-			if rerr != syscall.EINTR {
+			if !errors.Is(rerr, syscall.EINTR) {
 				break
 			}
 		}
 		r.cpu.end(sp)
-		// Not ready: the runtime's poller waits (within c's deadline) and
-		// calls again.
-		return rerr != syscall.EAGAIN
+		if errors.Is(rerr, syscall.EAGAIN) {
+			// Not ready: the runtime's poller waits (within c's deadline)
+			// and calls again; the slot is another scrape's meanwhile.
+			r.slot.give()
+			return false
+		}
+		return true
 	})
 	switch {
 	case err != nil:

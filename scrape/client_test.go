@@ -272,3 +272,74 @@ func FuzzClientResponse(f *testing.F) {
 		}
 	})
 }
+
+// A scrape holds its CPU slot only while it runs: one waiting for its
+// server's answer, or for the rest of a page, leaves the slot (the budget's
+// one core here) to the others, which are read and parsed meanwhile.
+func TestCPUSlotGivenUpWhileWaiting(t *testing.T) {
+	page := mustPage(t, vllmpage.State{Waiting: 1, Running: 2}, vllmpage.Options{})
+	tests := []struct {
+		name string
+		// hold answers the waiting server's request in part, then holds it.
+		hold func(w http.ResponseWriter)
+	}{
+		{"no answer yet", func(http.ResponseWriter) {}},
+		{"half the page", func(w http.ResponseWriter) {
+			w.Header().Set("Content-Length", strconv.Itoa(len(page)))
+			w.Write(page[:len(page)/2]) //nolint:errcheck
+			w.(http.Flusher).Flush()
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			servers := startModelServers(t, 2)
+			slow, fast := servers[0], servers[1]
+			fast.serve(http.StatusOK, page)
+			arrived := make(chan struct{}, 1)
+			slow.set(func(w http.ResponseWriter, r *http.Request) {
+				tt.hold(w)
+				arrived <- struct{}{}
+				<-r.Context().Done()
+			})
+			m, err := NewManager(Options{CPUBudget: 1, Timeout: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			server := func(ms *modelServer) *server {
+				ep := &datastore.Endpoint{IP: ms.ip, Port: int32(ms.port), Address: ms.addr}
+				s := newServer(&m.opts, buildTarget(&m.opts, nil, ep))
+				t.Cleanup(func() { m.dropConn(s) })
+				return s
+			}
+			waiting, answered := server(slow), server(fast)
+			ctx, cancel := context.WithCancel(context.Background())
+			errs := make(chan error, 1)
+			go func() {
+				_, err := m.fetch(ctx, waiting)
+				errs <- err
+			}()
+			<-arrived
+			// Bounded, so that a slot never given up fails the test
+			// rather than hanging it.
+			bounded, stop := context.WithTimeout(context.Background(), 10*time.Second)
+			defer stop()
+			met, err := m.fetch(bounded, answered)
+			if err != nil {
+				t.Fatalf("scrape beside a waiting one: %v", err)
+			}
+			if met.WaitingRequests != 1 || met.RunningRequests != 2 {
+				t.Errorf("scrape beside a waiting one read %+v", met)
+			}
+			if n := len(m.cpuSlots); n != 0 {
+				t.Errorf("%d CPU slots held while the only scrape left waits for its server", n)
+			}
+			cancel()
+			if err := <-errs; err == nil {
+				t.Fatal("the cancelled scrape succeeded")
+			}
+			if n := len(m.cpuSlots); n != 0 {
+				t.Errorf("%d CPU slots held after every scrape ended", n)
+			}
+		})
+	}
+}

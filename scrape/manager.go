@@ -57,8 +57,8 @@ type Manager struct {
 	// wake tells the dispatcher the head of the queue changed.
 	wake chan struct{}
 	// budget admits the scrapes at the rate Options.CPUBudget pays for;
-	// cpuSlots bounds the parses running at once to its whole cores (nil:
-	// no budget).
+	// cpuSlots bounds the scrapes running at once (not waiting for the
+	// network) to its whole cores (nil: no budget).
 	budget   *budget
 	cpuSlots chan struct{}
 

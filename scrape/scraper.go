@@ -38,6 +38,9 @@ type server struct {
 	raw  syscall.RawConn
 	// cpu is the CPU time of the scrape in flight (cpuClock).
 	cpu cpuClock
+	// slot is the CPU slot of the scrape in flight (cpuSlot): held while
+	// it runs, given up while it waits for the network.
+	slot cpuSlot
 
 	// Guarded by Manager.mu.
 	index int          // position in its queue; -1 when not queued
@@ -225,6 +228,17 @@ func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, e
 	}
 	ctx, cancel := context.WithTimeout(parent, m.opts.Timeout)
 	defer cancel()
+	// All of a scrape's CPU work runs holding one of cpuSlots, not only
+	// its parse: its system calls, its header and its deadlines are as
+	// much again. So at most the budget's whole cores of scrapes are
+	// runnable at once, however many are in flight, and a request's
+	// goroutines always find a core. A scrape gives its slot up only while
+	// it waits for the network (slot.wait).
+	s.slot = cpuSlot{slots: m.cpuSlots, ctx: parent}
+	if !s.slot.take() {
+		return datastore.Metrics{}, parent.Err()
+	}
+	defer s.slot.give()
 	buf := bodyPool.Get().(*bytes.Buffer)
 	defer bodyPool.Put(buf)
 	var page []byte
@@ -232,21 +246,15 @@ func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, e
 	if s.request != nil {
 		page, err = m.get(ctx, s, buf)
 	} else {
+		// net/http's transport waits where the slot cannot be given up.
+		s.slot.give()
 		page, err = m.getHTTPS(ctx, parent, t, buf)
+		if err == nil && !s.slot.take() {
+			err = parent.Err()
+		}
 	}
 	if err != nil {
 		return datastore.Metrics{}, err
-	}
-	// The parse is most of a scrape's CPU: at most cpuSlots run at once,
-	// so that the scrapes leave the other cores to the request path
-	// however many are in flight.
-	if m.cpuSlots != nil {
-		select {
-		case m.cpuSlots <- struct{}{}:
-			defer func() { <-m.cpuSlots }()
-		case <-parent.Done():
-			return datastore.Metrics{}, parent.Err()
-		}
 	}
 	p := m.parsers[t.engine].Get().(*Parser)
 	defer m.parsers[t.engine].Put(p)
@@ -365,4 +373,35 @@ func buildTarget(o *Options, spec *datastore.PoolSpec, ep *datastore.Endpoint) t
 	host := net.JoinHostPort(ep.IP, strconv.Itoa(int(port)))
 	u := url.URL{Scheme: scheme, Host: host, Path: path}
 	return target{url: u.String(), engine: engine, scheme: scheme, host: host, path: u.EscapedPath()}
+}
+
+// cpuSlot is a scrape's hold on one of Manager.cpuSlots, taken while the
+// scrape runs and given up while it waits for the network: one scrape's
+// goroutine uses it, so it needs no lock.
+type cpuSlot struct {
+	slots chan struct{} // nil: no budget, nothing to hold
+	ctx   context.Context
+	held  bool
+}
+
+// take waits for a slot unless one is held; false when ctx ended first.
+func (c *cpuSlot) take() bool {
+	if c.slots == nil || c.held {
+		return true
+	}
+	select {
+	case c.slots <- struct{}{}:
+		c.held = true
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// give gives the slot up, if held.
+func (c *cpuSlot) give() {
+	if c.held {
+		<-c.slots
+		c.held = false
+	}
 }
