@@ -64,6 +64,7 @@ type config struct {
 	snapshots                                 string
 	logPicker, populateOnly                   bool
 	profiles                                  string
+	pickerBin                                 string
 }
 
 func main() {
@@ -103,6 +104,7 @@ func main() {
 	flag.DurationVar(&c.flipWindow, "flip-window", 20*time.Second, "Window of pod readiness flips measured.")
 	flag.IntVar(&c.coldPicks, "cold-picks", 200, "Cold pools sent their first request, one at a time.")
 	flag.StringVar(&c.snapshots, "snapshots", filepath.Join(os.TempDir(), "poolpicker-scale"), "Directory of populated etcd data directories, one per shape, reused across runs.")
+	flag.StringVar(&c.pickerBin, "picker-bin", "", "A poolpicker binary built beforehand (an A/B of two builds runs each in its own invocation); empty: build cmd/poolpicker of this tree.")
 	flag.StringVar(&c.profiles, "profiles", "", "Save poolpicker's heap profile at the end of each run, and a CPU profile of the cold picks, under this path prefix.")
 	flag.BoolVar(&c.logPicker, "log-picker", false, "Pass poolpicker's log to stderr.")
 	flag.BoolVar(&c.populateOnly, "populate-only", false, "Only populate (and keep) the snapshots of the pool counts, measure nothing.")
@@ -157,11 +159,15 @@ func mainErr(c config, pools, plans, out, fromJSON, svg string, md bool) error {
 	if err := raiseFileLimit(); err != nil {
 		return err
 	}
-	bin, cleanup, err := buildPicker(ctx)
-	if err != nil {
-		return err
+	bin := c.pickerBin
+	if bin == "" {
+		b, cleanup, err := buildPicker(ctx)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		bin = b
 	}
-	defer cleanup()
 	if c.populateOnly {
 		for _, n := range counts {
 			pc := c

@@ -50,6 +50,8 @@ var rows = []row{
 	{"cold first pick p99", func(r result) float64 { return r.ColdPickP99Ms }, "ms"},
 	{"cold pool's second pick p50", func(r result) float64 { return r.WarmPickP50Ms }, "ms"},
 	{"cold pool's second pick p99", func(r result) float64 { return r.WarmPickP99Ms }, "ms"},
+	{"pick after the same pause, pool picked before, p50", func(r result) float64 { return r.IdlePickP50Ms }, "ms"},
+	{"pick after the same pause, pool picked before, p99", func(r result) float64 { return r.IdlePickP99Ms }, "ms"},
 	{"sync from start", func(r result) float64 { return r.SyncSec }, "s"},
 	{"poolpicker CPU to sync", func(r result) float64 { return r.PickerSyncCPUSec }, "s"},
 	{"API requests at sync per pool", func(r result) float64 { return r.Requests / float64(r.Pools) }, ""},

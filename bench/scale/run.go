@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,6 +66,12 @@ type result struct {
 	// sent as soon as the first was answered.
 	WarmPickP50Ms float64 `json:"warmPickP50Ms"`
 	WarmPickP99Ms float64 `json:"warmPickP99Ms"`
+	// IdlePickP50Ms and IdlePickP99Ms are picks of pools picked before
+	// (cold pools' of the same phase), each after the same pause as a cold
+	// pool's first pick: the first pick's baseline for what the pause
+	// itself costs (a picker and a client idle for 20 ms wake first).
+	IdlePickP50Ms float64 `json:"idlePickP50Ms,omitempty"`
+	IdlePickP99Ms float64 `json:"idlePickP99Ms,omitempty"`
 	FlipPickerCPU float64 `json:"flipPickerCPU,omitempty"`
 
 	APISteadyRSS   int64   `json:"apiServerSteadyRSS"`
@@ -322,7 +329,8 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	// Cold pools: never sent a request, idle since start; one first
 	// request each, one at a time.
 	picked := maps.Clone(isHot)
-	var cold, warm []float64
+	var cold, warm, idle []float64
+	var pickedBefore []int
 	profDone := make(chan error, 1)
 	if c.profiles != "" {
 		go func() {
@@ -352,6 +360,18 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return r, err
 		}
+		// The baseline of the pause: a pool picked before, after the same
+		// pause as a first pick.
+		if k > 0 {
+			if pk, err = g.pick(ctx, c, pickedBefore[rand.IntN(len(pickedBefore))]); err != nil {
+				return r, fmt.Errorf("pick after a pause: %w", err)
+			}
+			idle = append(idle, ms(pk.latency))
+			if err := sleep(ctx, 20*time.Millisecond); err != nil {
+				return r, err
+			}
+		}
+		pickedBefore = append(pickedBefore, i)
 	}
 	if err := <-profDone; err != nil {
 		return r, err
@@ -359,9 +379,11 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	r.ColdPicks = len(cold)
 	r.ColdPickP50Ms, r.ColdPickP99Ms = percentile(cold, 50), percentile(cold, 99)
 	r.WarmPickP50Ms, r.WarmPickP99Ms = percentile(warm, 50), percentile(warm, 99)
+	r.IdlePickP50Ms, r.IdlePickP99Ms = percentile(idle, 50), percentile(idle, 99)
 	slowest := slices.Clone(cold)
 	slices.Sort(slowest)
-	logf("cold: %d first picks, p50 %.2f ms p99 %.2f ms (each pool's second pick: p50 %.2f ms p99 %.2f ms); slowest %.1f", r.ColdPicks, r.ColdPickP50Ms, r.ColdPickP99Ms, r.WarmPickP50Ms, r.WarmPickP99Ms, slowest[max(0, len(slowest)-10):])
+	logf("cold: %d first picks, p50 %.2f ms p99 %.2f ms (each pool's second pick: p50 %.2f ms p99 %.2f ms; a pool picked before, after the same pause: p50 %.2f ms p99 %.2f ms); slowest %.1f",
+		r.ColdPicks, r.ColdPickP50Ms, r.ColdPickP99Ms, r.WarmPickP50Ms, r.WarmPickP99Ms, r.IdlePickP50Ms, r.IdlePickP99Ms, slowest[max(0, len(slowest)-10):])
 
 	if c.FlipRate > 0 {
 		peaks.peak(0, true)
