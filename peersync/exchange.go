@@ -12,13 +12,16 @@ package peersync
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,9 +142,12 @@ type Exchange struct {
 	opts Options
 	// id tells this exchange's streams apart from a peer's: a replica
 	// whose peer list names itself refuses its own stream.
-	id      string
-	metrics *metrics
-	kick    chan struct{}
+	id string
+	// keyPrint names HashKey without giving it away, so that two replicas
+	// keyed differently, whose blocks would never match, find out.
+	keyPrint string
+	metrics  *metrics
+	kick     chan struct{}
 
 	mu       sync.Mutex
 	pending  []record
@@ -172,12 +178,22 @@ func New(opts Options) (*Exchange, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
-	return &Exchange{opts: opts, id: hex.EncodeToString(id[:]), metrics: m, kick: make(chan struct{}, 1),
+	return &Exchange{opts: opts, id: hex.EncodeToString(id[:]), keyPrint: keyFingerprint(opts.HashKey), metrics: m, kick: make(chan struct{}, 1),
 		dirty: map[*datastore.Endpoint]datastore.PoolKey{}, reported: map[*datastore.Endpoint]datastore.PoolKey{}, peers: map[string]*peer{}}, nil
 }
 
 // HashKey implements framework.Peers.
 func (x *Exchange) HashKey() uint64 { return x.opts.HashKey }
+
+// keyFingerprint is the first 8 bytes of a SHA-256 of the key, in hex: the
+// same on replicas of the same key, and no help to whoever reads it in
+// finding the key (that takes a search of all 2^64 keys).
+func keyFingerprint(key uint64) string {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], key)
+	sum := sha256.Sum256(append([]byte("poolpicker peer sync key\x00"), b[:]...))
+	return hex.EncodeToString(sum[:8])
+}
 
 // ShareBlocks implements framework.Peers.
 func (x *Exchange) ShareBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
@@ -504,10 +520,14 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 			return
 		}
 		if status.Code(err) == codes.FailedPrecondition {
-			// This replica itself, or a peer of another version: retrying
-			// would not change the answer. It is asked again once it
-			// leaves the peer list and comes back.
-			x.opts.Logger.V(2).Info("peer sync: not streaming to a peer", "peer", p.addr, "err", err.Error())
+			// This replica itself, a peer of another version or one keyed
+			// differently: retrying would not change the answer. It is
+			// asked again once it leaves the peer list and comes back.
+			if msg := status.Convert(err).Message(); strings.Contains(msg, keyMismatch) {
+				x.opts.Logger.Error(err, "peer sync: not streaming to a peer of another hash key; its routing and this replica's do not follow each other", "peer", p.addr)
+			} else {
+				x.opts.Logger.V(2).Info("peer sync: not streaming to a peer", "peer", p.addr, "err", msg)
+			}
 			x.mu.Lock()
 			p.refused = true
 			x.countPeers()
@@ -532,7 +552,7 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sctx = metadata.AppendToOutgoingContext(sctx, idHeader, x.id)
+	sctx = metadata.AppendToOutgoingContext(sctx, idHeader, x.id, keyHeader, x.keyPrint)
 	s, err := conn.NewStream(sctx, &serviceDesc.Streams[0], pushMethod, grpc.WaitForReady(true))
 	if err != nil {
 		return err
@@ -582,6 +602,13 @@ const idHeader = "poolpicker-peer-sync-id"
 // forgetHeader, "1" in a receiver's headers, says it reads forget records.
 const forgetHeader = "poolpicker-peer-sync-forget"
 
+// keyHeader carries the sender's key fingerprint (keyFingerprint). A
+// sender of the release before it sends none and is taken as before.
+const keyHeader = "poolpicker-peer-sync-key"
+
+// keyMismatch begins the refusal of a stream keyed differently.
+const keyMismatch = "peer sync: the peer hashes prompt blocks with another key"
+
 // pushServer is the service's handler type.
 type pushServer interface {
 	serve(grpc.ServerStream) error
@@ -603,8 +630,17 @@ func (x *Exchange) serve(s grpc.ServerStream) error {
 		x.metrics.refused.Inc()
 		return status.Error(codes.PermissionDenied, "peer sync: not a peer replica")
 	}
-	if md, _ := metadata.FromIncomingContext(s.Context()); slices.Contains(md.Get(idHeader), x.id) {
+	got, _ := metadata.FromIncomingContext(s.Context())
+	if slices.Contains(got.Get(idHeader), x.id) {
 		return status.Error(codes.FailedPrecondition, "peer sync: a stream from this replica to itself")
+	}
+	if keys := got.Get(keyHeader); len(keys) > 0 && keys[0] != x.keyPrint {
+		// Its blocks would never match this replica's: refused at once,
+		// not applied to nothing, so that both ends say so.
+		x.metrics.keyMismatch.Inc()
+		err := status.Errorf(codes.FailedPrecondition, "%s (fingerprint %.16q, this replica's %s): give every replica the same --peer-sync-key-file", keyMismatch, keys[0], x.keyPrint)
+		x.opts.Logger.Error(err, "peer sync: refused a peer's stream", "peer", peerAddr(s.Context()))
+		return err
 	}
 	md := metadata.Pairs(idHeader, x.id)
 	if !x.legacy {
@@ -639,6 +675,14 @@ func (x *Exchange) serve(s grpc.ServerStream) error {
 			return fmt.Errorf("peer sync: %w", err)
 		}
 	}
+}
+
+// peerAddr is the address a stream comes from, for logs.
+func peerAddr(ctx context.Context) string {
+	if p, ok := grpcpeer.FromContext(ctx); ok {
+		return p.Addr.String()
+	}
+	return ""
 }
 
 // fromPeer reports whether the stream comes from the host of one of the

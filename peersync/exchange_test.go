@@ -348,6 +348,39 @@ func TestOnlyPeers(t *testing.T) {
 	}
 }
 
+// TestKeyMismatch: replicas keyed differently, whose blocks would never
+// match, refuse each other's streams and count it, instead of applying
+// picks to blocks nobody else has; the sender stops dialling. A stream
+// without the key's fingerprint (a sender of the release before it) is
+// taken, as TestOnlyPeers shows.
+func TestKeyMismatch(t *testing.T) {
+	var a, b *side
+	b = newSide(t, Options{HashKey: 7})
+	a = newSide(t, Options{HashKey: 8, Peers: func() []string { return []string{b.lis.Addr().String()} }})
+	b.start(t)
+	a.start(t)
+	poll.Until(t, 10*time.Second, "the stream refused for its key", func() bool {
+		return testutil.ToFloat64(b.x.metrics.keyMismatch) == 1
+	})
+	poll.Until(t, 10*time.Second, "the sender to stop counting the peer", func() bool { return testutil.ToFloat64(a.x.metrics.peers) == 0 })
+	ea := a.endpoint(t, "127.0.0.2:8000")
+	ea.AddInFlight(1)
+	a.x.InFlightChanged(a.pool, ea)
+	a.x.ShareBlocks(framework.PoolOf(a.pool), framework.EndpointOf(ea), []uint64{1})
+	if n := testutil.ToFloat64(b.x.metrics.streams); n != 0 {
+		t.Fatalf("%s %v, want 0", MetricStreams, n)
+	}
+	if got := b.endpoint(t, "127.0.0.2:8000").InFlight(); got != 0 {
+		t.Fatalf("in flight %d from a peer of another key, want 0", got)
+	}
+	if n := testutil.ToFloat64(b.x.metrics.keyMismatch); n != 1 {
+		t.Fatalf("%s %v, want 1: the sender must not retry", MetricKeyMismatch, n)
+	}
+	if keyFingerprint(7) == keyFingerprint(8) || len(keyFingerprint(7)) != 16 {
+		t.Fatalf("fingerprints %s, %s", keyFingerprint(7), keyFingerprint(8))
+	}
+}
+
 // TestSelfIsNoPeer: a replica whose peer list names itself (discovery
 // lists every ready replica) refuses its own stream and stops dialling it,
 // so it never counts its own requests twice.
