@@ -109,10 +109,10 @@ var allRouters = []router{
 // sweepConfig is the fleet, the workload and the points of a sweep. Every
 // duration is simulated time; the servers spend it divided by timeScale.
 type sweepConfig struct {
-	servers, slots, kvBlocks, blockTokens    int
+	servers, slots, kvBlocks, blockTokens int
 	// promptBytesPerToken is the prompt bytes a modelsim server counts as
 	// a token (0: modelsim's 4, which the prompts are sized by).
-	promptBytesPerToken int
+	promptBytesPerToken                      int
 	prefixTokens, suffixTokens, outputTokens int
 	prefillOverhead, prefillPerToken         time.Duration
 	decodePerToken, scrapeInterval           time.Duration
