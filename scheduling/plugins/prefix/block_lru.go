@@ -145,17 +145,10 @@ func (l *blockLRU) dropUsedBefore(stamp uint64, dropped *[]uint64) int {
 // remove evicts h if held and reports whether it was.
 func (l *blockLRU) remove(h uint64) bool {
 	i, ok := l.pos[h]
-	if !ok {
-		return false
+	if ok {
+		l.evict(i)
 	}
-	l.unlink(i)
-	l.evictions++
-	l.free = append(l.free, i)
-	delete(l.pos, h)
-	if l.onEvict != nil {
-		l.onEvict(h)
-	}
-	return true
+	return ok
 }
 
 // resize sets the capacity, evicting the least recent blocks beyond it.
@@ -178,10 +171,14 @@ func (l *blockLRU) keys() []uint64 {
 // evictOldest evicts the least recent entry: a block, or a phantom entry
 // whole.
 func (l *blockLRU) evictOldest() {
-	i := l.entries[0].prev
-	if i == 0 {
-		return
+	if i := l.entries[0].prev; i != 0 {
+		l.evict(i)
 	}
+}
+
+// evict takes entry i out of the list, a phantom's weight or a block's
+// hash with it.
+func (l *blockLRU) evict(i int32) {
 	l.unlink(i)
 	l.evictions++
 	l.free = append(l.free, i)
