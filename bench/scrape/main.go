@@ -32,6 +32,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,7 @@ func main() {
 	poolsPerServer := flag.Int("pools-per-server", 1, "pools holding each model server")
 	idleInterval := flag.Duration("idle-interval", scrape.DefaultIdleRefreshInterval, "longest interval of an idle pool's servers (the idle mode)")
 	serve := flag.Bool("serve", false, "run as the model-server child")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "Write a CPU profile of each mode's measured window to this path prefix (PREFIX.MODE.N.pprof).")
 	flag.Parse()
 	if *serve {
 		if err := serveModelServers(*endpoints, *pageBytes); err != nil {
@@ -68,6 +70,34 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// cpuProfile is the -cpuprofile path prefix; profiled counts the
+// profiles written.
+var (
+	cpuProfile string
+	profiled   int
+)
+
+// startProfile starts the CPU profile of one mode's window; the returned
+// function stops it.
+func startProfile(mode string) (func(), error) {
+	if cpuProfile == "" {
+		return func() {}, nil
+	}
+	profiled++
+	f, err := os.Create(fmt.Sprintf("%s.%s.%d.pprof", cpuProfile, mode, profiled))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func run(endpoints, poolsPerServer int, interval, idleInterval, duration, warmup time.Duration, pageBytes int, modes []string) error {
@@ -195,6 +225,12 @@ func measure(mode string, endpoints, poolsPerServer, port int, interval, idleInt
 	time.Sleep(warmup) // a harness's fixed measuring window, not a wait for an event
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	stopProfile, err := startProfile(mode)
+	if err != nil {
+		cancel()
+		<-done
+		return result{}, err
+	}
 	before, t0, s0, a0 := cpu(), time.Now(), m.Stats(), ms.Mallocs
 	// Goroutines are sampled through the window: the scheduler's come and
 	// go with the scrapes in flight.
@@ -207,6 +243,7 @@ func measure(mode string, endpoints, poolsPerServer, port int, interval, idleInt
 	tick.Stop()
 	runtime.ReadMemStats(&ms)
 	after, t1, s1, a1 := cpu(), time.Now(), m.Stats(), ms.Mallocs
+	stopProfile()
 	cancel()
 	<-noting
 	if err := <-done; err != nil {
@@ -285,10 +322,17 @@ func measureRead(endpoints, port int, interval, duration, warmup time.Duration) 
 	time.Sleep(warmup) // a harness's fixed measuring window, not a wait for an event
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	stopProfile, err := startProfile("read")
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return result{}, err
+	}
 	before, t0, s0, a0 := cpu(), time.Now(), requests.Load(), ms.Mallocs
 	time.Sleep(duration) // the measured window
 	runtime.ReadMemStats(&ms)
 	after, t1, s1, a1 := cpu(), time.Now(), requests.Load(), ms.Mallocs
+	stopProfile()
 	r := result{mode: "read", poolEndpoints: endpoints, goroutines: runtime.NumGoroutine()}
 	cancel()
 	wg.Wait()
