@@ -90,6 +90,8 @@ type Manager struct {
 	// time: those of a pool with requests in the last DemandWindow, and the
 	// others. A busy server due is scraped before an idle one.
 	busy, idle serverQueue
+	// parks counts the servers set aside for their pool's slots (tests).
+	parks int
 }
 
 type poolSubs struct {
@@ -304,6 +306,12 @@ func (m *Manager) nextLocked(now time.Time) (s *server, wait time.Duration) {
 		if full := m.fullPoolLocked(s); full != nil {
 			s.parkedOn = full
 			full.parked = append(full.parked, s)
+			m.parks++
+			// s may have been queued again for a slot of another of its
+			// pools (unparkLocked): that slot goes to the next server
+			// waiting for it, or a pool with nothing in flight would keep
+			// its waiting servers parked for good.
+			m.passOnLocked(s, full)
 			continue
 		}
 		for _, ps := range s.counted {
@@ -342,26 +350,48 @@ func (m *Manager) fullPoolLocked(s *server) *poolSubs {
 	return nil
 }
 
-// releaseLocked gives back the pool slots of s's ended scrape; servers
-// waiting for them are queued again.
+// passOnLocked queues again, for each pool of s other than full that has
+// a slot free, one of the servers waiting for it.
+func (m *Manager) passOnLocked(s *server, full *poolSubs) {
+	for sb := range s.subs {
+		ps := m.pools[sb.pool.Key]
+		if ps == nil || ps.pool != sb.pool || ps == full || ps.inflight >= m.opts.MaxConcurrentScrapesPerPool {
+			continue
+		}
+		m.unparkLocked(ps, 1)
+	}
+}
+
+// releaseLocked gives back the pool slots of s's ended scrape; the
+// server that has waited longest for each is queued again.
 func (m *Manager) releaseLocked(s *server) {
 	for _, ps := range s.counted {
 		ps.inflight--
-		m.unparkLocked(ps)
+		m.unparkLocked(ps, 1)
 	}
 	s.counted = s.counted[:0]
 }
 
-// unparkLocked queues the servers waiting for ps's slots again, at their
-// due times.
-func (m *Manager) unparkLocked(ps *poolSubs) {
-	parked := ps.parked
-	ps.parked = nil
-	for _, s := range parked {
-		if s.parkedOn == ps {
-			s.parkedOn = nil
-			m.scheduleLocked(s, s.next)
+// unparkLocked queues up to n of the servers waiting for ps's slots again
+// (all of them when n is negative), those that waited longest first, at
+// their due times. One slot freed queues one server: queuing every
+// waiting server for it would have all but one of them taken off the
+// queue and parked again, each time a slot frees, at a pool with hundreds
+// of servers due.
+func (m *Manager) unparkLocked(ps *poolSubs, n int) {
+	for n != 0 && len(ps.parked) > 0 {
+		s := ps.parked[0]
+		ps.parked[0] = nil
+		ps.parked = ps.parked[1:]
+		if s.parkedOn != ps {
+			continue
 		}
+		s.parkedOn = nil
+		m.scheduleLocked(s, s.next)
+		n--
+	}
+	if len(ps.parked) == 0 {
+		ps.parked = nil
 	}
 }
 
@@ -707,7 +737,7 @@ func (m *Manager) EndpointsChanged(pool *datastore.Pool, added, removed []*datas
 			for _, sb := range ps.subs {
 				detach(sb)
 			}
-			m.unparkLocked(ps)
+			m.unparkLocked(ps, -1)
 		}
 		ps = &poolSubs{pool: pool, subs: map[datastore.EndpointKey]*sub{}}
 		m.pools[pool.Key] = ps
@@ -730,7 +760,7 @@ func (m *Manager) EndpointsChanged(pool *datastore.Pool, added, removed []*datas
 	}
 	if len(ps.subs) == 0 {
 		delete(m.pools, pool.Key)
-		m.unparkLocked(ps)
+		m.unparkLocked(ps, -1)
 	}
 	m.mu.Unlock()
 	for _, done := range ending {
@@ -751,7 +781,7 @@ func (m *Manager) PoolRemoved(pool *datastore.Pool) {
 				ending = append(ending, done)
 			}
 		}
-		m.unparkLocked(ps)
+		m.unparkLocked(ps, -1)
 	}
 	m.mu.Unlock()
 	for _, done := range ending {

@@ -5,6 +5,7 @@ package scrape
 
 import (
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,5 +184,55 @@ func TestHangingPoolStallsOnlyItself(t *testing.T) {
 	case <-arrived:
 		t.Error("a third server of the hanging pool was asked while two of its scrapes hung")
 	default:
+	}
+}
+
+// A slot freed at a pool with many servers waiting for its slots queues
+// one of them, not all: the others stay aside instead of being taken off
+// the queue and set aside again, each time a slot frees.
+func TestFreedSlotQueuesOneWaitingServer(t *testing.T) {
+	const (
+		n       = 40
+		perPool = 2
+		freed   = 10
+	)
+	servers := startModelServers(t, n)
+	arrived := make(chan string, 4*n)
+	// A request is answered when the test hands its server a token.
+	tokens := make(chan struct{})
+	page := mustPage(t, vllmpage.State{Running: 1}, vllmpage.Options{})
+	for _, s := range servers {
+		s.set(func(w http.ResponseWriter, r *http.Request) {
+			arrived <- s.addr
+			select {
+			case <-tokens:
+				w.Header().Set("Content-Length", strconv.Itoa(len(page)))
+				w.Write(page) //nolint:errcheck
+			case <-r.Context().Done():
+			}
+		})
+	}
+	h := newHarness(t, Options{RefreshInterval: 10 * time.Millisecond, Timeout: time.Hour, MaxConcurrentScrapesPerPool: perPool})
+	h.addPool("big", nil, servers[0].port, servers...)
+	for range perPool {
+		<-arrived
+	}
+	// Each freed slot starts one more scrape.
+	for range freed {
+		tokens <- struct{}{}
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a freed slot started no scrape of a waiting server")
+		}
+	}
+	h.m.mu.Lock()
+	parks := h.m.parks
+	h.m.mu.Unlock()
+	// Each server is set aside once when first due, and each answered one
+	// once more when due again; queuing every waiting server per freed
+	// slot sets aside about n more per slot.
+	if limit := n + 3*freed; parks > limit {
+		t.Errorf("servers set aside %d times for %d freed slots of a %d-server pool, want at most %d", parks, freed, n, limit)
 	}
 }

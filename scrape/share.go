@@ -35,6 +35,11 @@ func (m *Manager) planLocked(now time.Time) {
 	// restored it.
 	defer func() { m.hastenLocked(slowed) }()
 	for _, ps := range m.pools {
+		if free := m.opts.MaxConcurrentScrapesPerPool - ps.inflight; free > 0 && len(ps.parked) > 0 {
+			// A server queued again for a freed slot that left before
+			// its turn passed the slot on to no one.
+			m.unparkLocked(ps, free)
+		}
 		if ps.interval > 0 {
 			slowed = append(slowed, slowedPool{ps, ps.interval})
 		}
