@@ -243,6 +243,14 @@ type prefixEndpoint struct {
 	pending float64
 }
 
+// heldBlocks is the blocks the endpoint's LRU holds, its phantoms
+// included: what the index believes its server caches.
+func (pe *prefixEndpoint) heldBlocks() int {
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	return len(pe.lru.pos) + pe.lru.phantomBlocks
+}
+
 // correctAdded adds to the blocks counted as this index's since the last
 // sample the difference the server's report of the request's cached
 // tokens made (ObserveCachedTokens), in blocks.

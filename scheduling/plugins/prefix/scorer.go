@@ -108,6 +108,19 @@ type Params struct {
 	// narrow slack spreads its load better. False (the plugin default):
 	// RendezvousLoadSlack however many replicas there are.
 	RendezvousSlackPerReplica bool `json:"rendezvousSlackPerReplica"`
+	// RendezvousBalanceCache keeps the rendezvous choice off a candidate
+	// whose index holds more than one prompt's blocks beyond the one
+	// holding the fewest (of the candidates within the load slack). With
+	// few prefixes per endpoint the hash alone spreads them unevenly (12
+	// over 4 endpoints: 5 or more on one in 6 pools of 10), and the
+	// endpoint given the most serves the most and evicts what its cache
+	// cannot hold; with the bound, no endpoint holds more than two prompts
+	// beyond another when the prefixes are placed. Replicas agree on it as
+	// far as their indexes agree: with peer sync they record the same
+	// picks; without it each holds its own share, and they may choose
+	// differently. False (the plugin default): the hash within the load
+	// slack alone.
+	RendezvousBalanceCache bool `json:"rendezvousBalanceCache"`
 	// ServerCounterAging ages each endpoint's LRU by what its server says
 	// it cached: on each new scrape, the growth of its prefix-cache
 	// counters (vLLM's vllm:prefix_cache_queries_total less
@@ -280,6 +293,7 @@ type prefixCycle struct {
 	hashes  []uint64
 	matched []int32
 	scratch []int32
+	held    []int // rendezvous: the blocks each candidate holds
 	index   *prefixIndex
 }
 
@@ -321,7 +335,7 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 		}
 	}
 	if !slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {
-		s.rendezvous(cs, req, c, scores)
+		s.rendezvous(cs, req, c, scores, st)
 	}
 }
 
@@ -383,7 +397,7 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 // hash is fixed, not the scorer's seed, so that every replica agrees; a
 // crafted prompt can only choose which endpoint it lands on, which any
 // client can do by sending load there.
-func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
+func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64, st *prefixCycle) {
 	if s.params.RendezvousBlocks == 0 || len(c) == 0 {
 		return
 	}
@@ -408,9 +422,32 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 			slack *= int64(x.replicas())
 		}
 	}
+	// With RendezvousBalanceCache, held is the blocks each candidate's LRU
+	// holds (nil: not bounded by them), minHeld the fewest of those within
+	// the slack.
+	var held []int
+	minHeld := math.MaxInt
+	if s.params.RendezvousBalanceCache && st != nil && st.index != nil {
+		states := st.index.statesFor(cs.Endpoints)
+		held = slices.Grow(st.held[:0], len(c))[:len(c)]
+		st.held = held
+		for i := range c {
+			held[i] = 0
+			if pe := states[c[i].Index]; pe != nil && !pe.dead.Load() {
+				held[i] = pe.heldBlocks()
+			}
+			if candidateLoad(&c[i])-least <= slack {
+				minHeld = min(minHeld, held[i])
+			}
+		}
+	}
+	promptBlocks := min(len(req.Prompt)/s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
 	best, bestWeight := -1, uint64(0)
 	for i := range c {
 		if candidateLoad(&c[i])-least > slack {
+			continue
+		}
+		if held != nil && held[i]-minHeld > promptBlocks {
 			continue
 		}
 		if w := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address())); best < 0 || w > bestWeight {

@@ -948,3 +948,41 @@ func TestObserveCachedTokensInServerTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixScorerRendezvousBalanceCache places 24 new prefixes, each where
+// the rendezvous choice sends it, on an idle pool of 4: with
+// rendezvousBalanceCache no endpoint is chosen while its index holds more
+// than a prompt beyond the endpoint holding the least, so the prefixes
+// spread within two of each other; two replicas with the same picks (peer
+// sync) choose alike.
+func TestPrefixScorerRendezvousBalanceCache(t *testing.T) {
+	const params = `{"queueCostTokens": 128, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8, "rendezvousBalanceCache": true}`
+	a, b := newPrefixFixture(t, 4, params), newPrefixFixture(t, 4, params)
+	chosen := func(scores []float64) int {
+		for pod, v := range scores {
+			if v == RendezvousScore {
+				return pod
+			}
+		}
+		t.Fatalf("scores %v: no rendezvous choice", scores)
+		return 0
+	}
+	count := map[int]int{}
+	for g := range 24 {
+		p := schedtest.Prompt(fmt.Sprintf("system prompt %d", g), 2048)
+		ca, cb := chosen(a.score(p, 0)), chosen(b.score(p, 0))
+		if ca != cb {
+			t.Fatalf("prompt %d: replica A chose pod %d, B pod %d", g, ca, cb)
+		}
+		a.score(p, ca)
+		b.score(p, cb)
+		count[ca]++
+	}
+	lo, hi := 24, 0
+	for pod := 1; pod <= 4; pod++ {
+		lo, hi = min(lo, count[pod]), max(hi, count[pod])
+	}
+	if hi-lo > 2 {
+		t.Fatalf("prefixes per pod %v: want within 2 of each other", count)
+	}
+}
