@@ -4,6 +4,7 @@
 package datastore
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -37,6 +38,17 @@ type endpointState struct {
 	// peerInFlight is the requests the picker's peer replicas say they
 	// have in flight on the endpoint (peer sync); zero without peers.
 	peerInFlight atomic.Int64
+	// held counts the requests flow control holds in the picker for the
+	// endpoint (AddHeld); heldAny is their total, read without heldMu.
+	heldAny atomic.Int64
+	heldMu  sync.Mutex
+	held    []heldCount
+}
+
+// heldCount is the requests of one priority held for an endpoint.
+type heldCount struct {
+	priority int
+	n        int64
 }
 
 // Key identifies the endpoint across snapshots: the pod UID and the port.
@@ -75,6 +87,43 @@ func (e *Endpoint) AddPeerInFlight(delta int64) { e.state.peerInFlight.Add(delta
 
 // AddInFlight adjusts the in-flight count by delta (+1 on pick, -1 on finish).
 func (e *Endpoint) AddInFlight(delta int64) { e.state.inFlight.Add(delta) }
+
+// AddHeld adjusts by delta the requests of priority that flow control holds
+// in the picker for the endpoint: requests scheduled to it that wait for one
+// of its slots. They are load the scheduler weighs (HeldAtOrAbove), not
+// requests the server has.
+func (e *Endpoint) AddHeld(priority int, delta int64) {
+	s := e.state
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	s.heldAny.Add(delta)
+	for i := range s.held {
+		if s.held[i].priority == priority {
+			s.held[i].n += delta
+			return
+		}
+	}
+	s.held = append(s.held, heldCount{priority: priority, n: delta})
+}
+
+// HeldAtOrAbove is the requests flow control holds for the endpoint whose
+// priority is at least priority: those a request of that priority would
+// wait behind there.
+func (e *Endpoint) HeldAtOrAbove(priority int) int64 {
+	s := e.state
+	if s.heldAny.Load() == 0 {
+		return 0
+	}
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	var n int64
+	for _, h := range s.held {
+		if h.priority >= priority {
+			n += h.n
+		}
+	}
+	return max(n, 0)
+}
 
 // EndpointKey identifies an endpoint: a pod (by UID) and a target port.
 type EndpointKey struct {

@@ -8,30 +8,85 @@ import (
 
 	"google.golang.org/grpc/status"
 
+	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
+	"github.com/poolpicker/poolpicker/scheduling"
 )
 
-// admit holds the stream's request in its pool's flow-control queue until
-// it may be scheduled; the stream holds its answer meanwhile. done means the
+// awaitEndpoints holds the stream's request in its pool's waiting room
+// while the pool has no ready endpoint, before the scheduler is asked. done
+// means the request was refused (503) or its client went away.
+func (st *stream) awaitEndpoints() (done bool, err error) {
+	if st.pool.Endpoints().Len() > 0 {
+		return false, nil
+	}
+	prev := st.state
+	st.state = stateQueued
+	err = st.s.opts.FlowControl.AwaitEndpoints(st.ctx, st.pool, st.flowRequest())
+	st.state = prev
+	if err != nil {
+		return true, st.refuse(err)
+	}
+	return false, nil
+}
+
+// admit holds the stream's request in its pool's flow-control queue. With
+// per-endpoint queues (res, the scheduler's pick), until the endpoint it
+// prefers or an idle one may take it, and puts that endpoint first in res;
+// else (res nil, the scheduler asked after) until any endpoint of the pool
+// has a free slot. The stream holds its answer meanwhile. done means the
 // request was refused (answered 429 or 503) or its client went away.
-func (st *stream) admit() (done bool, err error) {
-	fc := st.s.opts.FlowControl
+func (st *stream) admit(res *scheduling.Result) (done bool, err error) {
+	req := st.flowRequest()
+	if res != nil {
+		req.Endpoints = res.Endpoints
+		// A request that waits teaches the scheduler its pick at once: the
+		// requests of the same prefix scheduled meanwhile then follow it to
+		// the endpoint it waits for, instead of scattering the prefix.
+		req.Queued = res.Commit
+	}
+	prev := st.state
+	st.state = stateQueued
+	t, err := st.s.opts.FlowControl.Admit(st.ctx, st.pool, req)
+	st.state = prev
+	if err != nil {
+		return true, st.refuse(err)
+	}
+	st.ticket = t
+	if to := t.Endpoint(); res != nil && to != nil && to.Key() != res.Endpoints[0].Key() {
+		res.Endpoints = firstOf(res.Endpoints, to)
+	}
+	return false, nil
+}
+
+func (st *stream) flowRequest() flowcontrol.Request {
 	priority, _ := st.pool.Policy().Priority(st.objective)
 	flow := st.objective
 	if st.s.flowHeader != "" {
 		flow = st.flow
 	}
-	prev := st.state
-	st.state = stateQueued
-	t, err := fc.Admit(st.ctx, st.pool, flowcontrol.Request{ID: st.requestID, Flow: flow, Priority: priority, Bytes: int64(st.bodyBytes)})
-	st.state = prev
-	if err != nil {
-		var fe *flowcontrol.Error
-		if errors.As(err, &fe) {
-			return true, st.fail(&httpError{code: fe.Code, reason: fe.Reason, msg: fe.Message})
-		}
-		return true, status.FromContextError(err).Err()
+	return flowcontrol.Request{ID: st.requestID, Flow: flow, Priority: priority, Bytes: int64(st.bodyBytes)}
+}
+
+// refuse answers a request flow control refused, or ends the stream of one
+// whose client went away.
+func (st *stream) refuse(err error) error {
+	var fe *flowcontrol.Error
+	if errors.As(err, &fe) {
+		return st.fail(&httpError{code: fe.Code, reason: fe.Reason, msg: fe.Message})
 	}
-	st.ticket = t
-	return false, nil
+	return status.FromContextError(err).Err()
+}
+
+// firstOf is eps with e first, the others after it in their order, as
+// many as eps held (the last dropped when e was not among them).
+func firstOf(eps []*datastore.Endpoint, e *datastore.Endpoint) []*datastore.Endpoint {
+	out := make([]*datastore.Endpoint, 0, len(eps))
+	out = append(out, e)
+	for _, x := range eps {
+		if len(out) < len(eps) && x.Key() != e.Key() {
+			out = append(out, x)
+		}
+	}
+	return out
 }

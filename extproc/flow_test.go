@@ -23,7 +23,7 @@ import (
 // flowFixture is a server with the real scheduler and a real flow
 // controller over pools of one endpoint each, whose scrape says idle and
 // stays fresh: with a queue-depth threshold of 1, one request in flight
-// saturates a pool (PoolSaturated counts the picker's in-flight requests
+// saturates a pool (EndpointSaturated counts the picker's in-flight requests
 // beyond the scraped running ones), so a test decides when a slot frees by
 // finishing a request.
 type flowFixture struct {
@@ -42,7 +42,7 @@ func newFlowFixture(t *testing.T, pools int, fo flowcontrol.Options) *flowFixtur
 	}
 	reg.AddObserver(sched)
 	prom := prometheus.NewRegistry()
-	fo.Saturated, fo.Registerer = sched.PoolSaturated, prom
+	fo.EndpointSaturated, fo.Registerer = sched.EndpointSaturated, prom
 	fc, err := flowcontrol.New(fo)
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +192,18 @@ func TestFlowControlOrder(t *testing.T) {
 		want:  []string{"high", "a", "none", "batch"},
 	}, {
 		name:  "flows of a band in turn (objectives)",
+		reqs:  [][]hdr{{{hdrObjective, "a", true}}, {{hdrObjective, "a", true}}, {{hdrObjective, "a", true}}, {{hdrObjective, "b", true}}, {{hdrObjective, "b", true}}},
+		names: []string{"a1", "a2", "a3", "b1", "b2"},
+		want:  []string{"a1", "b1", "a2", "b2", "a3"},
+	}, {
+		name:  "bands by priority, per-endpoint queues",
+		opts:  flowcontrol.Options{PerEndpoint: true},
+		reqs:  [][]hdr{{{hdrObjective, "batch", true}}, {{hdrObjective, "a", true}}, {{hdrObjective, "high", true}}, {}},
+		names: []string{"batch", "a", "high", "none"},
+		want:  []string{"high", "a", "none", "batch"},
+	}, {
+		name:  "flows of a band in turn, per-endpoint queues",
+		opts:  flowcontrol.Options{PerEndpoint: true},
 		reqs:  [][]hdr{{{hdrObjective, "a", true}}, {{hdrObjective, "a", true}}, {{hdrObjective, "a", true}}, {{hdrObjective, "b", true}}, {{hdrObjective, "b", true}}},
 		names: []string{"a1", "a2", "a3", "b1", "b2"},
 		want:  []string{"a1", "b1", "a2", "b2", "a3"},
@@ -397,4 +409,33 @@ func TestInvalidFlowHeader(t *testing.T) {
 		})
 	}
 	routeOnce(t, fx.ts, fx.f, 0)
+}
+
+// TestFirstOf: the endpoint flow control gave a request goes first, the
+// scheduler's other picks after it in their order, as many as it picked.
+func TestFirstOf(t *testing.T) {
+	ep := func(n string) *datastore.Endpoint {
+		return &datastore.Endpoint{PodUID: types.UID(n), Port: 8000, Address: n + ":8000"}
+	}
+	a, b, c, d := ep("a"), ep("b"), ep("c"), ep("d")
+	for _, tc := range []struct {
+		name string
+		eps  []*datastore.Endpoint
+		to   *datastore.Endpoint
+		want string
+	}{
+		{"a fallback goes first", []*datastore.Endpoint{a, b, c}, c, "c a b"},
+		{"an endpoint not picked goes first, the last drops", []*datastore.Endpoint{a, b, c}, d, "d a b"},
+		{"one pick", []*datastore.Endpoint{a}, d, "d"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, e := range firstOf(tc.eps, tc.to) {
+				got = append(got, string(e.PodUID))
+			}
+			if s := strings.Join(got, " "); s != tc.want {
+				t.Fatalf("got %s, want %s", s, tc.want)
+			}
+		})
+	}
 }

@@ -691,11 +691,19 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		sreq.Model = st.modelRewrite
 	}
 	st.setLabels(requested, sreq.Model)
-	if st.s.opts.FlowControl != nil {
-		if done, err := st.admit(); done {
+	perEndpoint := false
+	if fc := st.s.opts.FlowControl; fc != nil {
+		if done, err := st.awaitEndpoints(); done {
 			return true, err
 		}
-		defer st.ticket.Picked() // a failed pick frees the queue too
+		perEndpoint = fc.PerEndpoint()
+		if !perEndpoint {
+			// Released when the pool has a free slot, then scheduled.
+			if done, err := st.admit(nil); done {
+				return true, err
+			}
+			defer st.ticket.Picked() // a failed pick frees the queue too
+		}
 		sreq.Admitted = true
 	}
 	scheduleStart := time.Now()
@@ -706,8 +714,14 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		st.trace.scheduled(sreq.Model, scheduleTime)
 	}
 	// Learning from the pick waits until the answer is sent (and before a
-	// pooled body that sreq.Prompt may alias is reused).
-	defer res.Commit()
+	// pooled body that sreq.Prompt may alias is reused); a request flow
+	// control refused went nowhere and teaches nothing.
+	refused := false
+	defer func() {
+		if !refused {
+			res.Commit()
+		}
+	}()
 	if err != nil || res == nil || len(res.Endpoints) == 0 {
 		st.s.metrics.attempted(st.labels, nil)
 	}
@@ -723,6 +737,12 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	}
 	if res == nil || len(res.Endpoints) == 0 {
 		return true, st.fail(&httpError{code: http.StatusServiceUnavailable, reason: "NoEligibleEndpoints", msg: "the scheduler returned no endpoint for pool " + st.poolName})
+	}
+	if perEndpoint {
+		if refused, err = st.admit(res); refused {
+			return true, err
+		}
+		defer st.ticket.Picked() // a failed pick frees the queue too
 	}
 	target := res.TargetModel
 	if target == "" {

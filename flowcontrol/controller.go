@@ -47,6 +47,17 @@ type Request struct {
 	Priority int
 	// Bytes is the request body the stream holds while it waits.
 	Bytes int64
+	// Endpoints are the scheduler's pick for the request, preferred first
+	// (the endpoint holding its prompt's prefix, then the fallbacks): it
+	// waits for the first while that one is busy, unless an idle endpoint
+	// takes it. Empty: any endpoint with a free slot takes it.
+	Endpoints []*datastore.Endpoint
+	// Queued, when set, is called once if the request goes into the queue
+	// (it did not find its endpoint free), on the caller's goroutine before
+	// Admit waits: the caller has the scheduler learn the pick then, so
+	// that the requests scheduled while this one waits see its prefix on
+	// the endpoint it waits for.
+	Queued func()
 }
 
 // Controller queues the requests of every served pool; it is a
@@ -66,10 +77,10 @@ type Controller struct {
 
 var _ datastore.Observer = (*Controller)(nil)
 
-// New returns a controller; opts.Saturated is required.
+// New returns a controller; opts.EndpointSaturated is required.
 func New(opts Options) (*Controller, error) {
-	if opts.Saturated == nil {
-		return nil, errors.New("flowcontrol: a saturation detector (Options.Saturated) is required")
+	if opts.EndpointSaturated == nil {
+		return nil, errors.New("flowcontrol: a saturation detector (Options.EndpointSaturated) is required")
 	}
 	opts.setDefaults()
 	m, err := newMetrics(opts.Registerer)
@@ -83,16 +94,22 @@ func New(opts Options) (*Controller, error) {
 // flow; empty when flows are objectives.
 func (c *Controller) FlowHeader() string { return c.flowHeader }
 
+// PerEndpoint reports Options.PerEndpoint: requests are scheduled before
+// Admit, which takes their pick in Request.Endpoints.
+func (c *Controller) PerEndpoint() bool { return c.opts.PerEndpoint }
+
 // QueuedBytes is the body bytes queued over every pool now.
 func (c *Controller) QueuedBytes() int64 { return c.bytes.Load() }
 
-// Admit returns once req may be scheduled in pool: at once while the pool
-// has a free slot and nobody waits, else when the queue releases it. It
-// returns an *Error when the request is refused (queue full, TTL, no
-// endpoint within NoEndpointTTL), and ctx's error as soon as ctx is done
-// (the client went away): the request has left the queue then. The caller
-// calls Ticket.Picked once the request's in-flight count is added (or its
-// pick failed), and Ticket.Done once the request has finished.
+// Admit returns once req may be sent to an endpoint of pool
+// (Ticket.Endpoint): at once while nobody waits and its preferred endpoint
+// (req.Endpoints[0]) has a free slot or another is idle, else when the
+// queue releases it. It returns an *Error when the request is refused
+// (queue full, TTL, no endpoint within NoEndpointTTL), and ctx's error as
+// soon as ctx is done (the client went away): the request has left the
+// queue then. The caller counts the request in flight on
+// Ticket.Endpoint, then calls Ticket.Picked (also when its pick failed),
+// and Ticket.Done once the request has finished.
 func (c *Controller) Admit(ctx context.Context, pool *datastore.Pool, req Request) (*Ticket, error) {
 	if len(req.Flow) > MaxFlowKeyBytes {
 		return nil, &Error{Code: http.StatusBadRequest, Reason: "BadRequest",
@@ -112,6 +129,26 @@ func (c *Controller) Admit(ctx context.Context, pool *datastore.Pool, req Reques
 		}
 	}
 	return pq.admit(ctx, req)
+}
+
+// AwaitEndpoints returns once pool has a ready endpoint: at once when it
+// has one or there is no waiting room (NoEndpointTTL zero), else when one
+// comes. It returns a 503 *Error when none came within NoEndpointTTL, and
+// ctx's error as soon as ctx is done. A caller that asks the scheduler for
+// req's endpoints before Admit waits here first.
+func (c *Controller) AwaitEndpoints(ctx context.Context, pool *datastore.Pool, req Request) error {
+	if pool.Endpoints().Len() > 0 || c.opts.NoEndpointTTL == 0 {
+		return nil
+	}
+	pq := c.queue(pool)
+	if pq == nil {
+		return errRemoved(pool)
+	}
+	return pq.awaitEndpoints(ctx, req)
+}
+
+func (c *Controller) endpointSaturated(e *datastore.Endpoint) bool {
+	return c.opts.EndpointSaturated(e)
 }
 
 // Wake has pool's queue look at its saturation again: a scrape of one of
@@ -179,8 +216,21 @@ type Ticket struct {
 	pq *poolQueue
 	// reserved: the queue released this request and waits for its pick
 	// before it releases the next.
-	reserved     bool
+	reserved bool
+	// to is the endpoint the request goes to.
+	to           *datastore.Endpoint
 	picked, done atomic.Bool
+}
+
+// Endpoint is the endpoint the queue gave the request: its preferred one,
+// or an idle one that took it while the preferred one was busy. Nil when
+// flow control chose none (the pool had no endpoint and no waiting room):
+// the scheduler's pick stands. A nil Ticket has none.
+func (t *Ticket) Endpoint() *datastore.Endpoint {
+	if t == nil {
+		return nil
+	}
+	return t.to
 }
 
 // Picked tells the queue the request's pick is over (its in-flight count

@@ -18,6 +18,7 @@ const (
 	DefaultMaxBandRequests = 1000
 	DefaultMaxBandBytes    = 64 << 20
 	DefaultMaxQueuedBytes  = 512 << 20
+	DefaultStealBelow      = 1
 	// MaxFlowKeyBytes bounds a flow's key (the flow header's value): longer
 	// values are refused with 400, so a client cannot make the queue keep
 	// arbitrary strings.
@@ -27,10 +28,26 @@ const (
 // Options configures a Controller. The zero value of every field means its
 // documented default; flags are bound to it in cmd/poolpicker.
 type Options struct {
-	// Saturated reports whether a pool has no free slot for one more
-	// request: the scheduler's saturation detector (scheduling's
-	// Scheduler.PoolSaturated). Required.
-	Saturated func(pool *datastore.Pool) bool
+	// EndpointSaturated reports whether an endpoint has no free slot for
+	// one more request: the scheduler's saturation detector (scheduling's
+	// Scheduler.EndpointSaturated). Required.
+	EndpointSaturated func(e *datastore.Endpoint) bool
+	// PerEndpoint has a request scheduled before it waits, and wait for the
+	// endpoint picked for it (Request.Endpoints), counted as load there
+	// (datastore.Endpoint.AddHeld) for the requests scheduled meanwhile.
+	// False: a request waits until any endpoint of its pool has a free
+	// slot, and is scheduled then (Request.Endpoints empty).
+	PerEndpoint bool
+	// StealBelow is the in-flight count below which an endpoint with a free
+	// slot takes a request that waits for another, busy endpoint (its
+	// preferred one, holding its prompt's prefix) while none waits for it.
+	// Zero: 1, only an endpoint with nothing in flight. Higher keeps fewer
+	// slots idle at the cost of prefix-cache misses.
+	StealBelow int
+	// StealAfter is how long a request waits for its preferred endpoint
+	// before any endpoint with a free slot takes it. Zero: for as long as
+	// the preferred endpoint stays busy and no endpoint is idle.
+	StealAfter time.Duration
 
 	// QueueTTL is the longest a request waits in a pool's queue; then it is
 	// answered 429 (QueueTTLExpired). Zero: 30s.
@@ -85,5 +102,8 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxQueuedBytes <= 0 {
 		o.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
+	if o.StealBelow <= 0 {
+		o.StealBelow = DefaultStealBelow
 	}
 }

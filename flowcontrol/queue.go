@@ -34,7 +34,10 @@ type poolQueue struct {
 	queued int
 	// reserved: a released request has not been picked yet; the next waits
 	// for it, so that saturation is judged with its in-flight count.
-	reserved  bool
+	reserved bool
+	// free is dispatch's scratch: the pool's endpoints by key, those with
+	// a free slot mapped to themselves, the others to nil.
+	free      map[datastore.EndpointKey]*datastore.Endpoint
 	room      map[*roomWaiter]struct{}
 	roomGauge prometheus.Gauge
 	removed   bool
@@ -55,9 +58,11 @@ type waiter struct {
 	since time.Time
 	ready chan struct{}
 	state waitState
-	band  *band
-	flow  *flow
-	elem  *list.Element
+	// to is the endpoint the request was released to (stateDispatched).
+	to   *datastore.Endpoint
+	band *band
+	flow *flow
+	elem *list.Element
 }
 
 // band is one priority's flows, served in turn.
@@ -76,6 +81,11 @@ type band struct {
 type flow struct {
 	key string
 	q   list.List // of *waiter, oldest first
+	// served counts the flow's released requests since it joined the
+	// band's ring (where it starts at the least count of the flows there):
+	// only the flows with the least count may take a slot, so the flows of
+	// a band that are both backlogged are served one for one.
+	served int64
 }
 
 // roomWaiter is a request waiting for the pool's first endpoint.
@@ -84,16 +94,20 @@ type roomWaiter struct {
 	removed bool // the pool went away: written before ready is closed
 }
 
-// admit returns at once when the pool has a free slot and nobody waits;
-// else queues req until the queue releases it.
+// admit returns at once when nobody waits and an endpoint may take req
+// (its preferred one with a free slot, or an idle one); else queues req
+// until the queue releases it.
 func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 	c := pq.c
 	if pq.waiting.Load() == 0 {
 		pq.mu.Lock()
-		free := !pq.reserved && pq.queued == 0 && !pq.removed && !c.opts.Saturated(pq.pool)
+		var to *datastore.Endpoint
+		if !pq.reserved && pq.queued == 0 && !pq.removed {
+			to = pq.targetLocked(&req)
+		}
 		pq.mu.Unlock()
-		if free {
-			return &Ticket{pq: pq}, nil
+		if to != nil {
+			return &Ticket{pq: pq, to: to}, nil
 		}
 	}
 
@@ -121,16 +135,35 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 	pq.waiting.Add(1)
 	pq.dispatchLocked()
 	pq.mu.Unlock()
+	if req.Queued != nil {
+		req.Queued()
+	}
 
 	timer := time.NewTimer(c.opts.QueueTTL)
 	defer timer.Stop()
+	// Past StealAfter the request may take any free slot: the queue is
+	// looked at then, not only on the pool's next event.
+	var steal <-chan time.Time
+	if c.opts.StealAfter > 0 && len(req.Endpoints) > 0 {
+		st := time.NewTimer(c.opts.StealAfter)
+		defer st.Stop()
+		steal = st.C
+	}
 	var expired bool
-	select {
-	case <-w.ready:
-		return pq.released(w)
-	case <-ctx.Done():
-	case <-timer.C:
-		expired = true
+wait:
+	for {
+		select {
+		case <-w.ready:
+			return pq.released(w)
+		case <-steal:
+			steal = nil
+			pq.wake()
+			continue
+		case <-ctx.Done():
+		case <-timer.C:
+			expired = true
+		}
+		break wait
 	}
 
 	pq.mu.Lock()
@@ -139,7 +172,7 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 		pq.mu.Unlock()
 		if ctx.Err() != nil && w.state == stateDispatched {
 			// Released as the client left: hand the slot to the next.
-			t := &Ticket{pq: pq, reserved: true}
+			t := &Ticket{pq: pq, reserved: true, to: w.to}
 			t.Done()
 			return nil, ctx.Err()
 		}
@@ -165,7 +198,7 @@ func (pq *poolQueue) released(w *waiter) (*Ticket, error) {
 		pq.c.m.reject(pq.pool.Key, w.req.Priority, ReasonPoolRemoved)
 		return nil, errRemoved(pq.pool)
 	}
-	return &Ticket{pq: pq, reserved: true}, nil
+	return &Ticket{pq: pq, reserved: true, to: w.to}, nil
 }
 
 // awaitEndpoints waits in the waiting room until the pool has an endpoint.
@@ -259,27 +292,170 @@ func (pq *poolQueue) wake() {
 	pq.dispatchLocked()
 }
 
-// dispatchLocked releases the next request while the pool has a free slot
-// and no released request is still being picked.
+// dispatchLocked releases requests while an endpoint has a free slot for
+// one of them and no released request is still being picked.
 func (pq *poolQueue) dispatchLocked() {
-	for !pq.reserved && pq.queued > 0 && !pq.c.opts.Saturated(pq.pool) {
-		var b *band
-		for _, x := range pq.bands {
-			if x.requests > 0 {
-				b = x
-				break
-			}
+	for !pq.reserved && pq.queued > 0 {
+		w, to := pq.nextLocked()
+		if w == nil {
+			return
 		}
-		w := b.pop()
+		b := w.band
+		b.take(w)
 		pq.queued--
 		pq.waiting.Add(-1)
 		pq.c.releaseBytes(w.req.Bytes)
 		b.series.dispatched.Inc()
 		b.series.durations[0].Observe(time.Since(w.since).Seconds())
 		pq.reserved = true
-		w.state = stateDispatched
+		w.state, w.to = stateDispatched, to
 		close(w.ready)
 	}
+}
+
+// freeLocked maps the pool's endpoints in pq.free, those with a free slot
+// to themselves, the others to nil; false when none has a free slot.
+func (pq *poolQueue) freeLocked() bool {
+	clear(pq.free)
+	if pq.free == nil {
+		pq.free = map[datastore.EndpointKey]*datastore.Endpoint{}
+	}
+	any := false
+	for _, e := range pq.pool.Endpoints().Endpoints {
+		if pq.c.endpointSaturated(e) {
+			pq.free[e.Key()] = nil
+		} else {
+			pq.free[e.Key()], any = e, true
+		}
+	}
+	return any
+}
+
+// homeLocked is the free endpoint that takes a request preferring prefs:
+// its first preference while that one has a free slot; any free endpoint
+// for a request without a preference, or whose first preference left the
+// pool. Nil: it waits for its preference.
+func (pq *poolQueue) homeLocked(w *waiter) *datastore.Endpoint { return pq.homeOf(w.req.Endpoints) }
+
+func (pq *poolQueue) homeOf(prefs []*datastore.Endpoint) *datastore.Endpoint {
+	if len(prefs) > 0 {
+		if e := pq.free[prefs[0].Key()]; e != nil {
+			return e
+		}
+		if _, in := pq.free[prefs[0].Key()]; in {
+			return nil
+		}
+	}
+	for _, e := range pq.pool.Endpoints().Endpoints {
+		if pq.free[e.Key()] != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// idleLocked is a free endpoint that may take a request preferring another,
+// busy endpoint: one with fewer than StealBelow requests in flight, the
+// earliest of prefs if several are; nil when none is.
+func (pq *poolQueue) idleLocked(w *waiter) *datastore.Endpoint { return pq.idleOf(w.req.Endpoints) }
+
+func (pq *poolQueue) idleOf(prefs []*datastore.Endpoint) *datastore.Endpoint {
+	below := int64(pq.c.opts.StealBelow)
+	for _, p := range prefs {
+		if e := pq.free[p.Key()]; e != nil && e.InFlight() < below {
+			return e
+		}
+	}
+	for _, e := range pq.pool.Endpoints().Endpoints {
+		if pq.free[e.Key()] != nil && e.InFlight() < below {
+			return e
+		}
+	}
+	return nil
+}
+
+// targetLocked is the endpoint a request that finds nobody waiting goes to
+// at once: its preferred one with a free slot, else an idle one; nil: it
+// waits.
+func (pq *poolQueue) targetLocked(req *Request) *datastore.Endpoint {
+	if !pq.freeLocked() {
+		return nil
+	}
+	if e := pq.homeOf(req.Endpoints); e != nil {
+		return e
+	}
+	return pq.idleOf(req.Endpoints)
+}
+
+// nextLocked is the request to release and the endpoint it goes to, nil
+// when none may go. Bands are served strictly, highest first. Within a
+// band, the flows served least so far go first, in turn, and a flow's
+// requests oldest first; a request goes to its preferred endpoint once that
+// one has a free slot, or to an idle endpoint (fewer than StealBelow
+// requests in flight), or, once it has waited StealAfter, to any endpoint
+// with a free slot. When only a flow served more could use a free slot,
+// the oldest request of a flow served least takes it instead, wherever it
+// waits: flows that are both backlogged are served one for one. A band
+// whose requests may go nowhere yet leaves the free slots to the bands
+// below.
+func (pq *poolQueue) nextLocked() (*waiter, *datastore.Endpoint) {
+	if !pq.freeLocked() {
+		return nil, nil
+	}
+	var late time.Time
+	if d := pq.c.opts.StealAfter; d > 0 {
+		late = time.Now().Add(-d)
+	}
+	lateFree := func(w *waiter) *datastore.Endpoint {
+		if w.since.After(late) {
+			return nil
+		}
+		return pq.anyFreeLocked(w.req.Endpoints)
+	}
+	for _, b := range pq.bands {
+		if b.requests == 0 {
+			continue
+		}
+		least := b.leastServed()
+		behind := func(f *flow) bool { return f.served == least }
+		if w, e := b.find(behind, pq.homeLocked); w != nil {
+			return w, e
+		}
+		if w, e := b.find(behind, pq.idleLocked); w != nil {
+			return w, e
+		}
+		if !late.IsZero() {
+			if w, e := b.find(behind, lateFree); w != nil {
+				return w, e
+			}
+		}
+		ahead := func(f *flow) bool { return f.served != least }
+		if w, _ := b.find(ahead, pq.homeLocked); w == nil {
+			if w, _ = b.find(ahead, pq.idleLocked); w == nil {
+				continue
+			}
+		}
+		// Only a flow ahead could use the slot: a flow behind takes it.
+		if w, _ := b.find(behind, func(w *waiter) *datastore.Endpoint { return pq.anyFreeLocked(w.req.Endpoints) }); w != nil {
+			return w, pq.anyFreeLocked(w.req.Endpoints)
+		}
+	}
+	return nil, nil
+}
+
+// anyFreeLocked is a free endpoint, the earliest of prefs if several are.
+func (pq *poolQueue) anyFreeLocked(prefs []*datastore.Endpoint) *datastore.Endpoint {
+	for _, p := range prefs {
+		if e := pq.free[p.Key()]; e != nil {
+			return e
+		}
+	}
+	for _, e := range pq.pool.Endpoints().Endpoints {
+		if pq.free[e.Key()] != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 // drainedLocked tells Options.Drained that the waiting room turned empty.
@@ -342,7 +518,9 @@ func (pq *poolQueue) bandLocked(priority int) *band {
 func (b *band) push(w *waiter) {
 	f := b.flows[w.req.Flow]
 	if f == nil {
-		f = &flow{key: w.req.Flow}
+		// A flow joins at the least count of those waiting: it gets its
+		// share from now on, not for the time it had nothing waiting.
+		f = &flow{key: w.req.Flow, served: b.leastServed()}
 		b.flows[f.key] = f
 		b.ring = append(b.ring, f)
 	}
@@ -352,6 +530,10 @@ func (b *band) push(w *waiter) {
 	b.bytes += w.req.Bytes
 	b.series.size.Inc()
 	b.series.bytes.Add(float64(w.req.Bytes))
+	if len(w.req.Endpoints) > 0 {
+		// The scheduler weighs it as load on the endpoint it waits for.
+		w.req.Endpoints[0].AddHeld(w.req.Priority, 1)
+	}
 }
 
 // pop takes the oldest request of the flow whose turn it is; b has one.
@@ -359,15 +541,64 @@ func (b *band) pop() *waiter {
 	if b.next >= len(b.ring) {
 		b.next = 0
 	}
-	f := b.ring[b.next]
-	w := f.q.Remove(f.q.Front()).(*waiter)
+	w := b.ring[b.next].q.Front().Value.(*waiter)
+	b.take(w)
+	return w
+}
+
+// find is the request that goes first of those to which where gives an
+// endpoint, among the flows of which is true, and that endpoint: flows in
+// turn from the one whose turn it is, oldest first within a flow.
+func (b *band) find(which func(f *flow) bool, where func(w *waiter) *datastore.Endpoint) (*waiter, *datastore.Endpoint) {
+	n := len(b.ring)
+	for i := 0; i < n; i++ {
+		f := b.ring[(b.next+i)%n]
+		if !which(f) {
+			continue
+		}
+		for el := f.q.Front(); el != nil; el = el.Next() {
+			w := el.Value.(*waiter)
+			if e := where(w); e != nil {
+				return w, e
+			}
+		}
+	}
+	return nil, nil
+}
+
+// leastServed is the least served count of the band's flows with waiting
+// requests; 0 when none has any.
+func (b *band) leastServed() int64 {
+	if len(b.ring) == 0 {
+		return 0
+	}
+	least := b.ring[0].served
+	for _, f := range b.ring[1:] {
+		least = min(least, f.served)
+	}
+	return least
+}
+
+// take takes w out of its flow for release: the turn passes to the flow
+// after w's.
+func (b *band) take(w *waiter) {
+	f := w.flow
+	f.served++
+	i := 0
+	for b.ring[i] != f {
+		i++
+	}
+	f.q.Remove(w.elem)
 	if f.q.Len() == 0 {
-		b.drop(b.next) // next now names the flow after it
+		b.drop(i) // i now names the flow after it
+		b.next = i
 	} else {
-		b.next++
+		b.next = i + 1
+	}
+	if b.next >= len(b.ring) {
+		b.next = 0
 	}
 	b.taken(w)
-	return w
 }
 
 // remove takes w out of its flow, wherever it is.
@@ -393,6 +624,9 @@ func (b *band) taken(w *waiter) {
 	b.bytes -= w.req.Bytes
 	b.series.size.Dec()
 	b.series.bytes.Sub(float64(w.req.Bytes))
+	if len(w.req.Endpoints) > 0 {
+		w.req.Endpoints[0].AddHeld(w.req.Priority, -1)
+	}
 }
 
 // drop forgets the flow at ring index i, now empty.

@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,7 +45,7 @@ func newFixture(t *testing.T, opts flowcontrol.Options) *fixture {
 	}
 	fx := &fixture{reg: datastore.NewRegistry(), sched: sched, prom: prometheus.NewRegistry()}
 	fx.reg.AddObserver(sched)
-	opts.Saturated, opts.Registerer = sched.PoolSaturated, fx.prom
+	opts.EndpointSaturated, opts.Registerer = sched.EndpointSaturated, fx.prom
 	if fx.c, err = flowcontrol.New(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,10 @@ func (fx *fixture) admit(ctx context.Context, p *datastore.Pool, name string, re
 		t, err := fx.c.Admit(ctx, p, req)
 		a := admitted{name: name, t: t, err: err}
 		if err == nil {
-			a.e = fx.place(p)
+			a.e = t.Endpoint()
+			if a.e == nil {
+				a.e = fx.place(p)
+			}
 			if a.e != nil {
 				a.e.AddInFlight(1)
 			}
@@ -508,5 +513,182 @@ func TestPoolsIsolated(t *testing.T) {
 	}
 	for _, a := range running {
 		a.finish()
+	}
+}
+
+// TestEndpointChoice: a request goes to the endpoint it prefers (the
+// scheduler's pick) while that one has a free slot; while it is busy, the
+// request waits for it even when another endpoint has a free slot, unless
+// that one is idle (nothing in flight) or the request has waited
+// StealAfter; a request whose preferred endpoint left the pool goes to any
+// free one.
+func TestEndpointChoice(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts flowcontrol.Options
+		// running is each endpoint's scrape's running requests, inFlight
+		// the picker's requests in flight to it: with a queue-depth
+		// threshold of 1, in flight beyond running saturates.
+		running, inFlight [2]int64
+		prefer            int  // index of the preferred endpoint, -1: one that left the pool
+		wantWait          bool // queued until endpoint 0 frees a slot
+		want              int  // endpoint it goes to
+	}{
+		{name: "preferred free", inFlight: [2]int64{0, 0}, prefer: 1, want: 1},
+		{name: "preferred busy, other idle", inFlight: [2]int64{1, 0}, prefer: 0, want: 1},
+		{name: "preferred busy, other free but busy", running: [2]int64{0, 2}, inFlight: [2]int64{1, 1}, prefer: 0, wantWait: true, want: 0},
+		{name: "StealBelow 2 takes the other", opts: flowcontrol.Options{StealBelow: 2}, running: [2]int64{0, 2}, inFlight: [2]int64{1, 1}, prefer: 0, want: 1},
+		{name: "StealAfter passes", opts: flowcontrol.Options{StealAfter: 20 * time.Millisecond}, running: [2]int64{0, 2}, inFlight: [2]int64{1, 1}, prefer: 0, want: 1},
+		{name: "preferred left the pool", running: [2]int64{0, 2}, inFlight: [2]int64{1, 1}, prefer: -1, want: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, tc.opts)
+			p := fx.pool("p", 2)
+			eps := p.Endpoints().Endpoints
+			for i, e := range eps {
+				e.AddInFlight(tc.inFlight[i])
+				e.SetMetrics(&datastore.Metrics{ScrapedAt: time.Now(), Interval: time.Hour, RunningRequests: int(tc.running[i])})
+			}
+			gone := fx.pool("gone", 1).Endpoints().Endpoints[0]
+			pref := gone
+			if tc.prefer >= 0 {
+				pref = eps[tc.prefer]
+			}
+			start := time.Now()
+			ch := make(chan *flowcontrol.Ticket, 1)
+			errc := make(chan error, 1)
+			go func() {
+				tk, err := fx.c.Admit(context.Background(), p, flowcontrol.Request{ID: "r", Endpoints: []*datastore.Endpoint{pref}})
+				if err != nil {
+					errc <- err
+					return
+				}
+				ch <- tk
+			}()
+			if tc.wantWait {
+				fx.queued(t, p, 1)
+				eps[0].AddInFlight(-1)
+				fx.c.Wake(p)
+			}
+			var tk *flowcontrol.Ticket
+			select {
+			case tk = <-ch:
+			case err := <-errc:
+				t.Fatal(err)
+			}
+			defer tk.Done()
+			tk.Picked()
+			if got := tk.Endpoint(); got == nil || got.Key() != eps[tc.want].Key() {
+				t.Fatalf("went to %v, want endpoint %d (%s)", got, tc.want, eps[tc.want].Address)
+			}
+			if d := tc.opts.StealAfter; d > 0 && time.Since(start) < d {
+				t.Fatalf("taken by another endpoint after %v, before StealAfter %v", time.Since(start), d)
+			}
+		})
+	}
+}
+
+// TestFlowsServedInTurnAcrossEndpoints: slots free only on endpoint 0
+// (endpoint 1 stays busy). A flow that is served less than another takes
+// the free slot even when its requests wait for endpoint 1, rather than let
+// the flow ahead take it: flows of one band are served one for one
+// wherever their requests wait; a single flow waits for its endpoint. While waiting,
+// each request counts as held on the endpoint it waits for, at its
+// priority, and its Queued callback has run.
+func TestFlowsServedInTurnAcrossEndpoints(t *testing.T) {
+	type qr struct {
+		name, flow string
+		prefer     int
+	}
+	for _, tc := range []struct {
+		name     string
+		reqs     []qr
+		releases int
+		want     []string
+	}{
+		{
+			name:     "one flow waits for its endpoint",
+			reqs:     []qr{{"a-1", "a", 0}, {"a-2", "a", 1}, {"a-3", "a", 0}},
+			releases: 2,
+			want:     []string{"a-1", "a-3"},
+		},
+		{
+			name:     "a flow served less takes the slot only a flow ahead could use",
+			reqs:     []qr{{"a-1", "a", 0}, {"a-2", "a", 0}, {"a-3", "a", 0}, {"a-4", "a", 0}, {"b-1", "b", 1}, {"b-2", "b", 1}},
+			releases: 5,
+			want:     []string{"a-1", "b-1", "a-2", "b-2", "a-3"},
+		},
+		{
+			name:     "a flow served less takes its own request for the free endpoint first",
+			reqs:     []qr{{"a-1", "a", 0}, {"a-2", "a", 0}, {"a-3", "a", 0}, {"b-1", "b", 1}, {"b-2", "b", 0}},
+			releases: 4,
+			want:     []string{"a-1", "b-2", "a-2", "b-1"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t, flowcontrol.Options{})
+			p := fx.pool("p", 2)
+			eps := p.Endpoints().Endpoints
+			// Endpoint 0's scrape says 2 running: with 3 in flight it has one
+			// waiting (saturated), with 2 a free slot but no idle one (no
+			// steal). Endpoint 1 has one waiting throughout.
+			eps[0].SetMetrics(&datastore.Metrics{ScrapedAt: time.Now(), Interval: time.Hour, RunningRequests: 2})
+			eps[0].AddInFlight(3)
+			eps[1].AddInFlight(1)
+			ctx, cancel := context.WithCancel(context.Background())
+			out := make(chan admitted, len(tc.reqs))
+			var queuedCalls atomic.Int32
+			for i, r := range tc.reqs {
+				fx.admit(ctx, p, r.name, flowcontrol.Request{Flow: r.flow, Endpoints: []*datastore.Endpoint{eps[r.prefer]},
+					Queued: func() { queuedCalls.Add(1) }}, out)
+				fx.queued(t, p, i+1)
+			}
+			if got := queuedCalls.Load(); got != int32(len(tc.reqs)) {
+				t.Fatalf("Queued called %d times, want %d", got, len(tc.reqs))
+			}
+			for i := range eps {
+				want := int64(0)
+				for _, r := range tc.reqs {
+					if r.prefer == i {
+						want++
+					}
+				}
+				if got := eps[i].HeldAtOrAbove(0); got != want {
+					t.Fatalf("endpoint %d holds %d, want %d", i, got, want)
+				}
+				if got := eps[i].HeldAtOrAbove(1); got != 0 {
+					t.Fatalf("endpoint %d holds %d of priority 1 and above, want 0", i, got)
+				}
+			}
+			var order []string
+			for range tc.releases {
+				eps[0].AddInFlight(-1) // a slot frees on endpoint 0
+				fx.c.Wake(p)
+				a := <-out
+				if a.err != nil {
+					t.Fatalf("%s: %v", a.name, a.err)
+				}
+				if a.e.Key() != eps[0].Key() {
+					t.Fatalf("%s went to %s, want endpoint 0", a.name, a.e.Address)
+				}
+				order = append(order, a.name)
+			}
+			if fmt.Sprint(order) != fmt.Sprint(tc.want) {
+				t.Fatalf("released %v, want %v", order, tc.want)
+			}
+			held := eps[0].HeldAtOrAbove(0) + eps[1].HeldAtOrAbove(0)
+			if want := int64(len(tc.reqs) - tc.releases); held != want {
+				t.Fatalf("%d held after the releases, want %d", held, want)
+			}
+			cancel()
+			for range len(tc.reqs) - tc.releases {
+				if a := <-out; a.err == nil {
+					t.Fatalf("%s released after its client left", a.name)
+				}
+			}
+			if held := eps[0].HeldAtOrAbove(math.MinInt) + eps[1].HeldAtOrAbove(math.MinInt); held != 0 {
+				t.Fatalf("%d held after every request left", held)
+			}
+		})
 	}
 }

@@ -36,6 +36,13 @@ func (s *Scheduler) PoolSaturated(pool *datastore.Pool) bool {
 	return true
 }
 
+// EndpointSaturated reports whether e has no free slot for one more
+// request, by the rule of PoolSaturated: flow control releases a request
+// waiting for e once it is false.
+func (s *Scheduler) EndpointSaturated(e *datastore.Endpoint) bool {
+	return s.endpointSaturated(e, time.Now())
+}
+
 func (s *Scheduler) endpointSaturated(e *datastore.Endpoint, now time.Time) bool {
 	return s.saturated(e.InFlight(), e.InFlightAtMetrics(), e.Metrics(), now)
 }

@@ -305,7 +305,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
 		}
-		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(m), Index: i})
+		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(m), Index: i, Held: e.HeldAtOrAbove(cs.Priority)})
 		if c := &cy.candidates[len(cy.candidates)-1]; !c.Known() || cs.Saturated(c) {
 			saturated++
 		}

@@ -248,6 +248,39 @@ func TestScheduleAvoidsUnknownEndpoints(t *testing.T) {
 	}
 }
 
+// TestScheduleWeighsHeldRequests: the requests flow control holds for an
+// endpoint count as its load, those of the request's priority and above
+// only: a request does not wait behind lower bands there.
+func TestScheduleWeighsHeldRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		objective string
+		want      int // endpoint index
+	}{
+		{"held requests of its band count", "chat", 2},
+		{"held requests of a lower band do not", "urgent", 1},
+		{"a lower band sees every band above it", "batch", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mustScheduler(t, "", Options{})
+			tp := newTestPool(t, 2, s)
+			tp.Pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{"batch": -1, "chat": 0, "urgent": 5}})
+			tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
+			// Endpoint 1 has nothing in flight and two chat requests held
+			// for it; endpoint 2 has one request in flight.
+			tp.Ep(t, 1).AddHeld(0, 2)
+			tp.Ep(t, 2).AddInFlight(1)
+			res, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Objective: tc.objective})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Endpoints[0] != tp.Ep(t, tc.want) {
+				t.Fatalf("picked %s, want endpoint %d (%s)", res.Endpoints[0].Address, tc.want, tp.Ep(t, tc.want).Address)
+			}
+		})
+	}
+}
+
 func TestScheduleShedsSheddableWhenSaturated(t *testing.T) {
 	s := mustScheduler(t, "", Options{QueueDepthThreshold: 5, KVCacheUtilThreshold: 0.8})
 	tp := newTestPool(t, 3, s)

@@ -40,11 +40,24 @@ var flowQueueDepth = scheduling.DefaultQueueDepthThreshold
 // real time.
 var flowQueueTTL = 10 * time.Minute
 
+// flowStealBelow is the flow-control router's StealBelow: an endpoint
+// with fewer requests in flight takes requests waiting for a busy one.
+var flowStealBelow = flowcontrol.DefaultStealBelow
+
+// flowPerEndpoint is the flow-control router's --flow-control-per-endpoint.
+var flowPerEndpoint bool
+
+// flowStealAfter is the flow-control router's StealAfter, in real time.
+var flowStealAfter time.Duration
+
 // bindFlowFlags adds the flow-control flags; the value returned is the
 // offered load of the fairness run, 0 for none.
 func bindFlowFlags(fs *flag.FlagSet) *float64 {
 	fs.DurationVar(&flowQueueTTL, "flow-queue-ttl", flowQueueTTL, "the poolpicker-flow-control router's --flow-control-queue-ttl (real time): a request queued longer is answered 429")
 	fs.IntVar(&flowQueueDepth, "flow-queue-depth", flowQueueDepth, "the poolpicker-flow-control router's --saturation-queue-depth-threshold: waiting requests a server holds before the picker queues the rest")
+	fs.BoolVar(&flowPerEndpoint, "flow-per-endpoint", flowPerEndpoint, "the poolpicker-flow-control router's --flow-control-per-endpoint: a request is scheduled when it arrives and waits for the endpoint picked for it")
+	fs.IntVar(&flowStealBelow, "flow-steal-below", flowStealBelow, "the poolpicker-flow-control router's StealBelow: an endpoint with fewer requests in flight takes a request waiting for another, busy endpoint")
+	fs.DurationVar(&flowStealAfter, "flow-steal-after", flowStealAfter, "the poolpicker-flow-control router's StealAfter (real time): a request waiting this long for its busy preferred endpoint goes to any with a free slot (0: never)")
 	return fs.Float64("fairness-load", 0, "run only the fairness check of flow control: two objectives of equal priority offered 3:1 at this load (share of capacity, e.g. 3 for 300 %), on the first of -groups; prints each flow's share of the requests released while both were waiting")
 }
 
@@ -54,7 +67,7 @@ func newFlowControl(on bool, sched *scheduling.Scheduler) (*flowcontrol.Controll
 	if !on {
 		return nil, nil
 	}
-	return flowcontrol.New(flowcontrol.Options{Saturated: sched.PoolSaturated, QueueTTL: flowQueueTTL})
+	return flowcontrol.New(flowcontrol.Options{EndpointSaturated: sched.EndpointSaturated, QueueTTL: flowQueueTTL, PerEndpoint: flowPerEndpoint, StealBelow: flowStealBelow, StealAfter: flowStealAfter})
 }
 
 // runFairness offers flow A three requests for every one of flow B, both of

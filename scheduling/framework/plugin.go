@@ -56,6 +56,12 @@ type Candidate struct {
 	// while filters reorder and drop candidates: a plugin may keep
 	// per-endpoint state in a slice aligned with that snapshot.
 	Index int
+	// Held is the requests flow control holds in the picker for the
+	// endpoint, of the request's priority or higher: requests scheduled
+	// there that wait for one of its slots, which this request would wait
+	// behind. They are in neither InFlight nor the scrape; the load scorers
+	// add them. Zero without flow control.
+	Held int64
 }
 
 // Known reports whether the candidate's load is known.

@@ -34,6 +34,7 @@ const (
 	flagFlowControlBandBytes     = "flow-control-max-band-bytes"
 	flagFlowControlQueuedBytes   = "flow-control-max-queued-bytes"
 	flagFlowControlFlowHeader    = "flow-control-flow-header"
+	flagFlowControlPerEndpoint   = "flow-control-per-endpoint"
 )
 
 // bindFlowControlFlags binds the flow-control flags to o; --help shows the
@@ -54,6 +55,8 @@ func bindFlowControlFlags(fs *pflag.FlagSet, o *flowControlOptions) {
 		"Most request body bytes queued over every pool of the process, waiting rooms included; one more is answered 429 (QueueBytesExceeded).")
 	fs.StringVar(&o.opts.FlowHeader, flagFlowControlFlowHeader, "",
 		"Request header whose value is a request's flow within its band (flows of a band are served in turn), such as a tenant header the gateway sets. Empty: the flow is the request's objective.")
+	fs.BoolVar(&o.opts.PerEndpoint, flagFlowControlPerEndpoint, false,
+		"Schedule a request when it arrives and hold it for the endpoint picked for it (counted as load there) while that endpoint is saturated, instead of until any endpoint of the pool has a free slot: the model servers' queues stay short, so priority decides more of the wait.")
 }
 
 // applyFlowControlConfig takes the config's flowControl section for every
@@ -106,7 +109,7 @@ func newFlowController(o *flowControlOptions, sched *scheduling.Scheduler, metri
 	case fo.MaxQueuedBytes < 1:
 		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlQueuedBytes, fo.MaxQueuedBytes)
 	}
-	fo.Saturated, fo.Registerer, fo.Logger = sched.PoolSaturated, metrics, log
+	fo.EndpointSaturated, fo.Registerer, fo.Logger = sched.EndpointSaturated, metrics, log
 	fo.Waiting, fo.Drained = waiting, drained
 	return flowcontrol.New(fo)
 }

@@ -25,7 +25,8 @@ const (
 // the least loaded scores 1, the most loaded 0, and equal loads all score 1;
 // endpoints with unknown load score 0 and do not enter the min and max.
 
-// queueScorer ranks by requests waiting in the model server's queue.
+// queueScorer ranks by requests waiting in the model server's queue, and
+// those flow control holds for it in the picker (Candidate.Held).
 type queueScorer struct{ name framework.TypedName }
 
 // NewQueue is the factory of queue-scorer, which takes no parameters.
@@ -41,7 +42,7 @@ func (s *queueScorer) TypedName() framework.TypedName { return s.name }
 func (s *queueScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
 	for i := range c {
 		if m := c[i].Metrics; !m.IsZero() {
-			scores[i] = float64(m.WaitingRequests())
+			scores[i] = float64(int64(m.WaitingRequests()) + c[i].Held)
 		} else {
 			scores[i] = unknownLoad
 		}
@@ -77,7 +78,8 @@ func (s *runningRequestsScorer) Score(_ context.Context, _ *framework.CycleState
 // inFlightScorer ranks by the requests poolpicker itself sent to the
 // endpoint and has not seen finish. Unlike scraped metrics it is exact and
 // current, so it spreads a burst that arrives between two scrapes; it is
-// known for every endpoint, scraped or not.
+// known for every endpoint, scraped or not. The requests flow control holds
+// for the endpoint (Candidate.Held) count too.
 type inFlightScorer struct{ name framework.TypedName }
 
 // NewInFlight is the factory of in-flight-scorer, which takes no
@@ -94,7 +96,7 @@ func (s *inFlightScorer) TypedName() framework.TypedName { return s.name }
 func (s *inFlightScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
 	for i := range c {
 		// Read once: the count moves while we score.
-		scores[i] = float64(max(c[i].Endpoint.InFlight(), 0))
+		scores[i] = float64(max(c[i].Endpoint.InFlight(), 0) + c[i].Held)
 	}
 	normaliseLowerBetter(scores)
 }

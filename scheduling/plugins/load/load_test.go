@@ -19,6 +19,7 @@ func TestLoadScorers(t *testing.T) {
 	type ep struct {
 		m        *datastore.Metrics // nil: never scraped
 		inFlight int64
+		held     int64 // held for it by flow control (Candidate.Held)
 	}
 	fresh := func(waiting, running int, kv float64) *datastore.Metrics {
 		return &datastore.Metrics{WaitingRequests: waiting, RunningRequests: running, KVCacheUsage: kv, ScrapedAt: time.Now()}
@@ -37,6 +38,9 @@ func TestLoadScorers(t *testing.T) {
 		{"kv absolute", NewKVCacheUtilization, []ep{{m: fresh(0, 0, 0.25)}, {m: fresh(0, 0, 1)}, {m: nil}}, []float64{0.75, 0, 0}},
 		{"in-flight spread, known without metrics", NewInFlight, []ep{{m: nil, inFlight: 4}, {m: fresh(0, 0, 0), inFlight: 0}, {m: nil, inFlight: 2}}, []float64{0, 1, 0.5}},
 		{"in-flight equal", NewInFlight, []ep{{inFlight: 1}, {inFlight: 1}}, []float64{1, 1}},
+		{"in-flight counts held requests", NewInFlight, []ep{{inFlight: 1, held: 3}, {inFlight: 2}, {inFlight: 0}}, []float64{0, 0.5, 1}},
+		{"queue counts held requests", NewQueue, []ep{{m: fresh(1, 0, 0), held: 4}, {m: fresh(3, 0, 0)}, {m: fresh(0, 0, 0)}}, []float64{0, 0.4, 1}},
+		{"held requests of an unscraped endpoint leave its queue unknown", NewQueue, []ep{{m: nil, held: 4}, {m: fresh(2, 0, 0)}}, []float64{0, 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -45,7 +49,7 @@ func TestLoadScorers(t *testing.T) {
 			for i, e := range c.eps {
 				endpoint := tp.Ep(t, i+1)
 				endpoint.AddInFlight(e.inFlight)
-				cands[i] = framework.Candidate{Endpoint: framework.EndpointOf(endpoint), Metrics: framework.MetricsOf(e.m)}
+				cands[i] = framework.Candidate{Endpoint: framework.EndpointOf(endpoint), Metrics: framework.MetricsOf(e.m), Held: e.held}
 			}
 			scores := make([]float64, len(cands))
 			schedtest.Build(t, "test", c.factory, "").(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, "m", 1), &framework.Request{}, cands, scores)

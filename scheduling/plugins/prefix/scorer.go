@@ -579,13 +579,14 @@ func (st *prefixCycle) matchedBlocks(c *framework.Candidate, states []*prefixEnd
 
 // candidateLoad is the requests in flight on the candidate: poolpicker's own
 // count, exact and current, or the scraped running and waiting requests when
-// they say more (requests another picker replica sent).
+// they say more (requests another picker replica sent); plus those flow
+// control holds for it in the picker (Candidate.Held).
 func candidateLoad(c *framework.Candidate) int64 {
 	n := max(c.Endpoint.InFlight(), 0)
 	if m := c.Metrics; !m.IsZero() {
 		n = max(n, int64(m.RunningRequests()+m.WaitingRequests()))
 	}
-	return n
+	return n + c.Held
 }
 
 // PostPick records the prompt's blocks in the primary endpoint's LRU, and
