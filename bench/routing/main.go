@@ -94,21 +94,18 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&c.loadSlowdown, "load-slowdown", c.loadSlowdown, "fractional slowdown of every step per other running sequence")
 	fs.DurationVar(&c.scrapeInterval, "scrape-interval", c.scrapeInterval, "metrics scrape interval (simulated)")
 	var extra []router
-	fs.Func("router-config", "add a router NAME=FILE whose EndpointPickerConfig is read from FILE (repeatable)", func(v string) error {
-		name, file, ok := strings.Cut(v, "=")
-		if !ok || name == "" || file == "" {
-			return fmt.Errorf("want NAME=FILE, got %q", v)
+	configRouter := func(peerSync bool) func(string) error {
+		return func(v string) error {
+			r, err := routerFromConfig(v, peerSync)
+			if err != nil {
+				return err
+			}
+			extra = append(extra, r)
+			return nil
 		}
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return err
-		}
-		if _, err := scheduling.LoadConfig(b); err != nil {
-			return err
-		}
-		extra = append(extra, router{name: name, config: string(b)})
-		return nil
-	})
+	}
+	fs.Func("router-config", "add a router NAME=FILE whose EndpointPickerConfig is read from FILE (repeatable)", configRouter(false))
+	fs.Func("peer-sync-router-config", "add a router NAME=FILE as -router-config does, its replicas linked by peer sync as poolpicker-peer-sync's are (repeatable)", configRouter(true))
 	fs.BoolVar(&c.parallel, "parallel", c.parallel, "run a point's routers at once, so the machine's load falls on them alike (false: one after the other)")
 	fairness := bindFlowFlags(fs)
 	verbose := fs.Bool("v", false, "print each server's counters after each run")
@@ -406,4 +403,22 @@ func exported(rs []result) []exportedResult {
 			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed, r.unfinished, r.predicted, r.confirmed, r.queueSpread}
 	}
 	return out
+}
+
+// routerFromConfig is the router of a -router-config (or, with peerSync,
+// -peer-sync-router-config) value NAME=FILE: FILE's EndpointPickerConfig,
+// checked before any fleet starts.
+func routerFromConfig(v string, peerSync bool) (router, error) {
+	name, file, ok := strings.Cut(v, "=")
+	if !ok || name == "" || file == "" {
+		return router{}, fmt.Errorf("want NAME=FILE, got %q", v)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return router{}, err
+	}
+	if _, err := scheduling.LoadConfig(b); err != nil {
+		return router{}, err
+	}
+	return router{name: name, config: string(b), peerSync: peerSync}, nil
 }

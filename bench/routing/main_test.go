@@ -83,6 +83,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-replicas", "17"}, "-replicas 17: at most 16"},
 		{[]string{"-spread", "hash"}, `want round-robin or random, got "hash"`},
 		{[]string{"-prompt-bytes-per-token", "65"}, "-prompt-bytes-per-token 65: between 0 and 64"},
+		{[]string{"-router-config", "balance"}, `want NAME=FILE, got "balance"`},
+		{[]string{"-peer-sync-router-config", "balance="}, `want NAME=FILE, got "balance="`},
+		{[]string{"-peer-sync-router-config", "balance=" + filepath.Join("testdata", "missing.yaml")}, "missing.yaml"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := mainCode(tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
@@ -199,5 +202,39 @@ func TestCounterAgingConfig(t *testing.T) {
 	delete(aging, "serverCounterAging")
 	if !reflect.DeepEqual(def, aging) {
 		t.Fatalf("poolpicker-counter-aging's other prefix parameters %v, the default profile's %v", aging, def)
+	}
+}
+
+func TestRouterFromConfig(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte(scheduling.DefaultConfigText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: no-such-plugin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		value    string
+		peerSync bool
+		wantErr  string
+	}{
+		{value: "balance=" + file},
+		{value: "balance=" + file, peerSync: true},
+		{value: "balance=" + bad, wantErr: "no-such-plugin"},
+	} {
+		r, err := routerFromConfig(tc.value, tc.peerSync)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: error %v, want one naming %q", tc.value, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.value, err)
+		}
+		if r.name != "balance" || r.config != scheduling.DefaultConfigText || r.peerSync != tc.peerSync || r.reference || r.flowControl {
+			t.Errorf("%s (peer sync %v): got %+v", tc.value, tc.peerSync, r)
+		}
 	}
 }
