@@ -147,10 +147,6 @@ func (c *Controller) AwaitEndpoints(ctx context.Context, pool *datastore.Pool, r
 	return pq.awaitEndpoints(ctx, req)
 }
 
-func (c *Controller) endpointSaturated(e *datastore.Endpoint) bool {
-	return c.opts.EndpointSaturated(e)
-}
-
 // Wake has pool's queue look at its saturation again: a scrape of one of
 // its servers was published. It returns at once.
 func (c *Controller) Wake(pool *datastore.Pool) {

@@ -322,7 +322,7 @@ func (pq *poolQueue) freeLocked() bool {
 	}
 	any := false
 	for _, e := range pq.pool.Endpoints().Endpoints {
-		if pq.c.endpointSaturated(e) {
+		if pq.c.opts.EndpointSaturated(e) {
 			pq.free[e.Key()] = nil
 		} else {
 			pq.free[e.Key()], any = e, true
@@ -346,12 +346,7 @@ func (pq *poolQueue) homeOf(prefs []*datastore.Endpoint) *datastore.Endpoint {
 			return nil
 		}
 	}
-	for _, e := range pq.pool.Endpoints().Endpoints {
-		if pq.free[e.Key()] != nil {
-			return e
-		}
-	}
-	return nil
+	return pq.anyFreeLocked(nil)
 }
 
 // idleLocked is a free endpoint that may take a request preferring another,
@@ -406,11 +401,12 @@ func (pq *poolQueue) nextLocked() (*waiter, *datastore.Endpoint) {
 	if d := pq.c.opts.StealAfter; d > 0 {
 		late = time.Now().Add(-d)
 	}
+	anyFree := func(w *waiter) *datastore.Endpoint { return pq.anyFreeLocked(w.req.Endpoints) }
 	lateFree := func(w *waiter) *datastore.Endpoint {
 		if w.since.After(late) {
 			return nil
 		}
-		return pq.anyFreeLocked(w.req.Endpoints)
+		return anyFree(w)
 	}
 	for _, b := range pq.bands {
 		if b.requests == 0 {
@@ -436,8 +432,8 @@ func (pq *poolQueue) nextLocked() (*waiter, *datastore.Endpoint) {
 			}
 		}
 		// Only a flow ahead could use the slot: a flow behind takes it.
-		if w, _ := b.find(behind, func(w *waiter) *datastore.Endpoint { return pq.anyFreeLocked(w.req.Endpoints) }); w != nil {
-			return w, pq.anyFreeLocked(w.req.Endpoints)
+		if w, e := b.find(behind, anyFree); w != nil {
+			return w, e
 		}
 	}
 	return nil, nil
