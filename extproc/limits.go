@@ -89,11 +89,17 @@ func (l *limits) hold(n int) bool {
 		l.heldBytes.Add(int64(n))
 		return true
 	}
-	if l.heldBytes.Add(int64(n)) > l.maxHeldBytes {
-		l.heldBytes.Add(-int64(n))
-		return false
+	// Compare and swap, so that the gauge never shows more than the budget,
+	// not even for the instant between charging and giving back.
+	for {
+		cur := l.heldBytes.Load()
+		if cur+int64(n) > l.maxHeldBytes {
+			return false
+		}
+		if l.heldBytes.CompareAndSwap(cur, cur+int64(n)) {
+			return true
+		}
 	}
-	return true
 }
 
 func (l *limits) release(n int) {
