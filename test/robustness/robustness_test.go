@@ -518,7 +518,8 @@ func samplePeak(addr, name string, done <-chan struct{}) float64 {
 		if err != nil {
 			continue
 		}
-		fams, err := expfmt.NewTextParser(model.UTF8Validation).TextToMetricFamilies(resp.Body)
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(resp.Body)
 		resp.Body.Close()
 		if err != nil {
 			continue
