@@ -5,6 +5,7 @@ package extproc
 
 import (
 	"errors"
+	"hash/maphash"
 
 	"google.golang.org/grpc/status"
 
@@ -34,12 +35,12 @@ func (st *stream) awaitEndpoints() (done bool, err error) {
 // per-endpoint queues (res, the scheduler's pick), until the endpoint it
 // prefers or an idle one may take it, and puts that endpoint first in res;
 // else (res nil, the scheduler asked after) until any endpoint of the pool
-// has a free slot. The stream holds its answer meanwhile. done means the
+// has a free slot. affinity is the request's flowcontrol.Request.Affinity. The stream holds its answer meanwhile. done means the
 // request was refused (answered 429 or 503) or its client went away.
-func (st *stream) admit(res *scheduling.Result) (done bool, err error) {
+func (st *stream) admit(res *scheduling.Result, affinity uint64) (done bool, err error) {
 	req := st.flowRequest()
 	if res != nil {
-		req.Endpoints = res.Endpoints
+		req.Endpoints, req.Affinity = res.Endpoints, affinity
 		// A request that waits teaches the scheduler its pick at once: the
 		// requests of the same prefix scheduled meanwhile then follow it to
 		// the endpoint it waits for, instead of scattering the prefix.
@@ -57,6 +58,27 @@ func (st *stream) admit(res *scheduling.Result) (done bool, err error) {
 		res.Endpoints = firstOf(res.Endpoints, to)
 	}
 	return false, nil
+}
+
+// affinityPromptBytes is how much of a prompt names its prefix for flow
+// control's Affinity: four of the prefix scorer's default hash blocks.
+const affinityPromptBytes = 256
+
+// affinitySeed keys the Affinity hashes; they never leave the process.
+var affinitySeed = maphash.MakeSeed()
+
+// affinity is flowcontrol.Request.Affinity of a prompt for model: a hash of
+// both, over the prompt's first affinityPromptBytes; zero without a prompt.
+func affinity(model string, prompt []byte) uint64 {
+	if len(prompt) == 0 {
+		return 0
+	}
+	var h maphash.Hash
+	h.SetSeed(affinitySeed)
+	h.WriteString(model)
+	h.WriteByte(0)
+	h.Write(prompt[:min(len(prompt), affinityPromptBytes)])
+	return max(h.Sum64(), 1)
 }
 
 func (st *stream) flowRequest() flowcontrol.Request {

@@ -4,6 +4,7 @@
 package extproc
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -87,10 +88,16 @@ type answer struct {
 // goes to out.
 func (fx *flowFixture) send(t *testing.T, pool int, name string, out chan answer, extra ...hdr) *flowReq {
 	t.Helper()
+	return fx.sendBody(t, pool, name, out, completionBody("m", 10), extra...)
+}
+
+// sendBody is send with the given request body.
+func (fx *flowFixture) sendBody(t *testing.T, pool int, name string, out chan answer, body []byte, extra ...hdr) *flowReq {
+	t.Helper()
 	r := &flowReq{name: name, g: fx.ts.open(t, authorityOf(pool), nil), answer: out}
 	extra = append(extra, hdr{"x-request-id", name, true})
 	r.g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions", extra...), false), duplex, duplex))
-	r.g.send(reqBody(completionBody("m", 10), true))
+	r.g.send(reqBody(body, true))
 	go func() {
 		m, err := r.g.stream.Recv()
 		a := answer{name: name, err: err}
@@ -184,7 +191,11 @@ func TestFlowControlOrder(t *testing.T) {
 		opts  flowcontrol.Options
 		reqs  [][]hdr // in arrival order; name is the index
 		names []string
-		want  []string
+		// pads are the requests' prompt lengths beyond "hello " (0: 10),
+		// firstPad the first request's: equal pads, equal prompts.
+		pads     []int
+		firstPad int
+		want     []string
 	}{{
 		name:  "bands by priority",
 		reqs:  [][]hdr{{{hdrObjective, "batch", true}}, {{hdrObjective, "a", true}}, {{hdrObjective, "high", true}}, {}},
@@ -213,17 +224,30 @@ func TestFlowControlOrder(t *testing.T) {
 		reqs:  [][]hdr{{{"x-tenant", "t1", true}}, {{"x-tenant", "t1", true}}, {{"x-tenant", "t2", true}}, {{"x-tenant", "t3", true}}},
 		names: []string{"t1a", "t1b", "t2", "t3"},
 		want:  []string{"t1a", "t2", "t3", "t1b"},
+	}, {
+		name:     "the prompt the endpoint was sent last before older ones, per-endpoint queues",
+		opts:     flowcontrol.Options{PerEndpoint: true},
+		reqs:     [][]hdr{{{hdrObjective, "a", true}}, {{hdrObjective, "a", true}}, {{hdrObjective, "a", true}}},
+		names:    []string{"other-1", "same", "other-2"},
+		pads:     []int{20, 50, 30},
+		firstPad: 50,
+		want:     []string{"same", "other-1", "other-2"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := newFlowFixture(t, 1, tc.opts)
 			ch := make(chan answer, len(tc.reqs)+1)
-			first := fx.send(t, 0, "first", ch)
+			pad := func(p int) []byte { return completionBody("m", cmp.Or(p, 10)) }
+			first := fx.sendBody(t, 0, "first", ch, pad(tc.firstPad))
 			if a := await(t, ch); a.dest == "" {
 				t.Fatalf("first request: want a decision, got %d %s", a.code, a.body)
 			}
 			reqs := map[string]*flowReq{}
 			for i, h := range tc.reqs {
-				reqs[tc.names[i]] = fx.send(t, 0, tc.names[i], ch, h...)
+				p := 0
+				if i < len(tc.pads) {
+					p = tc.pads[i]
+				}
+				reqs[tc.names[i]] = fx.sendBody(t, 0, tc.names[i], ch, pad(p), h...)
 				fx.queued(t, 0, i+1)
 			}
 			fx.expectNone(t, ch, 0)

@@ -699,7 +699,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		perEndpoint = fc.PerEndpoint()
 		if !perEndpoint {
 			// Released when the pool has a free slot, then scheduled.
-			if done, err := st.admit(nil); done {
+			if done, err := st.admit(nil, 0); done {
 				return true, err
 			}
 			defer st.ticket.Picked() // a failed pick frees the queue too
@@ -739,7 +739,7 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 		return true, st.fail(&httpError{code: http.StatusServiceUnavailable, reason: "NoEligibleEndpoints", msg: "the scheduler returned no endpoint for pool " + st.poolName})
 	}
 	if perEndpoint {
-		if refused, err = st.admit(res); refused {
+		if refused, err = st.admit(res, affinity(res.TargetModel, sreq.Prompt)); refused {
 			return true, err
 		}
 		defer st.ticket.Picked() // a failed pick frees the queue too

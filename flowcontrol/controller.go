@@ -52,6 +52,12 @@ type Request struct {
 	// waits for the first while that one is busy, unless an idle endpoint
 	// takes it. Empty: any endpoint with a free slot takes it.
 	Endpoints []*datastore.Endpoint
+	// Affinity names the request's prompt prefix (a hash of its model and
+	// the prompt's first bytes); zero: none. An endpoint's free slot goes
+	// to a waiting request whose Affinity was among the last ones released
+	// there, before older ones whose prefix it may no longer hold, so that
+	// the requests of a prefix are served together.
+	Affinity uint64
 	// Queued, when set, is called once if the request goes into the queue
 	// (it did not find its endpoint free), on the caller's goroutine before
 	// Admit waits: the caller has the scheduler learn the pick then, so

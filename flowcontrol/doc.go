@@ -29,6 +29,16 @@
 // sent away from its prefix costs its prefill, a slot left idle costs
 // the pool its service.
 //
+// Requests that name their prompt's prefix (Request.Affinity) are served
+// by it: of the requests of a band that may take an endpoint's free slot,
+// one whose prefix was among the last few sent there goes first, before
+// older ones whose prefix the endpoint may have evicted meanwhile, and a
+// request waiting for a busy endpoint takes a free one that was sent its
+// prefix lately. An older request is passed over twice at most.
+// Where the servers' caches cannot hold every prefix they are offered,
+// this serves a prefix's requests together and keeps the hit rate that
+// waiting would otherwise cost.
+//
 // Nothing polls. A queue is looked at when something may have freed a slot:
 // a request of the pool finished (Ticket.Done), a scrape of one of its
 // servers was published (Controller.Wake), its endpoints changed, the

@@ -37,7 +37,10 @@ type poolQueue struct {
 	reserved bool
 	// free is dispatch's scratch: the pool's endpoints by key, those with
 	// a free slot mapped to themselves, the others to nil.
-	free      map[datastore.EndpointKey]*datastore.Endpoint
+	free map[datastore.EndpointKey]*datastore.Endpoint
+	// recent is, per endpoint, the Affinity keys of the requests released
+	// to it last, most recent first: the prefixes it likely holds.
+	recent    map[datastore.EndpointKey]*recentKeys
 	room      map[*roomWaiter]struct{}
 	roomGauge prometheus.Gauge
 	removed   bool
@@ -51,6 +54,45 @@ const (
 	stateRemoved
 )
 
+// Affinity order (Request.Affinity): a request is warm on an endpoint
+// when its prefix was among the last affinityDepth released there. When the
+// request that would go first is not warm on the endpoint it would take,
+// the first warm one among the first affinityWindow of each flow that may
+// go somewhere goes instead; the first is passed over at most
+// affinityMaxSkips times.
+const (
+	affinityDepth    = 4
+	affinityWindow   = 16
+	affinityMaxSkips = 2
+)
+
+// recentKeys are an endpoint's last affinityDepth distinct Affinity keys,
+// most recent first; zero: none.
+type recentKeys [affinityDepth]uint64
+
+// rank is key's place in r, affinityDepth when absent or zero.
+func (r *recentKeys) rank(key uint64) int {
+	if key == 0 || r == nil {
+		return affinityDepth
+	}
+	for i, k := range r {
+		if k == key {
+			return i
+		}
+	}
+	return affinityDepth
+}
+
+// note puts key first in r.
+func (r *recentKeys) note(key uint64) {
+	i := r.rank(key)
+	if i == affinityDepth {
+		i = affinityDepth - 1
+	}
+	copy(r[1:i+1], r[:i])
+	r[0] = key
+}
+
 // waiter is a queued request. state is written under the queue's mutex
 // before ready is closed, so the waiting goroutine reads it after ready.
 type waiter struct {
@@ -63,6 +105,9 @@ type waiter struct {
 	band *band
 	flow *flow
 	elem *list.Element
+	// skipped counts the releases that passed it over for a warm request
+	// (affinity order).
+	skipped int
 }
 
 // band is one priority's flows, served in turn.
@@ -104,6 +149,7 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 		var to *datastore.Endpoint
 		if !pq.reserved && pq.queued == 0 && !pq.removed {
 			to = pq.targetLocked(&req)
+			pq.noteLocked(to, req.Affinity)
 		}
 		pq.mu.Unlock()
 		if to != nil {
@@ -308,6 +354,7 @@ func (pq *poolQueue) dispatchLocked() {
 		b.series.dispatched.Inc()
 		b.series.durations[0].Observe(time.Since(w.since).Seconds())
 		pq.reserved = true
+		pq.noteLocked(to, w.req.Affinity)
 		w.state, w.to = stateDispatched, to
 		close(w.ready)
 	}
@@ -328,7 +375,60 @@ func (pq *poolQueue) freeLocked() bool {
 			pq.free[e.Key()], any = e, true
 		}
 	}
+	if len(pq.recent) > 2*len(pq.free) {
+		for k := range pq.recent {
+			if _, in := pq.free[k]; !in {
+				delete(pq.recent, k)
+			}
+		}
+	}
 	return any
+}
+
+// noteLocked records that a request of affinity key went to e.
+func (pq *poolQueue) noteLocked(e *datastore.Endpoint, key uint64) {
+	if e == nil || key == 0 {
+		return
+	}
+	r := pq.recent[e.Key()]
+	if r == nil {
+		if pq.recent == nil {
+			pq.recent = map[datastore.EndpointKey]*recentKeys{}
+		}
+		r = &recentKeys{}
+		pq.recent[e.Key()] = r
+	}
+	r.note(key)
+}
+
+// rankLocked is w's Affinity rank on e: 0 when e was sent its prefix last.
+func (pq *poolQueue) rankLocked(w *waiter, e *datastore.Endpoint) int {
+	return pq.recent[e.Key()].rank(w.req.Affinity)
+}
+
+// warmOnLocked reports whether e was sent w's prefix among its last
+// affinityDepth.
+func (pq *poolQueue) warmOnLocked(w *waiter, e *datastore.Endpoint) bool {
+	return pq.rankLocked(w, e) < affinityDepth
+}
+
+// warmLocked is the free endpoint that was sent w's prefix most recently,
+// nil when none was among its last affinityDepth.
+func (pq *poolQueue) warmLocked(w *waiter) *datastore.Endpoint {
+	if w.req.Affinity == 0 {
+		return nil
+	}
+	var best *datastore.Endpoint
+	bestRank := affinityDepth
+	for _, e := range pq.pool.Endpoints().Endpoints {
+		if pq.free[e.Key()] == nil {
+			continue
+		}
+		if r := pq.rankLocked(w, e); r < bestRank {
+			best, bestRank = e, r
+		}
+	}
+	return best
 }
 
 // homeLocked is the free endpoint that takes a request preferring prefs:
@@ -414,25 +514,28 @@ func (pq *poolQueue) nextLocked() (*waiter, *datastore.Endpoint) {
 		}
 		least := b.leastServed()
 		behind := func(f *flow) bool { return f.served == least }
-		if w, e := b.find(behind, pq.homeLocked); w != nil {
+		if w, e := b.find(behind, pq.homeLocked, pq.warmOnLocked); w != nil {
 			return w, e
 		}
-		if w, e := b.find(behind, pq.idleLocked); w != nil {
+		if w, e := b.find(behind, pq.idleLocked, pq.warmOnLocked); w != nil {
 			return w, e
 		}
 		if !late.IsZero() {
-			if w, e := b.find(behind, lateFree); w != nil {
+			if w, e := b.find(behind, lateFree, pq.warmOnLocked); w != nil {
 				return w, e
 			}
 		}
+		if w, e := b.find(behind, pq.warmLocked, pq.warmOnLocked); w != nil {
+			return w, e
+		}
 		ahead := func(f *flow) bool { return f.served != least }
-		if w, _ := b.find(ahead, pq.homeLocked); w == nil {
-			if w, _ = b.find(ahead, pq.idleLocked); w == nil {
+		if w, _ := b.find(ahead, pq.homeLocked, nil); w == nil {
+			if w, _ = b.find(ahead, pq.idleLocked, nil); w == nil {
 				continue
 			}
 		}
 		// Only a flow ahead could use the slot: a flow behind takes it.
-		if w, e := b.find(behind, anyFree); w != nil {
+		if w, e := b.find(behind, anyFree, pq.warmOnLocked); w != nil {
 			return w, e
 		}
 	}
@@ -544,22 +647,43 @@ func (b *band) pop() *waiter {
 
 // find is the request that goes first of those to which where gives an
 // endpoint, among the flows of which is true, and that endpoint: flows in
-// turn from the one whose turn it is, oldest first within a flow.
-func (b *band) find(which func(f *flow) bool, where func(w *waiter) *datastore.Endpoint) (*waiter, *datastore.Endpoint) {
+// turn from the one whose turn it is, oldest first within a flow. With
+// warm, when that first request is not warm on its endpoint, the first
+// that is among the first affinityWindow such requests of each flow goes
+// instead, unless the first was passed over affinityMaxSkips times
+// already.
+func (b *band) find(which func(f *flow) bool, where func(w *waiter) *datastore.Endpoint, warm func(w *waiter, e *datastore.Endpoint) bool) (*waiter, *datastore.Endpoint) {
+	var first *waiter
+	var firstTo *datastore.Endpoint
 	n := len(b.ring)
 	for i := 0; i < n; i++ {
 		f := b.ring[(b.next+i)%n]
 		if !which(f) {
 			continue
 		}
-		for el := f.q.Front(); el != nil; el = el.Next() {
+		seen := 0
+		for el := f.q.Front(); el != nil && seen < affinityWindow; el = el.Next() {
 			w := el.Value.(*waiter)
-			if e := where(w); e != nil {
+			e := where(w)
+			if e == nil {
+				continue
+			}
+			if first == nil {
+				first, firstTo = w, e
+				if warm == nil || first.skipped >= affinityMaxSkips {
+					return first, firstTo
+				}
+			}
+			seen++
+			if warm(w, e) {
+				if w != first {
+					first.skipped++
+				}
 				return w, e
 			}
 		}
 	}
-	return nil, nil
+	return first, firstTo
 }
 
 // leastServed is the least served count of the band's flows with waiting

@@ -626,15 +626,7 @@ func TestFlowsServedInTurnAcrossEndpoints(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fx := newFixture(t, flowcontrol.Options{})
-			p := fx.pool("p", 2)
-			eps := p.Endpoints().Endpoints
-			// Endpoint 0's scrape says 2 running: with 3 in flight it has one
-			// waiting (saturated), with 2 a free slot but no idle one (no
-			// steal). Endpoint 1 has one waiting throughout.
-			eps[0].SetMetrics(&datastore.Metrics{ScrapedAt: time.Now(), Interval: time.Hour, RunningRequests: 2})
-			eps[0].AddInFlight(3)
-			eps[1].AddInFlight(1)
+			fx, p, eps := twoEndpoints(t, flowcontrol.Options{}, 3)
 			ctx, cancel := context.WithCancel(context.Background())
 			out := make(chan admitted, len(tc.reqs))
 			var queuedCalls atomic.Int32
@@ -660,22 +652,7 @@ func TestFlowsServedInTurnAcrossEndpoints(t *testing.T) {
 					t.Fatalf("endpoint %d holds %d of priority 1 and above, want 0", i, got)
 				}
 			}
-			var order []string
-			for range tc.releases {
-				eps[0].AddInFlight(-1) // a slot frees on endpoint 0
-				fx.c.Wake(p)
-				a := <-out
-				if a.err != nil {
-					t.Fatalf("%s: %v", a.name, a.err)
-				}
-				if a.e.Key() != eps[0].Key() {
-					t.Fatalf("%s went to %s, want endpoint 0", a.name, a.e.Address)
-				}
-				order = append(order, a.name)
-			}
-			if fmt.Sprint(order) != fmt.Sprint(tc.want) {
-				t.Fatalf("released %v, want %v", order, tc.want)
-			}
+			fx.releaseOn(t, p, eps[0], out, tc.want)
 			held := eps[0].HeldAtOrAbove(0) + eps[1].HeldAtOrAbove(0)
 			if want := int64(len(tc.reqs) - tc.releases); held != want {
 				t.Fatalf("%d held after the releases, want %d", held, want)
@@ -688,6 +665,132 @@ func TestFlowsServedInTurnAcrossEndpoints(t *testing.T) {
 			}
 			if held := eps[0].HeldAtOrAbove(math.MinInt) + eps[1].HeldAtOrAbove(math.MinInt); held != 0 {
 				t.Fatalf("%d held after every request left", held)
+			}
+		})
+	}
+}
+
+// twoEndpoints is a fixture with pool "p" of two endpoints. Endpoint 0's
+// scrape says 2 running: with 3 in flight it has one waiting (saturated),
+// with 2 a free slot but is not idle (nothing is stolen for it); it starts
+// with inFlight0. Endpoint 1 has one waiting throughout.
+func twoEndpoints(t *testing.T, opts flowcontrol.Options, inFlight0 int64) (*fixture, *datastore.Pool, []*datastore.Endpoint) {
+	t.Helper()
+	fx := newFixture(t, opts)
+	p := fx.pool("p", 2)
+	eps := p.Endpoints().Endpoints
+	eps[0].SetMetrics(&datastore.Metrics{ScrapedAt: time.Now(), Interval: time.Hour, RunningRequests: 2})
+	eps[0].AddInFlight(inFlight0)
+	eps[1].AddInFlight(1)
+	return fx, p, eps
+}
+
+// releaseOn frees one slot of e at a time, len(want) times, and checks that
+// the requests released, each to e, are want in order.
+func (fx *fixture) releaseOn(t *testing.T, p *datastore.Pool, e *datastore.Endpoint, out <-chan admitted, want []string) {
+	t.Helper()
+	var order []string
+	for range want {
+		e.AddInFlight(-1)
+		fx.c.Wake(p)
+		a := <-out
+		if a.err != nil {
+			t.Fatalf("%s: %v", a.name, a.err)
+		}
+		if a.e.Key() != e.Key() {
+			t.Fatalf("%s went to %s, want %s", a.name, a.e.Address, e.Address)
+		}
+		order = append(order, a.name)
+	}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("released %v, want %v", order, want)
+	}
+}
+
+// TestAffinity: with per-endpoint queues, a free slot goes to the waiting
+// request whose prefix (Request.Affinity) the endpoint was sent among its
+// last ones, before older requests it would miss on, and a request waiting
+// for a busy endpoint takes a free one that was sent its prefix. An older
+// request is passed over at most twice, and requests without a key are
+// served oldest first. Endpoint 0 frees one slot per release and is never
+// idle; endpoint 1 stays busy.
+func TestAffinity(t *testing.T) {
+	type qr struct {
+		name   string
+		key    uint64
+		prefer int
+	}
+	for _, tc := range []struct {
+		name string
+		sent []uint64 // keys sent to endpoint 0 before, oldest first
+		reqs []qr
+		want []string
+	}{
+		{
+			name: "warm before older cold ones",
+			sent: []uint64{7},
+			reqs: []qr{{"c-1", 1, 0}, {"c-2", 2, 0}, {"w-1", 7, 0}},
+			want: []string{"w-1", "c-1", "c-2"},
+		},
+		{
+			name: "any of the last keys is warm, oldest first among them",
+			sent: []uint64{7, 8, 9},
+			reqs: []qr{{"c-1", 1, 0}, {"w-8", 8, 0}, {"w-7", 7, 0}},
+			want: []string{"w-8", "w-7", "c-1"},
+		},
+		{
+			name: "a key sent before the last four is cold",
+			sent: []uint64{7, 2, 3, 4, 5},
+			reqs: []qr{{"c-1", 1, 0}, {"c-7", 7, 0}},
+			want: []string{"c-1", "c-7"},
+		},
+		{
+			name: "an older request is passed over at most twice",
+			sent: []uint64{7},
+			reqs: []qr{{"c-1", 1, 0}, {"w-1", 7, 0}, {"w-2", 7, 0}, {"w-3", 7, 0}},
+			want: []string{"w-1", "w-2", "c-1", "w-3"},
+		},
+		{
+			name: "without keys oldest first",
+			sent: []uint64{0},
+			reqs: []qr{{"a-1", 0, 0}, {"a-2", 0, 0}, {"a-3", 0, 0}},
+			want: []string{"a-1", "a-2", "a-3"},
+		},
+		{
+			name: "a request waiting for a busy endpoint takes a free one sent its prefix",
+			sent: []uint64{7},
+			reqs: []qr{{"c-1", 1, 1}, {"w-1", 7, 1}},
+			want: []string{"w-1"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx, p, eps := twoEndpoints(t, flowcontrol.Options{PerEndpoint: true}, 2)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			out := make(chan admitted, len(tc.reqs)+len(tc.sent))
+			for i, key := range tc.sent {
+				fx.admit(ctx, p, fmt.Sprintf("sent-%d", i), flowcontrol.Request{Affinity: key, Endpoints: []*datastore.Endpoint{eps[0]}}, out)
+				a := <-out
+				if a.err != nil || a.e.Key() != eps[0].Key() {
+					t.Fatalf("sending key %d: %+v", key, a)
+				}
+				a.finish() // keeps endpoint 0 at 2 in flight
+			}
+			eps[0].AddInFlight(1) // saturated
+			for i, r := range tc.reqs {
+				fx.admit(ctx, p, r.name, flowcontrol.Request{Flow: "f", Affinity: r.key, Endpoints: []*datastore.Endpoint{eps[r.prefer]}}, out)
+				fx.queued(t, p, i+1)
+			}
+			fx.releaseOn(t, p, eps[0], out, tc.want)
+			// What is left waits: a look at the saturated pool releases nothing.
+			left := len(tc.reqs) - len(tc.want)
+			fx.c.Wake(p)
+			fx.queued(t, p, left)
+			cancel()
+			for range left {
+				if a := <-out; a.err == nil {
+					t.Fatalf("%s released after its client left", a.name)
+				}
 			}
 		})
 	}
