@@ -6,6 +6,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -45,6 +46,7 @@ type result struct {
 	IdleScrapesSec float64 `json:"idleScrapesPerSecond"`
 	ServersIdleCPU float64 `json:"serversIdleCPU"`
 	HotCPU         float64 `json:"pickerHotCPU"`
+	HotClientCPU   float64 `json:"clientHotCPU,omitempty"`
 	HotPools       int     `json:"hotPools"`
 	HotPicks       int     `json:"hotPicks"`
 	HotPickRate    float64 `json:"hotPicksPerSecond"`
@@ -280,16 +282,16 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	// With noisy-neighbour runs, every hot figure is the other pools': the
 	// noisy one, hot[0], is left out of the quiet window too.
 	noisy := c.Noisy > 0 && nHot > 1
-	hf, err := measureHot(ctx, g, p, servers, c, hot, 0, noisy)
+	hf, err := measureHot(ctx, g, p, servers, c, hot, 0, noisy, "hot")
 	if err != nil {
 		return r, err
 	}
-	r.HotCPU, r.HotPicks, r.HotPickRate = hf.CPU, hf.Picks, hf.PickRate
+	r.HotCPU, r.HotClientCPU, r.HotPicks, r.HotPickRate = hf.CPU, hf.ClientCPU, hf.Picks, hf.PickRate
 	r.HotPickP50Ms, r.HotPickP99Ms = hf.PickP50Ms, hf.PickP99Ms
 	r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.MetricAgeMaxMs = hf.AgeP50Ms, hf.AgeP99Ms, hf.AgeMaxMs
 	r.BusyIntervalMs, r.CPUPerScrapeUs = hf.BusyIntervalMs, hf.CPUPerScrapeUs
-	logf("hot: %d pools, %.0f picks/s, poolpicker %.3f cores, metric age p50 %.0f ms p99 %.0f ms (the budget allows busy pools %.0f ms at %.0f µs a scrape), pick p99 %.1f ms",
-		nHot, r.HotPickRate, r.HotCPU, r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.BusyIntervalMs, r.CPUPerScrapeUs, r.HotPickP99Ms)
+	logf("hot: %d pools, %.0f picks/s, poolpicker %.3f cores (the client %.3f), metric age p50 %.0f ms p99 %.0f ms (the budget allows busy pools %.0f ms at %.0f µs a scrape), pick p50 %.2f ms p99 %.1f ms",
+		nHot, r.HotPickRate, r.HotCPU, r.HotClientCPU, r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.BusyIntervalMs, r.CPUPerScrapeUs, r.HotPickP50Ms, r.HotPickP99Ms)
 	if noisy {
 		// One pool's servers hang until the scrape timeout, its traffic
 		// as the others'; then its servers answer and its traffic is
@@ -302,7 +304,7 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		if err := servers.hang(first, first+c.Pods); err != nil {
 			return r, err
 		}
-		hang, err := measureHot(ctx, g, p, servers, c, hot, 0, true)
+		hang, err := measureHot(ctx, g, p, servers, c, hot, 0, true, "hanging")
 		if err != nil {
 			return r, fmt.Errorf("hanging neighbour: %w", err)
 		}
@@ -314,15 +316,15 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 			return r, err
 		}
 		hang.Case, hang.ScrapeTimeouts = "hanging", m1.timeouts-m0.timeouts
-		loud, err := measureHot(ctx, g, p, servers, c, hot, c.Noisy, true)
+		loud, err := measureHot(ctx, g, p, servers, c, hot, c.Noisy, true, "loud")
 		if err != nil {
 			return r, fmt.Errorf("%gx neighbour: %w", c.Noisy, err)
 		}
 		loud.Case = fmt.Sprintf("%gx traffic", c.Noisy)
 		r.Neighbours = []hotFigures{hang, loud}
 		for _, n := range r.Neighbours {
-			logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p99 %.1f ms (%.2fx quiet); %.0f scrapes timed out; oldest %q",
-				n.Case, n.AgeP99Ms, n.AgeP99Ms/r.MetricAgeP99Ms, n.PickP99Ms, n.PickP99Ms/r.HotPickP99Ms, n.ScrapeTimeouts, n.Oldest)
+			logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p50 %.2f ms p99 %.1f ms (%.2fx quiet); poolpicker %.3f cores (the client %.3f) at %.0f picks/s; %.0f scrapes timed out; oldest %q",
+				n.Case, n.AgeP99Ms, n.AgeP99Ms/r.MetricAgeP99Ms, n.PickP50Ms, n.PickP99Ms, n.PickP99Ms/r.HotPickP99Ms, n.CPU, n.ClientCPU, n.PickRate, n.ScrapeTimeouts, n.Oldest)
 		}
 	}
 
@@ -415,15 +417,20 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 
 // hotFigures are one window of hot-pool traffic's figures.
 type hotFigures struct {
-	Case      string  `json:"case,omitempty"`
-	CPU       float64 `json:"pickerCPU"`
-	Picks     int     `json:"picks"`
-	PickRate  float64 `json:"picksPerSecond"`
-	PickP50Ms float64 `json:"pickP50Ms"`
-	PickP99Ms float64 `json:"pickP99Ms"`
-	AgeP50Ms  float64 `json:"metricAgeP50Ms"`
-	AgeP99Ms  float64 `json:"metricAgeP99Ms"`
-	AgeMaxMs  float64 `json:"metricAgeMaxMs"`
+	Case string  `json:"case,omitempty"`
+	CPU  float64 `json:"pickerCPU"`
+	// ClientCPU is the harness's own CPU in the window (the gateway
+	// sending the requests, on the same cores), ServersCPU the model
+	// servers'.
+	ClientCPU  float64 `json:"clientCPU,omitempty"`
+	ServersCPU float64 `json:"serversCPU,omitempty"`
+	Picks      int     `json:"picks"`
+	PickRate   float64 `json:"picksPerSecond"`
+	PickP50Ms  float64 `json:"pickP50Ms"`
+	PickP99Ms  float64 `json:"pickP99Ms"`
+	AgeP50Ms   float64 `json:"metricAgeP50Ms"`
+	AgeP99Ms   float64 `json:"metricAgeP99Ms"`
+	AgeMaxMs   float64 `json:"metricAgeMaxMs"`
 	// BusyIntervalMs is the longest interval the scrape budget allowed a
 	// busy pool's servers at the window's end; CPUPerScrapeUs the scrapes'
 	// mean CPU cost as the budget measured it.
@@ -442,8 +449,9 @@ type hotFigures struct {
 
 // measureHot sends the hot pools hotWindow of traffic (hot[0] noisy times
 // the others' with noisy above zero) and returns the figures, hot[0]'s
-// picks left out when others is set.
-func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServers, c config, hot []int, noisy float64, others bool) (hotFigures, error) {
+// picks left out when others is set. With -profiles, poolpicker's CPU
+// profile of the window is saved as name's.
+func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServers, c config, hot []int, noisy float64, others bool, name string) (hotFigures, error) {
 	var f hotFigures
 	warm := time.Now()
 	// Each window has its warm-up under its own conditions: between
@@ -453,13 +461,32 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	if _, err := hotTraffic(ctx, g, c, hot, c.HotRate, noisy, c.hotWarmup); err != nil {
 		return f, fmt.Errorf("hot traffic warm-up: %w", err)
 	}
-	pc, t0 := proc.CPU(p.pid()), time.Now()
+	prof := make(chan error, 1)
+	if c.profiles != "" {
+		go func() {
+			prof <- p.saveProfile(ctx, fmt.Sprintf("profile?seconds=%d", max(1, int(c.hotWindow/time.Second))), fmt.Sprintf("%s.cpu-%s.%d%s", c.profiles, name, c.Pools, planSuffix(c.Plan)))
+		}()
+	} else {
+		prof <- nil
+	}
+	trace := make(chan error, 1)
+	if c.traces != "" {
+		go func() {
+			trace <- p.saveProfile(ctx, "trace?seconds=5", fmt.Sprintf("%s.trace-%s.%d%s", c.traces, name, c.Pools, planSuffix(c.Plan)))
+		}()
+	} else {
+		trace <- nil
+	}
+	pc, hc, sc, t0 := proc.CPU(p.pid()), proc.CPU(os.Getpid()), servers.cpu(), time.Now()
 	picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, noisy, c.hotWindow)
 	if err != nil {
 		return f, fmt.Errorf("hot traffic: %w", err)
 	}
 	el := time.Since(t0).Seconds()
-	f.CPU = (proc.CPU(p.pid()) - pc) / el
+	f.CPU, f.ClientCPU, f.ServersCPU = (proc.CPU(p.pid())-pc)/el, (proc.CPU(os.Getpid())-hc)/el, (servers.cpu()-sc)/el
+	if err := errors.Join(<-prof, <-trace); err != nil {
+		return f, err
+	}
 	// The budget's plan at the window's end (set every second).
 	m, err := p.readMetrics(ctx)
 	if err != nil {
