@@ -35,8 +35,9 @@ func (st *stream) awaitEndpoints() (done bool, err error) {
 // per-endpoint queues (res, the scheduler's pick), until the endpoint it
 // prefers or an idle one may take it, and puts that endpoint first in res;
 // else (res nil, the scheduler asked after) until any endpoint of the pool
-// has a free slot. affinity is the request's flowcontrol.Request.Affinity. The stream holds its answer meanwhile. done means the
-// request was refused (answered 429 or 503) or its client went away.
+// has a free slot. affinity is the request's flowcontrol.Request.Affinity.
+// The stream holds its answer meanwhile. done means the request was
+// refused (answered 429 or 503) or its client went away.
 func (st *stream) admit(res *scheduling.Result, affinity uint64) (done bool, err error) {
 	req := st.flowRequest()
 	if res != nil {
