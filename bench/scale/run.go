@@ -461,31 +461,34 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	if _, err := hotTraffic(ctx, g, c, hot, c.HotRate, noisy, c.hotWarmup); err != nil {
 		return f, fmt.Errorf("hot traffic warm-up: %w", err)
 	}
-	prof := make(chan error, 1)
-	if c.profiles != "" {
+	// save fetches poolpicker's pprof endpoint what into a file named by
+	// prefix, kind and this window, while the traffic runs; with no
+	// prefix it saves nothing.
+	save := func(prefix, kind, what string) <-chan error {
+		done := make(chan error, 1)
+		if prefix == "" {
+			done <- nil
+			return done
+		}
 		go func() {
-			prof <- p.saveProfile(ctx, fmt.Sprintf("profile?seconds=%d", max(1, int(c.hotWindow/time.Second))), fmt.Sprintf("%s.cpu-%s.%d%s", c.profiles, name, c.Pools, planSuffix(c.Plan)))
+			done <- p.saveProfile(ctx, what, fmt.Sprintf("%s.%s-%s.%d%s", prefix, kind, name, c.Pools, planSuffix(c.Plan)))
 		}()
-	} else {
-		prof <- nil
+		return done
 	}
-	trace := make(chan error, 1)
-	if c.traces != "" {
-		go func() {
-			trace <- p.saveProfile(ctx, "trace?seconds=5", fmt.Sprintf("%s.trace-%s.%d%s", c.traces, name, c.Pools, planSuffix(c.Plan)))
-		}()
-	} else {
-		trace <- nil
-	}
+	prof := save(c.profiles, "cpu", fmt.Sprintf("profile?seconds=%d", max(1, int(c.hotWindow/time.Second))))
+	trace := save(c.traces, "trace", "trace?seconds=5")
 	pc, hc, sc, t0 := proc.CPU(p.pid()), proc.CPU(os.Getpid()), servers.cpu(), time.Now()
 	picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, noisy, c.hotWindow)
+	el := time.Since(t0).Seconds()
+	f.CPU, f.ClientCPU, f.ServersCPU = (proc.CPU(p.pid())-pc)/el, (proc.CPU(os.Getpid())-hc)/el, (servers.cpu()-sc)/el
+	// The saves end with their windows; they are awaited on failure too,
+	// so that none outlives the window.
+	saved := errors.Join(<-prof, <-trace)
 	if err != nil {
 		return f, fmt.Errorf("hot traffic: %w", err)
 	}
-	el := time.Since(t0).Seconds()
-	f.CPU, f.ClientCPU, f.ServersCPU = (proc.CPU(p.pid())-pc)/el, (proc.CPU(os.Getpid())-hc)/el, (servers.cpu()-sc)/el
-	if err := errors.Join(<-prof, <-trace); err != nil {
-		return f, err
+	if saved != nil {
+		return f, saved
 	}
 	// The budget's plan at the window's end (set every second).
 	m, err := p.readMetrics(ctx)
