@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,11 @@ func (s *Server) Start(ctx context.Context) error {
 		grpc.InitialWindowSize(streamWindowBytes), grpc.InitialConnWindowSize(connWindowBytes),
 		grpc.MaxRecvMsgSize(s.opts.MaxRecvMsgBytes),
 		grpc.ChainUnaryInterceptor(s.unaryRecovery), grpc.ChainStreamInterceptor(s.streamRecovery),
+		// Every request is a new stream. A pool of workers, one per core,
+		// serves new streams on goroutines whose stacks have already grown,
+		// instead of a new goroutine per stream; grpc starts a goroutine
+		// only when every worker is busy.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
