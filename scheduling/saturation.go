@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
 // PoolSaturated reports whether pool has no free slot for one more request,
@@ -64,4 +65,16 @@ func (s *Scheduler) saturated(n, atScrape int64, m *datastore.Metrics, now time.
 	// The KV-cache use the scrape saw included the blocks of the requests
 	// that finished since.
 	return waiting >= s.opts.QueueDepthThreshold || (finished == 0 && m.KVCacheUsage >= s.opts.KVCacheUtilThreshold)
+}
+
+// endpointLoad is c's load relative to the saturation thresholds, for
+// AdmissionPoolAverage: the larger of its waiting requests over
+// QueueDepthThreshold and its KV-cache use over KVCacheUtilThreshold; 1,
+// saturated, when its load is unknown, so a pool without fresh metrics still
+// sheds.
+func (s *Scheduler) endpointLoad(c *framework.Candidate) float64 {
+	if !c.Known() {
+		return 1
+	}
+	return max(float64(c.Metrics.WaitingRequests())/float64(s.opts.QueueDepthThreshold), c.Metrics.KVCacheUsage()/s.opts.KVCacheUtilThreshold)
 }

@@ -25,6 +25,17 @@ const (
 	DefaultMetricsStaleness     = 2 * time.Second
 	DefaultQueueDepthThreshold  = 5
 	DefaultKVCacheUtilThreshold = 0.8
+	DefaultSaturationAdmission  = AdmissionAllSaturated
+)
+
+// Rules of Options.SaturationAdmission.
+const (
+	// AdmissionAllSaturated refuses sheddable requests when every endpoint
+	// of the pool is saturated or unknown.
+	AdmissionAllSaturated = "all-saturated"
+	// AdmissionPoolAverage refuses them when the pool is saturated on
+	// average, as the reference endpoint picker's saturation detector does.
+	AdmissionPoolAverage = "pool-average"
 )
 
 // Options configures a Scheduler. The zero value of every field means its
@@ -50,6 +61,14 @@ type Options struct {
 	// KVCacheUtilThreshold is the KV-cache use (0..1) at which an endpoint
 	// counts as saturated for admission. Zero: 0.8.
 	KVCacheUtilThreshold float64
+	// SaturationAdmission is the rule by which a pool counts as saturated
+	// for refusing sheddable requests (priority < 0): AdmissionAllSaturated,
+	// when every endpoint is saturated or unknown, or AdmissionPoolAverage,
+	// when the endpoints' mean load (each the larger of waiting requests
+	// over QueueDepthThreshold and KV-cache use over KVCacheUtilThreshold,
+	// an unknown endpoint counting 1) is at least 1. Empty:
+	// DefaultSaturationAdmission.
+	SaturationAdmission string
 	// EnableConformanceTestFilter restricts candidates to Request.CandidateIPs
 	// (the conformance suite's test-epp-endpoint-selection header) in every
 	// profile. Never for production: it lets a client choose its endpoint.
@@ -104,6 +123,9 @@ func (o *Options) setDefaults() {
 	if o.KVCacheUtilThreshold == 0 {
 		o.KVCacheUtilThreshold = DefaultKVCacheUtilThreshold
 	}
+	if o.SaturationAdmission == "" {
+		o.SaturationAdmission = DefaultSaturationAdmission
+	}
 	if o.Rand == nil {
 		o.Rand = rand.Uint64
 	}
@@ -130,6 +152,11 @@ func (o Options) Validate() error {
 	}
 	if !(o.KVCacheUtilThreshold >= 0 && o.KVCacheUtilThreshold <= 1) {
 		errs = append(errs, fmt.Errorf("saturation KV-cache threshold %v: must be in (0, 1] (0: %v)", o.KVCacheUtilThreshold, DefaultKVCacheUtilThreshold))
+	}
+	switch o.SaturationAdmission {
+	case "", AdmissionAllSaturated, AdmissionPoolAverage:
+	default:
+		errs = append(errs, fmt.Errorf("saturation admission %q: must be %q or %q (empty: %q)", o.SaturationAdmission, AdmissionAllSaturated, AdmissionPoolAverage, DefaultSaturationAdmission))
 	}
 	return errors.Join(errs...)
 }
@@ -299,6 +326,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	// pool's servers; this one is picked on what is known meanwhile.
 	pool.NoteRequest(now)
 	saturated := 0
+	load := 0.0
 	cs.Endpoints = framework.EndpointSetOf(eps)
 	for i, e := range eps.Endpoints {
 		m := e.Metrics()
@@ -306,13 +334,21 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 			m = nil
 		}
 		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(m), Index: i, Held: e.HeldAtOrAbove(cs.Priority)})
-		if c := &cy.candidates[len(cy.candidates)-1]; !c.Known() || cs.Saturated(c) {
+		c := &cy.candidates[len(cy.candidates)-1]
+		if !c.Known() || cs.Saturated(c) {
 			saturated++
 		}
+		load += s.endpointLoad(c)
 	}
-	if cs.Priority < 0 && !req.Admitted && saturated == len(eps.Endpoints) {
-		return nil, NewShedError("pool %s is saturated (every endpoint has at least %d waiting requests, KV cache at least %.0f%% used, or no fresh metrics); request of objective %q (priority %d) is sheddable",
-			pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, req.Objective, cs.Priority)
+	if cs.Priority < 0 && !req.Admitted {
+		if s.opts.SaturationAdmission == AdmissionPoolAverage && load >= float64(len(eps.Endpoints)) {
+			return nil, NewShedError("pool %s is saturated (its endpoints' mean load, of %d waiting requests or %.0f%% KV cache each, is %.2f); request of objective %q (priority %d) is sheddable",
+				pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, load/float64(len(eps.Endpoints)), req.Objective, cs.Priority)
+		}
+		if s.opts.SaturationAdmission == AdmissionAllSaturated && saturated == len(eps.Endpoints) {
+			return nil, NewShedError("pool %s is saturated (every endpoint has at least %d waiting requests, KV cache at least %.0f%% used, or no fresh metrics); request of objective %q (priority %d) is sheddable",
+				pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, req.Objective, cs.Priority)
+		}
 	}
 
 	prof := s.profileFor(pool)

@@ -327,6 +327,61 @@ func TestScheduleShedsSheddableWhenSaturated(t *testing.T) {
 	}
 }
 
+// TestScheduleSaturationAdmission: under AdmissionAllSaturated a sheddable
+// request is refused only when every endpoint is saturated or unknown; under
+// AdmissionPoolAverage when the endpoints' mean load (the larger of queue
+// over 5 and KV cache over 0.8, unknown counting 1) is at least 1, though
+// some endpoint has room. A request of priority >= 0 is never refused.
+func TestScheduleSaturationAdmission(t *testing.T) {
+	stale := func() *datastore.Metrics {
+		m := schedtest.Load(0, 0)
+		m.ScrapedAt = time.Now().Add(-time.Minute)
+		return m
+	}
+	for _, tc := range []struct {
+		name     string
+		loads    []*datastore.Metrics
+		wantShed map[string]bool // by rule
+	}{
+		{"idle", []*datastore.Metrics{schedtest.Load(0, 0), schedtest.Load(0, 0)},
+			map[string]bool{AdmissionAllSaturated: false, AdmissionPoolAverage: false}},
+		{"mean below 1, one saturated", []*datastore.Metrics{schedtest.Load(6, 0.1), schedtest.Load(1, 0.1)},
+			map[string]bool{AdmissionAllSaturated: false, AdmissionPoolAverage: false}},
+		{"mean 1 by queues, one with room", []*datastore.Metrics{schedtest.Load(8, 0.1), schedtest.Load(2, 0.1)},
+			map[string]bool{AdmissionAllSaturated: false, AdmissionPoolAverage: true}},
+		{"mean over 1 by KV cache, one with room", []*datastore.Metrics{schedtest.Load(0, 1), schedtest.Load(0, 0.7)},
+			map[string]bool{AdmissionAllSaturated: false, AdmissionPoolAverage: true}},
+		{"unknown counts 1, other half loaded", []*datastore.Metrics{stale(), schedtest.Load(0, 0.4)},
+			map[string]bool{AdmissionAllSaturated: false, AdmissionPoolAverage: false}},
+		{"unknown counts 1, other full", []*datastore.Metrics{stale(), schedtest.Load(0, 0.8)},
+			map[string]bool{AdmissionAllSaturated: true, AdmissionPoolAverage: true}},
+		{"every endpoint saturated", []*datastore.Metrics{schedtest.Load(5, 0), schedtest.Load(0, 0.8)},
+			map[string]bool{AdmissionAllSaturated: true, AdmissionPoolAverage: true}},
+	} {
+		for _, rule := range []string{AdmissionAllSaturated, AdmissionPoolAverage} {
+			t.Run(tc.name+"/"+rule, func(t *testing.T) {
+				s := mustScheduler(t, "", Options{SaturationAdmission: rule})
+				tp := newTestPool(t, len(tc.loads), s)
+				tp.Pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{"batch": -1, "chat": 0}})
+				for i, m := range tc.loads {
+					tp.Ep(t, i+1).SetMetrics(m)
+				}
+				_, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Objective: "batch"})
+				if tc.wantShed[rule] {
+					if se := schedErr(t, err); se.Code != http.StatusTooManyRequests || se.Reason != "Shed" {
+						t.Fatalf("sheddable request: %+v, want a 429 Shed", se)
+					}
+				} else if err != nil {
+					t.Fatalf("sheddable request refused: %v", err)
+				}
+				if _, err := s.Schedule(ctx, tp.Pool, &Request{Model: "m", Objective: "chat"}); err != nil {
+					t.Fatalf("request of priority 0 refused: %v", err)
+				}
+			})
+		}
+	}
+}
+
 func TestScheduleRewriteWeights(t *testing.T) {
 	s := mustScheduler(t, "", Options{Rand: schedtest.SeededRand(42)})
 	tp := newTestPool(t, 2, s)

@@ -180,7 +180,7 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 		if links != nil {
 			link = links[i]
 		}
-		rp, stop, err := startReplica(ctx, n, i, cfg, r.config, r.flowControl, port, pods, link)
+		rp, stop, err := startReplica(ctx, n, i, cfg, r.config, r.flowControl, r.admission, port, pods, link)
 		if err != nil {
 			return nil, err
 		}
@@ -197,7 +197,7 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 // startReplica starts replica r of fleet n in front of the fleet's pods, and
 // returns it once it has scraped every server (a cold start is not what
 // the sweep measures) with the function that stops it.
-func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig string, flowControl bool, port int, pods []datastore.EndpointSource, link *peerLink) (_ *replica, _ func(), err error) {
+func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig string, flowControl bool, admission string, port int, pods []datastore.EndpointSource, link *peerLink) (_ *replica, _ func(), err error) {
 	var stops []func()
 	stop := func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -210,7 +210,7 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 		}
 	}()
 	metrics := prometheus.NewRegistry()
-	so := scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r)), Registry: upstreamRegistry(), Registerer: metrics}
+	so := scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r)), Registry: upstreamRegistry(), Registerer: metrics, SaturationAdmission: admission}
 	if flowControl {
 		so.QueueDepthThreshold = flowQueueDepth
 	}

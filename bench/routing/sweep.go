@@ -33,6 +33,9 @@ type router struct {
 	// peerSync links the replicas with peer sync (package peersync): each
 	// learns every replica's picks and in-flight counts.
 	peerSync bool
+	// admission is the picker's scheduling.Options.SaturationAdmission.
+	// Empty: the default.
+	admission string
 }
 
 const roundRobinConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
@@ -102,6 +105,7 @@ var allRouters = []router{
 	{name: "upstream-weights", config: upstreamConfig, replicas: []int{1}},
 	{name: "poolpicker-counter-aging", config: counterAgingConfig},
 	{name: "poolpicker-peer-sync", config: scheduling.DefaultConfigText, peerSync: true},
+	{name: "poolpicker-pool-average", config: scheduling.DefaultConfigText, admission: scheduling.AdmissionPoolAverage},
 	flowRouter,
 	referenceRouter,
 }

@@ -22,7 +22,9 @@ func bindSchedulingFlags(fs *pflag.FlagSet, o *scheduling.Options) {
 	fs.IntVar(&o.MaxEndpoints, "scheduler-max-endpoints", scheduling.DefaultMaxEndpoints,
 		"Most endpoints sent to the gateway per request: the primary, then fallbacks to retry in order. 0 means the default.")
 	fs.IntVar(&o.QueueDepthThreshold, "saturation-queue-depth-threshold", scheduling.DefaultQueueDepthThreshold,
-		"Waiting requests at which an endpoint is saturated. When every endpoint of a pool is saturated (or unknown), sheddable requests (objective priority < 0) are answered 429. 0 means the default.")
+		"Waiting requests at which an endpoint is saturated. See --saturation-admission. 0 means the default.")
 	fs.Float64Var(&o.KVCacheUtilThreshold, "saturation-kv-cache-threshold", scheduling.DefaultKVCacheUtilThreshold,
 		"KV-cache use (0..1] at which an endpoint is saturated; see --saturation-queue-depth-threshold. 0 means the default.")
+	fs.StringVar(&o.SaturationAdmission, "saturation-admission", scheduling.DefaultSaturationAdmission,
+		"When a pool is saturated, so that sheddable requests (objective priority < 0) are answered 429: "+scheduling.AdmissionAllSaturated+", when every endpoint is saturated (or unknown); "+scheduling.AdmissionPoolAverage+", when the endpoints' mean of max(waiting / queue-depth threshold, KV-cache use / KV-cache threshold) is at least 1, an unknown endpoint counting 1.")
 }
