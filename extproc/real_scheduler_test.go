@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -414,6 +415,61 @@ func TestEmitEndpointScores(t *testing.T) {
 					t.Errorf("%s scored %v, above the primary %s's %v", addr, v.GetNumberValue(), primary, fields[primary].GetNumberValue())
 				}
 			}
+		})
+	}
+}
+
+// TestSaturationAdmission: through the real server and scheduler, a
+// sheddable request to a pool that is saturated on average, though one
+// endpoint still has room, is answered 429 with the OpenAI-style body under
+// the pool-average rule and routed under all-saturated; a request of
+// priority 0 is routed under both.
+func TestSaturationAdmission(t *testing.T) {
+	for _, tc := range []struct {
+		rule     string
+		wantShed bool
+	}{
+		{scheduling.AdmissionPoolAverage, true},
+		{scheduling.AdmissionAllSaturated, false},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			reg := datastore.NewRegistry()
+			sched, err := scheduling.New(nil, scheduling.Options{SaturationAdmission: tc.rule})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg.AddObserver(sched)
+			f := &poolFixture{reg: reg}
+			p := f.add(0, poolNS(0), poolName(0), poolSvc(0), 9002, 2)
+			p.SetPolicy(&datastore.Policy{Objectives: map[string]int{"batch": -1, "chat": 0}})
+			// Loads max(8/5, 0.2/0.8) = 1.6 and max(1/5, 0.48/0.8) = 0.6:
+			// a mean of 1.1, with the second endpoint below both thresholds.
+			eps := p.Endpoints().Endpoints
+			eps[0].SetMetrics(&datastore.Metrics{WaitingRequests: 8, KVCacheUsage: 0.2, ScrapedAt: time.Now()})
+			eps[1].SetMetrics(&datastore.Metrics{WaitingRequests: 1, KVCacheUsage: 0.48, ScrapedAt: time.Now()})
+			ts := startServer(t, reg, sched, Options{Insecure: true})
+
+			send := func(objective string) *extprocv3.ProcessingResponse {
+				g := ts.open(t, authorityOf(0), nil)
+				g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions", hdr{hdrObjective, objective, true}), false), duplex, duplex))
+				g.send(reqBody(completionBody("m", 1), true))
+				return g.recv()
+			}
+			r := send("batch")
+			if tc.wantShed {
+				code, body := immediateCode(t, r)
+				var e errorBody
+				if err := json.Unmarshal([]byte(body), &e); err != nil {
+					t.Fatalf("429 body %q: %v", body, err)
+				}
+				if code != 429 || e.Error.Type != "rate_limit_error" || e.Error.Code != 429 || !strings.Contains(e.Error.Message, "mean load") {
+					t.Fatalf("sheddable request answered %d %s, want 429 naming the pool's mean load", code, body)
+				}
+			} else {
+				destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation())
+			}
+			r = send("chat")
+			destination(t, r, r.GetRequestHeaders().GetResponse().GetHeaderMutation())
 		})
 	}
 }
