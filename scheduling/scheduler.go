@@ -25,7 +25,7 @@ const (
 	DefaultMetricsStaleness     = 2 * time.Second
 	DefaultQueueDepthThreshold  = 5
 	DefaultKVCacheUtilThreshold = 0.8
-	DefaultSaturationAdmission  = AdmissionAllSaturated
+	DefaultSaturationAdmission  = AdmissionPoolAverage
 )
 
 // Rules of Options.SaturationAdmission.

@@ -281,8 +281,10 @@ func TestScheduleWeighsHeldRequests(t *testing.T) {
 	}
 }
 
+// TestScheduleShedsSheddableWhenSaturated: under the all-saturated rule
+// (TestScheduleSaturationAdmission compares the two rules).
 func TestScheduleShedsSheddableWhenSaturated(t *testing.T) {
-	s := mustScheduler(t, "", Options{QueueDepthThreshold: 5, KVCacheUtilThreshold: 0.8})
+	s := mustScheduler(t, "", Options{QueueDepthThreshold: 5, KVCacheUtilThreshold: 0.8, SaturationAdmission: AdmissionAllSaturated})
 	tp := newTestPool(t, 3, s)
 	tp.Pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{"batch": -1, "chat": 2}})
 	tp.Ep(t, 1).SetMetrics(schedtest.Load(5, 0.1))  // queue at threshold

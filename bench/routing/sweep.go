@@ -105,7 +105,7 @@ var allRouters = []router{
 	{name: "upstream-weights", config: upstreamConfig, replicas: []int{1}},
 	{name: "poolpicker-counter-aging", config: counterAgingConfig},
 	{name: "poolpicker-peer-sync", config: scheduling.DefaultConfigText, peerSync: true},
-	{name: "poolpicker-pool-average", config: scheduling.DefaultConfigText, admission: scheduling.AdmissionPoolAverage},
+	{name: "poolpicker-all-saturated", config: scheduling.DefaultConfigText, admission: scheduling.AdmissionAllSaturated},
 	flowRouter,
 	referenceRouter,
 }

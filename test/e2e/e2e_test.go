@@ -396,10 +396,11 @@ spec: {priority: 10, poolRef: {name: shed}}
 			}
 		}()
 	}
-	// Admission sheds when every endpoint is saturated in the replica's own
-	// scrapes. A server's KV use jumps from ~0 to ~0.94 when its fill is
-	// admitted, so an average of 0.8 over a replica's fresh endpoints means
-	// each of them reads saturated there.
+	// Admission sheds when the endpoints' mean load in the replica's own
+	// scrapes reaches 1 (the default pool-average rule; a server's load is
+	// at least its KV use over 0.8), so an average KV use of 0.8 over a
+	// replica's fresh endpoints is enough. A server's KV use jumps from ~0
+	// to ~0.94 when its fill is admitted.
 	eventually(t, "every replica seeing the pool saturated", func() bool {
 		v, ok := pickerMetricMin(t, "inference_pool_average_kv_cache_utilization", p.key())
 		return ok && v >= 0.8
