@@ -81,16 +81,14 @@ func (m *Manager) exchange(ctx context.Context, s *server, buf *bytes.Buffer, re
 	// blocked read or write at once.
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) }) //nolint:errcheck // the read fails either way
 	defer stop()
-	sp := s.cpu.begin()
 	_, err = c.Write(s.request)
-	s.cpu.end(sp)
 	if err != nil {
 		if reused {
 			return nil, errReused
 		}
 		return nil, m.readFailure(ctx, s, err, 0)
 	}
-	r := responseReader{c: c, raw: s.raw, cpu: &s.cpu, slot: &s.slot, buf: buf}
+	r := responseReader{c: c, raw: s.raw, slot: &s.slot, buf: buf}
 	buf.Reset()
 	status, end, err := r.header()
 	if err != nil {
@@ -157,10 +155,9 @@ func (m *Manager) readFailure(ctx context.Context, s *server, err error, n int) 
 // the body in place behind it (a chunked body is decoded in place).
 type responseReader struct {
 	c net.Conn
-	// raw, when set, is c's descriptor: its reads are made and timed on
-	// cpu one system call at a time.
+	// raw, when set, is c's descriptor: its reads are made one system
+	// call at a time, holding slot only while one runs.
 	raw  syscall.RawConn
-	cpu  *cpuClock
 	slot *cpuSlot
 	buf  *bytes.Buffer
 	read int // bytes read from c
@@ -184,9 +181,10 @@ func (r *responseReader) fill() error {
 	return err
 }
 
-// readInto is one Read of c. Through raw, the read system call is timed
-// alone: the wait for the page, while other goroutines run on the thread,
-// is not the scrape's CPU.
+// readInto is one Read of c. Through raw, the slot (and with it the
+// scrape's CPU clock) is given up exactly while the poller waits: the wait
+// for the page, while other goroutines run on the thread, is not the
+// scrape's CPU.
 func (r *responseReader) readInto(b []byte) (int, error) {
 	if r.raw == nil {
 		r.slot.give()
@@ -204,14 +202,12 @@ func (r *responseReader) readInto(b []byte) (int, error) {
 			n, rerr = 0, r.slot.ctx.Err()
 			return true
 		}
-		sp := r.cpu.begin()
 		for {
 			n, rerr = syscall.Read(int(fd), b)
 			if !errors.Is(rerr, syscall.EINTR) {
 				break
 			}
 		}
-		r.cpu.end(sp)
 		if errors.Is(rerr, syscall.EAGAIN) {
 			// Not ready: the runtime's poller waits (within c's deadline)
 			// and calls again; the slot is another scrape's meanwhile.

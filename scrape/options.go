@@ -106,10 +106,11 @@ type Options struct {
 	MaxConcurrentScrapes int
 	// CPUBudget is the CPU the scrapes may use, in cores: scrapes are
 	// admitted at the rate it pays for (their mean cost, from one scrape
-	// in eight timed by its thread's CPU clock: the exchange's system calls
-	// and the parse), and at most its whole cores (at least one) of them
-	// run at once (a scrape waiting for the network does not count), so
-	// that picks and stream handling keep the rest of the cores. When it cannot pay for every busy server at RefreshInterval,
+	// in eight timed by its thread's CPU clock over all it does between
+	// waits for the network), and at most its whole cores (at least one)
+	// of them run at once (a scrape waiting for the network does not
+	// count), so that picks and stream handling keep the rest of the
+	// cores. When it cannot pay for every busy server at RefreshInterval,
 	// busy pools share it by request rate. Zero means half of GOMAXPROCS;
 	// negative means no budget.
 	CPUBudget float64

@@ -233,8 +233,8 @@ func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, e
 	// much again. So at most the budget's whole cores of scrapes are
 	// runnable at once, however many are in flight, and a request's
 	// goroutines always find a core. A scrape gives its slot up only while
-	// it waits for the network (slot.wait).
-	s.slot = cpuSlot{slots: m.cpuSlots, ctx: parent}
+	// it waits for the network.
+	s.slot = cpuSlot{slots: m.cpuSlots, ctx: parent, cpu: &s.cpu}
 	if !s.slot.take() {
 		return datastore.Metrics{}, parent.Err()
 	}
@@ -258,9 +258,7 @@ func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, e
 	}
 	p := m.parsers[t.engine].Get().(*Parser)
 	defer m.parsers[t.engine].Put(p)
-	sp := s.cpu.begin()
 	met, err := p.Parse(page)
-	s.cpu.end(sp)
 	if err != nil {
 		return datastore.Metrics{}, failure("parse", "GET %s (%s): %w", t.url, t.engine, err)
 	}
@@ -377,31 +375,41 @@ func buildTarget(o *Options, spec *datastore.PoolSpec, ep *datastore.Endpoint) t
 
 // cpuSlot is a scrape's hold on one of Manager.cpuSlots, taken while the
 // scrape runs and given up while it waits for the network: one scrape's
-// goroutine uses it, so it needs no lock.
+// goroutine uses it, so it needs no lock. The scrape's CPU time (cpu) is
+// its time holding it: everything it does between two waits for the
+// network, its system calls, its header and the parse alike.
 type cpuSlot struct {
-	slots chan struct{} // nil: no budget, nothing to hold
+	slots chan struct{} // nil: no budget, nothing to wait for
 	ctx   context.Context
+	cpu   *cpuClock
 	held  bool
+	span  span
 }
 
 // take waits for a slot unless one is held; false when ctx ended first.
 func (c *cpuSlot) take() bool {
-	if c.slots == nil || c.held {
+	if c.held {
 		return true
 	}
-	select {
-	case c.slots <- struct{}{}:
-		c.held = true
-		return true
-	case <-c.ctx.Done():
-		return false
+	if c.slots != nil {
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.ctx.Done():
+			return false
+		}
 	}
+	c.held = true
+	c.span = c.cpu.begin()
+	return true
 }
 
 // give gives the slot up, if held.
 func (c *cpuSlot) give() {
 	if c.held {
-		<-c.slots
+		c.cpu.end(c.span)
+		if c.slots != nil {
+			<-c.slots
+		}
 		c.held = false
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -107,28 +108,12 @@ func serveModelServers(port string) error {
 	// their requests are held until the scraper gives up.
 	var hang atomic.Pointer[[2]int]
 	hang.Store(&[2]int{})
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
-		tcp, _ := local.(*net.TCPAddr)
-		i, ok := 0, false
-		if tcp != nil {
-			i, ok = podIndex(tcp.IP)
-		}
-		if !ok || r.URL.Path != "/metrics" {
-			http.NotFound(w, r)
-			return
-		}
-		if h := hang.Load(); i >= h[0] && i < h[1] {
-			<-r.Context().Done()
-			return
-		}
-		n := served.Add(1)
-		p := pages[(i+int(n))%variants]
-		log.add(i, time.Now().UnixNano())
-		w.Header().Set("Content-Length", strconv.Itoa(len(p)))
-		w.Write(p) //nolint:errcheck
-	})}
-	go srv.Serve(ln) //nolint:errcheck
+	responses := make([][]byte, len(pages))
+	for j, p := range pages {
+		responses[j] = append(fmt.Appendf(nil, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: %d\r\n\r\n", len(p)), p...)
+	}
+	pp := &pageServer{responses: responses, log: &log, served: &served, hang: &hang}
+	go pp.serve(ln)
 
 	ctl, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -164,6 +149,78 @@ func serveModelServers(port string) error {
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
 	<-sig
 	return nil
+}
+
+// pageServer answers GET /metrics on every pod address with one of a few
+// pre-rendered responses, on kept connections. It stands in for model
+// servers on other machines, so it costs this machine as little as it can:
+// a read and a write per page, where net/http's server spent about as much
+// CPU again as poolpicker's scrape of the page.
+type pageServer struct {
+	responses [][]byte
+	log       *servedLog
+	served    *atomic.Int64
+	hang      *atomic.Pointer[[2]int]
+}
+
+var notFound = []byte("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+func (ps *pageServer) serve(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go ps.conn(c)
+	}
+}
+
+// conn serves one connection's requests, one at a time, until the client
+// closes it or sends what is not a GET.
+func (ps *pageServer) conn(c net.Conn) {
+	defer c.Close()
+	tcp, _ := c.LocalAddr().(*net.TCPAddr)
+	i, ok := 0, false
+	if tcp != nil {
+		i, ok = podIndex(tcp.IP)
+	}
+	buf := make([]byte, 0, 4096)
+	for {
+		end := bytes.Index(buf, []byte("\r\n\r\n"))
+		if end < 0 {
+			if len(buf) == cap(buf) {
+				return // a header this long is no scrape
+			}
+			n, err := c.Read(buf[len(buf):cap(buf)])
+			if err != nil {
+				return
+			}
+			buf = buf[:len(buf)+n]
+			continue
+		}
+		path, isGet := bytes.CutPrefix(buf[:end], []byte("GET "))
+		path, _, _ = bytes.Cut(path, []byte(" "))
+		buf = buf[:copy(buf, buf[end+4:])]
+		if !isGet {
+			return
+		}
+		if !ok || string(path) != "/metrics" {
+			if _, err := c.Write(notFound); err != nil {
+				return
+			}
+			continue
+		}
+		if h := ps.hang.Load(); i >= h[0] && i < h[1] {
+			// Held until the scraper gives up and closes.
+			_, _ = io.Copy(io.Discard, c)
+			return
+		}
+		n := ps.served.Add(1)
+		ps.log.add(i, time.Now().UnixNano())
+		if _, err := c.Write(ps.responses[(i+int(n))%len(ps.responses)]); err != nil {
+			return
+		}
+	}
 }
 
 // modelServers are the running model-server processes.
