@@ -9,11 +9,13 @@ require (
 	github.com/go-logr/logr v1.4.4
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/poolpicker/poolpicker v0.0.0-00010101000000-000000000000
+	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/tidwall/gjson v1.20.2
 	go.opentelemetry.io/otel/sdk v1.45.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f
 	golang.org/x/sys v0.48.0
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.12
@@ -55,7 +57,6 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/spf13/pflag v1.1.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect

@@ -106,7 +106,7 @@ func main() {
 	flag.StringVar(&c.snapshots, "snapshots", filepath.Join(os.TempDir(), "poolpicker-scale"), "Directory of populated etcd data directories, one per shape, reused across runs.")
 	flag.StringVar(&c.pickerBin, "picker-bin", "", "A poolpicker binary built beforehand (an A/B of two builds runs each in its own invocation); empty: build cmd/poolpicker of this tree.")
 	flag.StringVar(&c.profiles, "profiles", "", "Save poolpicker's heap profile at the end of each run, and CPU profiles of the sync, each hot window and the cold picks, under this path prefix.")
-	flag.StringVar(&c.traces, "traces", "", "Save poolpicker's execution trace of the first 5 s of each hot window under this path prefix (go tool trace).")
+	flag.StringVar(&c.traces, "traces", "", "Save poolpicker's execution trace of the first 5 s of each hot window and of the cold picks under this path prefix (go tool trace).")
 	flag.BoolVar(&c.logPicker, "log-picker", false, "Pass poolpicker's log to stderr.")
 	flag.BoolVar(&c.populateOnly, "populate-only", false, "Only populate (and keep) the snapshots of the pool counts, measure nothing.")
 	flag.StringVar(&out, "out", "", "JSON file the results are merged into (by pool count and plan), for -from-json.")

@@ -333,13 +333,18 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	picked := maps.Clone(isHot)
 	var cold, warm, idle []float64
 	var pickedBefore []int
-	profDone := make(chan error, 1)
-	if c.profiles != "" {
+	profDone := make(chan error, 2)
+	for _, s := range []struct{ prefix, kind, what string }{
+		{c.profiles, "cpu-cold", "profile?seconds=5"},
+		{c.traces, "trace-cold", "trace?seconds=5"},
+	} {
+		if s.prefix == "" {
+			profDone <- nil
+			continue
+		}
 		go func() {
-			profDone <- p.saveProfile(ctx, "profile?seconds=5", fmt.Sprintf("%s.cpu-cold.%d%s", c.profiles, c.Pools, planSuffix(c.Plan)))
+			profDone <- p.saveProfile(ctx, s.what, fmt.Sprintf("%s.%s.%d%s", s.prefix, s.kind, c.Pools, planSuffix(c.Plan)))
 		}()
-	} else {
-		profDone <- nil
 	}
 	nCold := min(c.coldPicks, c.Pools-nHot)
 	for k := range nCold {
@@ -375,7 +380,7 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		}
 		pickedBefore = append(pickedBefore, i)
 	}
-	if err := <-profDone; err != nil {
+	if err := errors.Join(<-profDone, <-profDone); err != nil {
 		return r, err
 	}
 	r.ColdPicks = len(cold)
