@@ -51,8 +51,11 @@ type config struct {
 	HotRate    float64 `json:"hotRate"`
 	FlipRate   float64 `json:"flipRate"`
 	Noisy      float64 `json:"noisy,omitempty"`
-	Servers    int     `json:"servers"`
-	Port       int     `json:"port"`
+	// NoisyRounds is how many times the quiet and noisy windows are
+	// measured; the ratios reported are the median over the rounds.
+	NoisyRounds int `json:"noisyRounds,omitempty"`
+	Servers     int `json:"servers"`
+	Port        int `json:"port"`
 	// BackgroundNice is the nice value of the processes that stand in for
 	// other machines: the model servers from their start, etcd and
 	// kube-apiserver from poolpicker's sync on (0: all at normal priority).
@@ -92,6 +95,7 @@ func main() {
 	flag.Float64Var(&c.HotShare, "hot", 0.01, "Share of pools that receive traffic (at least one).")
 	flag.Float64Var(&c.HotRate, "hot-rate", 200, "Requests per second over all hot pools.")
 	flag.Float64Var(&c.Noisy, "noisy", 0, "Noisy neighbour: after the hot window, two more, one with a hot pool's servers hanging until the scrape timeout, one with its traffic at this many times each other hot pool's; every hot figure is the other pools' (0: none).")
+	flag.IntVar(&c.NoisyRounds, "noisy-rounds", 1, "With -noisy: rounds of a quiet window and its two noisy ones; each ratio reported is the median over the rounds of each noisy window against its round's quiet one.")
 	flag.Float64Var(&c.FlipRate, "flip-rate", 20, "Pod readiness flips per second during the pod-update phase (0: no such phase).")
 	flag.IntVar(&c.Servers, "servers", 4, "Model-server processes serving every pod address.")
 	flag.IntVar(&c.BackgroundNice, "background-nice", 19, "Nice value of the model servers and, after poolpicker's sync, of etcd and kube-apiserver, which in a cluster run on other machines than poolpicker's (0: normal priority, as poolpicker and the timing client).")

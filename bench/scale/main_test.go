@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -58,7 +59,7 @@ func TestSmallRun(t *testing.T) {
 	bin := pickerBinary
 	c := config{Pools: 20, Pods: 3, Namespaces: 2, HotShare: 0.1, HotRate: 50, FlipRate: 10, Servers: 2, Port: port,
 		settle: 2 * time.Second, idleWindow: 2 * time.Second, hotWindow: 3 * time.Second, flipWindow: 2 * time.Second,
-		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second, Noisy: 50,
+		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second, Noisy: 50, NoisyRounds: 2,
 		// An idle server is scraped once at start, then every idle interval:
 		// at the default 30 s the 2 s idle window would see none.
 		PickerArgs: "--idle-refresh-metrics-interval=1s"}
@@ -89,6 +90,19 @@ func TestSmallRun(t *testing.T) {
 	}
 	if loud := r.Neighbours[1]; loud.Picks <= r.HotPicks || !(loud.AgeP99Ms > 0) {
 		t.Errorf("50x neighbour: %d picks against %d quiet, want more; %+v", loud.Picks, r.HotPicks, loud)
+	}
+	// The second round: its own quiet window and both noisy ones, and the
+	// reported ratio the median (here the mean) of the two rounds'.
+	if len(r.NoisyRounds) != 1 || len(r.NoisyRounds[0].Neighbours) != 2 {
+		t.Fatalf("noisy rounds past the first: %+v, want one of two windows", r.NoisyRounds)
+	}
+	round := r.NoisyRounds[0]
+	if round.Quiet.Picks == 0 || round.Neighbours[0].ScrapeTimeouts < 1 || round.Neighbours[1].Picks <= round.Quiet.Picks {
+		t.Errorf("second round: quiet %d picks, hanging %.0f timeouts, 50x %d picks", round.Quiet.Picks, round.Neighbours[0].ScrapeTimeouts, round.Neighbours[1].Picks)
+	}
+	want := (r.Neighbours[1].AgeP99Ms/r.MetricAgeP99Ms + round.Neighbours[1].AgeP99Ms/round.Quiet.AgeP99Ms) / 2
+	if got := neighbourRatio(1, true)(r); math.Abs(got-want) > 1e-9 {
+		t.Errorf("50x neighbour's metric age ratio %v, want the rounds' mean %v", got, want)
 	}
 	if r.HotPools != 2 || r.ColdPicks != 5 {
 		t.Errorf("hot pools %d, cold picks %d; want 2 and 5", r.HotPools, r.ColdPicks)
@@ -151,6 +165,22 @@ func TestPodAddr(t *testing.T) {
 	for _, s := range []string{"127.0.0.1", "127.100.0.5", "127.100.5.255", "10.100.1.1"} {
 		if _, ok := podIndex(net.ParseIP(s)); ok {
 			t.Errorf("podIndex(%s) accepted", s)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{3, 1}, 2},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		if got := median(tc.xs); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
 		}
 	}
 }

@@ -65,18 +65,38 @@ var rows = []row{
 }
 
 // neighbourRatio reads the other pools' metric age (or pick) p99 with
-// noisy neighbour i against the quiet window's; 0 without it.
+// noisy neighbour i against its round's quiet window's, the median over the
+// rounds; 0 without it.
 func neighbourRatio(i int, age bool) func(result) float64 {
+	ratio := func(quiet, n hotFigures) float64 {
+		if age {
+			return n.AgeP99Ms / quiet.AgeP99Ms
+		}
+		return n.PickP99Ms / quiet.PickP99Ms
+	}
 	return func(r result) float64 {
 		if i >= len(r.Neighbours) {
 			return 0
 		}
-		n := r.Neighbours[i]
-		if age {
-			return n.AgeP99Ms / r.MetricAgeP99Ms
+		quiet := hotFigures{AgeP99Ms: r.MetricAgeP99Ms, PickP99Ms: r.HotPickP99Ms}
+		ratios := []float64{ratio(quiet, r.Neighbours[i])}
+		for _, round := range r.NoisyRounds {
+			if i < len(round.Neighbours) {
+				ratios = append(ratios, ratio(round.Quiet, round.Neighbours[i]))
+			}
 		}
-		return n.PickP99Ms / r.HotPickP99Ms
+		return median(ratios)
 	}
+}
+
+// median is the middle of xs (the mean of the two middle ones when their
+// number is even).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // printReport prints a column per run and, for each run past 1,000 pools,

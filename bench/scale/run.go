@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -60,7 +61,9 @@ type result struct {
 	// Neighbours are the hot windows with a noisy neighbour (-noisy): the
 	// other hot pools' figures with one pool's servers hanging, then with
 	// its traffic at Noisy times theirs.
-	Neighbours    []hotFigures `json:"neighbours,omitempty"`
+	Neighbours []hotFigures `json:"neighbours,omitempty"`
+	// NoisyRounds are the rounds past the first (-noisy-rounds).
+	NoisyRounds   []noisyRound `json:"noisyRounds,omitempty"`
 	ColdPicks     int          `json:"coldPicks"`
 	ColdPickP50Ms float64      `json:"coldPickP50Ms"`
 	ColdPickP99Ms float64      `json:"coldPickP99Ms"`
@@ -293,38 +296,25 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	logf("hot: %d pools, %.0f picks/s, poolpicker %.3f cores (the client %.3f), metric age p50 %.0f ms p99 %.0f ms (the budget allows busy pools %.0f ms at %.0f µs a scrape), pick p50 %.2f ms p99 %.1f ms",
 		nHot, r.HotPickRate, r.HotCPU, r.HotClientCPU, r.MetricAgeP50Ms, r.MetricAgeP99Ms, r.BusyIntervalMs, r.CPUPerScrapeUs, r.HotPickP50Ms, r.HotPickP99Ms)
 	if noisy {
-		// One pool's servers hang until the scrape timeout, its traffic
-		// as the others'; then its servers answer and its traffic is
-		// Noisy times theirs.
-		first := hot[0] * c.Pods
-		m0, err := p.readMetrics(ctx)
-		if err != nil {
+		if r.Neighbours, err = measureNeighbours(ctx, g, p, servers, c, hot, ""); err != nil {
 			return r, err
 		}
-		if err := servers.hang(first, first+c.Pods); err != nil {
-			return r, err
-		}
-		hang, err := measureHot(ctx, g, p, servers, c, hot, 0, true, "hanging")
-		if err != nil {
-			return r, fmt.Errorf("hanging neighbour: %w", err)
-		}
-		if err := servers.hang(0, 0); err != nil {
-			return r, err
-		}
-		m1, err := p.readMetrics(ctx)
-		if err != nil {
-			return r, err
-		}
-		hang.Case, hang.ScrapeTimeouts = "hanging", m1.timeouts-m0.timeouts
-		loud, err := measureHot(ctx, g, p, servers, c, hot, c.Noisy, true, "loud")
-		if err != nil {
-			return r, fmt.Errorf("%gx neighbour: %w", c.Noisy, err)
-		}
-		loud.Case = fmt.Sprintf("%gx traffic", c.Noisy)
-		r.Neighbours = []hotFigures{hang, loud}
-		for _, n := range r.Neighbours {
-			logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p50 %.2f ms p99 %.1f ms (%.2fx quiet); poolpicker %.3f cores (the client %.3f) at %.0f picks/s; %.0f scrapes timed out; oldest %q",
-				n.Case, n.AgeP99Ms, n.AgeP99Ms/r.MetricAgeP99Ms, n.PickP50Ms, n.PickP99Ms, n.PickP99Ms/r.HotPickP99Ms, n.CPU, n.ClientCPU, n.PickRate, n.ScrapeTimeouts, n.Oldest)
+		logNeighbours(logf, hf, r.Neighbours)
+		// More rounds, each a quiet window and its two noisy ones: one
+		// window's p99 moves by more than the bound from window to window.
+		for round := 2; round <= c.NoisyRounds; round++ {
+			suffix := strconv.Itoa(round)
+			quiet, err := measureHot(ctx, g, p, servers, c, hot, 0, true, "hot"+suffix)
+			if err != nil {
+				return r, err
+			}
+			ns, err := measureNeighbours(ctx, g, p, servers, c, hot, suffix)
+			if err != nil {
+				return r, err
+			}
+			logf("noisy neighbour, round %d: quiet metric age p99 %.0f ms, pick p99 %.1f ms", round, quiet.AgeP99Ms, quiet.PickP99Ms)
+			logNeighbours(logf, quiet, ns)
+			r.NoisyRounds = append(r.NoisyRounds, noisyRound{Quiet: quiet, Neighbours: ns})
 		}
 	}
 
@@ -450,6 +440,54 @@ type hotFigures struct {
 	// ScrapeTimeouts are the scrapes that timed out in the window (the
 	// hanging servers').
 	ScrapeTimeouts float64 `json:"scrapeTimeouts,omitempty"`
+}
+
+// measureNeighbours measures the other hot pools while one pool's
+// servers hang until the scrape timeout, its traffic as the others', then
+// while its servers answer and its traffic is Noisy times theirs; suffix
+// tells the round's windows apart in the profiles' names.
+func measureNeighbours(ctx context.Context, g *gateway, p *picker, servers *modelServers, c config, hot []int, suffix string) ([]hotFigures, error) {
+	first := hot[0] * c.Pods
+	m0, err := p.readMetrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := servers.hang(first, first+c.Pods); err != nil {
+		return nil, err
+	}
+	hang, err := measureHot(ctx, g, p, servers, c, hot, 0, true, "hanging"+suffix)
+	if err != nil {
+		return nil, fmt.Errorf("hanging neighbour: %w", err)
+	}
+	if err := servers.hang(0, 0); err != nil {
+		return nil, err
+	}
+	m1, err := p.readMetrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hang.Case, hang.ScrapeTimeouts = "hanging", m1.timeouts-m0.timeouts
+	loud, err := measureHot(ctx, g, p, servers, c, hot, c.Noisy, true, "loud"+suffix)
+	if err != nil {
+		return nil, fmt.Errorf("%gx neighbour: %w", c.Noisy, err)
+	}
+	loud.Case = fmt.Sprintf("%gx traffic", c.Noisy)
+	return []hotFigures{hang, loud}, nil
+}
+
+// logNeighbours logs each noisy window against its quiet one.
+func logNeighbours(logf func(string, ...any), quiet hotFigures, ns []hotFigures) {
+	for _, n := range ns {
+		logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p50 %.2f ms p99 %.1f ms (%.2fx quiet); poolpicker %.3f cores (the client %.3f) at %.0f picks/s; %.0f scrapes timed out; oldest %q",
+			n.Case, n.AgeP99Ms, n.AgeP99Ms/quiet.AgeP99Ms, n.PickP50Ms, n.PickP99Ms, n.PickP99Ms/quiet.PickP99Ms, n.CPU, n.ClientCPU, n.PickRate, n.ScrapeTimeouts, n.Oldest)
+	}
+}
+
+// noisyRound is a round of noisy-neighbour windows past the first: its
+// own quiet window and the windows with the neighbour.
+type noisyRound struct {
+	Quiet      hotFigures   `json:"quiet"`
+	Neighbours []hotFigures `json:"neighbours"`
 }
 
 // measureHot sends the hot pools hotWindow of traffic (hot[0] noisy times
