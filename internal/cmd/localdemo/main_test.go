@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -69,16 +68,11 @@ func (s *syncBuffer) String() string {
 
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var out []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	ports, err := localstack.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return ports
 }
 
 // children lists the processes whose parent is this one.
