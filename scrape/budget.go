@@ -16,8 +16,9 @@ import (
 // stream handling keep the rest of the cores: a bucket of CPU time filled
 // at Cores per second (up to a tenth of a second's worth), charged by each
 // scrape with the CPU time it took. A scrape is admitted while the bucket
-// is not empty and charged the mean cost then; a timed one (one in
-// timedEvery) is charged the difference when it ends and moves the mean.
+// is not empty and charged the mean cost then; a timed one (every
+// poller's scrape, and one https scrape in timedEvery) is charged the
+// difference when it ends and moves the mean.
 // Without a budget (Cores zero) it only measures.
 type budget struct {
 	cores float64 // zero: unlimited
@@ -111,7 +112,7 @@ func (b *budget) rate() float64 {
 	return b.cores / b.expected().Seconds()
 }
 
-// timedEvery is how many scrapes there are to one whose CPU time is
+// timedEvery is how many https scrapes there are to one whose CPU time is
 // measured: reading a thread's CPU clock is a system call, a few of them a
 // scrape would cost a tenth of the scrape, and the budget needs the mean.
 const timedEvery = 8

@@ -5,112 +5,43 @@ package scrape
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
-	"net"
 	"strconv"
-	"syscall"
-	"time"
 )
 
 // An http scrape is one GET over the server's own keep-alive connection,
-// read on the scrape's goroutine into the pooled page buffer. net/http's
+// run by a poller and read into the pooled page buffer. net/http's
 // transport costs two goroutines, two 4 KiB buffers per idle connection and
 // some fifty allocations per request; at tens of thousands of servers the
 // idle connections alone would take a gigabyte, and with fewer of them kept
 // every idle server's scrape dialled anew. A server has one scrape in
-// flight at most, so its connection needs no pool and no lock. https pages
-// go through net/http (Manager.client).
+// flight at most, so its connection needs no pool and no lock. https pages,
+// and pages of hosts that are not IP addresses, go through net/http
+// (Manager.client).
 
 // maxHeaderBytes bounds a response's status line and headers.
 const maxHeaderBytes = 64 << 10
 
-// errReused is a request on a kept connection that the server had closed
-// before answering: the scrape dials again once.
-var errReused = errors.New("kept connection closed by the server")
-
-// get reads s's page into buf with a GET over s's kept connection (dialling
-// one when there is none) and returns the page; ctx bounds the whole
-// exchange. The connection is kept when the response was read whole and
-// the server allows it, closed otherwise.
-func (m *Manager) get(ctx context.Context, s *server, buf *bytes.Buffer) ([]byte, error) {
-	t := s.target
-	if s.conn != nil {
-		page, err := m.exchange(ctx, s, buf, true)
-		if !errors.Is(err, errReused) {
-			return page, err
-		}
-	}
-	var d net.Dialer
-	s.slot.give() // the dial waits for the server's answer
-	c, err := d.DialContext(ctx, "tcp", t.host)
-	if !s.slot.take() && err == nil {
-		c.Close()
-		err = ctx.Err()
-	}
-	if err != nil {
-		return nil, transportFailure(t.url, err)
-	}
-	if sc, ok := c.(syscall.Conn); ok {
-		if s.raw, err = sc.SyscallConn(); err != nil {
-			c.Close()
-			return nil, transportFailure(t.url, err)
-		}
-	}
-	s.conn = c
-	m.kept.Add(1)
-	return m.exchange(ctx, s, buf, false)
-}
-
-// exchange sends the request on s.conn and reads the response; on any
-// error the connection is closed and forgotten.
-func (m *Manager) exchange(ctx context.Context, s *server, buf *bytes.Buffer, reused bool) (page []byte, err error) {
-	c := s.conn
-	defer func() {
-		if err != nil {
-			m.dropConn(s)
-		}
-	}()
-	if d, ok := ctx.Deadline(); ok {
-		if err := c.SetDeadline(d); err != nil {
-			return nil, transportFailure(s.target.url, err)
-		}
-	}
-	// A cancelled scrape (its server left, the manager stopped) ends its
-	// blocked read or write at once.
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) }) //nolint:errcheck // the read fails either way
-	defer stop()
-	_, err = c.Write(s.request)
-	if err != nil {
-		if reused {
-			return nil, errReused
-		}
-		return nil, m.readFailure(ctx, s, err, 0)
-	}
-	r := responseReader{c: c, raw: s.raw, slot: &s.slot, buf: buf}
-	buf.Reset()
+// decode reads the response in r's buffer, which holds all of it (or all
+// the server sent), and returns the page, and whether the server closes
+// the connection after it.
+func decode(u string, r *responseReader, limit int64) (page []byte, closeConn bool, err error) {
 	status, end, err := r.header()
 	if err != nil {
-		if reused && r.read == 0 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
-			return nil, errReused
-		}
-		return nil, m.readFailure(ctx, s, err, r.read)
+		return nil, false, readFailure(u, err, r.buf.Len())
 	}
-
-	h, err := parseHeader(buf.Bytes()[:end])
+	h, err := parseHeader(r.buf.Bytes()[:end])
 	if err != nil {
-		return nil, failure("transport", "GET %s: %v", s.target.url, err)
+		return nil, false, failure("transport", "GET %s: %v", u, err)
 	}
-	limit := m.opts.MaxBodyBytes
 	if status != 200 {
-		// The connection is closed (the deferred close): draining an error
-		// page of unknown length is not worth its bytes.
-		err = failure("status", "GET %s: HTTP %s", s.target.url, h.status)
-		return nil, err
+		// The connection is closed: draining an error page of unknown
+		// length is not worth its bytes.
+		return nil, false, failure("status", "GET %s: HTTP %s", u, h.status)
 	}
 	if h.length > limit {
-		return nil, failure("too_large", "GET %s: page of %d bytes exceeds the %d-byte cap", s.target.url, h.length, limit)
+		return nil, false, failure("too_large", "GET %s: page of %d bytes exceeds the %d-byte cap", u, h.length, limit)
 	}
 	var body []byte
 	switch {
@@ -123,108 +54,43 @@ func (m *Manager) exchange(ctx context.Context, s *server, buf *bytes.Buffer, re
 		body, err = r.untilEOF(end, limit)
 	}
 	if err != nil {
-		return nil, m.readFailure(ctx, s, err, r.read)
+		return nil, false, readFailure(u, err, r.buf.Len())
 	}
-	if h.close {
-		m.dropConn(s)
-	}
-	return body, nil
+	return body, h.close, nil
 }
 
 // readFailure names an error of the exchange after n bytes were read; a
 // scrapeError of the response's framing keeps its reason.
-func (m *Manager) readFailure(ctx context.Context, s *server, err error, n int) error {
+func readFailure(u string, err error, n int) error {
 	var se *scrapeError
 	if errors.As(err, &se) {
-		return failure(se.reason, "GET %s: %v", s.target.url, se.err)
-	}
-	var ne net.Error
-	if ctx.Err() == context.DeadlineExceeded || (errors.As(err, &ne) && ne.Timeout()) {
-		return failure("timeout", "GET %s: timed out after %v (%d bytes read)", s.target.url, m.opts.Timeout, n)
+		return failure(se.reason, "GET %s: %v", u, se.err)
 	}
 	if errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
 	}
 	if n == 0 {
-		return failure("transport", "GET %s: %v", s.target.url, err)
+		return failure("transport", "GET %s: %v", u, err)
 	}
-	return failure("body", "GET %s: reading the page after %d bytes: %v", s.target.url, n, err)
+	return failure("body", "GET %s: reading the page after %d bytes: %v", u, n, err)
 }
 
-// responseReader reads a response from c into buf: the header first, then
-// the body in place behind it (a chunked body is decoded in place).
+// responseReader reads a response from buf, which a poller filled: the
+// header first, then the body in place behind it (a chunked body is
+// decoded in place).
 type responseReader struct {
-	c net.Conn
-	// raw, when set, is c's descriptor: its reads are made one system
-	// call at a time, holding slot only while one runs.
-	raw  syscall.RawConn
-	slot *cpuSlot
-	buf  *bytes.Buffer
-	read int // bytes read from c
+	buf *bytes.Buffer
+	// eof is set when the server closed the connection after what buf
+	// holds.
+	eof bool
 }
 
-// fill reads at least once more from c, growing buf.
+// fill is asked for more than buf holds: there is no more.
 func (r *responseReader) fill() error {
-	if r.buf.Available() < 16<<10 {
-		r.buf.Grow(32 << 10)
+	if r.eof {
+		return io.EOF
 	}
-	b := r.buf.AvailableBuffer()
-	n, err := r.readInto(b[:cap(b)])
-	r.buf.Write(b[:n])
-	r.read += n
-	if n > 0 {
-		return nil
-	}
-	if err == nil {
-		err = io.ErrNoProgress
-	}
-	return err
-}
-
-// readInto is one Read of c. Through raw, the slot (and with it the
-// scrape's CPU clock) is given up exactly while the poller waits: the wait
-// for the page, while other goroutines run on the thread, is not the
-// scrape's CPU.
-func (r *responseReader) readInto(b []byte) (int, error) {
-	if r.raw == nil {
-		r.slot.give()
-		n, err := r.c.Read(b)
-		if !r.slot.take() && err == nil {
-			err = r.slot.ctx.Err()
-		}
-		return n, err
-	}
-	var n int
-	var rerr error
-	err := r.raw.Read(func(fd uintptr) bool {
-		if !r.slot.take() {
-			// Cancelled while waiting for a slot: the scrape ends.
-			n, rerr = 0, r.slot.ctx.Err()
-			return true
-		}
-		for {
-			n, rerr = syscall.Read(int(fd), b)
-			if !errors.Is(rerr, syscall.EINTR) {
-				break
-			}
-		}
-		if errors.Is(rerr, syscall.EAGAIN) {
-			// Not ready: the runtime's poller waits (within c's deadline)
-			// and calls again; the slot is another scrape's meanwhile.
-			r.slot.give()
-			return false
-		}
-		return true
-	})
-	switch {
-	case err != nil:
-		return 0, err
-	case rerr != nil:
-		return 0, rerr
-	case n == 0:
-		return 0, io.EOF
-	}
-	return n, nil
+	return io.ErrUnexpectedEOF
 }
 
 // header reads up to the end of the header; end is the offset of the body
@@ -244,16 +110,21 @@ func (r *responseReader) header() (status, end int, err error) {
 			return 0, 0, err
 		}
 	}
-	b := r.buf.Bytes()
+	status, err = statusOf(r.buf.Bytes())
+	return status, end, err
+}
+
+// statusOf reads the status code of the response in b.
+func statusOf(b []byte) (int, error) {
 	// "HTTP/1.1 200 OK"
 	if len(b) < 12 || !bytes.HasPrefix(b, []byte("HTTP/1.")) || b[8] != ' ' {
-		return 0, 0, failure("transport", "not an HTTP/1.x response: %q", b[:min(len(b), 32)])
+		return 0, failure("transport", "not an HTTP/1.x response: %q", b[:min(len(b), 32)])
 	}
-	status, err = strconv.Atoi(string(b[9:12]))
+	status, err := strconv.Atoi(string(b[9:12]))
 	if err != nil {
-		return 0, 0, failure("transport", "bad status line %q", b[:min(len(b), 32)])
+		return 0, failure("transport", "bad status line %q", b[:min(len(b), 32)])
 	}
-	return status, end, nil
+	return status, nil
 }
 
 // exactly reads an n-byte body at off.

@@ -5,7 +5,6 @@ package scrape
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -123,8 +122,9 @@ func TestClientResponses(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := rs.target(t, m)
+			tp := startPoller(t, m)
 			for i := range 2 {
-				met, err := m.fetch(context.Background(), s)
+				met, err := tp.fetch(s)
 				if tt.reason == "" {
 					if err != nil {
 						t.Fatalf("scrape %d: %v", i, err)
@@ -138,7 +138,7 @@ func TestClientResponses(t *testing.T) {
 				if !errors.As(err, &se) || se.reason != tt.reason || !strings.Contains(err.Error(), tt.wantText) {
 					t.Fatalf("scrape %d: error %v, want reason %s with %q", i, err, tt.reason, tt.wantText)
 				}
-				if s.conn != nil {
+				if s.fd >= 0 {
 					t.Fatal("a failed scrape kept its connection")
 				}
 			}
@@ -166,8 +166,9 @@ func TestClientKeptConnectionClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := rs.target(t, m)
+	tp := startPoller(t, m)
 	for i := range 3 {
-		if _, err := m.fetch(context.Background(), s); err != nil {
+		if _, err := tp.fetch(s); err != nil {
 			t.Fatalf("scrape %d: %v", i, err)
 		}
 	}
@@ -186,17 +187,16 @@ func TestClientCancelled(t *testing.T) {
 	}
 	ep := &datastore.Endpoint{IP: ms.ip, Port: int32(ms.port), Address: ms.addr}
 	s := newServer(&m.opts, buildTarget(&m.opts, nil, ep))
-	defer m.dropConn(s)
-	ctx, cancel := context.WithCancel(context.Background())
-	errs := make(chan error, 1)
-	go func() {
-		_, err := m.fetch(ctx, s)
-		errs <- err
-	}()
+	t.Cleanup(func() { m.dropConn(s) })
+	tp := startPoller(t, m)
+	ended := tp.start(s)
 	<-arrived
-	cancel()
-	if err := <-errs; err == nil {
-		t.Fatal("a cancelled scrape succeeded")
+	tp.p.cancel(s)
+	if r := <-ended; !r.cancelled {
+		t.Fatalf("a cancelled scrape ended with %+v", r)
+	}
+	if s.fd >= 0 {
+		t.Error("a cancelled scrape kept its connection")
 	}
 }
 
@@ -254,29 +254,26 @@ func FuzzClientResponse(f *testing.F) {
 			t.Fatal(err)
 		}
 		s := rs.target(t, m)
+		tp := startPoller(t, m)
 		for i := range 2 {
-			if _, err := m.fetch(context.Background(), s); err != nil {
+			if _, err := tp.fetch(s); err != nil {
 				var se *scrapeError
 				if !errors.As(err, &se) {
 					t.Fatalf("scrape %d: %v is not a scrape error", i, err)
 				}
 				// A page read whole that does not parse leaves the
 				// connection in step; any other failure may not.
-				if s.conn != nil && se.reason != "parse" && se.reason != "config" {
+				if s.fd >= 0 && se.reason != "parse" && se.reason != "config" {
 					t.Fatalf("scrape %d failed (%v, %s) and kept its connection", i, err, se.reason)
 				}
 			}
 		}
-		if s.conn != nil {
-			s.conn.Close()
-		}
 	})
 }
 
-// A scrape holds its CPU slot only while it runs: one waiting for its
-// server's answer, or for the rest of a page, leaves the slot (the budget's
-// one core here) to the others, which are read and parsed meanwhile.
-func TestCPUSlotGivenUpWhileWaiting(t *testing.T) {
+// A scrape waiting for its server's answer, or for the rest of a page,
+// holds up no other: the poller reads and parses the others meanwhile.
+func TestWaitingScrapeHoldsUpNoOther(t *testing.T) {
 	page := mustPage(t, vllmpage.State{Waiting: 1, Running: 2}, vllmpage.Options{})
 	tests := []struct {
 		name string
@@ -312,39 +309,26 @@ func TestCPUSlotGivenUpWhileWaiting(t *testing.T) {
 				return s
 			}
 			waiting, answered := server(slow), server(fast)
-			ctx, cancel := context.WithCancel(context.Background())
-			errs := make(chan error, 1)
-			go func() {
-				_, err := m.fetch(ctx, waiting)
-				errs <- err
-			}()
+			tp := startPoller(t, m)
+			ended := tp.start(waiting)
 			<-arrived
-			// Bounded, so that a slot never given up fails the test
-			// rather than hanging it.
-			bounded, stop := context.WithTimeout(context.Background(), 10*time.Second)
-			defer stop()
-			met, err := m.fetch(bounded, answered)
-			if err != nil {
-				t.Fatalf("scrape beside a waiting one: %v", err)
+			for i := range 3 {
+				met, err := tp.fetch(answered)
+				if err != nil {
+					t.Fatalf("scrape %d beside a waiting one: %v", i, err)
+				}
+				if met.WaitingRequests != 1 || met.RunningRequests != 2 {
+					t.Errorf("scrape %d beside a waiting one read %+v", i, met)
+				}
 			}
-			if met.WaitingRequests != 1 || met.RunningRequests != 2 {
-				t.Errorf("scrape beside a waiting one read %+v", met)
-			}
-			// The waiting scrape may still be taking in what its server
-			// sent, slot held, as the other ends; the slot must come free
-			// while it then waits for the rest.
 			select {
-			case m.cpuSlots <- struct{}{}:
-				<-m.cpuSlots
-			case <-bounded.Done():
-				t.Errorf("the CPU slot stayed held while the only scrape left waits for its server")
+			case r := <-ended:
+				t.Fatalf("the waiting scrape ended with %+v", r)
+			default:
 			}
-			cancel()
-			if err := <-errs; err == nil {
-				t.Fatal("the cancelled scrape succeeded")
-			}
-			if n := len(m.cpuSlots); n != 0 {
-				t.Errorf("%d CPU slots held after every scrape ended", n)
+			tp.p.cancel(waiting)
+			if r := <-ended; !r.cancelled {
+				t.Fatalf("the cancelled scrape ended with %+v", r)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -259,4 +260,51 @@ func value(m *dto.Metric) float64 {
 		return m.Counter.GetValue()
 	}
 	return m.GetGauge().GetValue()
+}
+
+// testPoller runs a poller of m's for a test: fetch scrapes one server on
+// it, as the manager's dispatcher does, and waits for the result.
+type testPoller struct {
+	p    *poller
+	mu   sync.Mutex
+	ends map[*server]chan polled
+}
+
+func startPoller(t testing.TB, m *Manager) *testPoller {
+	t.Helper()
+	tp := &testPoller{ends: map[*server]chan polled{}}
+	p, err := newPoller(m.opts.MaxBodyBytes, m.opts.Timeout, &m.kept, m.parse, func(s *server, r polled) {
+		tp.mu.Lock()
+		ch := tp.ends[s]
+		delete(tp.ends, s)
+		tp.mu.Unlock()
+		ch <- r
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp.p = p
+	var wg sync.WaitGroup
+	wg.Go(p.run)
+	t.Cleanup(func() { p.stop(); wg.Wait() })
+	return tp
+}
+
+// start submits a scrape of s and returns the channel its result comes on.
+func (tp *testPoller) start(s *server) <-chan polled {
+	ch := make(chan polled, 1)
+	tp.mu.Lock()
+	tp.ends[s] = ch
+	tp.mu.Unlock()
+	s.x.cancelled.Store(false)
+	tp.p.submit(s)
+	return ch
+}
+
+func (tp *testPoller) fetch(s *server) (datastore.Metrics, error) {
+	r := <-tp.start(s)
+	if r.cancelled {
+		return datastore.Metrics{}, errors.New("cancelled")
+	}
+	return r.met, r.err
 }

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,10 @@ import (
 
 // Manager keeps the metrics of every endpoint of every pool it hears of
 // fresh. One dispatcher goroutine takes the model servers from a queue
-// ordered by due time and scrapes them, at most MaxConcurrentScrapes at once,
-// each on a goroutine that lives for that scrape only. Endpoints of several
+// ordered by due time and scrapes them, at most MaxConcurrentScrapes at once:
+// on a poller (one goroutine per whole core of the budget, each with many
+// scrapes in flight), or, for https, on a goroutine that lives for that
+// scrape only. Endpoints of several
 // pools that resolve to the same metrics URL and engine are one server,
 // scraped once per interval, the result published to each.
 //
@@ -51,9 +54,15 @@ type Manager struct {
 	// every pool's endpoint (tests).
 	onScrape func(pool datastore.PoolKey, address string, err error)
 
-	// slots bounds the scrapes in flight; inflight counts their goroutines.
+	// slots bounds the scrapes in flight; inflight counts them.
 	slots    chan struct{}
 	inflight sync.WaitGroup
+	// pollers run the scrapes of pollable servers (Start's); polling
+	// counts their goroutines; nextPoller is the poller of the next new
+	// server.
+	pollers    []*poller
+	polling    sync.WaitGroup
+	nextPoller int
 	// wake tells the dispatcher the head of the queue changed.
 	wake chan struct{}
 	// budget admits the scrapes at the rate Options.CPUBudget pays for;
@@ -204,7 +213,27 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.ctx = ctx
 	m.mu.Unlock()
 
+	n := max(1, int(m.opts.CPUBudget))
+	if m.opts.CPUBudget <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	for range n {
+		p, err := newPoller(m.opts.MaxBodyBytes, m.opts.Timeout, &m.kept, m.parse, m.completePolled)
+		if err != nil {
+			for _, p := range m.pollers {
+				p.stop()
+			}
+			m.polling.Wait()
+			return err
+		}
+		m.pollers = append(m.pollers, p)
+		m.polling.Go(p.run)
+	}
+
 	m.dispatch(ctx)
+	for _, p := range m.pollers {
+		p.stop()
+	}
 
 	m.demandMu.Lock()
 	m.ended, m.demanded = true, nil
@@ -213,8 +242,10 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	m.stopped = true
 	m.mu.Unlock()
-	// Every scrape's context is ctx's child: they are ending.
+	// Every scrape's context is ctx's child, and the pollers end theirs:
+	// they are ending.
 	m.inflight.Wait()
+	m.polling.Wait()
 	m.mu.Lock()
 	for _, s := range m.servers {
 		m.dropConn(s)
@@ -264,13 +295,21 @@ func (m *Manager) dispatch(ctx context.Context) {
 			}
 			interval, due = s.interval, s.next
 			s.running, s.lastStart = true, now
-			s.ctx, s.cancel = context.WithCancel(ctx)
-			s.done = make(chan struct{})
+			if s.addr == nil {
+				s.ctx, s.cancel = context.WithCancel(ctx)
+			}
+			s.x.cancelled.Store(false)
 			m.inflight.Add(1)
 		}
 		m.mu.Unlock()
 		if s != nil {
-			go m.scrape(s, due, interval, m.budget.take())
+			expected := m.budget.take()
+			if s.addr != nil {
+				s.job = job{due: due, interval: interval, expected: expected}
+				m.pollers[s.poller%len(m.pollers)].submit(s)
+			} else {
+				go m.scrape(s, due, interval, expected)
+			}
 			continue
 		}
 		<-m.slots
@@ -395,17 +434,40 @@ func (m *Manager) unparkLocked(ps *poolSubs, n int) {
 	}
 }
 
-// scrape is one scrape of s, due at due, and the publication of its result
-// to every endpoint resolving to it; interval was the time since the last.
+// job is a pollable server's scrape in flight: due at due, interval
+// after the last, charged expected by the budget when it started.
+type job struct {
+	due      time.Time
+	interval time.Duration
+	expected time.Duration
+}
+
+// scrape is one scrape of s through net/http, due at due, and the
+// publication of its result to every endpoint resolving to it; interval
+// was the time since the last.
 func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Duration) {
-	defer m.inflight.Done()
 	s.cpu.start(m.started.Add(1)%timedEvery == 1)
 	met, err := m.fetch(s.ctx, s)
 	// A cancelled scrape is no failure: its server left, or the manager
 	// stopped.
 	cancelled := s.ctx.Err() != nil
+	s.cancel()
+	m.finish(s, job{due: due, interval: interval, expected: expected}, polled{met: met, err: err, cancelled: cancelled, cpu: s.cpu.total}, s.cpu.on)
+}
+
+// completePolled is a poller's report of the end of s's scrape.
+func (m *Manager) completePolled(s *server, r polled) {
+	m.finish(s, s.job, r, true)
+}
+
+// finish publishes the result of s's scrape to every endpoint resolving
+// to it and queues the server for its next scrape; measured says whether
+// r.cpu was measured.
+func (m *Manager) finish(s *server, j job, r polled, measured bool) {
+	defer m.inflight.Done()
+	interval, met, err := j.interval, r.met, r.err
 	busy := s.busy
-	if !cancelled {
+	if !r.cancelled {
 		m.scrapes.Add(1)
 		if err != nil {
 			m.errors.Add(1)
@@ -417,23 +479,25 @@ func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Durat
 			m.move(s, moved)
 		}
 	}
-	m.budget.charge(s.cpu.total, expected, s.cpu.on)
+	m.budget.charge(r.cpu, j.expected, measured)
 	m.mu.Lock()
-	s.cancel()
 	s.running = false
 	if s.gone || (!s.busy && m.kept.Load() > int64(m.opts.MaxIdleConns)) {
 		// An idle server gives its connection up past MaxIdleConns kept:
 		// a busy one keeps it, an idle one dials again next time.
 		m.dropConn(s)
 	}
-	close(s.done)
+	if s.done != nil {
+		close(s.done)
+		s.done = nil
+	}
 	m.releaseLocked(s)
 	if s.demanded {
 		s.demanded, interval, busy = false, m.opts.RefreshInterval, true
 	}
 	s.busy = busy
 	switch {
-	case cancelled:
+	case r.cancelled:
 	case err != nil:
 		// A failing server is asked again ever more rarely, not at once:
 		// servers that hang hold their slots for the timeout each time.
@@ -450,7 +514,7 @@ func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Durat
 		// From the due time, as a ticker: a scrape started late (no free
 		// slot, a busy machine) does not push every later one back. One due
 		// while this one ran is dropped, as a ticker drops ticks.
-		next := due.Add(max(interval, m.opts.RefreshInterval))
+		next := j.due.Add(max(interval, m.opts.RefreshInterval))
 		if now := time.Now(); next.Before(now) {
 			next = now
 		}
@@ -668,6 +732,8 @@ func (m *Manager) attachLocked(sb *sub) {
 	s := m.servers[key]
 	if s == nil {
 		s = newServer(&m.opts, t)
+		s.poller = m.nextPoller
+		m.nextPoller++
 		m.servers[key] = s
 		// New in a busy pool: scraped before the idle servers.
 		s.busy = time.Since(sb.pool.LastRequest()) <= m.opts.DemandWindow
@@ -711,8 +777,12 @@ func (m *Manager) detachLocked(sb *sub) <-chan struct{} {
 		ps.parked = slices.DeleteFunc(ps.parked, func(p *server) bool { return p == s })
 	}
 	if s.running {
-		s.cancel()
-		return s.done
+		if s.addr != nil {
+			m.pollers[s.poller%len(m.pollers)].cancel(s)
+		} else {
+			s.cancel()
+		}
+		return s.doneLocked()
 	}
 	m.dropConn(s)
 	return nil

@@ -100,17 +100,13 @@ type Options struct {
 	// MaxBodyBytes caps a page; a larger one fails the scrape. Zero means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// MaxConcurrentScrapes bounds the scrapes in flight at once (each is a
-	// goroutine for its duration); a due scrape waits for a free slot. Zero
-	// means DefaultMaxConcurrentScrapes.
+	// MaxConcurrentScrapes bounds the scrapes in flight at once; a due
+	// scrape waits for a free slot. Zero means DefaultMaxConcurrentScrapes.
 	MaxConcurrentScrapes int
 	// CPUBudget is the CPU the scrapes may use, in cores: scrapes are
-	// admitted at the rate it pays for (their mean cost, from one scrape
-	// in eight timed by its thread's CPU clock over all it does between
-	// waits for the network), and at most its whole cores (at least one)
-	// of them run at once (a scrape waiting for the network does not
-	// count), so that picks and stream handling keep the rest of the
-	// cores. When it cannot pay for every busy server at RefreshInterval,
+	// admitted at the rate it pays for (their mean cost, by the thread's
+	// CPU clock), and they run on one poller per whole core (at least
+	// one), so that picks and stream handling keep the rest of the cores. When it cannot pay for every busy server at RefreshInterval,
 	// busy pools share it by request rate. Zero means half of GOMAXPROCS;
 	// negative means no budget.
 	CPUBudget float64

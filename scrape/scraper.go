@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -29,18 +31,25 @@ import (
 type server struct {
 	key    targetKey
 	target target
-	// request is the GET of an http target's page.
+	// request is the GET of a pollable target's page; addr and family
+	// are its socket address (nil: scraped through net/http).
 	request []byte
-	// conn is the kept connection of an http target, used by the one
-	// scrape in flight and closed when the server goes; raw is its file
-	// descriptor's, whose reads are timed one system call at a time.
-	conn net.Conn
-	raw  syscall.RawConn
-	// cpu is the CPU time of the scrape in flight (cpuClock).
+	addr    unix.Sockaddr
+	family  int
+	// poller runs its scrapes, when addr is set: one of Manager.pollers.
+	poller int
+	// fd is the kept connection of a pollable target, used by the one
+	// scrape in flight and closed when the server goes (-1: none).
+	fd int
+	// x is the state of its scrape on the poller.
+	x exchange
+	// cpu is the CPU time of a net/http scrape in flight (cpuClock).
 	cpu cpuClock
-	// slot is the CPU slot of the scrape in flight (cpuSlot): held while
-	// it runs, given up while it waits for the network.
+	// slot is the CPU slot of a net/http scrape in flight (cpuSlot): held
+	// while it runs, given up while it waits for the network.
 	slot cpuSlot
+	// job is the scrape in flight of a pollable target.
+	job job
 
 	// Guarded by Manager.mu.
 	index int          // position in its queue; -1 when not queued
@@ -58,8 +67,10 @@ type server struct {
 	running  bool      // a scrape is in flight
 	ctx      context.Context
 	cancel   context.CancelFunc
-	done     chan struct{} // closed when the scrape in flight has ended
-	gone     bool          // no endpoint resolves to it any more
+	// done, when set, is closed when the scrape in flight has ended: made
+	// only for one who waits for that.
+	done chan struct{}
+	gone bool // no endpoint resolves to it any more
 	// interval is the time from the start of one scrape to the next.
 	interval time.Duration
 	// demanded is set when an idle pool of the server got a request while
@@ -75,8 +86,9 @@ type server struct {
 }
 
 func newServer(o *Options, t target) *server {
-	s := &server{key: t.key(), target: t, index: -1, subs: map[*sub]struct{}{}}
-	if t.err == nil && t.scheme == "http" {
+	s := &server{key: t.key(), target: t, index: -1, fd: -1, subs: map[*sub]struct{}{}}
+	if addr, family, ok := pollable(t); ok {
+		s.addr, s.family = addr, family
 		s.request = requestBytes(t.path, t.host)
 	}
 	return s
@@ -85,12 +97,20 @@ func newServer(o *Options, t target) *server {
 // closeConn closes the kept connection of a server that no scrape uses,
 // reporting whether there was one.
 func (s *server) closeConn() bool {
-	if s.conn == nil {
+	if s.fd < 0 {
 		return false
 	}
-	s.conn.Close()
-	s.conn, s.raw = nil, nil
+	unix.Close(s.fd)
+	s.fd = -1
 	return true
+}
+
+// doneLocked returns the channel closed when s's scrape in flight ends.
+func (s *server) doneLocked() <-chan struct{} {
+	if s.done == nil {
+		s.done = make(chan struct{})
+	}
+	return s.done
 }
 
 // dropConn closes s's kept connection and counts it off.
@@ -219,8 +239,9 @@ func failure(reason string, format string, args ...any) error {
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// fetch scrapes the server once; parent is the scrape's context, whose end
-// means the server is no longer wanted.
+// fetch scrapes a server that no poller can (https, or a host that is
+// not an IP address) once with net/http; parent is the scrape's context,
+// whose end means the server is no longer wanted.
 func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, error) {
 	t := s.target
 	if t.err != nil {
@@ -228,34 +249,27 @@ func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, e
 	}
 	ctx, cancel := context.WithTimeout(parent, m.opts.Timeout)
 	defer cancel()
-	// All of a scrape's CPU work runs holding one of cpuSlots, not only
-	// its parse: its system calls, its header and its deadlines are as
-	// much again. So at most the budget's whole cores of scrapes are
-	// runnable at once, however many are in flight, and a request's
-	// goroutines always find a core. A scrape gives its slot up only while
-	// it waits for the network.
+	// Its CPU work runs holding one of cpuSlots: so at most the budget's
+	// whole cores of scrapes are runnable at once, and a request's
+	// goroutines always find a core. net/http's transport waits where the
+	// slot cannot be given up, so it is taken for the parse only.
 	s.slot = cpuSlot{slots: m.cpuSlots, ctx: parent, cpu: &s.cpu}
+	buf := bodyPool.Get().(*bytes.Buffer)
+	defer bodyPool.Put(buf)
+	page, err := m.getHTTPS(ctx, parent, t, buf)
+	if err != nil {
+		return datastore.Metrics{}, err
+	}
 	if !s.slot.take() {
 		return datastore.Metrics{}, parent.Err()
 	}
 	defer s.slot.give()
-	buf := bodyPool.Get().(*bytes.Buffer)
-	defer bodyPool.Put(buf)
-	var page []byte
-	var err error
-	if s.request != nil {
-		page, err = m.get(ctx, s, buf)
-	} else {
-		// net/http's transport waits where the slot cannot be given up.
-		s.slot.give()
-		page, err = m.getHTTPS(ctx, parent, t, buf)
-		if err == nil && !s.slot.take() {
-			err = parent.Err()
-		}
-	}
-	if err != nil {
-		return datastore.Metrics{}, err
-	}
+	return m.parse(s, page)
+}
+
+// parse reads s's page with a parser of its engine.
+func (m *Manager) parse(s *server, page []byte) (datastore.Metrics, error) {
+	t := s.target
 	p := m.parsers[t.engine].Get().(*Parser)
 	defer m.parsers[t.engine].Put(p)
 	met, err := p.Parse(page)

@@ -11,7 +11,7 @@
 // "idle" the same with no pool getting requests, so that the servers decay
 // to -idle-interval; "expfmt" is the scheduler parsing whole pages with
 // expfmt instead of the fast path; "nobudget" is the scheduler without its
-// CPU budget (its scrapes still timed, one in eight); "read" is the
+// CPU budget (its scrapes still timed); "read" is the
 // physical cost, the floor of the others: each server's page read over a
 // kept connection at the refresh interval, with the least a client can do
 // (write the GET, read the header and Content-Length bytes), nothing parsed
