@@ -8,11 +8,14 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/poll"
@@ -331,5 +334,69 @@ func TestWaitingScrapeHoldsUpNoOther(t *testing.T) {
 				t.Fatalf("the cancelled scrape ended with %+v", r)
 			}
 		})
+	}
+}
+
+// Plain http to an IP address runs on a poller; anything else goes through
+// net/http.
+func TestPollable(t *testing.T) {
+	tests := []struct {
+		url    string
+		family int // 0: not pollable
+	}{
+		{"http://10.0.0.7:8000/metrics", unix.AF_INET},
+		{"http://[fd00::7]:8000/metrics", unix.AF_INET6},
+		{"http://[::ffff:10.0.0.7]:8000/metrics", unix.AF_INET},
+		{"https://10.0.0.7:8000/metrics", 0},
+		{"http://model-0.ns.svc:8000/metrics", 0},
+	}
+	for _, tt := range tests {
+		u, err := url.Parse(tt.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, family, ok := pollable(target{url: tt.url, scheme: u.Scheme, host: u.Host, path: u.Path})
+		if ok != (tt.family != 0) || family != tt.family {
+			t.Errorf("%s: pollable %v, family %d; want family %d", tt.url, ok, family, tt.family)
+		}
+	}
+}
+
+// Many scrapes in flight on one poller at once each end with their own
+// server's page, and each server's connection is kept between rounds.
+func TestPollerScrapesManyAtOnce(t *testing.T) {
+	servers := startModelServers(t, 8)
+	for i, ms := range servers {
+		ms.servePage(t, vllmpage.State{Waiting: i}, vllmpage.Options{})
+	}
+	m, err := NewManager(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := startPoller(t, m)
+	var targets []*server
+	for _, ms := range servers {
+		ep := &datastore.Endpoint{IP: ms.ip, Port: int32(ms.port), Address: ms.addr}
+		s := newServer(&m.opts, buildTarget(&m.opts, nil, ep))
+		t.Cleanup(func() { m.dropConn(s) })
+		targets = append(targets, s)
+	}
+	for round := range 3 {
+		var ends []<-chan polled
+		for _, s := range targets {
+			ends = append(ends, tp.start(s))
+		}
+		for i, ch := range ends {
+			r := <-ch
+			if r.err != nil || r.cancelled {
+				t.Fatalf("round %d, server %d: %+v", round, i, r)
+			}
+			if r.met.WaitingRequests != i {
+				t.Errorf("round %d, server %d read waiting %d", round, i, r.met.WaitingRequests)
+			}
+		}
+	}
+	if n := m.kept.Load(); n != int64(len(servers)) {
+		t.Errorf("%d connections kept for %d servers", n, len(servers))
 	}
 }
