@@ -316,7 +316,11 @@ func (m *Manager) dispatch(ctx context.Context) {
 		if wait < 0 {
 			timer.Stop()
 		} else {
-			timer.Reset(wait)
+			// Scrapes due less than a quantum apart start together: at
+			// ten thousand a second a wake-up per scrape was the
+			// dispatcher's main cost, and a scrape's lateness is bounded
+			// by the quantum, a fiftieth of the default interval.
+			timer.Reset(max(wait, dispatchQuantum))
 		}
 		select {
 		case <-ctx.Done():
@@ -609,6 +613,10 @@ func (m *Manager) PoolDemanded(pool *datastore.Pool, idle time.Duration) {
 	}
 	m.demandMu.Unlock()
 }
+
+// dispatchQuantum is the least time the dispatcher waits for the next
+// scrape due.
+const dispatchQuantum = time.Millisecond
 
 // demandDelay is how long after the first request of an idle pool its
 // servers' scrapes start: after that request's answer has gone.
