@@ -303,12 +303,11 @@ func (m *Manager) dispatch(ctx context.Context) {
 		}
 		m.mu.Unlock()
 		if s != nil {
-			expected := m.budget.take()
+			s.job = job{due: due, interval: interval, expected: m.budget.take()}
 			if s.addr != nil {
-				s.job = job{due: due, interval: interval, expected: expected}
 				m.pollers[s.poller%len(m.pollers)].submit(s)
 			} else {
-				go m.scrape(s, due, interval, expected)
+				go m.scrape(s)
 			}
 			continue
 		}
@@ -438,37 +437,35 @@ func (m *Manager) unparkLocked(ps *poolSubs, n int) {
 	}
 }
 
-// job is a pollable server's scrape in flight: due at due, interval
-// after the last, charged expected by the budget when it started.
+// job is a server's scrape in flight: due at due, interval after the
+// last, charged expected by the budget when it started.
 type job struct {
 	due      time.Time
 	interval time.Duration
 	expected time.Duration
 }
 
-// scrape is one scrape of s through net/http, due at due, and the
-// publication of its result to every endpoint resolving to it; interval
-// was the time since the last.
-func (m *Manager) scrape(s *server, due time.Time, interval, expected time.Duration) {
+// scrape is one scrape of s through net/http and the publication of its
+// result to every endpoint resolving to it.
+func (m *Manager) scrape(s *server) {
 	s.cpu.start(m.started.Add(1)%timedEvery == 1)
 	met, err := m.fetch(s.ctx, s)
 	// A cancelled scrape is no failure: its server left, or the manager
 	// stopped.
 	cancelled := s.ctx.Err() != nil
 	s.cancel()
-	m.finish(s, job{due: due, interval: interval, expected: expected}, polled{met: met, err: err, cancelled: cancelled, cpu: s.cpu.total}, s.cpu.on)
+	m.finish(s, polled{met: met, err: err, cancelled: cancelled, cpu: s.cpu.total}, s.cpu.on)
 }
 
 // completePolled is a poller's report of the end of s's scrape.
-func (m *Manager) completePolled(s *server, r polled) {
-	m.finish(s, s.job, r, true)
-}
+func (m *Manager) completePolled(s *server, r polled) { m.finish(s, r, true) }
 
 // finish publishes the result of s's scrape to every endpoint resolving
 // to it and queues the server for its next scrape; measured says whether
 // r.cpu was measured.
-func (m *Manager) finish(s *server, j job, r polled, measured bool) {
+func (m *Manager) finish(s *server, r polled, measured bool) {
 	defer m.inflight.Done()
+	j := s.job
 	interval, met, err := j.interval, r.met, r.err
 	busy := s.busy
 	if !r.cancelled {

@@ -48,7 +48,7 @@ type server struct {
 	// slot is the CPU slot of a net/http scrape in flight (cpuSlot): held
 	// while it runs, given up while it waits for the network.
 	slot cpuSlot
-	// job is the scrape in flight of a pollable target.
+	// job is the scrape in flight.
 	job job
 
 	// Guarded by Manager.mu.
