@@ -296,7 +296,7 @@ func (tp *testPoller) start(s *server) <-chan polled {
 	tp.mu.Lock()
 	tp.ends[s] = ch
 	tp.mu.Unlock()
-	s.x.cancelled.Store(false)
+	s.cancelled.Store(false)
 	tp.p.submit(s)
 	return ch
 }

@@ -298,7 +298,7 @@ func (m *Manager) dispatch(ctx context.Context) {
 			if s.addr == nil {
 				s.ctx, s.cancel = context.WithCancel(ctx)
 			}
-			s.x.cancelled.Store(false)
+			s.cancelled.Store(false)
 			m.inflight.Add(1)
 		}
 		m.mu.Unlock()

@@ -71,7 +71,6 @@ type polled struct {
 // exchange is the state of a server's scrape on its poller.
 type exchange struct {
 	active     bool
-	cancelled  atomic.Bool
 	seq        uint32
 	connecting bool
 	reused     bool // the request went on a kept connection
@@ -158,7 +157,7 @@ func (p *poller) submit(s *server) {
 
 // cancel ends s's scrape, submitted or in flight, as cancelled.
 func (p *poller) cancel(s *server) {
-	s.x.cancelled.Store(true)
+	s.cancelled.Store(true)
 	p.mu.Lock()
 	p.cancels = append(p.cancels, s)
 	p.mu.Unlock()
@@ -214,7 +213,7 @@ func (p *poller) run() {
 		p.queued, p.cancels = p.queued[len(p.queued):], p.cancels[len(p.cancels):]
 		p.mu.Unlock()
 		for _, s := range cancels {
-			if s.x.active && s.x.cancelled.Load() {
+			if s.x.active && s.cancelled.Load() {
 				p.touch(s)
 				p.end(s, polled{cancelled: true})
 			}
@@ -331,7 +330,7 @@ func (p *poller) start(s *server, now time.Time) {
 	x.buf = bodyPool.Get().(*bytes.Buffer)
 	x.buf.Reset()
 	p.link(s)
-	if x.cancelled.Load() {
+	if s.cancelled.Load() {
 		p.end(s, polled{cancelled: true})
 		return
 	}
@@ -477,8 +476,10 @@ func (p *poller) failExchange(s *server, err error) {
 // redial sends the request again on a new connection.
 func (p *poller) redial(s *server) {
 	p.dropConn(s)
-	s.x.written, s.x.reused = 0, false
-	s.x.buf.Reset()
+	x := &s.x
+	x.written, x.reused, x.eof = 0, false, false
+	x.bodyAt, x.hdr, x.status, x.hdrErr = 0, header{}, 0, nil
+	x.buf.Reset()
 	p.dial(s)
 }
 

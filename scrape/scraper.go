@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,8 +42,10 @@ type server struct {
 	// fd is the kept connection of a pollable target, used by the one
 	// scrape in flight and closed when the server goes (-1: none).
 	fd int
-	// x is the state of its scrape on the poller.
-	x exchange
+	// x is the state of its scrape on the poller, which alone uses it;
+	// cancelled is set when that scrape is to end at once.
+	x         exchange
+	cancelled atomic.Bool
 	// cpu is the CPU time of a net/http scrape in flight (cpuClock).
 	cpu cpuClock
 	// slot is the CPU slot of a net/http scrape in flight (cpuSlot): held
