@@ -400,3 +400,25 @@ func TestPollerScrapesManyAtOnce(t *testing.T) {
 		t.Errorf("%d connections kept for %d servers", n, len(servers))
 	}
 }
+
+// A poller's thread runs at a lower priority than the process's, so that
+// the kernel runs a pick's threads first.
+func TestPollerThreadPriority(t *testing.T) {
+	m, err := NewManager(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := startPoller(t, m)
+	poll.Until(t, 10*time.Second, "the poller's thread", func() bool { return tp.p.tid.Load() != 0 })
+	nice := func(who int) int {
+		prio, err := unix.Getpriority(unix.PRIO_PROCESS, who)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 20 - prio
+	}
+	process, poller := nice(0), nice(int(tp.p.tid.Load()))
+	if want := min(process+pollerNice, 19); poller != want {
+		t.Errorf("the poller's thread runs at nice %d, the process at %d; want %d", poller, process, want)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,7 @@ type poller struct {
 	cancels  []*server
 	closed   bool
 	sleeping atomic.Bool // the goroutine waits: a submission wakes it
+	tid      atomic.Int32 // the goroutine's thread, once it runs (tests)
 
 	// The goroutine's own.
 	inflight map[int32]*server
@@ -187,6 +189,7 @@ func (p *poller) run() {
 		p.file.Close()
 		unix.Close(p.evfd)
 	}()
+	p.tid.Store(int32(lowerPriority()))
 	events := make([]unix.EpollEvent, 128)
 	for {
 		n, err := p.wait(events)
@@ -251,6 +254,28 @@ func (p *poller) run() {
 			return
 		}
 	}
+}
+
+// pollerNice is how much lower than the process's the priority of a
+// poller's thread is: the kernel runs a pick's threads before it
+// whenever both are runnable, and gives it all the CPU nothing else
+// wants. The budget bounds its share of the process's goroutines; a
+// core's other runnable threads of equal priority would otherwise share
+// that core with it turn about, a pick waiting its turn.
+const pollerNice = 10
+
+// lowerPriority locks the calling goroutine to its thread, for good (the
+// thread ends with the goroutine, its priority never passed on), and
+// lowers the thread's priority by pollerNice. Where the kernel refuses,
+// the poller runs at the process's priority.
+func lowerPriority() (tid int) {
+	runtime.LockOSThread()
+	tid = unix.Gettid()
+	// The raw value is 20 - nice.
+	if prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid); err == nil {
+		unix.Setpriority(unix.PRIO_PROCESS, tid, min(20-prio+pollerNice, 19)) //nolint:errcheck // best effort
+	}
+	return tid
 }
 
 // wait returns the ready events, waiting in the runtime's poller (until
