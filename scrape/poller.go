@@ -47,7 +47,7 @@ type poller struct {
 	queued   []*server // submitted, not started
 	cancels  []*server
 	closed   bool
-	sleeping atomic.Bool // the goroutine waits: a submission wakes it
+	sleeping atomic.Bool  // the goroutine waits: a submission wakes it
 	tid      atomic.Int32 // the goroutine's thread, once it runs (tests)
 
 	// The goroutine's own.
