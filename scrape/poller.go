@@ -209,7 +209,7 @@ func (p *poller) run() {
 				continue
 			}
 			p.touch(s)
-			p.progress(s, ev.Events)
+			p.progress(s)
 		}
 		p.mu.Lock()
 		queued, cancels, closed := p.queued, p.cancels, p.closed
@@ -438,7 +438,7 @@ func (p *poller) rearm(s *server, events uint32) {
 }
 
 // progress moves s's scrape on after its connection reported events.
-func (p *poller) progress(s *server, events uint32) {
+func (p *poller) progress(s *server) {
 	x := &s.x
 	if x.connecting {
 		x.connecting = false
