@@ -61,6 +61,7 @@ type Manager struct {
 	// counts their goroutines; nextPoller is the poller of the next new
 	// server.
 	pollers    []*poller
+	npollers   int
 	polling    sync.WaitGroup
 	nextPoller int
 	// wake tells the dispatcher the head of the queue changed.
@@ -161,6 +162,10 @@ func NewManager(opts Options) (*Manager, error) {
 		pools:   map[datastore.PoolKey]*poolSubs{},
 		servers: map[targetKey]*server{},
 	}
+	m.npollers = max(1, int(opts.CPUBudget))
+	if opts.CPUBudget <= 0 {
+		m.npollers = runtime.GOMAXPROCS(0)
+	}
 	m.demandTimer = time.AfterFunc(time.Hour, m.wakeDispatcher)
 	m.demandTimer.Stop()
 	if opts.CPUBudget > 0 {
@@ -182,6 +187,11 @@ func NewManager(opts Options) (*Manager, error) {
 	}
 	return m, nil
 }
+
+// Pollers is the number of poller goroutines Start runs, each on a thread
+// of its own at a lower priority than the process's: one per whole core
+// of the budget, at least one; without a budget, one per P.
+func (m *Manager) Pollers() int { return m.npollers }
 
 // StalenessThreshold is the effective staleness threshold.
 func (m *Manager) StalenessThreshold() time.Duration { return m.opts.StalenessThreshold }
@@ -213,11 +223,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.ctx = ctx
 	m.mu.Unlock()
 
-	n := max(1, int(m.opts.CPUBudget))
-	if m.opts.CPUBudget <= 0 {
-		n = runtime.GOMAXPROCS(0)
-	}
-	for range n {
+	for range m.npollers {
 		p, err := newPoller(m.opts.MaxBodyBytes, m.opts.Timeout, &m.kept, m.parse, m.completePolled)
 		if err != nil {
 			for _, p := range m.pollers {

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,10 @@ const (
 	defaultKubeAPIQPS   = 50
 	defaultKubeAPIBurst = 100
 )
+
+// defaultProcs is GOMAXPROCS as the runtime set it at start (the cores
+// the process may use), before build adds the scrape pollers' Ps.
+var defaultProcs = runtime.GOMAXPROCS(0)
 
 // options is everything the flags set.
 type options struct {
@@ -276,6 +281,14 @@ func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, er
 	scraper, err := scrape.NewManager(o.scrape)
 	if err != nil {
 		return nil, fmt.Errorf("scraper: %w", err)
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		// A P of its own for each scrape poller, beside the request
+		// path's: a poller's thread runs at a lower priority, and while
+		// it holds a P the kernel would run a pick's thread at once, but
+		// Go's scheduler would not without a free P. An operator's
+		// GOMAXPROCS is kept as set.
+		runtime.GOMAXPROCS(defaultProcs + scraper.Pollers())
 	}
 	// Observers first: they must hear of every pool from its start.
 	reg.AddObserver(scraper)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -282,4 +283,31 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Each scrape poller gets a P of its own beside the request path's, unless
+// the operator set GOMAXPROCS.
+func TestScrapePollersGetTheirOwnP(t *testing.T) {
+	writeKubeconfig(t)
+	ns := servePool(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			env = append(env, kv)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		env  []string
+		want int
+	}{
+		{"default", env, defaultProcs + 1},
+		{"operator's GOMAXPROCS", append(slices.Clone(env), "GOMAXPROCS=5"), 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ports := freePorts(t, 3)
+			startBinary(t, append(pickerArgs(ns, ports), "--metrics-scrape-cpu-budget=1"), tt.env)
+			waitMetrics(t, ports[2], fmt.Sprintf("\ngo_sched_gomaxprocs_threads %d\n", tt.want))
+		})
+	}
 }
