@@ -189,8 +189,12 @@ func TestBudgetRestoredPoolHastened(t *testing.T) {
 		interval, _, _ := quietServer()
 		return interval == 0
 	})
-	if _, ahead, running := quietServer(); !running && ahead > 2*refresh {
-		t.Errorf("the restored pool's server is due %v after its last scrape, want within %v", ahead, 2*refresh)
+	// Due at most its new interval after its last start, or, when that
+	// time has passed, as soon as its scrape ended: within a few intervals
+	// however long a loaded machine made that scrape, and far from the
+	// second or more it was slowed to.
+	if _, ahead, running := quietServer(); !running && ahead > 10*refresh {
+		t.Errorf("the restored pool's server is due %v after its last scrape, want within %v", ahead, 10*refresh)
 	}
 }
 
