@@ -635,9 +635,11 @@ func TestFlowsServedInTurnAcrossEndpoints(t *testing.T) {
 					Queued: func() { queuedCalls.Add(1) }}, out)
 				fx.queued(t, p, i+1)
 			}
-			if got := queuedCalls.Load(); got != int32(len(tc.reqs)) {
-				t.Fatalf("Queued called %d times, want %d", got, len(tc.reqs))
-			}
+			// A request is counted in the queue just before its Queued
+			// callback runs, on its own goroutine.
+			poll.Until(t, 10*time.Second, fmt.Sprintf("Queued called %d times", len(tc.reqs)), func() bool {
+				return queuedCalls.Load() == int32(len(tc.reqs))
+			})
 			for i := range eps {
 				want := int64(0)
 				for _, r := range tc.reqs {
