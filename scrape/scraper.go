@@ -252,10 +252,9 @@ func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, e
 	}
 	ctx, cancel := context.WithTimeout(parent, m.opts.Timeout)
 	defer cancel()
-	// Its CPU work runs holding one of cpuSlots: so at most the budget's
-	// whole cores of scrapes are runnable at once, and a request's
-	// goroutines always find a core. net/http's transport waits where the
-	// slot cannot be given up, so it is taken for the parse only.
+	// Its parse runs holding one of cpuSlots, so that at most the
+	// budget's whole cores of scrapes parse at once; net/http's transport
+	// waits where a slot could not be given up, so it holds none.
 	s.slot = cpuSlot{slots: m.cpuSlots, ctx: parent, cpu: &s.cpu}
 	buf := bodyPool.Get().(*bytes.Buffer)
 	defer bodyPool.Put(buf)
@@ -390,11 +389,9 @@ func buildTarget(o *Options, spec *datastore.PoolSpec, ep *datastore.Endpoint) t
 	return target{url: u.String(), engine: engine, scheme: scheme, host: host, path: u.EscapedPath()}
 }
 
-// cpuSlot is a scrape's hold on one of Manager.cpuSlots, taken while the
-// scrape runs and given up while it waits for the network: one scrape's
-// goroutine uses it, so it needs no lock. The scrape's CPU time (cpu) is
-// its time holding it: everything it does between two waits for the
-// network, its system calls, its header and the parse alike.
+// cpuSlot is a net/http scrape's hold on one of Manager.cpuSlots, taken
+// for its parse: one scrape's goroutine uses it, so it needs no lock. The
+// scrape's timed CPU (cpu) is its time holding it.
 type cpuSlot struct {
 	slots chan struct{} // nil: no budget, nothing to wait for
 	ctx   context.Context
