@@ -244,13 +244,8 @@ func (p *poller) run() {
 		clear(p.finished)
 		p.finished = p.finished[:0]
 		if closed {
-			p.mu.Lock()
-			left := p.queued
-			p.queued = nil
-			p.mu.Unlock()
-			for _, s := range left {
-				p.complete(s, polled{cancelled: true})
-			}
+			// Every scrape submitted before stop was taken above; later
+			// ones were reported cancelled by submit.
 			return
 		}
 	}
@@ -616,7 +611,7 @@ func (p *poller) end(s *server, r polled) {
 	}
 	ok := r.err == nil && !r.cancelled
 	var se *scrapeError
-	if !ok && !(errors.As(r.err, &se) && (se.reason == "parse")) {
+	if !ok && !(errors.As(r.err, &se) && se.reason == "parse") {
 		p.dropConn(s)
 	}
 	if s.fd >= 0 {
