@@ -53,10 +53,8 @@ func TestBudgetBoundsScrapeCPU(t *testing.T) {
 	keepBusy(t, map[*datastore.Pool]int{p: 1})
 	h.awaitScrapes(t, servers[0].addr, 5)
 	used0, t0 := h.m.budget.used.Load(), time.Now()
-	for range 3 {
-		h.awaitScrapes(t, servers[7].addr, 5)
-	}
-	// Two plans have run: the pool is slowed.
+	// Until two plans have run and the pool is slowed. Not a count of
+	// scrapes: on a loaded machine the budget pays for few of them.
 	h.await(t, "the pool slowed", func(scrapeEvent) bool { return h.single(t, "poolpicker_scrape_budget_slowed_pools") == 1 })
 	used, elapsed := time.Duration(h.m.budget.used.Load()-used0), time.Since(t0)
 	// The bucket holds a tenth of a second's worth, and a scrape admitted
