@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
@@ -89,5 +93,43 @@ func BenchmarkCPUClockSpan(b *testing.B) {
 	c.start(true)
 	for b.Loop() {
 		c.end(c.begin())
+	}
+}
+
+// BenchmarkPlan is one plan of the budget's shares at ten thousand pools of
+// five servers, a hundred of them busy: the plan runs every second on the
+// dispatcher, holding the manager's lock.
+func BenchmarkPlan(b *testing.B) {
+	m, err := NewManager(Options{Registerer: prometheus.NewRegistry(), CPUBudget: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := datastore.NewRegistry()
+	reg.AddObserver(m)
+	const pools, podsPerPool, busy = 10000, 5, 100
+	var hot []*datastore.Pool
+	for i := range pools {
+		name := fmt.Sprintf("pool-%d", i)
+		p := reg.Upsert(types.NamespacedName{Namespace: "ns", Name: name}, &datastore.PoolSpec{
+			Selector: map[string]string{"app": name}, TargetPorts: []int32{8000},
+		})
+		var src []datastore.EndpointSource
+		for j := range podsPerPool {
+			ip := fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1)
+			src = append(src, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "ns", Name: "pod-" + ip}, UID: types.UID(ip), IP: ip})
+		}
+		p.SetPods(src)
+		if i%(pools/busy) == 0 {
+			hot = append(hot, p)
+		}
+	}
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range hot {
+		m.demandLocked(p, now)
+	}
+	for b.Loop() {
+		m.planLocked(now)
 	}
 }

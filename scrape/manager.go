@@ -102,6 +102,11 @@ type Manager struct {
 	busy, idle serverQueue
 	// parks counts the servers set aside for their pool's slots (tests).
 	parks int
+	// planned are the pools the next plan looks at: each that has had a
+	// busy server or a parked one, or an interval of its own, since the
+	// plan before. The others need nothing of it, and at ten thousand
+	// pools a plan over all of them held mu, and a core, for 10-20 ms.
+	planned map[*poolSubs]struct{}
 }
 
 type poolSubs struct {
@@ -160,6 +165,7 @@ func NewManager(opts Options) (*Manager, error) {
 		budget:  newBudget(opts.CPUBudget),
 		wake:    make(chan struct{}, 1),
 		pools:   map[datastore.PoolKey]*poolSubs{},
+		planned: map[*poolSubs]struct{}{},
 		servers: map[targetKey]*server{},
 	}
 	m.npollers = max(1, int(opts.CPUBudget))
@@ -354,6 +360,7 @@ func (m *Manager) nextLocked(now time.Time) (s *server, wait time.Duration) {
 		if full := m.fullPoolLocked(s); full != nil {
 			s.parkedOn = full
 			full.parked = append(full.parked, s)
+			m.planLaterLocked(full)
 			m.parks++
 			// s may have been queued again for a slot of another of its
 			// pools (unparkLocked): that slot goes to the next server
@@ -501,6 +508,9 @@ func (m *Manager) finish(s *server, r polled, measured bool) {
 	m.releaseLocked(s)
 	if s.demanded {
 		s.demanded, interval, busy = false, m.opts.RefreshInterval, true
+	}
+	if busy && !s.busy {
+		m.planPoolsOfLocked(s)
 	}
 	s.busy = busy
 	switch {
@@ -723,8 +733,31 @@ func (s *server) setBusyLocked(m *Manager, busy bool) {
 		return
 	}
 	s.busy = busy
+	if busy {
+		m.planPoolsOfLocked(s)
+	}
 	if s.index >= 0 {
 		m.scheduleLocked(s, s.next)
+	}
+}
+
+// planPoolsOfLocked has the next plan look at the pools of s, a busy
+// server.
+func (m *Manager) planPoolsOfLocked(s *server) {
+	for sb := range s.subs {
+		if ps := m.pools[sb.pool.Key]; ps != nil && ps.pool == sb.pool {
+			m.planLaterLocked(ps)
+		}
+	}
+}
+
+// planLaterLocked has the next plan look at ps. A pool new to the plans
+// counts its requests from now: those before were made while it needed
+// no plan.
+func (m *Manager) planLaterLocked(ps *poolSubs) {
+	if _, ok := m.planned[ps]; !ok {
+		m.planned[ps] = struct{}{}
+		ps.requests = ps.pool.Requests()
 	}
 }
 
@@ -753,6 +786,9 @@ func (m *Manager) attachLocked(sb *sub) {
 	s.subs[sb] = struct{}{}
 	s.mu.Unlock()
 	sb.srv = s
+	if s.busy {
+		m.planPoolsOfLocked(s)
+	}
 	// A new endpoint is known within a round trip, as with a server of its
 	// own; a server scraped since the last interval began is not asked again.
 	if time.Since(s.lastStart) >= m.opts.RefreshInterval {

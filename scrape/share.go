@@ -34,7 +34,12 @@ func (m *Manager) planLocked(now time.Time) {
 	// otherwise keep its late due time through the plans that have
 	// restored it.
 	defer func() { m.hastenLocked(slowed) }()
-	for _, ps := range m.pools {
+	for ps := range m.planned {
+		if m.pools[ps.pool.Key] != ps {
+			// Removed: its parked servers were queued again then.
+			delete(m.planned, ps)
+			continue
+		}
 		if free := m.opts.MaxConcurrentScrapesPerPool - ps.inflight; free > 0 && len(ps.parked) > 0 {
 			// A server queued again for a freed slot that left before
 			// its turn passed the slot on to no one.
@@ -52,6 +57,9 @@ func (m *Manager) planLocked(now time.Time) {
 			if sb.srv != nil && sb.srv.busy {
 				n++
 			}
+		}
+		if n == 0 && len(ps.parked) == 0 {
+			delete(m.planned, ps)
 		}
 		if n == 0 || rate == 0 {
 			continue
