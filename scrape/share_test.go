@@ -1,0 +1,93 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+package scrape
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/poolpicker/poolpicker/datastore"
+)
+
+// TestPlanLooksAtBusyPoolsOnly follows the pools a plan looks at as their
+// servers become busy and idle again, and as a pool goes.
+func TestPlanLooksAtBusyPoolsOnly(t *testing.T) {
+	m, err := NewManager(Options{Registerer: prometheus.NewRegistry(), CPUBudget: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := datastore.NewRegistry()
+	reg.AddObserver(m)
+	addPool := func(name string, ips ...string) *datastore.Pool {
+		p := reg.Upsert(types.NamespacedName{Namespace: "ns", Name: name}, &datastore.PoolSpec{
+			Selector: map[string]string{"app": name}, TargetPorts: []int32{8000},
+		})
+		var src []datastore.EndpointSource
+		for _, ip := range ips {
+			src = append(src, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "ns", Name: name + "-" + ip}, UID: types.UID(name + ip), IP: ip})
+		}
+		p.SetPods(src)
+		return p
+	}
+	a := addPool("a", "10.0.0.1", "10.0.0.2")
+	b := addPool("b", "10.0.1.1")
+	// c shares its server with b: b's busy server is c's too.
+	c := addPool("c", "10.0.1.1")
+	for i := range 50 {
+		addPool(fmt.Sprintf("idle-%d", i), fmt.Sprintf("10.1.0.%d", i+1))
+	}
+	planned := func() []string {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.planLocked(time.Now())
+		var names []string
+		for _, p := range []*datastore.Pool{a, b, c} {
+			if _, ok := m.planned[m.pools[p.Key]]; ok {
+				names = append(names, p.Key.Name)
+			}
+		}
+		if n := len(m.planned); n != len(names) {
+			t.Errorf("%d pools planned, want only %v", n, names)
+		}
+		return names
+	}
+	setBusy := func(p *datastore.Pool, busy bool) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, sb := range m.pools[p.Key].subs {
+			sb.srv.setBusyLocked(m, busy)
+		}
+	}
+	for _, step := range []struct {
+		name string
+		do   func()
+		want []string
+	}{
+		{"none busy", func() {}, nil},
+		{"a demanded", func() {
+			m.mu.Lock()
+			m.demandLocked(a, time.Now())
+			m.mu.Unlock()
+		}, []string{"a"}},
+		{"a still busy", func() {}, []string{"a"}},
+		{"b's server busy", func() { setBusy(b, true) }, []string{"a", "b", "c"}},
+		{"a idle again", func() { setBusy(a, false) }, []string{"b", "c"}},
+		{"c gone", func() { reg.Remove(c.Key) }, []string{"b"}},
+		{"b idle", func() { setBusy(b, false) }, nil},
+		{"a demanded again", func() {
+			m.mu.Lock()
+			m.demandLocked(a, time.Now())
+			m.mu.Unlock()
+		}, []string{"a"}},
+	} {
+		step.do()
+		if got := planned(); fmt.Sprint(got) != fmt.Sprint(step.want) {
+			t.Errorf("%s: planned %v, want %v", step.name, got, step.want)
+		}
+	}
+}
