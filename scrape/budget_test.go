@@ -145,7 +145,12 @@ func TestBudgetRestoredPoolHastened(t *testing.T) {
 	// the budget pays for three times the one's, a fifth of all of them.
 	cores := 3 * float64(time.Second/refresh) * cost.Seconds()
 	t.Logf("%v a scrape: a budget of %.3f cores", cost, cores)
-	h := newHarness(t, Options{RefreshInterval: refresh, CPUBudget: cores, DemandWindow: 300 * time.Millisecond})
+	// An idle interval of its own, so that the pools' first requests turn
+	// their servers busy at once (PoolDemanded): without one a server only
+	// turns busy when a scrape ends, and the quiet pool's, scraped once
+	// before its first request, would wait behind the loud pool's busy
+	// servers, which the budget cannot all pay for, and never be planned.
+	h := newHarness(t, Options{RefreshInterval: refresh, IdleRefreshInterval: time.Minute, CPUBudget: cores, DemandWindow: 300 * time.Millisecond})
 	loud := h.addPool("loud", nil, servers[0].port, servers[:16]...)
 	quiet := h.addPool("quiet", nil, servers[0].port, servers[16])
 	stopLoud, stop, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
