@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
 )
@@ -100,26 +97,15 @@ func BenchmarkCPUClockSpan(b *testing.B) {
 // five servers, a hundred of them busy: the plan runs every second on the
 // dispatcher, holding the manager's lock.
 func BenchmarkPlan(b *testing.B) {
-	m, err := NewManager(Options{Registerer: prometheus.NewRegistry(), CPUBudget: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg := datastore.NewRegistry()
-	reg.AddObserver(m)
+	m, reg := unstartedManager(b)
 	const pools, podsPerPool, busy = 10000, 5, 100
 	var hot []*datastore.Pool
 	for i := range pools {
-		name := fmt.Sprintf("pool-%d", i)
-		p := reg.Upsert(types.NamespacedName{Namespace: "ns", Name: name}, &datastore.PoolSpec{
-			Selector: map[string]string{"app": name}, TargetPorts: []int32{8000},
-		})
-		var src []datastore.EndpointSource
-		for j := range podsPerPool {
-			ip := fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1)
-			src = append(src, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "ns", Name: "pod-" + ip}, UID: types.UID(ip), IP: ip})
+		ips := make([]string, podsPerPool)
+		for j := range ips {
+			ips[j] = fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1)
 		}
-		p.SetPods(src)
-		if i%(pools/busy) == 0 {
+		if p := addIPPool(reg, fmt.Sprintf("pool-%d", i), ips...); i%(pools/busy) == 0 {
 			hot = append(hot, p)
 		}
 	}

@@ -308,3 +308,30 @@ func (tp *testPoller) fetch(s *server) (datastore.Metrics, error) {
 	}
 	return r.met, r.err
 }
+
+// unstartedManager returns a manager with a budget of one core that
+// observes a new registry and is not started: the test runs its plans.
+func unstartedManager(tb testing.TB) (*Manager, *datastore.Registry) {
+	tb.Helper()
+	m, err := NewManager(Options{Registerer: prometheus.NewRegistry(), CPUBudget: 1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reg := datastore.NewRegistry()
+	reg.AddObserver(m)
+	return m, reg
+}
+
+// addIPPool adds pool name in namespace ns with a pod at each of ips, its
+// target port 8000.
+func addIPPool(reg *datastore.Registry, name string, ips ...string) *datastore.Pool {
+	p := reg.Upsert(types.NamespacedName{Namespace: "ns", Name: name}, &datastore.PoolSpec{
+		Selector: map[string]string{"app": name}, TargetPorts: []int32{8000},
+	})
+	var src []datastore.EndpointSource
+	for _, ip := range ips {
+		src = append(src, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "ns", Name: name + "-" + ip}, UID: types.UID(name + ip), IP: ip})
+	}
+	p.SetPods(src)
+	return p
+}

@@ -8,38 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
 // TestPlanLooksAtBusyPoolsOnly follows the pools a plan looks at as their
 // servers become busy and idle again, and as a pool goes.
 func TestPlanLooksAtBusyPoolsOnly(t *testing.T) {
-	m, err := NewManager(Options{Registerer: prometheus.NewRegistry(), CPUBudget: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := datastore.NewRegistry()
-	reg.AddObserver(m)
-	addPool := func(name string, ips ...string) *datastore.Pool {
-		p := reg.Upsert(types.NamespacedName{Namespace: "ns", Name: name}, &datastore.PoolSpec{
-			Selector: map[string]string{"app": name}, TargetPorts: []int32{8000},
-		})
-		var src []datastore.EndpointSource
-		for _, ip := range ips {
-			src = append(src, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "ns", Name: name + "-" + ip}, UID: types.UID(name + ip), IP: ip})
-		}
-		p.SetPods(src)
-		return p
-	}
-	a := addPool("a", "10.0.0.1", "10.0.0.2")
-	b := addPool("b", "10.0.1.1")
+	m, reg := unstartedManager(t)
+	a := addIPPool(reg, "a", "10.0.0.1", "10.0.0.2")
+	b := addIPPool(reg, "b", "10.0.1.1")
 	// c shares its server with b: b's busy server is c's too.
-	c := addPool("c", "10.0.1.1")
+	c := addIPPool(reg, "c", "10.0.1.1")
 	for i := range 50 {
-		addPool(fmt.Sprintf("idle-%d", i), fmt.Sprintf("10.1.0.%d", i+1))
+		addIPPool(reg, fmt.Sprintf("idle-%d", i), fmt.Sprintf("10.1.0.%d", i+1))
 	}
 	planned := func() []string {
 		m.mu.Lock()
