@@ -44,27 +44,24 @@ func TestPlanLooksAtBusyPoolsOnly(t *testing.T) {
 			sb.srv.setBusyLocked(m, busy)
 		}
 	}
+	demand := func(p *datastore.Pool) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.demandLocked(p, time.Now())
+	}
 	for _, step := range []struct {
 		name string
 		do   func()
 		want []string
 	}{
 		{"none busy", func() {}, nil},
-		{"a demanded", func() {
-			m.mu.Lock()
-			m.demandLocked(a, time.Now())
-			m.mu.Unlock()
-		}, []string{"a"}},
+		{"a demanded", func() { demand(a) }, []string{"a"}},
 		{"a still busy", func() {}, []string{"a"}},
 		{"b's server busy", func() { setBusy(b, true) }, []string{"a", "b", "c"}},
 		{"a idle again", func() { setBusy(a, false) }, []string{"b", "c"}},
 		{"c gone", func() { reg.Remove(c.Key) }, []string{"b"}},
 		{"b idle", func() { setBusy(b, false) }, nil},
-		{"a demanded again", func() {
-			m.mu.Lock()
-			m.demandLocked(a, time.Now())
-			m.mu.Unlock()
-		}, []string{"a"}},
+		{"a demanded again", func() { demand(a) }, []string{"a"}},
 	} {
 		step.do()
 		if got := planned(); fmt.Sprint(got) != fmt.Sprint(step.want) {
