@@ -54,8 +54,11 @@ type config struct {
 	// NoisyRounds is how many times the quiet and noisy windows are
 	// measured; the ratios reported are the median over the rounds.
 	NoisyRounds int `json:"noisyRounds,omitempty"`
-	Servers     int `json:"servers"`
-	Port        int `json:"port"`
+	// NoisyOwnGateway adds a window whose noisy traffic comes from a
+	// gateway process of its own instead of the timing client.
+	NoisyOwnGateway bool `json:"noisyOwnGateway,omitempty"`
+	Servers         int  `json:"servers"`
+	Port            int  `json:"port"`
 	// BackgroundNice is the nice value of the processes that stand in for
 	// other machines: the model servers from their start, etcd and
 	// kube-apiserver from poolpicker's sync on (0: all at normal priority).
@@ -87,6 +90,13 @@ func main() {
 		}
 		return
 	}
+	if job := os.Getenv(neighbourEnv); job != "" {
+		if err := serveNeighbour(job); err != nil {
+			fmt.Fprintln(os.Stderr, "scale neighbour's gateway:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	flag.StringVar(&pools, "pools", "1000", "Comma-separated pool counts, one run each.")
 	flag.IntVar(&c.Pods, "pods", 5, "Ready pods per pool, each on its own loopback address.")
 	flag.IntVar(&c.Namespaces, "namespaces", 10, "Namespaces the pools are spread over.")
@@ -96,6 +106,7 @@ func main() {
 	flag.Float64Var(&c.HotRate, "hot-rate", 200, "Requests per second over all hot pools.")
 	flag.Float64Var(&c.Noisy, "noisy", 0, "Noisy neighbour: after the hot window, two more, one with a hot pool's servers hanging until the scrape timeout, one with its traffic at this many times each other hot pool's; every hot figure is the other pools' (0: none).")
 	flag.IntVar(&c.NoisyRounds, "noisy-rounds", 1, "With -noisy: rounds of a quiet window and its two noisy ones; each ratio reported is the median over the rounds of each noisy window against its round's quiet one.")
+	flag.BoolVar(&c.NoisyOwnGateway, "noisy-own-gateway", false, "With -noisy: a third window, the same traffic with the noisy pool's requests sent by a gateway process of its own (its own connection, at -background-nice, as another tenant's gateway on another machine) instead of the timing client.")
 	flag.Float64Var(&c.FlipRate, "flip-rate", 20, "Pod readiness flips per second during the pod-update phase (0: no such phase).")
 	flag.IntVar(&c.Servers, "servers", 4, "Model-server processes serving every pod address.")
 	flag.IntVar(&c.BackgroundNice, "background-nice", 19, "Nice value of the model servers and, after poolpicker's sync, of etcd and kube-apiserver, which in a cluster run on other machines than poolpicker's (0: normal priority, as poolpicker and the timing client).")

@@ -28,6 +28,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if job := os.Getenv(neighbourEnv); job != "" {
+		if err := serveNeighbour(job); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(func() int {
 		bin, cleanup, err := buildPicker(context.Background())
 		if err != nil {
@@ -59,7 +66,7 @@ func TestSmallRun(t *testing.T) {
 	bin := pickerBinary
 	c := config{Pools: 20, Pods: 3, Namespaces: 2, HotShare: 0.1, HotRate: 50, FlipRate: 10, Servers: 2, Port: port,
 		settle: 2 * time.Second, idleWindow: 2 * time.Second, hotWindow: 3 * time.Second, flipWindow: 2 * time.Second,
-		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second, Noisy: 50, NoisyRounds: 2,
+		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second, Noisy: 50, NoisyRounds: 2, NoisyOwnGateway: true,
 		// An idle server is scraped once at start, then every idle interval:
 		// at the default 30 s the 2 s idle window would see none.
 		PickerArgs: "--idle-refresh-metrics-interval=1s"}
@@ -80,10 +87,11 @@ func TestSmallRun(t *testing.T) {
 		}
 	}
 	// The noisy-neighbour windows: one pool's servers hung (its scrapes
-	// timed out), then its traffic at 50x; the other pool was measured in
+	// timed out), then its traffic at 50x, sent by the timing client and
+	// then by a gateway process of its own; the other pool was measured in
 	// each.
-	if len(r.Neighbours) != 2 {
-		t.Fatalf("%d noisy-neighbour windows, want 2", len(r.Neighbours))
+	if len(r.Neighbours) != 3 {
+		t.Fatalf("%d noisy-neighbour windows, want 3", len(r.Neighbours))
 	}
 	if hang := r.Neighbours[0]; hang.ScrapeTimeouts < 1 || hang.Picks == 0 || !(hang.AgeP99Ms > 0) {
 		t.Errorf("hanging neighbour: %+v, want timed-out scrapes and the other pool's picks", hang)
@@ -91,10 +99,19 @@ func TestSmallRun(t *testing.T) {
 	if loud := r.Neighbours[1]; loud.Picks <= r.HotPicks || !(loud.AgeP99Ms > 0) {
 		t.Errorf("50x neighbour: %d picks against %d quiet, want more; %+v", loud.Picks, r.HotPicks, loud)
 	}
+	// Its own gateway's picks were each routed to one of its pool's pods
+	// (the process fails otherwise) and are counted with the timing
+	// client's, which measured the other pool.
+	if own := r.Neighbours[2]; own.NeighbourPicks == 0 || own.Picks <= r.HotPicks || own.Picks == own.NeighbourPicks || !(own.NeighbourCPU > 0) || !(own.AgeP99Ms > 0) {
+		t.Errorf("50x neighbour from its own gateway: %d of %d picks theirs against %d quiet, want some of more; %+v", own.NeighbourPicks, own.Picks, r.HotPicks, own)
+	}
+	if loud := r.Neighbours[1]; loud.NeighbourPicks != 0 {
+		t.Errorf("50x neighbour through the timing client: %d picks counted as its own gateway's", loud.NeighbourPicks)
+	}
 	// The second round: its own quiet window and both noisy ones, and the
 	// reported ratio the median (here the mean) of the two rounds'.
-	if len(r.NoisyRounds) != 1 || len(r.NoisyRounds[0].Neighbours) != 2 {
-		t.Fatalf("noisy rounds past the first: %+v, want one of two windows", r.NoisyRounds)
+	if len(r.NoisyRounds) != 1 || len(r.NoisyRounds[0].Neighbours) != 3 {
+		t.Fatalf("noisy rounds past the first: %+v, want one of three windows", r.NoisyRounds)
 	}
 	round := r.NoisyRounds[0]
 	if round.Quiet.Picks == 0 || round.Neighbours[0].ScrapeTimeouts < 1 || round.Neighbours[1].Picks <= round.Quiet.Picks {

@@ -46,6 +46,8 @@ var rows = []row{
 	{"hanging neighbour: hot pick p99 / quiet", neighbourRatio(0, false), "x"},
 	{"noisy neighbour's traffic: metric age p99 / quiet", neighbourRatio(1, true), "x"},
 	{"noisy neighbour's traffic: hot pick p99 / quiet", neighbourRatio(1, false), "x"},
+	{"noisy neighbour's traffic, own gateway: metric age p99 / quiet", neighbourRatio(2, true), "x"},
+	{"noisy neighbour's traffic, own gateway: hot pick p99 / quiet", neighbourRatio(2, false), "x"},
 	{"cold first pick p50", func(r result) float64 { return r.ColdPickP50Ms }, "ms"},
 	{"cold first pick p99", func(r result) float64 { return r.ColdPickP99Ms }, "ms"},
 	{"cold pool's second pick p50", func(r result) float64 { return r.WarmPickP50Ms }, "ms"},

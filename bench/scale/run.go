@@ -285,7 +285,7 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	// With noisy-neighbour runs, every hot figure is the other pools': the
 	// noisy one, hot[0], is left out of the quiet window too.
 	noisy := c.Noisy > 0 && nHot > 1
-	hf, err := measureHot(ctx, g, p, servers, c, hot, 0, noisy, "hot")
+	hf, err := measureHot(ctx, g, p, servers, c, hot, neighbourLoad{}, noisy, "hot")
 	if err != nil {
 		return r, err
 	}
@@ -304,7 +304,7 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		// window's p99 moves by more than the bound from window to window.
 		for round := 2; round <= c.NoisyRounds; round++ {
 			suffix := strconv.Itoa(round)
-			quiet, err := measureHot(ctx, g, p, servers, c, hot, 0, true, "hot"+suffix)
+			quiet, err := measureHot(ctx, g, p, servers, c, hot, neighbourLoad{}, true, "hot"+suffix)
 			if err != nil {
 				return r, err
 			}
@@ -419,13 +419,17 @@ type hotFigures struct {
 	// servers'.
 	ClientCPU  float64 `json:"clientCPU,omitempty"`
 	ServersCPU float64 `json:"serversCPU,omitempty"`
-	Picks      int     `json:"picks"`
-	PickRate   float64 `json:"picksPerSecond"`
-	PickP50Ms  float64 `json:"pickP50Ms"`
-	PickP99Ms  float64 `json:"pickP99Ms"`
-	AgeP50Ms   float64 `json:"metricAgeP50Ms"`
-	AgeP99Ms   float64 `json:"metricAgeP99Ms"`
-	AgeMaxMs   float64 `json:"metricAgeMaxMs"`
+	// NeighbourPicks are the picks the noisy neighbour's own gateway made
+	// (counted in Picks), NeighbourCPU its CPU, with -noisy-own-gateway.
+	NeighbourPicks int     `json:"neighbourPicks,omitempty"`
+	NeighbourCPU   float64 `json:"neighbourCPU,omitempty"`
+	Picks          int     `json:"picks"`
+	PickRate       float64 `json:"picksPerSecond"`
+	PickP50Ms      float64 `json:"pickP50Ms"`
+	PickP99Ms      float64 `json:"pickP99Ms"`
+	AgeP50Ms       float64 `json:"metricAgeP50Ms"`
+	AgeP99Ms       float64 `json:"metricAgeP99Ms"`
+	AgeMaxMs       float64 `json:"metricAgeMaxMs"`
 	// BusyIntervalMs is the longest interval the scrape budget allowed a
 	// busy pool's servers at the window's end; CPUPerScrapeUs the scrapes'
 	// mean CPU cost as the budget measured it.
@@ -455,7 +459,7 @@ func measureNeighbours(ctx context.Context, g *gateway, p *picker, servers *mode
 	if err := servers.hang(first, first+c.Pods); err != nil {
 		return nil, err
 	}
-	hang, err := measureHot(ctx, g, p, servers, c, hot, 0, true, "hanging"+suffix)
+	hang, err := measureHot(ctx, g, p, servers, c, hot, neighbourLoad{}, true, "hanging"+suffix)
 	if err != nil {
 		return nil, fmt.Errorf("hanging neighbour: %w", err)
 	}
@@ -467,19 +471,54 @@ func measureNeighbours(ctx context.Context, g *gateway, p *picker, servers *mode
 		return nil, err
 	}
 	hang.Case, hang.ScrapeTimeouts = "hanging", m1.timeouts-m0.timeouts
-	loud, err := measureHot(ctx, g, p, servers, c, hot, c.Noisy, true, "loud"+suffix)
+	loud, err := measureHot(ctx, g, p, servers, c, hot, neighbourLoad{times: c.Noisy}, true, "loud"+suffix)
 	if err != nil {
 		return nil, fmt.Errorf("%gx neighbour: %w", c.Noisy, err)
 	}
 	loud.Case = fmt.Sprintf("%gx traffic", c.Noisy)
-	return []hotFigures{hang, loud}, nil
+	if !c.NoisyOwnGateway {
+		return []hotFigures{hang, loud}, nil
+	}
+	own, err := measureHot(ctx, g, p, servers, c, hot, neighbourLoad{times: c.Noisy, own: true}, true, "loud-own"+suffix)
+	if err != nil {
+		return nil, fmt.Errorf("%gx neighbour from its own gateway: %w", c.Noisy, err)
+	}
+	own.Case = fmt.Sprintf("%gx traffic, own gateway", c.Noisy)
+	return []hotFigures{hang, loud, own}, nil
+}
+
+// neighbourLoad is the noisy pool's traffic in a window: times each other
+// hot pool's (0: as theirs), sent by the timing client or, own, by a
+// gateway process of its own.
+type neighbourLoad struct {
+	times float64
+	own   bool
+}
+
+// sendHot sends the hot pools d of traffic as load says and returns the
+// timing client's picks, with the neighbour's gateway's picks and CPU
+// seconds when it has its own.
+func sendHot(ctx context.Context, g *gateway, p *picker, c config, hot []int, load neighbourLoad, d time.Duration) ([]pick, int, float64, error) {
+	if !load.own || len(hot) < 2 {
+		picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, load.times, d)
+		return picks, 0, 0, err
+	}
+	perPool := c.HotRate / float64(len(hot))
+	n, err := startNeighbour(ctx, p.grpcAddr, c, hot[0], load.times*perPool, d)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	picks, err := hotTraffic(ctx, g, c, hot[1:], perPool*float64(len(hot)-1), 0, d)
+	// Awaited on failure too: the process does not outlive the window.
+	theirs, cpu, werr := n.wait()
+	return picks, theirs, cpu, errors.Join(err, werr)
 }
 
 // logNeighbours logs each noisy window against its quiet one.
 func logNeighbours(logf func(string, ...any), quiet hotFigures, ns []hotFigures) {
 	for _, n := range ns {
-		logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p50 %.2f ms p99 %.1f ms (%.2fx quiet); poolpicker %.3f cores (the client %.3f) at %.0f picks/s; %.0f scrapes timed out; oldest %q",
-			n.Case, n.AgeP99Ms, n.AgeP99Ms/quiet.AgeP99Ms, n.PickP50Ms, n.PickP99Ms, n.PickP99Ms/quiet.PickP99Ms, n.CPU, n.ClientCPU, n.PickRate, n.ScrapeTimeouts, n.Oldest)
+		logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p50 %.2f ms p99 %.1f ms (%.2fx quiet); poolpicker %.3f cores (the client %.3f, the neighbour's gateway %.3f) at %.0f picks/s; %.0f scrapes timed out; oldest %q",
+			n.Case, n.AgeP99Ms, n.AgeP99Ms/quiet.AgeP99Ms, n.PickP50Ms, n.PickP99Ms, n.PickP99Ms/quiet.PickP99Ms, n.CPU, n.ClientCPU, n.NeighbourCPU, n.PickRate, n.ScrapeTimeouts, n.Oldest)
 	}
 }
 
@@ -490,18 +529,18 @@ type noisyRound struct {
 	Neighbours []hotFigures `json:"neighbours"`
 }
 
-// measureHot sends the hot pools hotWindow of traffic (hot[0] noisy times
-// the others' with noisy above zero) and returns the figures, hot[0]'s
-// picks left out when others is set. With -profiles, poolpicker's CPU
+// measureHot sends the hot pools hotWindow of traffic (hot[0]'s as load
+// says) and returns the figures, hot[0]'s picks left out when others is
+// set. With -profiles, poolpicker's CPU
 // profile of the window is saved as name's.
-func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServers, c config, hot []int, noisy float64, others bool, name string) (hotFigures, error) {
+func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServers, c config, hot []int, load neighbourLoad, others bool, name string) (hotFigures, error) {
 	var f hotFigures
 	warm := time.Now()
 	// Each window has its warm-up under its own conditions: between
 	// windows the pools go without requests for longer than the demand
 	// window while the harness reads the figures, and their first picks
 	// would be routed on idle values.
-	if _, err := hotTraffic(ctx, g, c, hot, c.HotRate, noisy, c.hotWarmup); err != nil {
+	if _, _, _, err := sendHot(ctx, g, p, c, hot, load, c.hotWarmup); err != nil {
 		return f, fmt.Errorf("hot traffic warm-up: %w", err)
 	}
 	// save fetches poolpicker's pprof endpoint what into a file named by
@@ -521,8 +560,9 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	prof := save(c.profiles, "cpu", fmt.Sprintf("profile?seconds=%d", max(1, int(c.hotWindow/time.Second))))
 	trace := save(c.traces, "trace", "trace?seconds=5")
 	pc, hc, sc, t0 := proc.CPU(p.pid()), proc.CPU(os.Getpid()), servers.cpu(), time.Now()
-	picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, noisy, c.hotWindow)
+	picks, theirs, theirCPU, err := sendHot(ctx, g, p, c, hot, load, c.hotWindow)
 	el := time.Since(t0).Seconds()
+	f.NeighbourPicks, f.NeighbourCPU = theirs, theirCPU/el
 	f.CPU, f.ClientCPU, f.ServersCPU = (proc.CPU(p.pid())-pc)/el, (proc.CPU(os.Getpid())-hc)/el, (servers.cpu()-sc)/el
 	// The saves end with their windows; they are awaited on failure too,
 	// so that none outlives the window.
@@ -539,7 +579,8 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 		return f, err
 	}
 	f.BusyIntervalMs, f.CPUPerScrapeUs = m.busyInterval*1e3, m.perScrape*1e6
-	f.Picks, f.PickRate = len(picks), float64(len(picks))/el
+	f.Picks = len(picks) + theirs
+	f.PickRate = float64(f.Picks) / el
 	f.BudgetLog = p.log.budgetSince(warm, t0)
 	if others {
 		picks = slices.DeleteFunc(picks, func(pk pick) bool { return pk.pool == hot[0] })
