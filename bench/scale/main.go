@@ -57,8 +57,11 @@ type config struct {
 	// NoisyOwnGateway adds a window whose noisy traffic comes from a
 	// gateway process of its own instead of the timing client.
 	NoisyOwnGateway bool `json:"noisyOwnGateway,omitempty"`
-	Servers         int  `json:"servers"`
-	Port            int  `json:"port"`
+	// NoisyInterleave adds a window that alternates slices of this length
+	// without and with the noisy traffic, each compared with the other.
+	NoisyInterleave time.Duration `json:"noisyInterleave,omitempty"`
+	Servers         int           `json:"servers"`
+	Port            int           `json:"port"`
 	// BackgroundNice is the nice value of the processes that stand in for
 	// other machines: the model servers from their start, etcd and
 	// kube-apiserver from poolpicker's sync on (0: all at normal priority).
@@ -107,6 +110,7 @@ func main() {
 	flag.Float64Var(&c.Noisy, "noisy", 0, "Noisy neighbour: after the hot window, two more, one with a hot pool's servers hanging until the scrape timeout, one with its traffic at this many times each other hot pool's; every hot figure is the other pools' (0: none).")
 	flag.IntVar(&c.NoisyRounds, "noisy-rounds", 1, "With -noisy: rounds of a quiet window and its two noisy ones; each ratio reported is the median over the rounds of each noisy window against its round's quiet one.")
 	flag.BoolVar(&c.NoisyOwnGateway, "noisy-own-gateway", false, "With -noisy: a third window, the same traffic with the noisy pool's requests sent by a gateway process of its own (its own connection, at -background-nice, as another tenant's gateway on another machine) instead of the timing client.")
+	flag.DurationVar(&c.NoisyInterleave, "noisy-interleave", 0, "With -noisy-own-gateway: a fourth window, twice as long, alternating slices of this length without and with the noisy traffic (from the timing client); its ratios compare its loud slices with its quiet ones, so that drift over the round weighs on both alike (0: none).")
 	flag.Float64Var(&c.FlipRate, "flip-rate", 20, "Pod readiness flips per second during the pod-update phase (0: no such phase).")
 	flag.IntVar(&c.Servers, "servers", 4, "Model-server processes serving every pod address.")
 	flag.IntVar(&c.BackgroundNice, "background-nice", 19, "Nice value of the model servers and, after poolpicker's sync, of etcd and kube-apiserver, which in a cluster run on other machines than poolpicker's (0: normal priority, as poolpicker and the timing client).")

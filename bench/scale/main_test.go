@@ -66,7 +66,7 @@ func TestSmallRun(t *testing.T) {
 	bin := pickerBinary
 	c := config{Pools: 20, Pods: 3, Namespaces: 2, HotShare: 0.1, HotRate: 50, FlipRate: 10, Servers: 2, Port: port,
 		settle: 2 * time.Second, idleWindow: 2 * time.Second, hotWindow: 3 * time.Second, flipWindow: 2 * time.Second,
-		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second, Noisy: 50, NoisyRounds: 2, NoisyOwnGateway: true,
+		coldPicks: 5, snapshots: t.TempDir(), steadyWait: time.Second, hotWarmup: time.Second, Noisy: 50, NoisyRounds: 2, NoisyOwnGateway: true, NoisyInterleave: 500 * time.Millisecond,
 		// An idle server is scraped once at start, then every idle interval:
 		// at the default 30 s the 2 s idle window would see none.
 		PickerArgs: "--idle-refresh-metrics-interval=1s"}
@@ -90,8 +90,8 @@ func TestSmallRun(t *testing.T) {
 	// timed out), then its traffic at 50x, sent by the timing client and
 	// then by a gateway process of its own; the other pool was measured in
 	// each.
-	if len(r.Neighbours) != 3 {
-		t.Fatalf("%d noisy-neighbour windows, want 3", len(r.Neighbours))
+	if len(r.Neighbours) != 4 {
+		t.Fatalf("%d noisy-neighbour windows, want 4", len(r.Neighbours))
 	}
 	if hang := r.Neighbours[0]; hang.ScrapeTimeouts < 1 || hang.Picks == 0 || !(hang.AgeP99Ms > 0) {
 		t.Errorf("hanging neighbour: %+v, want timed-out scrapes and the other pool's picks", hang)
@@ -108,10 +108,19 @@ func TestSmallRun(t *testing.T) {
 	if loud := r.Neighbours[1]; loud.NeighbourPicks != 0 {
 		t.Errorf("50x neighbour through the timing client: %d picks counted as its own gateway's", loud.NeighbourPicks)
 	}
+	// The interleaved window: the neighbour at 50x in every other slice
+	// and as the other pool in the rest, the other pool measured in both,
+	// and its ratio against its own quiet slices.
+	mixed := r.Neighbours[3]
+	if q := mixed.QuietSlices; q == nil || q.NeighbourPicks == 0 || mixed.NeighbourPicks < 5*q.NeighbourPicks || q.Picks <= q.NeighbourPicks || !(q.PickP99Ms > 0) || !(mixed.PickP99Ms > 0) {
+		t.Errorf("interleaved window: %+v, want the neighbour's picks at 50x in its loud slices and the other pool measured in both", mixed)
+	} else if got, want := neighbourRatio(3, false)(result{Neighbours: r.Neighbours}), mixed.PickP99Ms/q.PickP99Ms; got != want {
+		t.Errorf("interleaved pick ratio %v, want the loud slices' p99 over the quiet ones' %v", got, want)
+	}
 	// The second round: its own quiet window and both noisy ones, and the
 	// reported ratio the median (here the mean) of the two rounds'.
-	if len(r.NoisyRounds) != 1 || len(r.NoisyRounds[0].Neighbours) != 3 {
-		t.Fatalf("noisy rounds past the first: %+v, want one of three windows", r.NoisyRounds)
+	if len(r.NoisyRounds) != 1 || len(r.NoisyRounds[0].Neighbours) != 4 {
+		t.Fatalf("noisy rounds past the first: %+v, want one of four windows", r.NoisyRounds)
 	}
 	round := r.NoisyRounds[0]
 	if round.Quiet.Picks == 0 || round.Neighbours[0].ScrapeTimeouts < 1 || round.Neighbours[1].Picks <= round.Quiet.Picks {

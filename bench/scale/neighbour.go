@@ -54,7 +54,7 @@ func serveNeighbour(spec string) error {
 	}
 	defer g.close()
 	c := config{Pods: job.Pods, Namespaces: job.Namespaces}
-	picks, err := hotTraffic(context.Background(), g, c, []int{job.Pool}, job.Rate, 0, job.Duration)
+	picks, err := hotTraffic(context.Background(), g, c, []int{job.Pool}, job.Rate, neighbourLoad{}, job.Duration)
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,8 @@ var rows = []row{
 	{"noisy neighbour's traffic: hot pick p99 / quiet", neighbourRatio(1, false), "x"},
 	{"noisy neighbour's traffic, own gateway: metric age p99 / quiet", neighbourRatio(2, true), "x"},
 	{"noisy neighbour's traffic, own gateway: hot pick p99 / quiet", neighbourRatio(2, false), "x"},
+	{"noisy neighbour's traffic, interleaved: metric age p99 / quiet slices", neighbourRatio(3, true), "x"},
+	{"noisy neighbour's traffic, interleaved: hot pick p99 / quiet slices", neighbourRatio(3, false), "x"},
 	{"cold first pick p50", func(r result) float64 { return r.ColdPickP50Ms }, "ms"},
 	{"cold first pick p99", func(r result) float64 { return r.ColdPickP99Ms }, "ms"},
 	{"cold pool's second pick p50", func(r result) float64 { return r.WarmPickP50Ms }, "ms"},
@@ -67,10 +69,14 @@ var rows = []row{
 }
 
 // neighbourRatio reads the other pools' metric age (or pick) p99 with
-// noisy neighbour i against its round's quiet window's, the median over the
-// rounds; 0 without it.
+// noisy neighbour i against its round's quiet window's (an interleaved
+// window's against its own quiet slices'), the median over the rounds; 0
+// without it.
 func neighbourRatio(i int, age bool) func(result) float64 {
 	ratio := func(quiet, n hotFigures) float64 {
+		if n.QuietSlices != nil {
+			quiet = *n.QuietSlices
+		}
 		if age {
 			return n.AgeP99Ms / quiet.AgeP99Ms
 		}

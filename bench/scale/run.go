@@ -420,16 +420,22 @@ type hotFigures struct {
 	ClientCPU  float64 `json:"clientCPU,omitempty"`
 	ServersCPU float64 `json:"serversCPU,omitempty"`
 	// NeighbourPicks are the picks the noisy neighbour's own gateway made
-	// (counted in Picks), NeighbourCPU its CPU, with -noisy-own-gateway.
+	// (counted in Picks), NeighbourCPU its CPU, with -noisy-own-gateway;
+	// in an interleaved window, the noisy pool's picks in the slices the
+	// figures are of.
 	NeighbourPicks int     `json:"neighbourPicks,omitempty"`
 	NeighbourCPU   float64 `json:"neighbourCPU,omitempty"`
-	Picks          int     `json:"picks"`
-	PickRate       float64 `json:"picksPerSecond"`
-	PickP50Ms      float64 `json:"pickP50Ms"`
-	PickP99Ms      float64 `json:"pickP99Ms"`
-	AgeP50Ms       float64 `json:"metricAgeP50Ms"`
-	AgeP99Ms       float64 `json:"metricAgeP99Ms"`
-	AgeMaxMs       float64 `json:"metricAgeMaxMs"`
+	// QuietSlices are the pick and metric age figures of an interleaved
+	// window's quiet slices (-noisy-interleave), the window's own figures
+	// its loud slices'.
+	QuietSlices *hotFigures `json:"quietSlices,omitempty"`
+	Picks       int         `json:"picks"`
+	PickRate    float64     `json:"picksPerSecond"`
+	PickP50Ms   float64     `json:"pickP50Ms"`
+	PickP99Ms   float64     `json:"pickP99Ms"`
+	AgeP50Ms    float64     `json:"metricAgeP50Ms"`
+	AgeP99Ms    float64     `json:"metricAgeP99Ms"`
+	AgeMaxMs    float64     `json:"metricAgeMaxMs"`
 	// BusyIntervalMs is the longest interval the scrape budget allowed a
 	// busy pool's servers at the window's end; CPUPerScrapeUs the scrapes'
 	// mean CPU cost as the budget measured it.
@@ -477,6 +483,9 @@ func measureNeighbours(ctx context.Context, g *gateway, p *picker, servers *mode
 	}
 	loud.Case = fmt.Sprintf("%gx traffic", c.Noisy)
 	if !c.NoisyOwnGateway {
+		if c.NoisyInterleave > 0 {
+			return nil, errors.New("-noisy-interleave needs -noisy-own-gateway (the interleaved window is the fourth)")
+		}
 		return []hotFigures{hang, loud}, nil
 	}
 	own, err := measureHot(ctx, g, p, servers, c, hot, neighbourLoad{times: c.Noisy, own: true}, true, "loud-own"+suffix)
@@ -484,15 +493,32 @@ func measureNeighbours(ctx context.Context, g *gateway, p *picker, servers *mode
 		return nil, fmt.Errorf("%gx neighbour from its own gateway: %w", c.Noisy, err)
 	}
 	own.Case = fmt.Sprintf("%gx traffic, own gateway", c.Noisy)
-	return []hotFigures{hang, loud, own}, nil
+	ns := []hotFigures{hang, loud, own}
+	if c.NoisyInterleave <= 0 {
+		return ns, nil
+	}
+	mixed, err := measureHot(ctx, g, p, servers, c, hot, neighbourLoad{times: c.Noisy, interleave: c.NoisyInterleave}, true, "interleaved"+suffix)
+	if err != nil {
+		return nil, fmt.Errorf("%gx neighbour, interleaved: %w", c.Noisy, err)
+	}
+	mixed.Case = fmt.Sprintf("%gx traffic in every other %s", c.Noisy, c.NoisyInterleave)
+	return append(ns, mixed), nil
 }
 
 // neighbourLoad is the noisy pool's traffic in a window: times each other
 // hot pool's (0: as theirs), sent by the timing client or, own, by a
-// gateway process of its own.
+// gateway process of its own; with interleave, only in every other slice
+// of that length, the first slice quiet.
 type neighbourLoad struct {
-	times float64
-	own   bool
+	times      float64
+	own        bool
+	interleave time.Duration
+}
+
+// loudAt tells whether t, in a window that started at t0, falls in one of
+// the neighbour's loud slices of an interleaved window.
+func loudAt(t0, t time.Time, slice time.Duration) bool {
+	return (t.Sub(t0)/slice)%2 == 1
 }
 
 // sendHot sends the hot pools d of traffic as load says and returns the
@@ -500,7 +526,7 @@ type neighbourLoad struct {
 // seconds when it has its own.
 func sendHot(ctx context.Context, g *gateway, p *picker, c config, hot []int, load neighbourLoad, d time.Duration) ([]pick, int, float64, error) {
 	if !load.own || len(hot) < 2 {
-		picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, load.times, d)
+		picks, err := hotTraffic(ctx, g, c, hot, c.HotRate, load, d)
 		return picks, 0, 0, err
 	}
 	perPool := c.HotRate / float64(len(hot))
@@ -508,7 +534,7 @@ func sendHot(ctx context.Context, g *gateway, p *picker, c config, hot []int, lo
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	picks, err := hotTraffic(ctx, g, c, hot[1:], perPool*float64(len(hot)-1), 0, d)
+	picks, err := hotTraffic(ctx, g, c, hot[1:], perPool*float64(len(hot)-1), neighbourLoad{}, d)
 	// Awaited on failure too: the process does not outlive the window.
 	theirs, cpu, werr := n.wait()
 	return picks, theirs, cpu, errors.Join(err, werr)
@@ -517,6 +543,10 @@ func sendHot(ctx context.Context, g *gateway, p *picker, c config, hot []int, lo
 // logNeighbours logs each noisy window against its quiet one.
 func logNeighbours(logf func(string, ...any), quiet hotFigures, ns []hotFigures) {
 	for _, n := range ns {
+		if n.QuietSlices != nil {
+			quiet = *n.QuietSlices
+			logf("noisy neighbour, %s: its quiet slices' metric age p99 %.0f ms, pick p99 %.1f ms", n.Case, quiet.AgeP99Ms, quiet.PickP99Ms)
+		}
 		logf("noisy neighbour, %s: the other pools' metric age p99 %.0f ms (%.2fx quiet), pick p50 %.2f ms p99 %.1f ms (%.2fx quiet); poolpicker %.3f cores (the client %.3f, the neighbour's gateway %.3f) at %.0f picks/s; %.0f scrapes timed out; oldest %q",
 			n.Case, n.AgeP99Ms, n.AgeP99Ms/quiet.AgeP99Ms, n.PickP50Ms, n.PickP99Ms, n.PickP99Ms/quiet.PickP99Ms, n.CPU, n.ClientCPU, n.NeighbourCPU, n.PickRate, n.ScrapeTimeouts, n.Oldest)
 	}
@@ -557,10 +587,14 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 		}()
 		return done
 	}
-	prof := save(c.profiles, "cpu", fmt.Sprintf("profile?seconds=%d", max(1, int(c.hotWindow/time.Second))))
+	prof := save(c.profiles, "cpu", fmt.Sprintf("profile?seconds=%d", max(1, int(c.hotWindow/time.Second)))) // the first half of an interleaved window
 	trace := save(c.traces, "trace", "trace?seconds=5")
 	pc, hc, sc, t0 := proc.CPU(p.pid()), proc.CPU(os.Getpid()), servers.cpu(), time.Now()
-	picks, theirs, theirCPU, err := sendHot(ctx, g, p, c, hot, load, c.hotWindow)
+	window := c.hotWindow
+	if load.interleave > 0 {
+		window *= 2 // each phase as long as a window of its own
+	}
+	picks, theirs, theirCPU, err := sendHot(ctx, g, p, c, hot, load, window)
 	el := time.Since(t0).Seconds()
 	f.NeighbourPicks, f.NeighbourCPU = theirs, theirCPU/el
 	f.CPU, f.ClientCPU, f.ServersCPU = (proc.CPU(p.pid())-pc)/el, (proc.CPU(os.Getpid())-hc)/el, (servers.cpu()-sc)/el
@@ -582,9 +616,34 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	f.Picks = len(picks) + theirs
 	f.PickRate = float64(f.Picks) / el
 	f.BudgetLog = p.log.budgetSince(warm, t0)
-	if others {
-		picks = slices.DeleteFunc(picks, func(pk pick) bool { return pk.pool == hot[0] })
+	if load.interleave <= 0 {
+		if others {
+			picks = slices.DeleteFunc(picks, func(pk pick) bool { return pk.pool == hot[0] })
+		}
+		return f, f.fromPicks(picks, servers, t0)
 	}
+	// The figures are the other pools' picks in the loud slices,
+	// QuietSlices theirs in the quiet ones.
+	var quiet, loud []pick
+	f.QuietSlices = &hotFigures{}
+	for _, pk := range picks {
+		into, fig := &quiet, f.QuietSlices
+		if loudAt(t0, pk.sent, load.interleave) {
+			into, fig = &loud, &f
+		}
+		if pk.pool == hot[0] {
+			fig.NeighbourPicks++
+		} else {
+			*into = append(*into, pk)
+		}
+	}
+	f.QuietSlices.Picks = len(quiet) + f.QuietSlices.NeighbourPicks
+	return f, errors.Join(f.fromPicks(loud, servers, t0), f.QuietSlices.fromPicks(quiet, servers, t0))
+}
+
+// fromPicks sets the pick latency and metric age figures of picks, sent
+// from t0 on.
+func (f *hotFigures) fromPicks(picks []pick, servers *modelServers, t0 time.Time) error {
 	qs := make([]ageQuery, len(picks))
 	lat := make([]float64, len(picks))
 	for k, pk := range picks {
@@ -593,7 +652,7 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	}
 	served, err := servers.lastServed(qs)
 	if err != nil {
-		return f, err
+		return err
 	}
 	// The age of what a pick saw: from the last page its server sent
 	// before the request was sent to the answer (a scrape in flight when
@@ -602,7 +661,7 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	ages := make([]float64, 0, len(picks))
 	for k, pk := range picks {
 		if served[k] == 0 {
-			return f, fmt.Errorf("pod %d was picked before its server was ever scraped", pk.addr)
+			return fmt.Errorf("pod %d was picked before its server was ever scraped", pk.addr)
 		}
 		ages = append(ages, ms(pk.sent.Add(pk.latency).Sub(time.Unix(0, served[k]))))
 	}
@@ -618,7 +677,7 @@ func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServer
 	for _, k := range order[:min(len(order), 8)] {
 		f.Oldest = append(f.Oldest, fmt.Sprintf("pod %d at +%.1fs: %.0f ms", picks[k].addr, picks[k].sent.Sub(t0).Seconds(), ages[k]))
 	}
-	return f, nil
+	return nil
 }
 
 // flipPods makes pods of pools without traffic (the cold ones included) not ready and ready again, FlipRate

@@ -77,9 +77,11 @@ func (g *gateway) pick(ctx context.Context, c config, pool int) (pick, error) {
 // hotTraffic sends requests to the hot pools as Poisson arrivals of rate
 // per second, each to a pool drawn at random (periodic arrivals would lock
 // in phase with the refresh interval and bias the metric age), for d, with
-// up to 64 in flight; it returns every pick. With noisy above zero, hot[0]
-// gets noisy times each other pool's requests (the others keep theirs).
-func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate, noisy float64, d time.Duration) ([]pick, error) {
+// up to 64 in flight; it returns every pick. With load's times above zero,
+// hot[0] gets times each other pool's requests (the others keep theirs);
+// with its interleave, only in every other slice (in the others, as each
+// other pool).
+func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate float64, load neighbourLoad, d time.Duration) ([]pick, error) {
 	var (
 		mu       sync.Mutex
 		picks    []pick
@@ -88,10 +90,12 @@ func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate, nois
 	)
 	rng := rand.New(rand.NewPCG(uint64(len(hot)), uint64(time.Now().UnixNano())))
 	sem := make(chan struct{}, 64)
+	noisy := load.times
 	if noisy > 0 && len(hot) > 1 {
 		rate *= (float64(len(hot)-1) + noisy) / float64(len(hot))
 	}
-	end := time.Now().Add(d)
+	start := time.Now()
+	end := start.Add(d)
 	next := time.Now()
 	for {
 		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
@@ -102,19 +106,23 @@ func hotTraffic(ctx context.Context, g *gateway, c config, hot []int, rate, nois
 			wg.Wait()
 			return picks, err
 		}
-		select {
-		case sem <- struct{}{}:
-		default:
-			continue // 64 in flight: the picker is behind; count what it answers
-		}
 		pool := hot[rng.IntN(len(hot))]
 		if noisy > 0 && len(hot) > 1 {
 			// The noisy pool, hot[0], weighs noisy others.
 			if u := rng.Float64() * (float64(len(hot)-1) + noisy); u < noisy {
+				// In a quiet slice, thinned to one other's rate.
+				if load.interleave > 0 && !loudAt(start, next, load.interleave) && rng.Float64()*noisy >= 1 {
+					continue
+				}
 				pool = hot[0]
 			} else {
 				pool = hot[1+min(int(u-noisy), len(hot)-2)]
 			}
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			continue // 64 in flight: the picker is behind; count what it answers
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
