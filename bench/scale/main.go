@@ -167,6 +167,9 @@ func mainErr(c config, pools, plans, out, fromJSON, svg string, md bool) error {
 	if c.Pods < 1 || c.Namespaces < 1 || c.Servers < 1 || c.HotShare <= 0 || c.HotShare > 1 {
 		return errors.New("-pods, -namespaces and -servers must be >= 1 and -hot in (0, 1]")
 	}
+	if c.NoisyInterleave != 0 && (c.NoisyInterleave < 0 || !c.NoisyOwnGateway) {
+		return errors.New("-noisy-interleave must be positive and needs -noisy-own-gateway (its window is the fourth noisy one)")
+	}
 	if c.Pools*c.Pods > maxAddresses {
 		return fmt.Errorf("at most %d pod addresses", maxAddresses)
 	}

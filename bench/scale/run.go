@@ -419,23 +419,13 @@ type hotFigures struct {
 	// servers'.
 	ClientCPU  float64 `json:"clientCPU,omitempty"`
 	ServersCPU float64 `json:"serversCPU,omitempty"`
-	// NeighbourPicks are the picks the noisy neighbour's own gateway made
-	// (counted in Picks), NeighbourCPU its CPU, with -noisy-own-gateway;
-	// in an interleaved window, the noisy pool's picks in the slices the
-	// figures are of.
-	NeighbourPicks int     `json:"neighbourPicks,omitempty"`
-	NeighbourCPU   float64 `json:"neighbourCPU,omitempty"`
-	// QuietSlices are the pick and metric age figures of an interleaved
-	// window's quiet slices (-noisy-interleave), the window's own figures
-	// its loud slices'.
-	QuietSlices *hotFigures `json:"quietSlices,omitempty"`
-	Picks       int         `json:"picks"`
-	PickRate    float64     `json:"picksPerSecond"`
-	PickP50Ms   float64     `json:"pickP50Ms"`
-	PickP99Ms   float64     `json:"pickP99Ms"`
-	AgeP50Ms    float64     `json:"metricAgeP50Ms"`
-	AgeP99Ms    float64     `json:"metricAgeP99Ms"`
-	AgeMaxMs    float64     `json:"metricAgeMaxMs"`
+	Picks      int     `json:"picks"`
+	PickRate   float64 `json:"picksPerSecond"`
+	PickP50Ms  float64 `json:"pickP50Ms"`
+	PickP99Ms  float64 `json:"pickP99Ms"`
+	AgeP50Ms   float64 `json:"metricAgeP50Ms"`
+	AgeP99Ms   float64 `json:"metricAgeP99Ms"`
+	AgeMaxMs   float64 `json:"metricAgeMaxMs"`
 	// BusyIntervalMs is the longest interval the scrape budget allowed a
 	// busy pool's servers at the window's end; CPUPerScrapeUs the scrapes'
 	// mean CPU cost as the budget measured it.
@@ -450,6 +440,16 @@ type hotFigures struct {
 	// ScrapeTimeouts are the scrapes that timed out in the window (the
 	// hanging servers').
 	ScrapeTimeouts float64 `json:"scrapeTimeouts,omitempty"`
+	// NeighbourPicks are the picks the noisy neighbour's own gateway made
+	// (counted in Picks), NeighbourCPU its CPU, with -noisy-own-gateway;
+	// in an interleaved window, the noisy pool's picks in the slices the
+	// figures are of.
+	NeighbourPicks int     `json:"neighbourPicks,omitempty"`
+	NeighbourCPU   float64 `json:"neighbourCPU,omitempty"`
+	// QuietSlices are the pick and metric age figures of an interleaved
+	// window's quiet slices (-noisy-interleave), the window's own figures
+	// its loud slices'.
+	QuietSlices *hotFigures `json:"quietSlices,omitempty"`
 }
 
 // measureNeighbours measures the other hot pools while one pool's
@@ -483,9 +483,6 @@ func measureNeighbours(ctx context.Context, g *gateway, p *picker, servers *mode
 	}
 	loud.Case = fmt.Sprintf("%gx traffic", c.Noisy)
 	if !c.NoisyOwnGateway {
-		if c.NoisyInterleave > 0 {
-			return nil, errors.New("-noisy-interleave needs -noisy-own-gateway (the interleaved window is the fourth)")
-		}
 		return []hotFigures{hang, loud}, nil
 	}
 	own, err := measureHot(ctx, g, p, servers, c, hot, neighbourLoad{times: c.Noisy, own: true}, true, "loud-own"+suffix)
@@ -560,8 +557,8 @@ type noisyRound struct {
 }
 
 // measureHot sends the hot pools hotWindow of traffic (hot[0]'s as load
-// says) and returns the figures, hot[0]'s picks left out when others is
-// set. With -profiles, poolpicker's CPU
+// says; twice as long when interleaved) and returns the figures, hot[0]'s
+// picks left out when others is set. With -profiles, poolpicker's CPU
 // profile of the window is saved as name's.
 func measureHot(ctx context.Context, g *gateway, p *picker, servers *modelServers, c config, hot []int, load neighbourLoad, others bool, name string) (hotFigures, error) {
 	var f hotFigures
