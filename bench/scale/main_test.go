@@ -87,9 +87,9 @@ func TestSmallRun(t *testing.T) {
 		}
 	}
 	// The noisy-neighbour windows: one pool's servers hung (its scrapes
-	// timed out), then its traffic at 50x, sent by the timing client and
-	// then by a gateway process of its own; the other pool was measured in
-	// each.
+	// timed out), then its traffic at 50x, sent by the timing client, by a
+	// gateway process of its own, and in every other slice of a window;
+	// the other pool was measured in each.
 	if len(r.Neighbours) != 4 {
 		t.Fatalf("%d noisy-neighbour windows, want 4", len(r.Neighbours))
 	}
@@ -117,7 +117,7 @@ func TestSmallRun(t *testing.T) {
 	} else if got, want := neighbourRatio(3, false)(result{Neighbours: r.Neighbours}), mixed.PickP99Ms/q.PickP99Ms; got != want {
 		t.Errorf("interleaved pick ratio %v, want the loud slices' p99 over the quiet ones' %v", got, want)
 	}
-	// The second round: its own quiet window and both noisy ones, and the
+	// The second round: its own quiet window and all four noisy ones, and the
 	// reported ratio the median (here the mean) of the two rounds'.
 	if len(r.NoisyRounds) != 1 || len(r.NoisyRounds[0].Neighbours) != 4 {
 		t.Fatalf("noisy rounds past the first: %+v, want one of four windows", r.NoisyRounds)
