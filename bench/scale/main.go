@@ -86,16 +86,9 @@ func main() {
 		svg      string
 		md       bool
 	)
-	if port := os.Getenv(roleEnv); port != "" {
-		if err := serveModelServers(port); err != nil {
-			fmt.Fprintln(os.Stderr, "scale model server:", err)
-			os.Exit(1)
-		}
-		return
-	}
-	if job := os.Getenv(neighbourEnv); job != "" {
-		if err := serveNeighbour(job); err != nil {
-			fmt.Fprintln(os.Stderr, "scale neighbour's gateway:", err)
+	if served, err := serveRole(); served {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "scale:", err)
 			os.Exit(1)
 		}
 		return
@@ -138,6 +131,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
+}
+
+// serveRole runs this process as one of the copies of itself the harness
+// starts, a model server or a noisy neighbour's gateway, when the
+// environment names one, and tells whether it did.
+func serveRole() (bool, error) {
+	if port := os.Getenv(roleEnv); port != "" {
+		if err := serveModelServers(port); err != nil {
+			return true, fmt.Errorf("model server: %w", err)
+		}
+		return true, nil
+	}
+	if job := os.Getenv(neighbourEnv); job != "" {
+		if err := serveNeighbour(job); err != nil {
+			return true, fmt.Errorf("neighbour's gateway: %w", err)
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 func mainErr(c config, pools, plans, out, fromJSON, svg string, md bool) error {

@@ -20,16 +20,10 @@ import (
 var pickerBinary string
 
 func TestMain(m *testing.M) {
-	// The harness starts its model servers as copies of its own binary.
-	if port := os.Getenv(roleEnv); port != "" {
-		if err := serveModelServers(port); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	if job := os.Getenv(neighbourEnv); job != "" {
-		if err := serveNeighbour(job); err != nil {
+	// The harness starts its model servers and a noisy neighbour's gateway
+	// as copies of its own binary.
+	if served, err := serveRole(); served {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
