@@ -143,6 +143,12 @@ func serveRole() (bool, error) {
 		}
 		return true, nil
 	}
+	if os.Getenv(echoEnv) != "" {
+		if err := serveEcho(); err != nil {
+			return true, fmt.Errorf("loopback echo: %w", err)
+		}
+		return true, nil
+	}
 	if job := os.Getenv(neighbourEnv); job != "" {
 		if err := serveNeighbour(job); err != nil {
 			return true, fmt.Errorf("neighbour's gateway: %w", err)

@@ -56,6 +56,9 @@ var rows = []row{
 	{"cold pool's second pick p99", func(r result) float64 { return r.WarmPickP99Ms }, "ms"},
 	{"pick after the same pause, pool picked before, p50", func(r result) float64 { return r.IdlePickP50Ms }, "ms"},
 	{"pick after the same pause, pool picked before, p99", func(r result) float64 { return r.IdlePickP99Ms }, "ms"},
+	{"loopback echo after the same pause, p50", func(r result) float64 { return r.EchoP50Ms }, "ms"},
+	{"loopback echo after the same pause, p99", func(r result) float64 { return r.EchoP99Ms }, "ms"},
+	{"cold first pick p99 / loopback echo p99", echoRatio, "x"},
 	{"sync from start", func(r result) float64 { return r.SyncSec }, "s"},
 	{"poolpicker CPU to sync", func(r result) float64 { return r.PickerSyncCPUSec }, "s"},
 	{"API requests at sync per pool", func(r result) float64 { return r.Requests / float64(r.Pools) }, ""},
@@ -95,6 +98,15 @@ func neighbourRatio(i int, age bool) func(result) float64 {
 		}
 		return median(ratios)
 	}
+}
+
+// echoRatio is the cold first pick's p99 against the loopback echo's after
+// the same pause, 0 for results without the echo.
+func echoRatio(r result) float64 {
+	if r.EchoP99Ms == 0 {
+		return 0
+	}
+	return r.ColdPickP99Ms / r.EchoP99Ms
 }
 
 // median is the middle of xs (the mean of the two middle ones when their

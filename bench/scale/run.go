@@ -77,6 +77,11 @@ type result struct {
 	// itself costs (a picker and a client idle for 20 ms wake first).
 	IdlePickP50Ms float64 `json:"idlePickP50Ms,omitempty"`
 	IdlePickP99Ms float64 `json:"idlePickP99Ms,omitempty"`
+	// EchoP50Ms and EchoP99Ms are round trips of one byte between the
+	// timing client and an echo server process over loopback, each after
+	// the same pause: the machine's floor under a pick after a pause.
+	EchoP50Ms     float64 `json:"loopbackEchoP50Ms,omitempty"`
+	EchoP99Ms     float64 `json:"loopbackEchoP99Ms,omitempty"`
 	FlipPickerCPU float64 `json:"flipPickerCPU,omitempty"`
 
 	APISteadyRSS   int64   `json:"apiServerSteadyRSS"`
@@ -321,8 +326,13 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	// Cold pools: never sent a request, idle since start; one first
 	// request each, one at a time.
 	picked := maps.Clone(isHot)
-	var cold, warm, idle []float64
+	var cold, warm, idle, echo []float64
 	var pickedBefore []int
+	probe, err := startEcho(ctx)
+	if err != nil {
+		return r, err
+	}
+	defer probe.close()
 	profDone := make(chan error, 2)
 	for _, s := range []struct{ prefix, kind, what string }{
 		{c.profiles, "cpu-cold", "profile?seconds=5"},
@@ -368,6 +378,16 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 				return r, err
 			}
 		}
+		// The floor under both: a loopback round trip to a process that
+		// does nothing but echo, after the same pause.
+		rtt, err := probe.roundTrip()
+		if err != nil {
+			return r, err
+		}
+		echo = append(echo, ms(rtt))
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return r, err
+		}
 		pickedBefore = append(pickedBefore, i)
 	}
 	if err := errors.Join(<-profDone, <-profDone); err != nil {
@@ -377,10 +397,11 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	r.ColdPickP50Ms, r.ColdPickP99Ms = percentile(cold, 50), percentile(cold, 99)
 	r.WarmPickP50Ms, r.WarmPickP99Ms = percentile(warm, 50), percentile(warm, 99)
 	r.IdlePickP50Ms, r.IdlePickP99Ms = percentile(idle, 50), percentile(idle, 99)
+	r.EchoP50Ms, r.EchoP99Ms = percentile(echo, 50), percentile(echo, 99)
 	slowest := slices.Clone(cold)
 	slices.Sort(slowest)
-	logf("cold: %d first picks, p50 %.2f ms p99 %.2f ms (each pool's second pick: p50 %.2f ms p99 %.2f ms; a pool picked before, after the same pause: p50 %.2f ms p99 %.2f ms); slowest %.1f",
-		r.ColdPicks, r.ColdPickP50Ms, r.ColdPickP99Ms, r.WarmPickP50Ms, r.WarmPickP99Ms, r.IdlePickP50Ms, r.IdlePickP99Ms, slowest[max(0, len(slowest)-10):])
+	logf("cold: %d first picks, p50 %.2f ms p99 %.2f ms (each pool's second pick: p50 %.2f ms p99 %.2f ms; a pool picked before, after the same pause: p50 %.2f ms p99 %.2f ms; a loopback echo after the same pause: p50 %.2f ms p99 %.2f ms); slowest %.1f",
+		r.ColdPicks, r.ColdPickP50Ms, r.ColdPickP99Ms, r.WarmPickP50Ms, r.WarmPickP99Ms, r.IdlePickP50Ms, r.IdlePickP99Ms, r.EchoP50Ms, r.EchoP99Ms, slowest[max(0, len(slowest)-10):])
 
 	if c.FlipRate > 0 {
 		peaks.peak(0, true)
