@@ -58,7 +58,10 @@ var rows = []row{
 	{"pick after the same pause, pool picked before, p99", func(r result) float64 { return r.IdlePickP99Ms }, "ms"},
 	{"loopback echo after the same pause, p50", func(r result) float64 { return r.EchoP50Ms }, "ms"},
 	{"loopback echo after the same pause, p99", func(r result) float64 { return r.EchoP99Ms }, "ms"},
-	{"cold first pick p99 / loopback echo p99", echoRatio, "x"},
+	{"ext_proc server that answers at once, after the same pause, p50", func(r result) float64 { return r.AtOnceP50Ms }, "ms"},
+	{"ext_proc server that answers at once, after the same pause, p99", func(r result) float64 { return r.AtOnceP99Ms }, "ms"},
+	{"cold first pick p99 / loopback echo p99", floorRatio(func(r result) float64 { return r.EchoP99Ms }), "x"},
+	{"cold first pick p99 / answered at once p99", floorRatio(func(r result) float64 { return r.AtOnceP99Ms }), "x"},
 	{"sync from start", func(r result) float64 { return r.SyncSec }, "s"},
 	{"poolpicker CPU to sync", func(r result) float64 { return r.PickerSyncCPUSec }, "s"},
 	{"API requests at sync per pool", func(r result) float64 { return r.Requests / float64(r.Pools) }, ""},
@@ -100,13 +103,15 @@ func neighbourRatio(i int, age bool) func(result) float64 {
 	}
 }
 
-// echoRatio is the cold first pick's p99 against the loopback echo's after
-// the same pause, 0 for results without the echo.
-func echoRatio(r result) float64 {
-	if r.EchoP99Ms == 0 {
-		return 0
+// floorRatio is the cold first pick's p99 against a floor measured after
+// the same pause, 0 for results without it.
+func floorRatio(floor func(result) float64) func(result) float64 {
+	return func(r result) float64 {
+		if floor(r) == 0 {
+			return 0
+		}
+		return r.ColdPickP99Ms / floor(r)
 	}
-	return r.ColdPickP99Ms / r.EchoP99Ms
 }
 
 // median is the middle of xs (the mean of the two middle ones when their

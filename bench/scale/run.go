@@ -80,8 +80,14 @@ type result struct {
 	// EchoP50Ms and EchoP99Ms are round trips of one byte between the
 	// timing client and an echo server process over loopback, each after
 	// the same pause: the machine's floor under a pick after a pause.
-	EchoP50Ms     float64 `json:"loopbackEchoP50Ms,omitempty"`
-	EchoP99Ms     float64 `json:"loopbackEchoP99Ms,omitempty"`
+	EchoP50Ms float64 `json:"loopbackEchoP50Ms,omitempty"`
+	EchoP99Ms float64 `json:"loopbackEchoP99Ms,omitempty"`
+	// AtOnceP50Ms and AtOnceP99Ms are the harness's request to an ext_proc
+	// server that answers it at once, over the same TLS and gRPC as the
+	// picker's, after the same pause: the floor under a pick of this
+	// protocol after a pause.
+	AtOnceP50Ms   float64 `json:"answeredAtOnceP50Ms,omitempty"`
+	AtOnceP99Ms   float64 `json:"answeredAtOnceP99Ms,omitempty"`
 	FlipPickerCPU float64 `json:"flipPickerCPU,omitempty"`
 
 	APISteadyRSS   int64   `json:"apiServerSteadyRSS"`
@@ -326,7 +332,7 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	// Cold pools: never sent a request, idle since start; one first
 	// request each, one at a time.
 	picked := maps.Clone(isHot)
-	var cold, warm, idle, echo []float64
+	var cold, warm, idle, echo, atOnce []float64
 	var pickedBefore []int
 	probe, err := startEcho(ctx)
 	if err != nil {
@@ -388,6 +394,13 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 		if err := sleep(ctx, 20*time.Millisecond); err != nil {
 			return r, err
 		}
+		if rtt, err = probe.answeredAtOnce(ctx); err != nil {
+			return r, err
+		}
+		atOnce = append(atOnce, ms(rtt))
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return r, err
+		}
 		pickedBefore = append(pickedBefore, i)
 	}
 	if err := errors.Join(<-profDone, <-profDone); err != nil {
@@ -398,10 +411,11 @@ func runOne(ctx context.Context, c config, bin string) (result, error) {
 	r.WarmPickP50Ms, r.WarmPickP99Ms = percentile(warm, 50), percentile(warm, 99)
 	r.IdlePickP50Ms, r.IdlePickP99Ms = percentile(idle, 50), percentile(idle, 99)
 	r.EchoP50Ms, r.EchoP99Ms = percentile(echo, 50), percentile(echo, 99)
+	r.AtOnceP50Ms, r.AtOnceP99Ms = percentile(atOnce, 50), percentile(atOnce, 99)
 	slowest := slices.Clone(cold)
 	slices.Sort(slowest)
-	logf("cold: %d first picks, p50 %.2f ms p99 %.2f ms (each pool's second pick: p50 %.2f ms p99 %.2f ms; a pool picked before, after the same pause: p50 %.2f ms p99 %.2f ms; a loopback echo after the same pause: p50 %.2f ms p99 %.2f ms); slowest %.1f",
-		r.ColdPicks, r.ColdPickP50Ms, r.ColdPickP99Ms, r.WarmPickP50Ms, r.WarmPickP99Ms, r.IdlePickP50Ms, r.IdlePickP99Ms, r.EchoP50Ms, r.EchoP99Ms, slowest[max(0, len(slowest)-10):])
+	logf("cold: %d first picks, p50 %.2f ms p99 %.2f ms (each pool's second pick: p50 %.2f ms p99 %.2f ms; a pool picked before, after the same pause: p50 %.2f ms p99 %.2f ms; a loopback echo after the same pause: p50 %.2f ms p99 %.2f ms; an ext_proc server that answers at once, after the same pause: p50 %.2f ms p99 %.2f ms); slowest %.1f",
+		r.ColdPicks, r.ColdPickP50Ms, r.ColdPickP99Ms, r.WarmPickP50Ms, r.WarmPickP99Ms, r.IdlePickP50Ms, r.IdlePickP99Ms, r.EchoP50Ms, r.EchoP99Ms, r.AtOnceP50Ms, r.AtOnceP99Ms, slowest[max(0, len(slowest)-10):])
 
 	if c.FlipRate > 0 {
 		peaks.peak(0, true)
