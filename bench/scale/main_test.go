@@ -71,7 +71,7 @@ func TestSmallRun(t *testing.T) {
 	positive := map[string]float64{
 		"sync": r.SyncSec, "populate": r.PopulateSec, "requests": r.Requests, "RSS": float64(r.RSS), "peak RSS": float64(r.PeakRSS),
 		"heap": r.HeapInuse, "goroutines": r.Goroutines, "idle scrapes": r.IdleScrapesSec, "hot CPU": r.HotCPU,
-		"hot picks": float64(r.HotPicks), "metric age p50": r.MetricAgeP50Ms, "cold pick p50": r.ColdPickP50Ms, "second pick p50": r.WarmPickP50Ms, "pick after a pause p50": r.IdlePickP50Ms, "loopback echo p50": r.EchoP50Ms, "loopback echo p99": r.EchoP99Ms, "answered at once p50": r.AtOnceP50Ms,
+		"hot picks": float64(r.HotPicks), "metric age p50": r.MetricAgeP50Ms, "cold pick p50": r.ColdPickP50Ms, "second pick p50": r.WarmPickP50Ms, "pick after a pause p50": r.IdlePickP50Ms, "loopback echo p50": r.EchoP50Ms, "loopback echo p99": r.EchoP99Ms, "answered at once p50": r.AtOnceP50Ms, "answered at once p99": r.AtOnceP99Ms,
 		"API server steady RSS": float64(r.APISteadyRSS), "API server peak RSS": float64(r.APIPeakRSS),
 		"API server CPU to sync": r.APISyncCPUSec, "API server CPU under pod updates": r.APIFlipCPU,
 	}
