@@ -35,6 +35,8 @@ type endpointState struct {
 	inFlight atomic.Int64
 	// inFlightAtMetrics is InFlight when metrics was published.
 	inFlightAtMetrics atomic.Int64
+	// runningCapacity is RunningCapacity.
+	runningCapacity atomic.Int64
 	// peerInFlight is the requests the picker's peer replicas say they
 	// have in flight on the endpoint (peer sync); zero without peers.
 	peerInFlight atomic.Int64
@@ -61,8 +63,17 @@ func (e *Endpoint) Metrics() *Metrics { return e.state.metrics.Load() }
 // moment (InFlightAtMetrics).
 func (e *Endpoint) SetMetrics(m *Metrics) {
 	e.state.inFlightAtMetrics.Store(e.InFlight())
+	if m != nil && m.WaitingRequests > 0 && m.RunningRequests > 0 {
+		e.state.runningCapacity.Store(int64(m.RunningRequests))
+	}
 	e.state.metrics.Store(m)
 }
+
+// RunningCapacity is how many requests the server ran in the last scrape
+// that showed others waiting: how many it runs at once (a vLLM server's
+// max_num_seqs, or fewer while its KV cache is the bound). Zero until a
+// scrape has shown a request waiting.
+func (e *Endpoint) RunningCapacity() int64 { return e.state.runningCapacity.Load() }
 
 // InFlightAtMetrics is the in-flight count when the current metrics were
 // published. The count now less it is negative once requests the scrape

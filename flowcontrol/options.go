@@ -32,6 +32,14 @@ type Options struct {
 	// one more request: the scheduler's saturation detector (scheduling's
 	// Scheduler.EndpointSaturated). Required.
 	EndpointSaturated func(e *datastore.Endpoint) bool
+	// EndpointStartsAtOnce reports whether an endpoint would start one more
+	// request at once rather than queue it (scheduling's
+	// Scheduler.EndpointStartsAtOnce). With it, a request of a priority
+	// below the highest its pool has seen goes only to such an endpoint, so
+	// that a server's waiting places are left to the highest band and a
+	// request of it waits there behind no lower one. Nil: every band takes
+	// any endpoint that is not saturated.
+	EndpointStartsAtOnce func(e *datastore.Endpoint) bool
 	// PerEndpoint has a request scheduled before it waits, and wait for the
 	// endpoint picked for it (Request.Endpoints), counted as load there
 	// (datastore.Endpoint.AddHeld) for the requests scheduled meanwhile.

@@ -36,8 +36,17 @@ type poolQueue struct {
 	// for it, so that saturation is judged with its in-flight count.
 	reserved bool
 	// free is dispatch's scratch: the pool's endpoints by key, those with
-	// a free slot mapped to themselves, the others to nil.
+	// a free slot mapped to themselves, the others to nil. While a band
+	// below top is looked at, it is startFree (freeForLocked).
 	free map[datastore.EndpointKey]*datastore.Endpoint
+	// slotFree and startFree are the two maps free is: any free slot, and
+	// (with Options.EndpointStartsAtOnce) a slot that starts a request at
+	// once.
+	slotFree, startFree map[datastore.EndpointKey]*datastore.Endpoint
+	// top is the highest priority of the pool's requests so far; hasTop
+	// once there was one.
+	top    int
+	hasTop bool
 	// recent is, per endpoint, the Affinity keys of the requests released
 	// to it last, most recent first: the prefixes it likely holds.
 	recent    map[datastore.EndpointKey]*recentKeys
@@ -146,6 +155,7 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 	c := pq.c
 	if pq.waiting.Load() == 0 {
 		pq.mu.Lock()
+		pq.seenLocked(req.Priority)
 		var to *datastore.Endpoint
 		if !pq.reserved && pq.queued == 0 && !pq.removed {
 			to = pq.targetLocked(&req)
@@ -162,6 +172,7 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 		pq.mu.Unlock()
 		return nil, errRemoved(pq.pool)
 	}
+	pq.seenLocked(req.Priority)
 	b := pq.bandLocked(req.Priority)
 	if b.requests >= c.opts.MaxBandRequests || b.bytes+req.Bytes > c.opts.MaxBandBytes {
 		pq.mu.Unlock()
@@ -360,12 +371,29 @@ func (pq *poolQueue) dispatchLocked() {
 	}
 }
 
+// seenLocked notes a request of priority p.
+func (pq *poolQueue) seenLocked(p int) {
+	if !pq.hasTop || p > pq.top {
+		pq.top, pq.hasTop = p, true
+	}
+}
+
 // freeLocked maps the pool's endpoints in pq.free, those with a free slot
-// to themselves, the others to nil; false when none has a free slot.
+// to themselves, the others to nil, and, with Options.EndpointStartsAtOnce,
+// in pq.startFree those that would start a request at once; false when
+// none has a free slot.
 func (pq *poolQueue) freeLocked() bool {
-	clear(pq.free)
-	if pq.free == nil {
-		pq.free = map[datastore.EndpointKey]*datastore.Endpoint{}
+	if pq.slotFree == nil {
+		pq.slotFree = map[datastore.EndpointKey]*datastore.Endpoint{}
+	}
+	clear(pq.slotFree)
+	pq.free = pq.slotFree
+	startsAtOnce := pq.c.opts.EndpointStartsAtOnce
+	if startsAtOnce != nil {
+		if pq.startFree == nil {
+			pq.startFree = map[datastore.EndpointKey]*datastore.Endpoint{}
+		}
+		clear(pq.startFree)
 	}
 	any := false
 	for _, e := range pq.pool.Endpoints().Endpoints {
@@ -373,6 +401,13 @@ func (pq *poolQueue) freeLocked() bool {
 			pq.free[e.Key()] = nil
 		} else {
 			pq.free[e.Key()], any = e, true
+		}
+		if startsAtOnce != nil {
+			if pq.free[e.Key()] != nil && startsAtOnce(e) {
+				pq.startFree[e.Key()] = e
+			} else {
+				pq.startFree[e.Key()] = nil
+			}
 		}
 	}
 	if len(pq.recent) > 2*len(pq.free) {
@@ -476,6 +511,7 @@ func (pq *poolQueue) targetLocked(req *Request) *datastore.Endpoint {
 	if !pq.freeLocked() {
 		return nil
 	}
+	defer pq.freeForLocked(req.Priority)()
 	if e := pq.homeOf(req.Endpoints); e != nil {
 		return e
 	}
@@ -501,6 +537,34 @@ func (pq *poolQueue) nextLocked() (*waiter, *datastore.Endpoint) {
 	if d := pq.c.opts.StealAfter; d > 0 {
 		late = time.Now().Add(-d)
 	}
+	for _, b := range pq.bands {
+		if b.requests == 0 {
+			continue
+		}
+		restore := pq.freeForLocked(b.priority)
+		w, e := pq.nextInBandLocked(b, late)
+		restore()
+		if w != nil {
+			return w, e
+		}
+	}
+	return nil, nil
+}
+
+// freeForLocked makes pq.free the endpoints a request of priority p may
+// take (startFree below the pool's top priority, with
+// Options.EndpointStartsAtOnce); the function it returns restores it.
+func (pq *poolQueue) freeForLocked(p int) func() {
+	if pq.startFree == nil || !pq.hasTop || p >= pq.top {
+		return func() {}
+	}
+	pq.free = pq.startFree
+	return func() { pq.free = pq.slotFree }
+}
+
+// nextInBandLocked is nextLocked's choice within band b (whose requests
+// may take the endpoints in pq.free), nil when none of them may go.
+func (pq *poolQueue) nextInBandLocked(b *band, late time.Time) (*waiter, *datastore.Endpoint) {
 	anyFree := func(w *waiter) *datastore.Endpoint { return pq.anyFreeLocked(w.req.Endpoints) }
 	lateFree := func(w *waiter) *datastore.Endpoint {
 		if w.since.After(late) {
@@ -508,36 +572,31 @@ func (pq *poolQueue) nextLocked() (*waiter, *datastore.Endpoint) {
 		}
 		return anyFree(w)
 	}
-	for _, b := range pq.bands {
-		if b.requests == 0 {
-			continue
-		}
-		least := b.leastServed()
-		behind := func(f *flow) bool { return f.served == least }
-		if w, e := b.find(behind, pq.homeLocked, pq.warmOnLocked); w != nil {
+	least := b.leastServed()
+	behind := func(f *flow) bool { return f.served == least }
+	if w, e := b.find(behind, pq.homeLocked, pq.warmOnLocked); w != nil {
+		return w, e
+	}
+	if w, e := b.find(behind, pq.idleLocked, pq.warmOnLocked); w != nil {
+		return w, e
+	}
+	if !late.IsZero() {
+		if w, e := b.find(behind, lateFree, pq.warmOnLocked); w != nil {
 			return w, e
 		}
-		if w, e := b.find(behind, pq.idleLocked, pq.warmOnLocked); w != nil {
-			return w, e
+	}
+	if w, e := b.find(behind, pq.warmLocked, pq.warmOnLocked); w != nil {
+		return w, e
+	}
+	ahead := func(f *flow) bool { return f.served != least }
+	if w, _ := b.find(ahead, pq.homeLocked, nil); w == nil {
+		if w, _ = b.find(ahead, pq.idleLocked, nil); w == nil {
+			return nil, nil
 		}
-		if !late.IsZero() {
-			if w, e := b.find(behind, lateFree, pq.warmOnLocked); w != nil {
-				return w, e
-			}
-		}
-		if w, e := b.find(behind, pq.warmLocked, pq.warmOnLocked); w != nil {
-			return w, e
-		}
-		ahead := func(f *flow) bool { return f.served != least }
-		if w, _ := b.find(ahead, pq.homeLocked, nil); w == nil {
-			if w, _ = b.find(ahead, pq.idleLocked, nil); w == nil {
-				continue
-			}
-		}
-		// Only a flow ahead could use the slot: a flow behind takes it.
-		if w, e := b.find(behind, anyFree, pq.warmOnLocked); w != nil {
-			return w, e
-		}
+	}
+	// Only a flow ahead could use the slot: a flow behind takes it.
+	if w, e := b.find(behind, anyFree, pq.warmOnLocked); w != nil {
+		return w, e
 	}
 	return nil, nil
 }

@@ -39,6 +39,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts flowcontrol.Options) *fixture {
 	t.Helper()
+	return newFixtureWith(t, opts, false)
+}
+
+// newFixtureWith is newFixture, with the scheduler's
+// EndpointStartsAtOnce when startsAtOnce.
+func newFixtureWith(t *testing.T, opts flowcontrol.Options, startsAtOnce bool) *fixture {
+	t.Helper()
 	sched, err := scheduling.New(nil, scheduling.Options{QueueDepthThreshold: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +53,9 @@ func newFixture(t *testing.T, opts flowcontrol.Options) *fixture {
 	fx := &fixture{reg: datastore.NewRegistry(), sched: sched, prom: prometheus.NewRegistry()}
 	fx.reg.AddObserver(sched)
 	opts.EndpointSaturated, opts.Registerer = sched.EndpointSaturated, fx.prom
+	if startsAtOnce {
+		opts.EndpointStartsAtOnce = sched.EndpointStartsAtOnce
+	}
 	if fx.c, err = flowcontrol.New(opts); err != nil {
 		t.Fatal(err)
 	}
@@ -400,6 +410,80 @@ func TestSheddableWaitsBehindCritical(t *testing.T) {
 	}
 	if got := fx.metric("inference_extension_flow_control_rejected_total", p); got != 1 {
 		t.Fatalf("rejected_total %v, want 1 (the sheddable expiry)", got)
+	}
+}
+
+// TestServerQueueKeptForTopBand: a server running as many requests as it
+// can, with its one waiting place (the queue-depth threshold) free. With
+// EndpointStartsAtOnce, once the pool has had a critical request, a
+// sheddable one waits in the picker for a running slot and a critical one
+// takes the waiting place at once; without it, or while the pool has had
+// sheddable requests only, the sheddable one takes the waiting place.
+func TestServerQueueKeptForTopBand(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		startsAtOnce  bool
+		criticalFirst bool
+		wantHeld      bool
+	}{
+		{name: "kept for the critical band", startsAtOnce: true, criticalFirst: true, wantHeld: true},
+		{name: "without EndpointStartsAtOnce", startsAtOnce: false, criticalFirst: true},
+		{name: "sheddable requests only so far", startsAtOnce: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixtureWith(t, flowcontrol.Options{}, tc.startsAtOnce)
+			p := fx.pool("p", 1)
+			e := p.Endpoints().Endpoints[0]
+			// Four requests running; a scrape showed one more waiting (the
+			// server runs four at once), the last shows none.
+			e.AddInFlight(4)
+			e.SetMetrics(&datastore.Metrics{RunningRequests: 4, WaitingRequests: 1, ScrapedAt: time.Now(), Interval: time.Hour})
+			e.SetMetrics(&datastore.Metrics{RunningRequests: 4, ScrapedAt: time.Now(), Interval: time.Hour})
+			if fx.sched.EndpointSaturated(e) || fx.sched.EndpointStartsAtOnce(e) {
+				t.Fatalf("endpoint saturated %v, starts at once %v; want a free waiting place and no free running slot",
+					fx.sched.EndpointSaturated(e), fx.sched.EndpointStartsAtOnce(e))
+			}
+			// admit runs a request as a stream does: it holds the endpoint
+			// once admitted.
+			admit := func(name string, priority int) <-chan *flowcontrol.Ticket {
+				got := make(chan *flowcontrol.Ticket, 1)
+				go func() {
+					tk, err := fx.c.Admit(context.Background(), p, flowcontrol.Request{ID: name, Priority: priority, Bytes: 1})
+					if err != nil {
+						t.Errorf("%s: %v", name, err)
+						close(got)
+						return
+					}
+					e.AddInFlight(1)
+					tk.Picked()
+					got <- tk
+				}()
+				return got
+			}
+			finish := func(tk *flowcontrol.Ticket) {
+				e.AddInFlight(-1)
+				tk.Done()
+			}
+			if tc.criticalFirst {
+				finish(<-admit("critical-1", 0))
+			}
+			shed := admit("sheddable", -1)
+			if !tc.wantHeld {
+				finish(<-shed)
+				return
+			}
+			fx.queued(t, p, 1)
+			crit := <-admit("critical-2", 0)
+			if got := fx.metric("inference_extension_flow_control_queue_size", p); got != 1 {
+				t.Fatalf("queue size %v after the critical request took the waiting place, want the sheddable one still held", got)
+			}
+			// A running request ends: the critical one runs in its slot,
+			// the server is full again and the sheddable one stays.
+			e.AddInFlight(-1)
+			// The critical one ends: a running slot is free.
+			finish(crit)
+			finish(<-shed)
+		})
 	}
 }
 

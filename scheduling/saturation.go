@@ -48,6 +48,30 @@ func (s *Scheduler) endpointSaturated(e *datastore.Endpoint, now time.Time) bool
 	return s.saturated(e.InFlight(), e.InFlightAtMetrics(), e.Metrics(), now)
 }
 
+// EndpointStartsAtOnce reports whether e would start one more request at
+// once rather than queue it: not saturated and, once its running capacity
+// is known (datastore.Endpoint.RunningCapacity), fewer requests on it than
+// that. Flow control sends the requests of its lower bands only there, so
+// that the places in the servers' queues stay free for the highest band.
+func (s *Scheduler) EndpointStartsAtOnce(e *datastore.Endpoint) bool {
+	now := time.Now()
+	if s.endpointSaturated(e, now) {
+		return false
+	}
+	capacity := e.RunningCapacity()
+	if capacity == 0 {
+		return true
+	}
+	n := e.InFlight()
+	m := e.Metrics()
+	if !m.Fresh(now, s.opts.MetricsStaleness) {
+		return n < capacity
+	}
+	// As in saturated: requests finished since the scrape left its count.
+	finished := max(e.InFlightAtMetrics()-n, 0)
+	return max(int64(m.RunningRequests+m.WaitingRequests)-finished, n) < capacity
+}
+
 // saturated is the rule of PoolSaturated for an endpoint with inFlight
 // requests from this picker, atScrape when m, its last scrape, was
 // published.

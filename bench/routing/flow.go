@@ -67,7 +67,7 @@ func newFlowControl(on bool, sched *scheduling.Scheduler) (*flowcontrol.Controll
 	if !on {
 		return nil, nil
 	}
-	return flowcontrol.New(flowcontrol.Options{EndpointSaturated: sched.EndpointSaturated, QueueTTL: flowQueueTTL, PerEndpoint: flowPerEndpoint, StealBelow: flowStealBelow, StealAfter: flowStealAfter})
+	return flowcontrol.New(flowcontrol.Options{EndpointSaturated: sched.EndpointSaturated, EndpointStartsAtOnce: sched.EndpointStartsAtOnce, QueueTTL: flowQueueTTL, PerEndpoint: flowPerEndpoint, StealBelow: flowStealBelow, StealAfter: flowStealAfter})
 }
 
 // runFairness offers flow A three requests for every one of flow B, both of

@@ -109,7 +109,8 @@ func newFlowController(o *flowControlOptions, sched *scheduling.Scheduler, metri
 	case fo.MaxQueuedBytes < 1:
 		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlQueuedBytes, fo.MaxQueuedBytes)
 	}
-	fo.EndpointSaturated, fo.Registerer, fo.Logger = sched.EndpointSaturated, metrics, log
+	fo.EndpointSaturated, fo.EndpointStartsAtOnce = sched.EndpointSaturated, sched.EndpointStartsAtOnce
+	fo.Registerer, fo.Logger = metrics, log
 	fo.Waiting, fo.Drained = waiting, drained
 	return flowcontrol.New(fo)
 }
