@@ -53,3 +53,44 @@ func TestPoolSaturated(t *testing.T) {
 		})
 	}
 }
+
+// TestEndpointStartsAtOnce: an endpoint starts one more request at once
+// while it is not saturated and runs fewer than its running capacity (the
+// running count of the last scrape that showed a queue), counting the
+// requests finished and sent since the last scrape.
+func TestEndpointStartsAtOnce(t *testing.T) {
+	s := mustScheduler(t, "", Options{QueueDepthThreshold: 1, KVCacheUtilThreshold: 0.8})
+	queued := &datastore.Metrics{RunningRequests: 4, WaitingRequests: 3, ScrapedAt: time.Now()}
+	for _, tc := range []struct {
+		name     string
+		learn    *datastore.Metrics // published first: the running capacity, if it shows a queue
+		metrics  *datastore.Metrics
+		atScrape int64
+		inFlight int64
+		want     bool
+	}{
+		{"capacity unknown, below the threshold", nil, &datastore.Metrics{RunningRequests: 4, ScrapedAt: time.Now()}, 4, 4, true},
+		{"capacity unknown, at the threshold", nil, &datastore.Metrics{RunningRequests: 4, WaitingRequests: 1, ScrapedAt: time.Now()}, 5, 5, false},
+		{"running at capacity", queued, &datastore.Metrics{RunningRequests: 4, ScrapedAt: time.Now()}, 4, 4, false},
+		{"running below capacity", queued, &datastore.Metrics{RunningRequests: 3, ScrapedAt: time.Now()}, 3, 3, true},
+		{"at capacity, one of ours finished since", queued, &datastore.Metrics{RunningRequests: 4, ScrapedAt: time.Now()}, 4, 3, true},
+		{"below capacity, one of ours sent since", queued, &datastore.Metrics{RunningRequests: 3, ScrapedAt: time.Now()}, 3, 4, false},
+		{"below capacity, others' requests running too", queued, &datastore.Metrics{RunningRequests: 4, ScrapedAt: time.Now()}, 2, 2, false},
+		{"stale scrape, in flight below capacity", queued, &datastore.Metrics{ScrapedAt: time.Now().Add(-time.Minute)}, 0, 0, true},
+		{"saturated", queued, queued, 7, 7, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := newTestPool(t, 1, s)
+			e := tp.Ep(t, 1)
+			if tc.learn != nil {
+				e.SetMetrics(tc.learn)
+			}
+			e.AddInFlight(tc.atScrape)
+			e.SetMetrics(tc.metrics)
+			e.AddInFlight(tc.inFlight - tc.atScrape)
+			if got := s.EndpointStartsAtOnce(e); got != tc.want {
+				t.Fatalf("EndpointStartsAtOnce = %v, want %v (running capacity %d)", got, tc.want, e.RunningCapacity())
+			}
+		})
+	}
+}
