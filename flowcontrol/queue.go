@@ -379,16 +379,20 @@ func (pq *poolQueue) seenLocked(p int) {
 }
 
 // freeLocked maps the pool's endpoints in pq.free, those with a free slot
-// to themselves, the others to nil, and, with Options.EndpointStartsAtOnce,
-// in pq.startFree those that would start a request at once; false when
-// none has a free slot.
-func (pq *poolQueue) freeLocked() bool {
+// to themselves, the others to nil, and, when a request of priority lowest
+// is below the pool's top (with Options.EndpointStartsAtOnce), in
+// pq.startFree those that would start a request at once; false when none
+// has a free slot.
+func (pq *poolQueue) freeLocked(lowest int) bool {
 	if pq.slotFree == nil {
 		pq.slotFree = map[datastore.EndpointKey]*datastore.Endpoint{}
 	}
 	clear(pq.slotFree)
 	pq.free = pq.slotFree
-	startsAtOnce := pq.c.opts.EndpointStartsAtOnce
+	var startsAtOnce func(*datastore.Endpoint) bool
+	if pq.belowTopLocked(lowest) {
+		startsAtOnce = pq.c.opts.EndpointStartsAtOnce
+	}
 	if startsAtOnce != nil {
 		if pq.startFree == nil {
 			pq.startFree = map[datastore.EndpointKey]*datastore.Endpoint{}
@@ -508,7 +512,7 @@ func (pq *poolQueue) idleOf(prefs []*datastore.Endpoint) *datastore.Endpoint {
 // at once: its preferred one with a free slot, else an idle one; nil: it
 // waits.
 func (pq *poolQueue) targetLocked(req *Request) *datastore.Endpoint {
-	if !pq.freeLocked() {
+	if !pq.freeLocked(req.Priority) {
 		return nil
 	}
 	defer pq.freeForLocked(req.Priority)()
@@ -530,7 +534,13 @@ func (pq *poolQueue) targetLocked(req *Request) *datastore.Endpoint {
 // whose requests may go nowhere yet leaves the free slots to the bands
 // below.
 func (pq *poolQueue) nextLocked() (*waiter, *datastore.Endpoint) {
-	if !pq.freeLocked() {
+	lowest := pq.top
+	for _, b := range pq.bands {
+		if b.requests > 0 {
+			lowest = min(lowest, b.priority)
+		}
+	}
+	if !pq.freeLocked(lowest) {
 		return nil, nil
 	}
 	var late time.Time
@@ -551,11 +561,17 @@ func (pq *poolQueue) nextLocked() (*waiter, *datastore.Endpoint) {
 	return nil, nil
 }
 
+// belowTopLocked reports whether a request of priority p may take only
+// the endpoints that would start it at once.
+func (pq *poolQueue) belowTopLocked(p int) bool {
+	return pq.c.opts.EndpointStartsAtOnce != nil && pq.hasTop && p < pq.top
+}
+
 // freeForLocked makes pq.free the endpoints a request of priority p may
-// take (startFree below the pool's top priority, with
-// Options.EndpointStartsAtOnce); the function it returns restores it.
+// take (startFree, filled by freeLocked, below the pool's top priority);
+// the function it returns restores it.
 func (pq *poolQueue) freeForLocked(p int) func() {
-	if pq.startFree == nil || !pq.hasTop || p >= pq.top {
+	if !pq.belowTopLocked(p) {
 		return func() {}
 	}
 	pq.free = pq.startFree
