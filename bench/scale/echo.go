@@ -4,13 +4,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -116,18 +114,12 @@ type echoProbe struct {
 // startEcho starts an echo server process at the harness's own priority,
 // as the picker runs, and connects to it.
 func startEcho(ctx context.Context) (*echoProbe, error) {
-	cmd := exec.CommandContext(ctx, os.Args[0])
-	cmd.Env = append(os.Environ(), echoEnv+"=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	cmd, out, err := startRole(ctx, echoEnv+"=1")
 	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("loopback echo: %w", err)
 	}
 	e := &echoProbe{cmd: cmd}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	line, err := out.ReadString('\n')
 	addrs, ok := strings.CutPrefix(strings.TrimSpace(line), "LISTEN ")
 	tcpAddr, grpcAddr, two := strings.Cut(addrs, " ")
 	if err != nil || !ok || !two {

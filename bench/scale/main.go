@@ -23,12 +23,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -156,6 +158,23 @@ func serveRole() (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// startRole starts a copy of the harness's binary in the role env
+// ("NAME=value") selects (serveRole), its standard error the harness's,
+// and returns it with a reader of its standard output.
+func startRole(ctx context.Context, env string) (*exec.Cmd, *bufio.Reader, error) {
+	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd.Env = append(os.Environ(), env)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return cmd, bufio.NewReader(out), nil
 }
 
 func mainErr(c config, pools, plans, out, fromJSON, svg string, md bool) error {

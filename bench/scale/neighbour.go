@@ -75,17 +75,11 @@ func startNeighbour(ctx context.Context, addr string, c config, pool int, rate f
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, os.Args[0])
-	cmd.Env = append(os.Environ(), neighbourEnv+"="+string(spec))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	cmd, out, err := startRole(ctx, neighbourEnv+"="+string(spec))
 	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("neighbour's gateway: %w", err)
 	}
-	return &neighbour{cmd: cmd, out: bufio.NewReader(out)}, nil
+	return &neighbour{cmd: cmd, out: out}, nil
 }
 
 // wait waits for the neighbour's gateway to end and returns its picks and

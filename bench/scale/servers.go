@@ -4,7 +4,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -233,20 +232,13 @@ type modelServers struct {
 func startModelServers(ctx context.Context, n, port, nice int) (*modelServers, error) {
 	ms := &modelServers{}
 	for range n {
-		cmd := exec.CommandContext(ctx, os.Args[0])
-		cmd.Env = append(os.Environ(), roleEnv+"="+strconv.Itoa(port))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
+		cmd, out, err := startRole(ctx, roleEnv+"="+strconv.Itoa(port))
 		if err != nil {
 			ms.stop()
 			return nil, err
 		}
-		if err := cmd.Start(); err != nil {
-			ms.stop()
-			return nil, err
-		}
 		ms.cmds = append(ms.cmds, cmd)
-		line, err := bufio.NewReader(out).ReadString('\n')
+		line, err := out.ReadString('\n')
 		addr, ok := strings.CutPrefix(strings.TrimSpace(line), "READY ")
 		if err != nil || !ok {
 			ms.stop()
