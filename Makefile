@@ -30,9 +30,10 @@ manifests: generate ## Regenerate the CRD manifests under config/crd/bases.
 	cp config/crd/bases/*.yaml charts/poolpicker/files/crds/
 
 .PHONY: verify
-verify: ## Fail when generated files are stale, a Go file lacks its license header, lint finds a problem, or a production package holds code only tests reach.
+verify: ## Fail when generated files are stale, a Go file lacks its license header, a module is not tidy, lint finds a problem, or a production package holds code only tests reach.
 	hack/verify-generated.sh
 	hack/verify-headers.sh
+	hack/verify-tidy.sh
 	$(MAKE) lint
 	$(MAKE) deadcode
 
@@ -63,6 +64,10 @@ control-plane: ## Build kube-apiserver and etcd into bin/ (only when missing or 
 test: control-plane verify image ## Run every test (unit, API server, e2e, install, the image) with the race detector.
 	IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) IMAGE_REF=$(IMAGE):$(VERSION) KUBEBUILDER_ASSETS=$(BIN) go test -race -count=1 -timeout 60m ./...
 	KUBEBUILDER_ASSETS=$(BIN) go -C bench test -race -count=1 -timeout 60m ./...
+
+.PHONY: test-unit
+test-unit: ## The fast loop: the packages whose tests need no API server, binary or image (hack/unit-packages.sh), -short, with the race detector.
+	go test -short -race -count=1 $$(hack/unit-packages.sh)
 
 .PHONY: image
 image: ## Build the OCI image archive bin/poolpicker-image.tar without Docker (IMAGE, VERSION, ARCH override).
