@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -75,26 +76,43 @@ type options struct {
 	compat       compatOptions
 }
 
+// flagGroups are the sections of --help, in order: one per component that
+// owns the options its flags set, as kube-scheduler's --help reads.
+var flagGroups = []string{"general", "pools and pod watches", "request path (ext_proc)", "TLS", "model-server metrics", "scheduling", "flow control", "high availability", "peer sync", "logging", "upstream compatibility and observability"}
+
 func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
+	var groups cliflag.NamedFlagSets
+	for _, name := range flagGroups {
+		groups.FlagSet(name)
+	}
+	general := groups.FlagSet("general")
+	general.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig file. Empty: $KUBECONFIG, ~/.kube/config, else the in-cluster service account.")
+	general.Float32Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "Sustained requests per second to the API server; each served pool costs one list (or streaming list) at start and on a selector change.")
+	general.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "Burst of requests to the API server above --kube-api-qps.")
+	general.IntVar(&o.metricsPort, "metrics-port", defaultMetricsPort, "Port of the Prometheus /metrics endpoint.")
+	bindVersionFlag(general, &o.printVersion)
+	bindControllersFlags(groups.FlagSet("pools and pod watches"), &o.controllers)
+	bindPodWatchFlags(groups.FlagSet("pools and pod watches"), &o.controllers)
+	bindExtprocFlags(groups.FlagSet("request path (ext_proc)"), &o.extproc)
+	bindTLSFlags(groups.FlagSet("TLS"), &o.extproc)
+	bindMetricNamesFlag(groups.FlagSet("model-server metrics"), &o.metricNames)
+	bindScrapeFlags(groups.FlagSet("model-server metrics"), &o.scrape)
+	bindSchedulingFlags(groups.FlagSet("scheduling"), &o.scheduling)
+	bindFlowControlFlags(groups.FlagSet("flow control"), &o.flowControl)
+	bindHAFlags(groups.FlagSet("high availability"), &o.controllers, &o.ha)
+	bindPeerSyncFlags(groups.FlagSet("peer sync"), &o.peerSync)
+	bindLoggingFlags(groups.FlagSet("logging"), &o.logging)
+	bindCompatFlags(groups.FlagSet("upstream compatibility and observability"), &o.compat)
+
 	fs := pflag.NewFlagSet("poolpicker", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path of a kubeconfig file. Empty: $KUBECONFIG, ~/.kube/config, else the in-cluster service account.")
-	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", defaultKubeAPIQPS, "Sustained requests per second to the API server; each served pool costs one list (or streaming list) at start and on a selector change.")
-	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", defaultKubeAPIBurst, "Burst of requests to the API server above --kube-api-qps.")
-	fs.IntVar(&o.metricsPort, "metrics-port", defaultMetricsPort, "Port of the Prometheus /metrics endpoint.")
-	bindMetricNamesFlag(fs, &o.metricNames)
-	bindControllersFlags(fs, &o.controllers)
-	bindPodWatchFlags(fs, &o.controllers)
-	bindExtprocFlags(fs, &o.extproc)
-	bindTLSFlags(fs, &o.extproc)
-	bindScrapeFlags(fs, &o.scrape)
-	bindSchedulingFlags(fs, &o.scheduling)
-	bindFlowControlFlags(fs, &o.flowControl)
-	bindVersionFlag(fs, &o.printVersion)
-	bindHAFlags(fs, &o.controllers, &o.ha)
-	bindPeerSyncFlags(fs, &o.peerSync)
-	bindLoggingFlags(fs, &o.logging)
-	bindCompatFlags(fs, &o.compat)
+	for _, name := range groups.Order {
+		fs.AddFlagSet(groups.FlagSets[name])
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "poolpicker serves many InferencePools' endpoint picks over ext_proc.\n\nUsage:\n  poolpicker [flags]\n")
+		cliflag.PrintSections(stderr, groups, 0)
+	}
 	return fs
 }
 
