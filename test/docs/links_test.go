@@ -18,7 +18,7 @@ var (
 	// from a trailing {#id}.
 	headingRE = regexp.MustCompile(`^#{1,6}\s+(.*?)(?:\s+\{#([\w-]+)\})?\s*$`)
 	// linkRE matches an inline Markdown link's target, [text](target).
-	linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	linkRE  = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	fenceRE = regexp.MustCompile("^\\s*(```|~~~)")
 )
 
