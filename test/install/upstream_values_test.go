@@ -238,3 +238,29 @@ func TestLookup(t *testing.T) {
 		}
 	}
 }
+
+// TestRBACRoleNameAsDocumented: the install page names the Role of the
+// release's own namespace `<fullname>-ha`; rendered under a release whose
+// name does not contain the chart's, and under one that does, the Role is
+// the chart's full name with -ha.
+func TestRBACRoleNameAsDocumented(t *testing.T) {
+	if !strings.Contains(section(t, installPage(t), "RBAC"), "the Role `<fullname>-ha`") {
+		t.Fatal("the install page's RBAC section no longer names the Role `<fullname>-ha`: update this test with it")
+	}
+	ctx := ctxT(t, 5*time.Minute)
+	for release, fullname := range map[string]string{"edge": "edge-poolpicker", "poolpicker-b": "poolpicker-b"} {
+		objs, err := tool.Chart(ctx, deploytest.ChartOptions{Release: release})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var roles []string
+		for _, o := range objs {
+			if o.GetKind() == "Role" {
+				roles = append(roles, o.GetName())
+			}
+		}
+		if len(roles) != 1 || roles[0] != fullname+"-ha" {
+			t.Errorf("release %s: Roles %v, want [%s-ha]", release, roles, fullname)
+		}
+	}
+}
