@@ -4,13 +4,16 @@
 package app
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // upstreamEPPFlags are the flags of the Inference Extension's EPP at v1.5.0
@@ -75,4 +78,69 @@ func TestMigratingPageFlags(t *testing.T) {
 			t.Errorf("upstream flag --%s has no row on site-src/migrating.md", name)
 		}
 	}
+}
+
+// TestLimitsTableDefaults keeps the Limits table of site-src/operations.md
+// true: each limit's flag exists and the default the table gives is the
+// flag's.
+func TestLimitsTableDefaults(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "site-src", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, text, ok := strings.Cut(string(doc), "\n## Limits\n")
+	if !ok {
+		t.Fatal("site-src/operations.md has no Limits section")
+	}
+	text, _, _ = strings.Cut(text, "\n## ")
+	var o options
+	fs := newFlagSet(io.Discard, &o)
+	rowRE := regexp.MustCompile("\\| `--([a-z0-9-]+)` \\(([^)]+)\\) \\|")
+	rows := rowRE.FindAllStringSubmatch(text, -1)
+	if len(rows) < 5 {
+		t.Fatalf("found %d limit rows in the Limits table, want at least 5", len(rows))
+	}
+	for _, m := range rows {
+		name, documented := m[1], m[2]
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("the Limits table names --%s, which poolpicker does not accept", name)
+			continue
+		}
+		want, err := docQuantity(documented)
+		if err != nil {
+			t.Errorf("--%s: the table's default %q: %v", name, documented, err)
+			continue
+		}
+		got, err := docQuantity(f.DefValue)
+		if err != nil {
+			t.Errorf("--%s: default %q: %v", name, f.DefValue, err)
+			continue
+		}
+		if got != want {
+			t.Errorf("--%s: the Limits table says %q, the flag's default is %s", name, documented, f.DefValue)
+		}
+	}
+}
+
+// docQuantity reads a count, a byte size ("256 MiB") or a duration ("30 s",
+// "10 min", or Go's "1m0s") as the docs and pflag write them, as a number of
+// units (bytes, nanoseconds).
+func docQuantity(s string) (float64, error) {
+	s = strings.ReplaceAll(strings.TrimSpace(s), ",", "")
+	if d, err := time.ParseDuration(s); err == nil {
+		return float64(d), nil
+	}
+	num, unit, _ := strings.Cut(s, " ")
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, err
+	}
+	scale := map[string]float64{"": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
+		"s": float64(time.Second), "min": float64(time.Minute), "ms": float64(time.Millisecond)}
+	k, ok := scale[unit]
+	if !ok {
+		return 0, fmt.Errorf("unknown unit %q", unit)
+	}
+	return n * k, nil
 }
