@@ -30,10 +30,11 @@ manifests: generate ## Regenerate the CRD manifests under config/crd/bases.
 	cp config/crd/bases/*.yaml charts/poolpicker/files/crds/
 
 .PHONY: verify
-verify: ## Fail when generated files are stale, a Go file lacks its license header, a module is not tidy, lint finds a problem, or a production package holds code only tests reach.
+verify: ## Fail when generated files are stale, a Go file lacks its license header, a module is not tidy, the docs site does not build, lint finds a problem, or a production package holds code only tests reach.
 	hack/verify-generated.sh
 	hack/verify-headers.sh
 	hack/verify-tidy.sh
+	$(MAKE) docs
 	$(MAKE) lint
 	$(MAKE) deadcode
 
@@ -99,4 +100,4 @@ reference-epp: ## Build the reference EPP (the Inference Extension's cmd/epp at 
 .PHONY: docs
 docs: ## Build the documentation site from site-src/ into site/ (needs Debian's mkdocs + mkdocs-material).
 	@command -v mkdocs >/dev/null || { echo "mkdocs missing: apt-get install -y mkdocs mkdocs-material" >&2; exit 1; }
-	mkdocs build --strict
+	PYTHONWARNINGS=ignore mkdocs build --strict --quiet

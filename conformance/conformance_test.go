@@ -143,7 +143,7 @@ func TestSinglePoolPicker(t *testing.T) {
 	defer func() { _ = p.Stop() }()
 	outcomes, err := conformance.Run(ctx, conformance.Options{
 		EPPAddr: p.eppAddr, HealthAddr: p.HealthAddr, TLS: true, Config: env.Config, Namespace: ns, FirstIP: "127.0.61.2",
-		Parts: []conformance.Part{conformance.Protocol, conformance.SuiteBehaviour},
+		Parts: []conformance.Part{conformance.Protocol, conformance.Interop, conformance.SuiteBehaviour},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +185,7 @@ func TestPoolpicker(t *testing.T) {
 	defer cancel()
 	outcomes, err := conformance.Run(ctx, conformance.Options{
 		EPPAddr: eppAddr, HealthAddr: healthAddr, TLS: true, Config: env.Config, Namespace: namespace,
-		Parts:     []conformance.Part{conformance.Protocol, conformance.SuiteBehaviour, conformance.Extension},
+		Parts:     []conformance.Part{conformance.Protocol, conformance.Interop, conformance.SuiteBehaviour, conformance.Extension},
 		MultiPool: true, MaxBodyBytes: maxBodyBytes,
 	})
 	if err != nil {

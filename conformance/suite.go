@@ -35,8 +35,17 @@ import (
 type Part string
 
 const (
-	// Protocol is the Inference Extension's EPP protocol: every picker.
-	Protocol Part = "Inference Extension protocol"
+	// Protocol is what the Inference Extension's EPP protocol document
+	// (docs/proposals/004-endpoint-picker-protocol) says a picker MUST do:
+	// the destination header and envoy.lb metadata, the subset hint and its
+	// 503, the served-endpoint metadata. The document states no SHOULD.
+	Protocol Part = "protocol MUST"
+	// Interop is what the protocol document does not ask but gateways and
+	// the Inference Extension's own chart rely on: stream shapes other than
+	// full-duplex streaming (BUFFERED, NGINX Gateway Fabric's), requests
+	// without a body, comma-joined subset entries, the health services the
+	// chart's probes name.
+	Interop Part = "gateway interoperability"
 	// SuiteBehaviour is what the Inference Extension's conformance suite
 	// asks of its picker (test-epp-endpoint-selection, the served endpoint
 	// echoed); pickers turn it on for that suite only.

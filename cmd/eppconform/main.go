@@ -7,7 +7,7 @@
 // loopback, checks the picker's answers and prints a report table.
 //
 //	eppconform --epp-addr=127.0.0.1:9002 --health-addr=127.0.0.1:9003 --kubeconfig=KUBECONFIG \
-//	  --namespace=eppconform --parts=protocol,suite,extension --multi-pool
+//	  --namespace=eppconform --parts=protocol,interop,suite,extension --multi-pool
 //
 // A single-pool picker is started for the pool conformance-primary (EPP
 // Service conformance-primary-epp) in the namespace; without --multi-pool the
@@ -44,6 +44,7 @@ func main() {
 
 var partNames = map[string]conformance.Part{
 	"protocol":  conformance.Protocol,
+	"interop":   conformance.Interop,
 	"suite":     conformance.SuiteBehaviour,
 	"extension": conformance.Extension,
 }
@@ -60,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "Kubeconfig of the API server the picker watches.")
 	fs.StringVar(&o.Namespace, "namespace", "eppconform", "Namespace of the suite's pools and pods; created when missing.")
 	fs.StringVar(&o.FirstIP, "first-ip", "127.0.60.2", "Loopback address of the first model server; the suite uses the next 9 too.")
-	fs.StringVar(&parts, "parts", "protocol", "Parts of the contract the picker claims, comma-separated: protocol (the Inference Extension's EPP protocol), suite (the Inference Extension conformance suite's test header and served-endpoint echo), extension (poolpicker's: many pools, error bodies).")
+	fs.StringVar(&parts, "parts", "protocol", "Parts of the contract the picker claims, comma-separated: protocol (what the Inference Extension's EPP protocol document says a picker MUST do), interop (what gateways and the Inference Extension's chart rely on beyond it: BUFFERED and NGINX Gateway Fabric streams, requests without a body, comma-joined subset entries, the health services), suite (the Inference Extension conformance suite's test header and served-endpoint echo), extension (poolpicker's: many pools, error bodies).")
 	fs.BoolVar(&o.MultiPool, "multi-pool", false, "The picker serves every pool of --namespace; without it the multi-pool cases are skipped.")
 	fs.IntVar(&o.MaxBodyBytes, "max-body-bytes", 0, "The picker's request body limit, for the 413 case; 0 skips it.")
 	fs.DurationVar(&o.Ready, "ready-timeout", 60*time.Second, "How long to wait for the picker to route the suite's pools.")
@@ -71,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, p := range strings.Split(parts, ",") {
 		part, ok := partNames[strings.TrimSpace(p)]
 		if !ok {
-			fmt.Fprintf(stderr, "eppconform: --parts: unknown part %q (want protocol, suite, extension)\n", p)
+			fmt.Fprintf(stderr, "eppconform: --parts: unknown part %q (want protocol, interop, suite, extension)\n", p)
 			return 2
 		}
 		o.Parts = append(o.Parts, part)
