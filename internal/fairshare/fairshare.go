@@ -343,3 +343,13 @@ func (l *Limit) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// Total is what every party holds now.
+func (l *Limit) Total() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total
+}
+
+// Capacity is Options.Capacity.
+func (l *Limit) Capacity() int64 { return l.capacity }
