@@ -104,6 +104,7 @@ func (l *limits) shareError(err error, code int, reason, limit string) *httpErro
 	l.rejections.WithLabelValues(limit).Inc()
 	return &httpError{code: code, reason: reason, msg: "the endpoint picker's " + limit + " limit: " + err.Error()}
 }
+
 // recovered turns a recovered panic value into the INTERNAL status its
 // stream (or call) ends with, logging it once with the stack.
 func (l *limits) recovered(log logr.Logger, r any, where string, kv ...any) error {

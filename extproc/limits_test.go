@@ -447,7 +447,9 @@ func TestFairShareOfHeldBodies(t *testing.T) {
 		hostile = append(hostile, g)
 	}
 	answers := firstAnswers(hostile)
-	rejected := func() float64 { return testutil.ToFloat64(ts.srv.limits.rejections.WithLabelValues(limitHeldBodyBytes)) }
+	rejected := func() float64 {
+		return testutil.ToFloat64(ts.srv.limits.rejections.WithLabelValues(limitHeldBodyBytes))
+	}
 	eventually(t, "a stream of pool 0 refused", func() bool { return rejected() >= 1 })
 	share := int64(budget - budget*10/100) // a lone pool's: all but the reserve
 	if h := ts.srv.limits.held.Party(poolNS(0), poolName(0)).Held(); h > share {

@@ -186,8 +186,10 @@ type Options struct {
 	// Registerer receives the request metrics. Nil: metrics are kept in a
 	// private registry and not exported.
 	Registerer prometheus.Registerer
-	// MaxModelLabels caps the distinct model names used as metric label
-	// values; later names are counted as "other". Zero: 64.
+	// MaxModelLabels caps the distinct model names each namespace's
+	// requests use as metric label values; a namespace's later names are
+	// counted as "other", and other namespaces keep their own budget.
+	// Zero: 64.
 	MaxModelLabels int
 	// MaxSubsetHintEntries is the longest subset hint (metadata_context
 	// envoy.lb.subset_hint) taken; a longer one is answered 400, since each

@@ -135,8 +135,8 @@ type stream struct {
 	chunkSizes []int
 	firstSizes [4]int // chunkSizes' backing array for bodies of up to four
 	oneChunk   []byte
-	bodyBytes    int
-	respBytes    int
+	bodyBytes  int
+	respBytes  int
 	// firstByte is when a streamed (text/event-stream) response's first
 	// body byte came, its TTFT; zero until then, and for other responses.
 	firstByte time.Time
