@@ -111,7 +111,7 @@ func BenchmarkRecord(b *testing.B) {
 				name = c.name + "/each-block"
 			}
 			b.Run(name, func(b *testing.B) {
-				x := newPrefixIndex()
+				x := newPrefixIndex(nil)
 				pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), capacity)
 				pe.record(randomBlocks(rnd, 20000), capacity, 0)
 				prompts := make([][]uint64, 64)
