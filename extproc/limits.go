@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/fairshare"
 )
 
@@ -87,6 +88,15 @@ func newLimits(reg prometheus.Registerer, o *Options) (*limits, error) {
 		}
 	}
 	return l, nil
+}
+
+// EndpointsChanged and PoolRemoved make limits a datastore.Observer: a
+// removed pool's accounts (and their series) go once they hold nothing.
+func (l *limits) EndpointsChanged(*datastore.Pool, []*datastore.Endpoint, []*datastore.Endpoint) {}
+
+func (l *limits) PoolRemoved(pool *datastore.Pool) {
+	l.streams.Forget(pool.Key.Namespace, pool.Key.Name)
+	l.held.Forget(pool.Key.Namespace, pool.Key.Name)
 }
 
 // admit takes a stream slot of the process's limit, or says why not.

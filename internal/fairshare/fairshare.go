@@ -13,11 +13,14 @@
 // namespace is guaranteed (C-R)/N (N active namespaces, counting the one
 // asking), and each active pool of a namespace an equal part of its
 // namespace's guarantee. A request within its pool's and namespace's
-// guarantee is granted while the limit has room. Beyond it the party
-// borrows: granted only if what is left free still covers the reserve and
-// the unused guarantee of every other active party. Nothing held is taken
-// back (there is no preemption): a party that turns active gets the reserve
-// at once and its full guarantee as borrowers give back.
+// guarantee is granted while the limit has room; one within its pool's
+// guarantee whose namespace's other pools borrow, while what stays free
+// covers the other namespaces' unused guarantees. Beyond its pool's
+// guarantee a request borrows: granted only if what stays free still covers
+// the reserve and the unused guarantee of every other active namespace and
+// of the namespace's other active pools. Nothing held is taken back (there
+// is no preemption): a party that turns active gets the reserve at once and
+// its full guarantee as borrowers give back.
 //
 // Capacity zero or less means no limit: everything is granted and counted.
 package fairshare
@@ -295,23 +298,32 @@ func (l *Limit) grantableLocked(p *Party, n int64) bool {
 		return false
 	}
 	nsShare, poolShare := l.sharesLocked(p)
-	if p.ns.used+n <= nsShare && p.used+n <= poolShare {
+	poolWithin, nsWithin := p.used+n <= poolShare, p.ns.used+n <= nsShare
+	if poolWithin && nsWithin {
 		return true // within its guarantee
 	}
-	// Borrowing: what stays free must cover the reserve and every other
-	// active party's unused guarantee.
-	owed := l.reserve
+	free := l.capacity - l.total - n
+	// Other namespaces keep their unused guarantee whatever this one does.
+	var owed int64
 	for ns := range l.active {
 		if ns != p.ns && ns.used < nsShare {
 			owed += nsShare - ns.used
 		}
 	}
+	if poolWithin {
+		// The pool is within its own guarantee while its namespace's other
+		// pools borrow (or it is new): it may have the reserve.
+		return free >= owed
+	}
+	// The pool borrows: what stays free must also cover the reserve and
+	// the unused guarantee of the namespace's other pools.
+	owed += l.reserve
 	for q := range p.ns.active {
 		if q != p && q.used < poolShare {
 			owed += poolShare - q.used
 		}
 	}
-	return l.capacity-l.total-n >= owed
+	return free >= owed
 }
 
 // Describe implements prometheus.Collector.

@@ -41,8 +41,12 @@ func TestAcquire(t *testing.T) {
 			{"a/p", 40, true}, {"b/q", 45, true}, {"a/p", 5, true}, {"a/p", 1, false}}},
 		{"a tenant's many pools share its namespace's guarantee", 100, 10, []step{
 			{"a/p1", 20, true}, {"a/p2", 20, true}, {"a/p3", 5, true}, {"b/q", 10, true},
-			// namespace a holds 45 = its guarantee; b is owed 35 more, plus the reserve.
-			{"a/p3", 1, false}, {"b/q", 35, true}}},
+			// Namespace a holds 45, its guarantee; b is owed 35 more. p1 is
+			// over its pool's 15 and may not borrow; p3, under its own, may
+			// have what b is not owed.
+			{"a/p1", 1, false}, {"a/p3", 10, true}, {"a/p3", 1, false}, {"b/q", 35, true}, {"b/q", 1, false}}},
+		{"a new pool of a namespace holding its guarantee gets the reserve", 100, 10, []step{
+			{"a/p", 90, true}, {"a/q", 10, true}, {"a/q", 1, false}, {"b/r", 1, false}}},
 		{"pools of one namespace keep each other's guarantee", 100, -1, []step{
 			{"a/p1", 60, true}, {"a/p2", 30, true}, {"a/p1", 1, false}, {"a/p2", 10, true}}},
 		{"no reserve: a lone pool takes everything", 100, -1, []step{
