@@ -658,7 +658,7 @@ func (st *stream) releaseBody() {
 
 // releaseHeld gives back the body's charge to the held-body budget: when
 // the body goes, or when the request waits in flow control's queue, whose
-// own limit (--max-queued-bytes) counts it there.
+// own limit (--flow-control-max-queued-bytes) counts it there.
 func (st *stream) releaseHeld() {
 	if st.held != 0 {
 		st.heldParty.Release(st.held)
