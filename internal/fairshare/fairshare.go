@@ -109,9 +109,6 @@ func New(o Options) *Limit {
 	return l
 }
 
-// Name is Options.Name.
-func (l *Limit) Name() string { return l.opts.Name }
-
 // Unshared returns the account of what belongs to no pool yet (a stream
 // before its headers name its pool): charged against the capacity alone
 // (AcquireUnshared), never counted as an active party, and moved to its
