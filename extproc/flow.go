@@ -23,6 +23,7 @@ func (st *stream) awaitEndpoints() (done bool, err error) {
 	}
 	prev := st.state
 	st.state = stateQueued
+	st.releaseHeld() // the waiting room counts the body against --flow-control-max-queued-bytes
 	err = st.s.opts.FlowControl.AwaitEndpoints(st.ctx, st.pool, st.flowRequest())
 	st.state = prev
 	if err != nil {
@@ -49,6 +50,7 @@ func (st *stream) admit(res *scheduling.Result, affinity uint64) (done bool, err
 	}
 	prev := st.state
 	st.state = stateQueued
+	st.releaseHeld() // the queue counts the body against --flow-control-max-queued-bytes
 	t, err := st.s.opts.FlowControl.Admit(st.ctx, st.pool, req)
 	st.state = prev
 	if err != nil {

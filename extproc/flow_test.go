@@ -463,3 +463,26 @@ func TestFirstOf(t *testing.T) {
 		})
 	}
 }
+
+// TestQueuedRequestHeldByTheQueue: a request waiting in flow control's
+// queue is counted against the queue's bytes, not the held-body budget,
+// so one pool's backlog does not spend the budget every pool's bodies
+// share.
+func TestQueuedRequestHeldByTheQueue(t *testing.T) {
+	fx := newFlowFixture(t, 1, flowcontrol.Options{})
+	ch := make(chan answer, 2)
+	first := fx.send(t, 0, "first", ch)
+	await(t, ch)
+	fx.send(t, 0, "queued", ch)
+	fx.queued(t, 0, 1)
+	if held := fx.ts.srv.limits.held.Total(); held != 0 {
+		t.Fatalf("%d bytes charged to the held-body budget while the request waits in the queue, want 0", held)
+	}
+	if q, want := fx.fc.QueuedBytes(), int64(len(completionBody("m", 10))); q != want {
+		t.Fatalf("queued bytes %d, want the body's %d", q, want)
+	}
+	first.finish(t)
+	if a := await(t, ch); a.name != "queued" || a.code != 0 {
+		t.Fatalf("queued request after the first finished: %+v", a)
+	}
+}

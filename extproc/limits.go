@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/debug"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,6 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/fairshare"
 )
 
 // Limits a stream can run into, as the limit label of
@@ -30,18 +31,38 @@ const (
 )
 
 // limits is the process-wide accounting every stream shares: open streams
-// and held request-body bytes, against their bounds, and what was refused.
+// and held request-body bytes, each a fairshare.Limit divided between
+// namespaces and pools, and what was refused.
+//
+// A stream is counted from its start against MaxConcurrentStreams as a
+// whole (its pool is not known before its request headers); once the
+// headers name its pool the stream moves to the pool's share, and a pool
+// past its share is answered 429 for that request alone. Only a gateway
+// can open a stream that never sends headers (it opens the stream with
+// them); such a stream holds the process-wide count until
+// RequestBodyStartTimeout ends it.
 type limits struct {
-	maxStreams   int64
-	maxHeldBytes int64
-	streams      atomic.Int64
-	heldBytes    atomic.Int64
-	rejections   *prometheus.CounterVec
-	panics       prometheus.Counter
+	streams *fairshare.Limit
+	held    *fairshare.Limit
+	// unresolved is the streams' account before their pool is known.
+	unresolved *fairshare.Party
+	rejections *prometheus.CounterVec
+	panics     prometheus.Counter
 }
 
+// bodyMsgOverheadBytes is what a request-body message is charged beyond
+// its bytes: its protobuf message and the stream's note of its size, so
+// that empty chunks are not free to hold.
+const bodyMsgOverheadBytes = 256
+
 func newLimits(reg prometheus.Registerer, o *Options) (*limits, error) {
-	l := &limits{maxStreams: int64(o.MaxConcurrentStreams), maxHeldBytes: o.MaxHeldRequestBodyBytes}
+	l := &limits{
+		streams: fairshare.New(fairshare.Options{Name: limitConcurrentStreams, Flag: "max-concurrent-streams", Unit: "streams",
+			Capacity: int64(o.MaxConcurrentStreams), ReservePercent: o.FairShareReservePercent}),
+		held: fairshare.New(fairshare.Options{Name: limitHeldBodyBytes, Flag: "max-held-request-body-bytes", Unit: "bytes",
+			Capacity: o.MaxHeldRequestBodyBytes, ReservePercent: o.FairShareReservePercent}),
+	}
+	l.unresolved = l.streams.Unshared()
 	l.rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "poolpicker_extproc_limit_rejections_total",
 		Help: "Streams refused or ended by a limit: concurrent_streams, held_request_body_bytes, request_body_start_timeout, request_body_timeout, response_idle_timeout.",
@@ -56,12 +77,12 @@ func newLimits(reg prometheus.Registerer, o *Options) (*limits, error) {
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "poolpicker_extproc_streams",
 		Help: "ext_proc streams open now (bounded by --max-concurrent-streams).",
-	}, func() float64 { return float64(l.streams.Load()) })
+	}, func() float64 { return float64(l.streams.Total()) })
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "poolpicker_extproc_held_request_body_bytes",
 		Help: "Request-body bytes held by all streams now, as counted against --max-held-request-body-bytes.",
-	}, func() float64 { return float64(l.heldBytes.Load()) })
-	for _, c := range []prometheus.Collector{l.rejections, l.panics, streams, held} {
+	}, func() float64 { return float64(l.held.Total()) })
+	for _, c := range []prometheus.Collector{l.rejections, l.panics, streams, held, l.streams, l.held} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -69,49 +90,29 @@ func newLimits(reg prometheus.Registerer, o *Options) (*limits, error) {
 	return l, nil
 }
 
-// admit takes a stream slot, or says why not.
+// EndpointsChanged and PoolRemoved make limits a datastore.Observer: a
+// removed pool's accounts (and their series) go once they hold nothing.
+func (l *limits) EndpointsChanged(*datastore.Pool, []*datastore.Endpoint, []*datastore.Endpoint) {}
+
+func (l *limits) PoolRemoved(pool *datastore.Pool) {
+	l.streams.Forget(pool.Key.Namespace, pool.Key.Name)
+	l.held.Forget(pool.Key.Namespace, pool.Key.Name)
+}
+
+// admit takes a stream slot of the process's limit, or says why not.
 func (l *limits) admit() error {
-	n := l.streams.Add(1)
-	if l.maxStreams > 0 && n > l.maxStreams {
-		l.streams.Add(-1)
+	if !l.unresolved.AcquireUnshared(1) {
 		l.rejections.WithLabelValues(limitConcurrentStreams).Inc()
-		return status.Errorf(codes.ResourceExhausted, "ext_proc: %d streams are open, the limit set by --max-concurrent-streams; retry later or raise the limit", l.maxStreams)
+		return status.Errorf(codes.ResourceExhausted, "ext_proc: %d streams are open, the limit set by --max-concurrent-streams; retry later or raise the limit", l.streams.Capacity())
 	}
 	return nil
 }
 
-func (l *limits) leave() { l.streams.Add(-1) }
-
-// hold charges n more held body bytes to the process budget; false means
-// the budget is spent and nothing was charged.
-func (l *limits) hold(n int) bool {
-	if l.maxHeldBytes <= 0 {
-		l.heldBytes.Add(int64(n))
-		return true
-	}
-	// Compare and swap, so that the gauge never shows more than the budget,
-	// not even for the instant between charging and giving back.
-	for {
-		cur := l.heldBytes.Load()
-		if cur+int64(n) > l.maxHeldBytes {
-			return false
-		}
-		if l.heldBytes.CompareAndSwap(cur, cur+int64(n)) {
-			return true
-		}
-	}
-}
-
-func (l *limits) release(n int) {
-	if n != 0 {
-		l.heldBytes.Add(-int64(n))
-	}
-}
-
-func (l *limits) budgetError() *httpError {
-	l.rejections.WithLabelValues(limitHeldBodyBytes).Inc()
-	return &httpError{code: http.StatusServiceUnavailable, reason: "BodyBudgetExhausted",
-		msg: "the endpoint picker holds " + strconv.FormatInt(l.maxHeldBytes, 10) + " bytes of request bodies, the limit set by --max-held-request-body-bytes; retry later"}
+// shareError is the answer for a pool past its share of a limit: 429 for
+// streams (more requests than the pool's share), 503 for held bytes.
+func (l *limits) shareError(err error, code int, reason, limit string) *httpError {
+	l.rejections.WithLabelValues(limit).Inc()
+	return &httpError{code: code, reason: reason, msg: "the endpoint picker's " + limit + " limit: " + err.Error()}
 }
 
 // recovered turns a recovered panic value into the INTERNAL status its

@@ -154,7 +154,7 @@ func TestPanicEndsOnlyItsStream(t *testing.T) {
 	if n := testutil.ToFloat64(ts.srv.limits.panics); n != 11 {
 		t.Errorf("poolpicker_extproc_panics_total = %v, want 11", n)
 	}
-	eventually(t, "streams closed", func() bool { return ts.srv.limits.streams.Load() == 0 })
+	eventually(t, "streams closed", func() bool { return ts.srv.limits.streams.Total() == 0 })
 	for p := 0; p < 4; p++ {
 		if _, err := route(ts, t, p, "m"); err != nil {
 			t.Errorf("pool %d after the panics: %v", p, err)
@@ -174,7 +174,7 @@ func TestMaxConcurrentStreams(t *testing.T) {
 		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
 		open = append(open, g)
 	}
-	eventually(t, "five streams open", func() bool { return ts.srv.limits.streams.Load() == 5 })
+	eventually(t, "five streams open", func() bool { return ts.srv.limits.streams.Total() == 5 })
 	_, err := route(ts, t, 1, "m")
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-concurrent-streams") || !strings.Contains(err.Error(), "5 streams") {
 		t.Fatalf("sixth stream: %v, want RESOURCE_EXHAUSTED naming the limit and --max-concurrent-streams", err)
@@ -188,7 +188,7 @@ func TestMaxConcurrentStreams(t *testing.T) {
 		g.recv()
 		g.expectEOF()
 	}
-	eventually(t, "streams closed", func() bool { return ts.srv.limits.streams.Load() == 0 })
+	eventually(t, "streams closed", func() bool { return ts.srv.limits.streams.Total() == 0 })
 	if _, err := route(ts, t, 1, "m"); err != nil {
 		t.Fatalf("after the streams ended: %v", err)
 	}
@@ -287,52 +287,201 @@ func TestStreamDeadlines(t *testing.T) {
 			t.Errorf("rejections{limit=%s} = %v, want still 1", limitResponseIdle, n)
 		}
 	})
-	eventually(t, "streams closed", func() bool { return ts.srv.limits.streams.Load() == 0 && ts.srv.limits.heldBytes.Load() == 0 })
+	eventually(t, "streams closed", func() bool { return ts.srv.limits.streams.Total() == 0 && ts.srv.limits.held.Total() == 0 })
 }
 
 // TestHeldBodyBudget: a stream whose chunk would overspend the process's
 // held-body budget is answered 503 naming the flag and lets go of what it
-// held; the budget comes back as streams decide or end.
+// held; the budget comes back as streams decide or end. A body counts
+// once, each of its messages bodyMsgOverheadBytes more.
 func TestHeldBodyBudget(t *testing.T) {
 	f := newPools(t, 2, 2)
 	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true, MaxHeldRequestBodyBytes: 1000})
-	held := func() int64 { return ts.srv.limits.heldBytes.Load() }
+	held := func() int64 { return ts.srv.limits.held.Total() }
 	part := []byte(`{"model":"m","prompt":"` + strings.Repeat("a", 277)) // 300 bytes
 
 	a := ts.open(t, authorityOf(0), nil)
 	a.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
 	a.send(reqBody(part, false))
-	eventually(t, "the first part held (twice: message and joined copy)", func() bool { return held() == 600 })
+	eventually(t, "the first part held once, with its message's overhead", func() bool { return held() == 300+bodyMsgOverheadBytes })
 
 	b := ts.open(t, authorityOf(1), nil)
 	b.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
-	b.send(reqBody([]byte(`{"model":"m","prompt":"x`), false)) // 48 bytes: within
-	b.send(reqBody(part, false))                               // 600 more: over
+	b.send(reqBody([]byte(`{"model":"m","prompt":"x`), false)) // 24+256 bytes: within
+	b.send(reqBody(part, false))                               // 556 more: over
 	code, body := immediateCode(t, b.recv())
-	if code != 503 || !strings.Contains(body, "--max-held-request-body-bytes") {
-		t.Fatalf("over budget: %d %s, want 503 naming --max-held-request-body-bytes", code, body)
+	if code != 503 || !strings.Contains(body, "--max-held-request-body-bytes") || !strings.Contains(body, "pool "+poolNS(1)+"/"+poolName(1)) {
+		t.Fatalf("over budget: %d %s, want 503 naming --max-held-request-body-bytes and the pool", code, body)
 	}
 	if n := testutil.ToFloat64(ts.srv.limits.rejections.WithLabelValues(limitHeldBodyBytes)); n != 1 {
 		t.Errorf("rejections{limit=%s} = %v, want 1", limitHeldBodyBytes, n)
 	}
-	eventually(t, "the refused stream let go of its part", func() bool { return held() == 600 })
+	eventually(t, "the refused stream let go of its part", func() bool { return held() == 300+bodyMsgOverheadBytes })
 
 	a.send(reqBody([]byte(`"}`), true))
 	hr := a.recv()
 	checkPool(t, f, destination(t, hr, hr.GetRequestHeaders().GetResponse().GetHeaderMutation()), 0)
 	eventually(t, "the decided stream let go of its body", func() bool { return held() == 0 })
 
-	// One message of 900 bytes fits once nothing else is held.
+	// One message of 600 bytes fits once nothing else is held.
 	c := ts.open(t, authorityOf(1), nil)
 	c.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
-	c.send(reqBody(completionBody("m", 800), true))
+	c.send(reqBody(completionBody("m", 500), true))
 	hr = c.recv()
 	checkPool(t, f, destination(t, hr, hr.GetRequestHeaders().GetResponse().GetHeaderMutation()), 1)
 	a.cancel()
 	c.cancel()
 	eventually(t, "no stream, byte or request held once the gateways went away", func() bool {
-		return held() == 0 && ts.srv.limits.streams.Load() == 0 && f.totalInFlight() == 0
+		return held() == 0 && ts.srv.limits.streams.Total() == 0 && f.totalInFlight() == 0
 	})
+}
+
+// TestBodyChargedOnce: a body sent in many messages is charged its bytes
+// once, plus each message's overhead; empty messages are charged their
+// overhead, not nothing; and the body is forwarded whole, cut as it came.
+func TestBodyChargedOnce(t *testing.T) {
+	f := newPools(t, 1, 1)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true})
+	held := func() int64 { return ts.srv.limits.held.Total() }
+	cases := []struct {
+		name   string
+		chunks [][]byte
+	}{
+		{"16 MiB in many messages", func() [][]byte {
+			out := [][]byte{[]byte(`{"model":"m","prompt":"`)}
+			for i := 0; i < 15; i++ {
+				out = append(out, []byte(strings.Repeat("a", 1<<20)))
+			}
+			// The last message ("}) makes 16 MiB, the default body limit.
+			return append(out, []byte(strings.Repeat("a", 1<<20-len(out[0])-2)))
+		}()},
+		{"a hundred empty messages", func() [][]byte {
+			out := [][]byte{[]byte(`{"model":"m","prompt":"`)}
+			for i := 0; i < 100; i++ {
+				out = append(out, nil)
+			}
+			return out
+		}()},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := ts.open(t, authorityOf(0), nil)
+			g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+			want := int64(0)
+			for _, c := range tc.chunks {
+				g.send(reqBody(c, false))
+				want += int64(len(c)) + bodyMsgOverheadBytes
+			}
+			eventually(t, fmt.Sprintf("%d bytes held", want), func() bool { return held() == want })
+			g.send(reqBody([]byte(`"}`), true))
+			if r := g.recv(); r.GetRequestHeaders() == nil {
+				t.Fatalf("first answer %v, want the headers' decision", r)
+			}
+			var forwarded int
+			for i := 0; i <= len(tc.chunks); i++ { // an answer per message, the last included
+				forwarded += len(g.recv().GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody())
+			}
+			if sent := int(want) - (len(tc.chunks) * bodyMsgOverheadBytes) + 2; forwarded != sent {
+				t.Fatalf("forwarded %d body bytes, sent %d", forwarded, sent)
+			}
+			eventually(t, "nothing held once decided", func() bool { return held() == 0 })
+			g.cancel()
+		})
+	}
+}
+
+// firstAnswers reads each stream's first answer (its refusal, for a
+// stream refused) onto the channel returned; the readers end with the
+// streams.
+func firstAnswers(gs []*gw) <-chan *extprocv3.ProcessingResponse {
+	out := make(chan *extprocv3.ProcessingResponse, len(gs))
+	for _, g := range gs {
+		go func() {
+			if r, err := g.stream.Recv(); err == nil {
+				out <- r
+			}
+		}()
+	}
+	return out
+}
+
+// refusals takes n answers from answers and checks each is code for pool
+// p naming flag.
+func refusals(t *testing.T, answers <-chan *extprocv3.ProcessingResponse, n, code, p int, flag string) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		select {
+		case r := <-answers:
+			c, body := immediateCode(t, r)
+			if c != code || !strings.Contains(body, "pool "+poolNS(p)+"/"+poolName(p)) || !strings.Contains(body, flag) {
+				t.Fatalf("refused stream of pool %d: %d %s, want %d naming the pool and %s", p, c, body, code, flag)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d refused streams answered", i, n)
+		}
+	}
+}
+
+// TestFairShareOfHeldBodies: four streams of one pool that send bodies
+// and never end them take no more than their pool's share of the
+// held-body budget; a request of another tenant's pool is routed, and
+// the streams refused are answered 503 for their own pool.
+func TestFairShareOfHeldBodies(t *testing.T) {
+	f := newPools(t, 2, 2)
+	const budget = 32 << 20
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true, MaxHeldRequestBodyBytes: budget})
+	chunk := []byte(strings.Repeat("a", 1<<20))
+	var hostile []*gw
+	for i := 0; i < 4; i++ {
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+		g.send(reqBody([]byte(`{"model":"m","prompt":"`), false))
+		for j := 0; j < 8; j++ {
+			if g.stream.Send(reqBody(chunk, false)) != nil {
+				break // refused: the server ended the stream
+			}
+		}
+		hostile = append(hostile, g)
+	}
+	answers := firstAnswers(hostile)
+	rejected := func() float64 {
+		return testutil.ToFloat64(ts.srv.limits.rejections.WithLabelValues(limitHeldBodyBytes))
+	}
+	eventually(t, "a stream of pool 0 refused", func() bool { return rejected() >= 1 })
+	share := int64(budget - budget*10/100) // a lone pool's: all but the reserve
+	if h := ts.srv.limits.held.Party(poolNS(0), poolName(0)).Held(); h > share {
+		t.Fatalf("pool 0 holds %d bytes, over its share %d", h, share)
+	}
+	if _, err := route(ts, t, 1, "m"); err != nil {
+		t.Fatalf("pool 1's request while pool 0 holds its share: %v", err)
+	}
+	refusals(t, answers, int(rejected()), 503, 0, "--max-held-request-body-bytes")
+}
+
+// TestFairShareOfStreams: one pool's streams that send headers and stop
+// take no more than the pool's share of --max-concurrent-streams; the
+// ones past it are answered 429 for that pool, and another tenant's pool
+// is served.
+func TestFairShareOfStreams(t *testing.T) {
+	f := newPools(t, 2, 2)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true, MaxConcurrentStreams: 20, BodyWaitTimeout: time.Hour})
+	var hostile []*gw
+	for i := 0; i < 20; i++ {
+		g := ts.open(t, authorityOf(0), nil)
+		g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+		hostile = append(hostile, g)
+	}
+	answers := firstAnswers(hostile)
+	pool0 := ts.srv.limits.streams.Party(poolNS(0), poolName(0))
+	// A lone pool's share: all but the reserve, 10 % of 20.
+	eventually(t, "pool 0 holds 18 streams, 2 refused", func() bool {
+		return pool0.Held() == 18 && ts.srv.limits.streams.Total() == 18 &&
+			testutil.ToFloat64(ts.srv.limits.rejections.WithLabelValues(limitConcurrentStreams)) == 2
+	})
+	refusals(t, answers, 2, 429, 0, "--max-concurrent-streams")
+	if _, err := route(ts, t, 1, "m"); err != nil {
+		t.Fatalf("pool 1's request while pool 0 holds its share of streams: %v", err)
+	}
 }
 
 // TestSubsetHintBound: a subset hint longer than DefaultMaxSubsetHintEntries is

@@ -123,13 +123,13 @@ func newMetrics(reg prometheus.Registerer, pools *datastore.Registry, maxModels 
 		}, []string{"namespace", "pool"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_extension_scheduler_attempts_total",
-			Help: "Scheduling attempts by status (success, failure), target model and the picked endpoint's pod, namespace and port (empty on failure), and pool.",
+			Help: "Scheduling attempts by status (success, failure), target model, the picked endpoint's pod and port (empty on failure), and the pool's namespace and name.",
 		}, []string{"status", "target_model_name", "pod_name", "namespace", "port", "pool"}),
 		rewrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_extension_model_rewrite_decisions_total",
 			Help: "Requests whose model an InferenceModelRewrite rewrote, by rewrite, requested model, target model and pool.",
 		}, []string{"model_rewrite_name", "model_name", "target_model", "namespace", "pool"}),
-		models: &labelCap{max: maxModels, seen: map[string]struct{}{}},
+		models: newLabelCap(maxModels),
 		reg:    pools,
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens, m.cachedTokens,
@@ -139,30 +139,42 @@ func newMetrics(reg prometheus.Registerer, pools *datastore.Registry, maxModels 
 		}
 		m.byPool = append(m.byPool, c)
 	}
+	if err := reg.Register(m.models); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
-// labelCap bounds the model names used as label values: model names come
-// from clients, so they must not grow series without bound. A name the
-// request's pool's rewrites mention is always admitted (the operator
-// declared it); of the others the first max distinct are admitted and the
-// rest counted as "other", as is any value that fails labelvalue.Check
-// (request paths refuse those first; rewrite targets from the API server
-// are not length-checked there). Pool and pod labels are bounded by the
-// served pools, and deleted with them (forgetPool, forgetEndpoints).
+// labelCap bounds the model names used as label values, per namespace
+// (the tenant): model names come from clients, so they must not grow
+// series without bound, and one tenant's names must not turn another's
+// into "other". A name the request's pool's rewrites mention is always
+// admitted (the operator declared it); of the others the first max
+// distinct of each namespace are admitted and the rest counted as "other",
+// as is any value that fails labelvalue.Check (request paths refuse those
+// first; rewrite targets from the API server are not length-checked
+// there). Pool and pod labels are bounded by the served pools, and deleted
+// with them (PoolRemoved, EndpointsChanged); a namespace's names go when
+// its last pool does.
 type labelCap struct {
 	mu   sync.RWMutex
 	max  int
-	seen map[string]struct{}
+	seen map[string]map[string]struct{} // namespace, then name
+	desc *prometheus.Desc
 }
 
-func (c *labelCap) value(v string, pol *datastore.Policy) string {
+func newLabelCap(max int) *labelCap {
+	return &labelCap{max: max, seen: map[string]map[string]struct{}{},
+		desc: prometheus.NewDesc("poolpicker_model_labels", "Distinct model names a namespace's requests use as metric label values now, of the --max-model-labels each namespace may use (names its pools' InferenceModelRewrites mention are not counted).", []string{"namespace"}, nil)}
+}
+
+func (c *labelCap) value(ns, v string, pol *datastore.Policy) string {
 	if v == "" {
 		return v
 	}
 	c.mu.RLock()
-	_, ok := c.seen[v]
-	n := len(c.seen)
+	_, ok := c.seen[ns][v]
+	n := len(c.seen[ns])
 	c.mu.RUnlock()
 	if ok {
 		return v
@@ -178,14 +190,39 @@ func (c *labelCap) value(v string, pol *datastore.Policy) string {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.seen[v]; ok {
+	names := c.seen[ns]
+	if names == nil {
+		names = map[string]struct{}{}
+		c.seen[ns] = names
+	}
+	if _, ok := names[v]; ok {
 		return v
 	}
-	if len(c.seen) >= c.max {
+	if len(names) >= c.max {
 		return otherLabel
 	}
-	c.seen[v] = struct{}{}
+	names[v] = struct{}{}
 	return v
+}
+
+// forget drops a namespace's names: its last pool is gone, and their
+// series with it.
+func (c *labelCap) forget(ns string) {
+	c.mu.Lock()
+	delete(c.seen, ns)
+	c.mu.Unlock()
+}
+
+// Describe and Collect make the cap a prometheus.Collector of each
+// namespace's count.
+func (c *labelCap) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *labelCap) Collect(ch chan<- prometheus.Metric) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for ns, names := range c.seen {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(len(names)), ns)
+	}
 }
 
 // requestLabels are one request's metric labels, computed once: the
@@ -204,7 +241,7 @@ func (m *metrics) labels(model, target string, pool *datastore.Pool) requestLabe
 	if pool != nil {
 		key, pol = pool.Key, pool.Policy()
 	}
-	return requestLabels{model: m.models.value(model, pol), target: m.models.value(target, pol), namespace: key.Namespace, pool: key.Name, p: pool}
+	return requestLabels{model: m.models.value(key.Namespace, model, pol), target: m.models.value(key.Namespace, target, pol), namespace: key.Namespace, pool: key.Name, p: pool}
 }
 
 // write takes the read side of m.mu for a write of l's series and reports
@@ -262,7 +299,7 @@ func (m *metrics) attempted(l requestLabels, picked *datastore.Endpoint) {
 		return
 	}
 	if picked == nil {
-		m.attempts.WithLabelValues("failure", l.target, "", "", "", l.pool).Inc()
+		m.attempts.WithLabelValues("failure", l.target, "", l.namespace, "", l.pool).Inc()
 		return
 	}
 	if cur, ok := l.p.Endpoints().Get(picked.Address); !ok || cur.Pod != picked.Pod {
@@ -335,9 +372,9 @@ type partialDeleter interface {
 }
 
 // PoolRemoved deletes the series of a pool that left the registry
-// (datastore.Observer). A failed attempt names no endpoint, so its
-// namespace label is empty: those series go with the last pool of the
-// name.
+// (datastore.Observer), failed attempts' included (their namespace label
+// is the pool's, as a picked endpoint's is), and its namespace's model
+// names once its last pool is gone.
 func (m *metrics) PoolRemoved(pool *datastore.Pool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -346,11 +383,11 @@ func (m *metrics) PoolRemoved(pool *datastore.Pool) {
 		c.(partialDeleter).DeletePartialMatch(byPool)
 	}
 	for _, p := range m.reg.Pools() {
-		if p.Key.Name == pool.Key.Name {
+		if p.Key.Namespace == pool.Key.Namespace {
 			return
 		}
 	}
-	m.attempts.DeletePartialMatch(prometheus.Labels{"status": "failure", "namespace": "", "pool": pool.Key.Name})
+	m.models.forget(pool.Key.Namespace)
 }
 
 // EndpointsChanged deletes the attempt series of endpoints that left a

@@ -102,18 +102,29 @@ type Options struct {
 	// MaxConcurrentStreams bounds the ext_proc streams open at once, over
 	// all connections and pools; a stream beyond it is refused at once with
 	// RESOURCE_EXHAUSTED (gRPC's own per-connection limit queues instead, and
-	// is per connection). Each open stream holds two goroutines and its
+	// is per connection). Once its request headers name its pool, a stream
+	// counts against its pool's fair share (FairShareReservePercent); a
+	// pool past its share is answered 429 for that request alone. Each open stream holds two goroutines and its
 	// buffers whatever the pool, so the default is sized to stay, with the
 	// held-body budget, under the chart's 1 GiB memory limit (the measured
 	// cost is in site-src/operations.md). Zero: 5,000. Negative: no limit.
 	MaxConcurrentStreams int
 	// MaxHeldRequestBodyBytes is the process-wide budget of request-body
-	// bytes held by all streams until their decision: a body of several
-	// messages counts twice (the messages and the copy the parser reads),
-	// a body in one message once. A stream whose next chunk would overspend
-	// it is answered 503 and lets go of what it held. Zero: 256 MiB, a
-	// quarter of the chart's 1 GiB memory limit. Negative: no budget.
+	// bytes held by all streams until their decision (or until they wait
+	// in flow control's queue, which counts them against its own limit),
+	// shared fairly between namespaces and pools (FairShareReservePercent):
+	// each body counts once, and each of its messages 256 bytes more. A
+	// stream whose next chunk its pool's share cannot take is answered 503
+	// and lets go of what it held. Zero: 256 MiB, a quarter of the chart's
+	// 1 GiB memory limit. Negative: no budget.
 	MaxHeldRequestBodyBytes int64
+	// FairShareReservePercent is the part of each process-wide limit
+	// (MaxConcurrentStreams, MaxHeldRequestBodyBytes) kept for pools and
+	// namespaces that hold none of it yet; the rest is guaranteed in equal
+	// shares to the namespaces holding some, and within a namespace to its
+	// pools, each of which may borrow what the others leave idle
+	// (internal/fairshare). Zero: 10. Negative: no reserve.
+	FairShareReservePercent int
 	// RequestBodyStartTimeout bounds the time from a stream's start to its
 	// first request body message, when the request has a body: headers that
 	// never come, or headers whose body never follows, are answered 408.
@@ -175,8 +186,10 @@ type Options struct {
 	// Registerer receives the request metrics. Nil: metrics are kept in a
 	// private registry and not exported.
 	Registerer prometheus.Registerer
-	// MaxModelLabels caps the distinct model names used as metric label
-	// values; later names are counted as "other". Zero: 64.
+	// MaxModelLabels caps the distinct model names each namespace's
+	// requests use as metric label values; a namespace's later names are
+	// counted as "other", and other namespaces keep their own budget.
+	// Zero: 64.
 	MaxModelLabels int
 	// MaxSubsetHintEntries is the longest subset hint (metadata_context
 	// envoy.lb.subset_hint) taken; a longer one is answered 400, since each

@@ -101,6 +101,7 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	}
 	// Series of pools and endpoints that go are deleted with them.
 	reg.AddObserver(m)
+	reg.AddObserver(l)
 	s := &Server{opts: opts, reg: reg, sched: sched, metrics: m, limits: l, log: opts.Logger,
 		health: health.NewServer(), promptLimit: max(sched.PromptBytes(), 0)}
 	if opts.FlowControl != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
+	"github.com/poolpicker/poolpicker/internal/fairshare"
 	"github.com/poolpicker/poolpicker/internal/labelvalue"
 	"github.com/poolpicker/poolpicker/requestbody"
 	"github.com/poolpicker/poolpicker/scheduling"
@@ -94,8 +95,12 @@ type stream struct {
 	// counts from it).
 	bodyStart time.Time
 	lastMsg   time.Time
-	// held is what this stream charged to the held-body budget.
-	held int
+	// held is what this stream charged to its pool's share of the
+	// held-body budget (heldParty); streamParty is the account its stream
+	// slot is charged to, its pool's once the headers named it.
+	held        int64
+	heldParty   *fairshare.Party
+	streamParty *fairshare.Party
 
 	// Mode, from protocol_config when sent.
 	configured   bool
@@ -123,10 +128,15 @@ type stream struct {
 	pool         *datastore.Pool
 	poolName     string // pool.Key as text, made once
 	poolSource   string
-	chunks       [][]byte
-	firstChunks  [4][]byte // chunks' backing array for bodies of up to four
-	bodyBytes    int
-	respBytes    int
+	// chunkSizes are the sizes of the body's messages, in order: a body
+	// of one message is read in place (oneChunk); one of several is copied
+	// into joined as it arrives and its messages are let go, so that the
+	// body is held once. The decision forwards the body cut at these sizes.
+	chunkSizes []int
+	firstSizes [4]int // chunkSizes' backing array for bodies of up to four
+	oneChunk   []byte
+	bodyBytes  int
+	respBytes  int
 	// firstByte is when a streamed (text/event-stream) response's first
 	// body byte came, its TTFT; zero until then, and for other responses.
 	firstByte time.Time
@@ -164,12 +174,11 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	if err := s.limits.admit(); err != nil {
 		return err
 	}
-	defer s.limits.leave()
 	s.streams.Add(2) // this handler and its loop
 	defer s.streams.Done()
 	st := &stream{s: s, srv: srv, ctx: srv.Context(), start: time.Now(), reqReply: replyStreamed, respReply: replyStreamed, holdHeaders: true,
-		ended: make(chan error, 2)}
-	st.chunks = st.firstChunks[:0]
+		ended: make(chan error, 2), streamParty: s.limits.unresolved}
+	st.chunkSizes = st.firstSizes[:0]
 	st.mu.Lock()
 	st.armDeadline()
 	st.mu.Unlock()
@@ -242,6 +251,7 @@ func (st *stream) close(err error) {
 	}
 	st.releaseJoined()
 	st.releaseBody()
+	st.streamParty.Release(1)
 	st.mu.Unlock()
 	outcome := "closed"
 	if err != nil {
@@ -357,6 +367,12 @@ func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		// This pool alone is unavailable: other pools keep serving.
 		return true, st.fail(errNotSynced(pool))
 	}
+	// The stream moves to its pool's share of the stream limit.
+	party := st.s.limits.streams.Party(pool.Key.Namespace, pool.Key.Name)
+	if err := st.streamParty.MoveTo(party, 1); err != nil {
+		return true, st.fail(st.s.limits.shareError(err, http.StatusTooManyRequests, "StreamShareExhausted", limitConcurrentStreams))
+	}
+	st.streamParty = party
 
 	if h.GetEndOfStream() || st.noBody {
 		return st.decide(nil, nil)
@@ -382,7 +398,7 @@ func (st *stream) bodyWaitExpired() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	defer st.guardTimer("body-wait timer")
-	if st.closed || st.over || st.state != stateHoldBody || len(st.chunks) > 0 || st.headersSent {
+	if st.closed || st.over || st.state != stateHoldBody || len(st.chunkSizes) > 0 || st.headersSent {
 		return
 	}
 	st.s.log.V(4).Info("no body after headers; answering headers first", "pool", st.poolName, "request", st.requestID)
@@ -538,19 +554,20 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 			msg: "request body exceeds " + strconv.Itoa(st.s.opts.MaxRequestBodyBytes) + " bytes"})
 	}
 	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
-	// The chunk is held; unless it is the whole body, the joined copy
-	// holds it again.
-	charge := len(b.GetBody())
-	if !eos || len(st.chunks) > 0 {
-		charge *= 2
+	// The body is held once (in place, or joined with the messages let
+	// go), and each message costs its overhead, empty ones too.
+	charge := int64(len(b.GetBody())) + bodyMsgOverheadBytes
+	if st.heldParty == nil {
+		st.heldParty = st.s.limits.held.Party(st.pool.Key.Namespace, st.pool.Key.Name)
 	}
-	if !st.s.limits.hold(charge) {
+	if err := st.heldParty.Acquire(charge); err != nil {
 		st.releaseBody()
-		return true, st.fail(st.s.limits.budgetError())
+		return true, st.fail(st.s.limits.shareError(err, http.StatusServiceUnavailable, "BodyBudgetExhausted", limitHeldBodyBytes))
 	}
 	st.held += charge
-	st.chunks = append(st.chunks, b.GetBody())
-	if eos && len(st.chunks) == 1 {
+	st.chunkSizes = append(st.chunkSizes, len(b.GetBody()))
+	if eos && len(st.chunkSizes) == 1 {
+		st.oneChunk = b.GetBody()
 		return st.bodyComplete() // the whole body in one message: read in place
 	}
 	// Read the body as it arrives, so that at its end only the last chunk
@@ -630,14 +647,23 @@ func (st *stream) releaseJoined() {
 	st.joined = nil
 }
 
-// releaseBody lets go of the held body: its chunks and its charge to the
-// budget. Called with st.mu held, once the decision is sent (the chunks
-// are forwarded by then) or the stream ends.
+// releaseBody lets go of the held body and its charge to the budget.
+// Called with st.mu held, once the decision is sent (the body is
+// forwarded by then) or the stream ends.
 func (st *stream) releaseBody() {
-	st.s.limits.release(st.held)
-	st.held = 0
-	st.firstChunks = [4][]byte{}
-	st.chunks = nil
+	st.releaseHeld()
+	st.oneChunk = nil
+	st.chunkSizes = nil
+}
+
+// releaseHeld gives back the body's charge to the held-body budget: when
+// the body goes, or when the request waits in flow control's queue, whose
+// own limit (--flow-control-max-queued-bytes) counts it there.
+func (st *stream) releaseHeld() {
+	if st.held != 0 {
+		st.heldParty.Release(st.held)
+		st.held = 0
+	}
 }
 
 // bodyComplete reads what is left of the ended body and decides on it.
@@ -646,8 +672,8 @@ func (st *stream) bodyComplete() (bool, error) {
 	if st.scan == nil {
 		// Zero or one chunk: read in place.
 		body := []byte{}
-		if len(st.chunks) == 1 {
-			body = st.chunks[0]
+		if len(st.chunkSizes) == 1 {
+			body = st.oneChunk
 		}
 		r := requestbody.NewScanner(st.path, st.s.promptLimit)
 		_ = r.Feed(body, true) // the defect, if any, is Result's error
@@ -816,7 +842,7 @@ func (st *stream) sendDecision(body, newBody []byte, mutation *extprocv3.HeaderM
 	if body == nil {
 		return nil
 	}
-	n := len(st.chunks)
+	n := len(st.chunkSizes)
 	if n == 0 {
 		n = 1 // an end-of-stream without any body message still gets one answer
 		if st.trailersSeen {
@@ -831,25 +857,25 @@ func (st *stream) sendDecision(body, newBody []byte, mutation *extprocv3.HeaderM
 		return st.send(resp)
 	}
 	rewritten := len(newBody) != len(body) || (len(body) > 0 && &newBody[0] != &body[0])
+	// The body (or the rewritten one) is cut at the sizes its messages
+	// came in; a rewrite's remainder goes to the last answer.
+	src := body
+	if rewritten {
+		src = newBody
+	}
 	off := 0
 	for i := 0; i < n; i++ {
 		last := i == n-1
-		var piece []byte
-		if rewritten {
-			// Spread the new bytes over the same number of answers, keeping
-			// the original chunk sizes and giving the remainder to the last.
-			size := 0
-			if i < len(st.chunks) {
-				size = len(st.chunks[i])
-			}
-			end := min(off+size, len(newBody))
-			if last {
-				end = len(newBody)
-			}
-			piece, off = newBody[off:end], end
-		} else if i < len(st.chunks) {
-			piece = st.chunks[i]
+		size := 0
+		if i < len(st.chunkSizes) {
+			size = st.chunkSizes[i]
 		}
+		end := min(off+size, len(src))
+		if last {
+			end = len(src)
+		}
+		piece := src[off:end]
+		off = end
 		resp, common := bodyAnswer(false, st.reqReply == replyStreamed, piece, last && !st.trailersSeen)
 		if st.reqReply != replyStreamed && rewritten {
 			common.BodyMutation = &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: piece}}

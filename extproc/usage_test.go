@@ -181,7 +181,7 @@ func TestLatencyMetrics(t *testing.T) {
 		want   float64
 	}{
 		{[]string{"success", "m", poolName(0) + "-pod-0", poolNS(0), "8000", poolName(0)}, 2},
-		{[]string{"failure", "m", "", "", "", poolName(1)}, 1},
+		{[]string{"failure", "m", "", poolNS(1), "", poolName(1)}, 1}, // the tenant's namespace, though no pod was picked
 	} {
 		if got := testutil.ToFloat64(ts.srv.metrics.attempts.WithLabelValues(c.labels...)); got != c.want {
 			t.Errorf("scheduler attempts %v = %v, want %v", c.labels, got, c.want)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/fairshare"
 )
 
 // Reasons of the refusals (Error.Reason), also the reason label of
@@ -74,8 +75,9 @@ type Controller struct {
 	opts       Options
 	m          *metrics
 	flowHeader string
-	// bytes is the body bytes queued over every pool (MaxQueuedBytes).
-	bytes atomic.Int64
+	// bytes is the body bytes queued over every pool (MaxQueuedBytes),
+	// shared fairly between namespaces and pools.
+	bytes *fairshare.Limit
 	// pools holds a *poolQueue per *datastore.Pool that had a request, so a
 	// pool removed and added again starts afresh.
 	pools sync.Map
@@ -93,7 +95,12 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flowcontrol: registering metrics: %w", err)
 	}
-	return &Controller{opts: opts, m: m, flowHeader: strings.ToLower(opts.FlowHeader)}, nil
+	bytes := fairshare.New(fairshare.Options{Name: "queued_request_bytes", Flag: "flow-control-max-queued-bytes", Unit: "bytes",
+		Capacity: opts.MaxQueuedBytes, ReservePercent: opts.FairShareReservePercent})
+	if err := opts.Registerer.Register(bytes); err != nil {
+		return nil, fmt.Errorf("flowcontrol: registering metrics: %w", err)
+	}
+	return &Controller{opts: opts, m: m, bytes: bytes, flowHeader: strings.ToLower(opts.FlowHeader)}, nil
 }
 
 // FlowHeader is the lower-cased name of the header that names a request's
@@ -105,7 +112,7 @@ func (c *Controller) FlowHeader() string { return c.flowHeader }
 func (c *Controller) PerEndpoint() bool { return c.opts.PerEndpoint }
 
 // QueuedBytes is the body bytes queued over every pool now.
-func (c *Controller) QueuedBytes() int64 { return c.bytes.Load() }
+func (c *Controller) QueuedBytes() int64 { return c.bytes.Total() }
 
 // Admit returns once req may be sent to an endpoint of pool
 // (Ticket.Endpoint): at once while nobody waits and its preferred endpoint
@@ -174,6 +181,7 @@ func (c *Controller) PoolRemoved(pool *datastore.Pool) {
 	}
 	v.(*poolQueue).remove()
 	c.m.forget(pool.Key)
+	c.bytes.Forget(pool.Key.Namespace, pool.Key.Name)
 }
 
 func (c *Controller) queue(pool *datastore.Pool) *poolQueue {
@@ -185,6 +193,7 @@ func (c *Controller) queue(pool *datastore.Pool) *poolQueue {
 	}
 	name := pool.Key.String()
 	v, loaded := c.pools.LoadOrStore(pool, &poolQueue{c: c, pool: pool, name: name, room: map[*roomWaiter]struct{}{},
+		bytes:     c.bytes.Party(pool.Key.Namespace, pool.Key.Name),
 		roomGauge: c.m.waitingRoom.WithLabelValues(pool.Key.Namespace, pool.Key.Name)})
 	if !loaded && pool.Removed() {
 		// PoolRemoved may have run before the store: keep nothing for a
@@ -194,20 +203,6 @@ func (c *Controller) queue(pool *datastore.Pool) *poolQueue {
 	}
 	return v.(*poolQueue)
 }
-
-func (c *Controller) reserveBytes(n int64) bool {
-	for {
-		cur := c.bytes.Load()
-		if cur+n > c.opts.MaxQueuedBytes {
-			return false
-		}
-		if c.bytes.CompareAndSwap(cur, cur+n) {
-			return true
-		}
-	}
-}
-
-func (c *Controller) releaseBytes(n int64) { c.bytes.Add(-n) }
 
 func errRemoved(pool *datastore.Pool) *Error {
 	return &Error{Code: http.StatusServiceUnavailable, Reason: ReasonPoolRemoved, Message: "pool " + pool.Key.String() + " is no longer served"}

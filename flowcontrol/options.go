@@ -72,9 +72,15 @@ type Options struct {
 	// pool; one more is answered 429 (QueueFull). Zero: 64 MiB.
 	MaxBandBytes int64
 	// MaxQueuedBytes bounds the request body bytes queued (and in waiting
-	// rooms) over every pool of the process; one more is answered 429
-	// (QueueBytesExceeded). Zero: 512 MiB.
+	// rooms) over every pool of the process, shared fairly between
+	// namespaces and pools (FairShareReservePercent): a request its pool's
+	// share cannot take is answered 429 (QueueBytesExceeded). Zero: 512 MiB.
 	MaxQueuedBytes int64
+	// FairShareReservePercent is the part of MaxQueuedBytes kept for pools
+	// that queue nothing yet; the rest is guaranteed in equal shares to the
+	// namespaces queueing, and within each to its pools, which may borrow
+	// what others leave idle (internal/fairshare). Zero: 10. Negative: none.
+	FairShareReservePercent int
 	// FlowHeader names the request header whose value is a request's flow
 	// within its band (fairness key), e.g. a tenant header the gateway sets.
 	// Empty: the flow is the request's objective.
@@ -110,6 +116,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxQueuedBytes <= 0 {
 		o.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
 	}
 	if o.StealBelow <= 0 {
 		o.StealBelow = DefaultStealBelow

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/fairshare"
 )
 
 // poolQueue is one pool's bands and waiting room, guarded by mu.
@@ -22,6 +23,8 @@ type poolQueue struct {
 	c    *Controller
 	pool *datastore.Pool
 	name string
+	// bytes is the pool's account of the queued bytes (MaxQueuedBytes).
+	bytes *fairshare.Party
 
 	// waiting is queued plus len(room), readable without mu so that a
 	// finishing request of an idle queue does not take the lock.
@@ -180,11 +183,11 @@ func (pq *poolQueue) admit(ctx context.Context, req Request) (*Ticket, error) {
 		return nil, &Error{Code: http.StatusTooManyRequests, Reason: ReasonQueueFull,
 			Message: fmt.Sprintf("pool %s is saturated and its queue for priority %d is full (%d requests, %d bytes)", pq.name, req.Priority, b.requests, b.bytes)}
 	}
-	if !c.reserveBytes(req.Bytes) {
+	if err := pq.bytes.Acquire(req.Bytes); err != nil {
 		pq.mu.Unlock()
 		c.m.reject(pq.pool.Key, req.Priority, ReasonQueueBytesExceeded)
 		return nil, &Error{Code: http.StatusTooManyRequests, Reason: ReasonQueueBytesExceeded,
-			Message: fmt.Sprintf("pool %s is saturated and the picker holds its limit of %d queued bytes", pq.name, c.opts.MaxQueuedBytes)}
+			Message: "pool " + pq.name + " is saturated and cannot queue more bytes: " + err.Error()}
 	}
 	w := &waiter{req: req, since: time.Now(), ready: make(chan struct{}), band: b}
 	b.push(w)
@@ -237,7 +240,7 @@ wait:
 	}
 	pq.removeLocked(w)
 	pq.mu.Unlock()
-	c.releaseBytes(req.Bytes)
+	pq.bytes.Release(req.Bytes)
 	if !expired {
 		b.series.durations[2].Observe(time.Since(w.since).Seconds())
 		c.opts.Logger.V(4).Info("request left the queue: its stream ended", "pool", pq.name, "request", req.ID)
@@ -272,11 +275,11 @@ func (pq *poolQueue) awaitEndpoints(ctx context.Context, req Request) error {
 		pq.mu.Unlock()
 		return nil
 	}
-	if !c.reserveBytes(req.Bytes) {
+	if err := pq.bytes.Acquire(req.Bytes); err != nil {
 		pq.mu.Unlock()
 		c.m.reject(pq.pool.Key, req.Priority, ReasonQueueBytesExceeded)
 		return &Error{Code: http.StatusTooManyRequests, Reason: ReasonQueueBytesExceeded,
-			Message: fmt.Sprintf("pool %s has no ready endpoint and the picker holds its limit of %d queued bytes", pq.name, c.opts.MaxQueuedBytes)}
+			Message: "pool " + pq.name + " has no ready endpoint and cannot queue more bytes: " + err.Error()}
 	}
 	w := &roomWaiter{ready: make(chan struct{})}
 	pq.room[w] = struct{}{}
@@ -289,7 +292,7 @@ func (pq *poolQueue) awaitEndpoints(ctx context.Context, req Request) error {
 		}
 	}
 	pq.mu.Unlock()
-	defer c.releaseBytes(req.Bytes)
+	defer pq.bytes.Release(req.Bytes)
 
 	timer := time.NewTimer(c.opts.NoEndpointTTL)
 	defer timer.Stop()
@@ -361,7 +364,7 @@ func (pq *poolQueue) dispatchLocked() {
 		b.take(w)
 		pq.queued--
 		pq.waiting.Add(-1)
-		pq.c.releaseBytes(w.req.Bytes)
+		pq.bytes.Release(w.req.Bytes)
 		b.series.dispatched.Inc()
 		b.series.durations[0].Observe(time.Since(w.since).Seconds())
 		pq.reserved = true
@@ -654,7 +657,7 @@ func (pq *poolQueue) remove() {
 	for _, b := range pq.bands {
 		for b.requests > 0 {
 			w := b.pop()
-			pq.c.releaseBytes(w.req.Bytes)
+			pq.bytes.Release(w.req.Bytes)
 			w.state = stateRemoved
 			close(w.ready)
 		}

@@ -297,8 +297,15 @@ func TestLimits(t *testing.T) {
 		},
 		{
 			name:  "process bytes over pools",
-			opts:  flowcontrol.Options{MaxQueuedBytes: 100},
+			opts:  flowcontrol.Options{MaxQueuedBytes: 100, FairShareReservePercent: -1},
 			steps: []step{{"p", 0, 60, ""}, {"q", 0, 41, flowcontrol.ReasonQueueBytesExceeded}, {"q", 0, 40, ""}, {"p", 5, 1, flowcontrol.ReasonQueueBytesExceeded}},
+		},
+		{
+			// p's backlog alone takes all but the reserve, which q, new,
+			// then has: one pool's backlog cannot refuse another's requests.
+			name:  "process bytes shared fairly",
+			opts:  flowcontrol.Options{MaxQueuedBytes: 100},
+			steps: []step{{"p", 0, 90, ""}, {"p", 0, 10, flowcontrol.ReasonQueueBytesExceeded}, {"q", 0, 10, ""}, {"q", 1, 1, flowcontrol.ReasonQueueBytesExceeded}},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

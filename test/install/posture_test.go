@@ -74,8 +74,8 @@ func TestSecureByDefault(t *testing.T) {
 			if !lastFlag(args, "metrics-endpoint-auth", true) {
 				t.Errorf("metrics endpoint authentication is off by default: args %v", args)
 			}
-			if lastFlag(args, "enable-pprof", true) {
-				t.Errorf("pprof is served by default (--enable-pprof defaults to true, as upstream's): args %v", args)
+			if lastFlag(args, "enable-pprof", false) {
+				t.Errorf("pprof is served by default: args %v", args)
 			}
 			if !lastFlag(args, "secure-serving", true) {
 				t.Errorf("ext_proc is plaintext by default: args %v", args)
@@ -121,12 +121,12 @@ func TestSecureByDefault(t *testing.T) {
 			}
 		})
 	}
-	// Asked for, pprof is served (and the chart leaves the flag at its default).
+	// Asked for, pprof is served.
 	objs, err := tool.Chart(ctx, deploytest.ChartOptions{Values: "metrics: {pprof: {enabled: true}}\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if args := containerArgs(deploytest.Find(objs, "Deployment", "poolpicker")); !lastFlag(args, "enable-pprof", true) {
+	if args := containerArgs(deploytest.Find(objs, "Deployment", "poolpicker")); !lastFlag(args, "enable-pprof", false) {
 		t.Errorf("metrics.pprof.enabled: args %v turn pprof off", args)
 	}
 }

@@ -69,8 +69,10 @@ func bindCompatFlags(fs *pflag.FlagSet, o *compatOptions) {
 		"llm-d router's switch for alpha plugins. No effect: every plugin poolpicker has is available; accepted with a warning when true.")
 	fs.BoolVar(&o.tracing, "tracing", true,
 		"Export an OpenTelemetry span per request, configured by the standard OTEL_* environment: OTEL_TRACES_EXPORTER (otlp, console, none; unset: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, else nothing is exported), OTEL_EXPORTER_OTLP_ENDPOINT (gRPC), OTEL_SERVICE_NAME (default poolpicker), OTEL_TRACES_SAMPLER and _ARG (default parentbased_traceidratio, 0.1).")
-	fs.BoolVar(&o.enablePprof, "enable-pprof", true,
-		"Serve Go's pprof profiles under /debug/pprof/ on the metrics port, behind the same authentication as /metrics (--metrics-endpoint-auth; authorized as get on the profile's path).")
+	// Off by default, unlike upstream's: profiles show every tenant's
+	// requests in flight, and a profile costs the shared process CPU.
+	fs.BoolVar(&o.enablePprof, "enable-pprof", false,
+		"Serve Go's pprof profiles under /debug/pprof/ on the metrics port, behind the same authentication as /metrics (--metrics-endpoint-auth; authorized as get on the profile's path). Off by default (upstream's default is on).")
 	fs.BoolVar(&o.metricsEndpointAuth, "metrics-endpoint-auth", true,
 		"Require on the metrics port a bearer token (checked with a TokenReview) whose user may get the path (/metrics: a SubjectAccessReview on that non-resource URL); no token 401, no permission 403. Needs create on tokenreviews and subjectaccessreviews. False: metrics are served to anyone who reaches the port.")
 	fs.StringVar(&o.grpcMaxRecvMsgSize, "grpc-max-recv-msg-size", "",

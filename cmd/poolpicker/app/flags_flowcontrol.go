@@ -52,7 +52,7 @@ func bindFlowControlFlags(fs *pflag.FlagSet, o *flowControlOptions) {
 	fs.Int64Var(&o.opts.MaxBandBytes, flagFlowControlBandBytes, flowcontrol.DefaultMaxBandBytes,
 		"Most request body bytes queued in one priority band of one pool; one more is answered 429 (QueueFull).")
 	fs.Int64Var(&o.opts.MaxQueuedBytes, flagFlowControlQueuedBytes, flowcontrol.DefaultMaxQueuedBytes,
-		"Most request body bytes queued over every pool of the process, waiting rooms included; one more is answered 429 (QueueBytesExceeded).")
+		"Most request body bytes queued over every pool of the process, waiting rooms included, shared fairly between namespaces and pools (--fair-share-reserve-percent); a request its pool's share cannot take is answered 429 (QueueBytesExceeded).")
 	fs.StringVar(&o.opts.FlowHeader, flagFlowControlFlowHeader, "",
 		"Request header whose value is a request's flow within its band (flows of a band are served in turn), such as a tenant header the gateway sets. Empty: the flow is the request's objective.")
 	fs.BoolVar(&o.opts.PerEndpoint, flagFlowControlPerEndpoint, false,

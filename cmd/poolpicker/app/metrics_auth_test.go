@@ -19,7 +19,7 @@ import (
 )
 
 // TestMetricsEndpointAuth runs the built binary with its defaults
-// (--metrics-endpoint-auth and --enable-pprof on, as upstream) against the
+// (--metrics-endpoint-auth on, as upstream) and --enable-pprof against the
 // API server, which reviews real ServiceAccount tokens: /metrics and the
 // pprof pages answer only a token whose user may get that path.
 func TestMetricsEndpointAuth(t *testing.T) {
@@ -62,7 +62,7 @@ func TestMetricsEndpointAuth(t *testing.T) {
 	}
 
 	ports := freePorts(t, 3)
-	exited, stderr := startBinary(t, []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=" + ns, "--secure-serving=false", "--tracing=false",
+	exited, stderr := startBinary(t, []string{"--kubeconfig=" + kubeconfig, "--watch-namespaces=" + ns, "--secure-serving=false", "--tracing=false", "--enable-pprof",
 		fmt.Sprintf("--grpc-port=%d", ports[0]), fmt.Sprintf("--grpc-health-port=%d", ports[1]), fmt.Sprintf("--metrics-port=%d", ports[2])}, nil)
 	// Readiness follows the pool controller, started with the metrics server.
 	waitHealthServing(t, ports[1], exited, stderr, "readiness")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/poolpicker/poolpicker/internal/fairshare"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
@@ -32,7 +33,7 @@ func BenchmarkPrefixIndexBytesPerBlock(b *testing.B) {
 			const perEndpoint = 20000
 			var perEntry float64
 			for n := 0; n < b.N; n++ {
-				s := build(b, `{"lruCapacityPerServer": 1000000, "autoTune": false}`)
+				s := build(b, `{"lruCapacityPerServer": 1000000, "autoTune": false, "maxIndexBytes": -1}`)
 				tp := schedtest.NewPool(b, 100)
 				eps := tp.Pool.Endpoints().Endpoints
 				hashes := make([]uint64, perEndpoint)
@@ -111,7 +112,9 @@ func BenchmarkRecord(b *testing.B) {
 				name = c.name + "/each-block"
 			}
 			b.Run(name, func(b *testing.B) {
-				x := newPrefixIndex()
+				// Under the default memory budget, as the scorer records.
+				budget := fairshare.New(fairshare.Options{Name: "bench", Capacity: DefaultMaxIndexBytes / indexBytesPerBlock})
+				x := newPrefixIndex(budget.Party("ns", "pool"))
 				pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), capacity)
 				pe.record(randomBlocks(rnd, 20000), capacity, 0)
 				prompts := make([][]uint64, 64)

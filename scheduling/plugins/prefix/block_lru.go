@@ -116,6 +116,14 @@ func (l *blockLRU) trimTo(limit int) {
 	}
 }
 
+// trimBlocksTo evicts the least recent entries until the LRU holds at most
+// n blocks' hashes (phantoms, which cost no hash, are not counted).
+func (l *blockLRU) trimBlocksTo(n int) {
+	for len(l.pos) > n && l.entries[0].prev != 0 {
+		l.evictOldest()
+	}
+}
+
 // stampOf returns h's stamp (how recently it was used; larger is more
 // recent) and whether h is held.
 func (l *blockLRU) stampOf(h uint64) (uint64, bool) {

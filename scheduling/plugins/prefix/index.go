@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/fairshare"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
@@ -44,6 +45,12 @@ type prefixIndex struct {
 	mu        sync.Mutex
 	freeSlots []int32
 	removed   bool
+
+	// share is the pool's account of the process's index memory budget,
+	// in blocks (nil: no budget); released is set once the pool is gone
+	// and its endpoints' charges are given back.
+	share    *fairshare.Party
+	released atomic.Bool
 
 	// missShare is the pool's recent share of prompt tokens its servers
 	// reported not cached, a moving average (float64 bits; 0 until the
@@ -229,6 +236,9 @@ type prefixEndpoint struct {
 	mu       sync.Mutex
 	lru      *blockLRU
 	capacity int
+	// charged is the blocks this endpoint holds of its pool's share of the
+	// index memory budget (settle).
+	charged int64
 	// computed is the server's count of prompt tokens it computed (its
 	// prefix-cache queries less hits) at sample; hasComputed is false
 	// until a sample carried the counters.
@@ -301,8 +311,50 @@ func (pe *prefixEndpoint) observeSample(m framework.Metrics, tokensPerBlock floa
 	}
 }
 
-func newPrefixIndex() *prefixIndex {
-	x := &prefixIndex{}
+// chargeQuantum is the blocks an endpoint takes from or gives back to its
+// pool's share at a time, so that a pick does not take the budget's lock
+// for every few blocks.
+const chargeQuantum = 1024
+
+// settle brings the endpoint's charge to the index memory budget in line
+// with the blocks its LRU holds: more is asked of the pool's share as the
+// LRU grows, and where the share has no more, the endpoint keeps what it
+// was granted and its least recent blocks go; what it no longer needs is
+// given back. Called with pe.mu held, after each change of the LRU.
+func (pe *prefixEndpoint) settle() {
+	share := pe.idx.share
+	if share == nil || pe.lru == nil || pe.idx.released.Load() {
+		return
+	}
+	n := int64(len(pe.lru.pos))
+	switch {
+	case n > pe.charged:
+		need := n - pe.charged
+		if rounded := (need + chargeQuantum - 1) / chargeQuantum * chargeQuantum; share.Acquire(rounded) == nil {
+			pe.charged += rounded
+		} else if share.Acquire(need) == nil {
+			pe.charged += need
+		} else {
+			pe.lru.trimBlocksTo(int(pe.charged))
+		}
+	case pe.charged-n >= 2*chargeQuantum:
+		keep := (n + chargeQuantum - 1) / chargeQuantum * chargeQuantum
+		share.Release(pe.charged - keep)
+		pe.charged = keep
+	}
+}
+
+// releaseCharge gives back all the endpoint's charge. Called with pe.mu
+// held, when its LRU goes.
+func (pe *prefixEndpoint) releaseCharge() {
+	if pe.charged != 0 {
+		pe.idx.share.Release(pe.charged)
+		pe.charged = 0
+	}
+}
+
+func newPrefixIndex(share *fairshare.Party) *prefixIndex {
+	x := &prefixIndex{share: share}
 	for i := range x.shards {
 		x.shards[i].m = make(map[uint64]holders)
 	}
@@ -392,6 +444,7 @@ func (x *prefixIndex) drop(removed []framework.Endpoint) {
 		pe.dead.Store(true) // no record after this
 		keys := pe.lru.keys()
 		pe.lru = nil // freed whole; its eviction callback would sweep per block
+		pe.releaseCharge()
 		pe.mu.Unlock()
 		x.sweep(pe, keys)
 	}
@@ -430,11 +483,22 @@ func (x *prefixIndex) sweep(pe *prefixEndpoint, keys []uint64) {
 	}
 }
 
-// markRemoved stops the index from growing once its pool is gone.
+// markRemoved stops the index from growing once its pool is gone, and
+// gives back its endpoints' charges to the memory budget (the index itself
+// goes with its last reader).
 func (x *prefixIndex) markRemoved() {
 	x.mu.Lock()
 	x.removed = true
 	x.mu.Unlock()
+	if x.share == nil {
+		return
+	}
+	x.released.Store(true) // no settle charges after this
+	for _, pe := range *x.endpoints.Load() {
+		pe.mu.Lock()
+		pe.releaseCharge()
+		pe.mu.Unlock()
+	}
 }
 
 // record notes that the endpoint now caches the blocks. Earlier blocks are
@@ -449,6 +513,7 @@ func (x *prefixIndex) markRemoved() {
 func (pe *prefixEndpoint) record(hashes []uint64, capacity, predicted int) (watermark uint64) {
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
+	defer pe.settle()
 	if pe.dead.Load() {
 		return 0
 	}
@@ -492,6 +557,7 @@ func (pe *prefixEndpoint) forgetUsedBefore(watermark uint64, dropped *[]uint64) 
 	if pe.dead.Load() || watermark == 0 {
 		return 0
 	}
+	defer pe.settle()
 	return pe.lru.dropUsedBefore(watermark, dropped)
 }
 
@@ -505,6 +571,7 @@ func (pe *prefixEndpoint) forget(blocks []uint64) int {
 	if pe.dead.Load() {
 		return 0
 	}
+	defer pe.settle()
 	n := 0
 	for _, h := range blocks {
 		if pe.lru.remove(h) {

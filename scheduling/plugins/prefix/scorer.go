@@ -18,6 +18,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/poolpicker/poolpicker/internal/fairshare"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
@@ -30,6 +31,16 @@ const (
 	DefaultMaxPrefixBlocksToMatch = 256
 	DefaultLRUCapacityPerServer   = 31250
 	DefaultBytesPerToken          = 4
+	// DefaultMaxIndexBytes is a quarter of the chart's 1 GiB memory
+	// limit, as the held request bodies' budget is.
+	DefaultMaxIndexBytes = 256 << 20
+	// DefaultMaxLRUCapacityPerServer bounds an endpoint's LRU whatever
+	// cache size its server reports: eight times the default capacity.
+	DefaultMaxLRUCapacityPerServer = 8 * DefaultLRUCapacityPerServer
+	// indexBytesPerBlock is what the index costs per block it remembers
+	// (the LRU's entry and hash position, the pool's inverted-index entry),
+	// rounded up: the memory budget is counted in blocks of this size.
+	indexBytesPerBlock = 128
 )
 
 // Bounds of the prefix-cache scorer's parameters: beyond them a value is a
@@ -51,8 +62,19 @@ type Params struct {
 	// cache size is unknown (or autoTune is off). Zero: 31250.
 	LRUCapacityPerServer int `json:"lruCapacityPerServer"`
 	// AutoTune sizes each endpoint's LRU from its scraped cache_config_info
-	// (blocks × tokens per block × BytesPerToken / HashBlockSize). Absent: true.
+	// (blocks × tokens per block × BytesPerToken / HashBlockSize), at most
+	// MaxLRUCapacityPerServer. Absent: true.
 	AutoTune *bool `json:"autoTune"`
+	// MaxLRUCapacityPerServer bounds the blocks remembered per endpoint
+	// whatever cache size its server reports. Zero: 250,000.
+	MaxLRUCapacityPerServer int `json:"maxLRUCapacityPerServer"`
+	// MaxIndexBytes is the memory the scorer's index may take over every
+	// pool, counted as 128 bytes a block, shared fairly between namespaces
+	// and their pools (internal/fairshare, with 10 % kept for pools that
+	// hold none yet): a pool past its share keeps the blocks it was
+	// granted and forgets its least recent ones. Zero: 256 MiB. Negative:
+	// no budget.
+	MaxIndexBytes int64 `json:"maxIndexBytes"`
 	// BytesPerToken is the prompt bytes per token assumed by AutoTune and
 	// QueueCostTokens. Zero: 4.
 	BytesPerToken int `json:"bytesPerToken"`
@@ -178,6 +200,8 @@ type Scorer struct {
 	// blocks are hashed under its key instead of seed, so that the peers'
 	// blocks name the same prefixes as this index's.
 	peers framework.Peers
+	// memory is the index's memory budget in blocks, shared by the pools.
+	memory *fairshare.Limit
 }
 
 // agreement is the scorer's series of the prediction metrics.
@@ -252,6 +276,7 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 		{"hashBlockSize", &p.HashBlockSize, DefaultHashBlockSize, maxHashBlockSize},
 		{"maxPrefixBlocksToMatch", &p.MaxPrefixBlocksToMatch, DefaultMaxPrefixBlocksToMatch, maxPrefixBlocksToMatch},
 		{"lruCapacityPerServer", &p.LRUCapacityPerServer, DefaultLRUCapacityPerServer, maxLRUCapacityPerServer},
+		{"maxLRUCapacityPerServer", &p.MaxLRUCapacityPerServer, DefaultMaxLRUCapacityPerServer, maxLRUCapacityPerServer},
 		{"bytesPerToken", &p.BytesPerToken, DefaultBytesPerToken, 64},
 		{"queueCostTokens", &p.QueueCostTokens, 0, maxQueueCostTokens},
 		{"rendezvousBlocks", &p.RendezvousBlocks, 0, maxPrefixBlocksToMatch},
@@ -275,8 +300,16 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 	if err != nil {
 		return nil, err
 	}
+	if p.MaxIndexBytes == 0 {
+		p.MaxIndexBytes = DefaultMaxIndexBytes
+	}
+	memory := fairshare.New(fairshare.Options{Name: "prefix_index_blocks:" + name, Flag: "plugin parameter maxIndexBytes",
+		Unit: "blocks", Capacity: p.MaxIndexBytes / indexBytesPerBlock})
+	if err := h.MetricsRegisterer().Register(memory); err != nil {
+		return nil, err
+	}
 	return &Scorer{name: framework.TypedName{Type: Type, Name: name}, key: framework.StateKey(Type + "/" + name), params: p, seed: maphash.MakeSeed(), agreement: a,
-		peers: framework.PeersOf(h)}, nil
+		peers: framework.PeersOf(h), memory: memory}, nil
 }
 
 // TypedName is the plugin's type and name in its profile.
@@ -658,7 +691,7 @@ func (s *Scorer) ForgetPeerBlocks(pool framework.Pool, e framework.Endpoint, blo
 func (s *Scorer) capacity(m framework.Metrics) int {
 	if *s.params.AutoTune && !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
 		c := int64(m.NumBlocks()) * int64(m.BlockSize()) * int64(s.params.BytesPerToken) / int64(s.params.HashBlockSize)
-		return int(min(max(c, 1), maxLRUCapacityPerServer))
+		return int(min(max(c, 1), int64(s.params.MaxLRUCapacityPerServer)))
 	}
 	return s.params.LRUCapacityPerServer
 }
@@ -671,7 +704,8 @@ func (s *Scorer) index(pool framework.Pool) *prefixIndex {
 	if pool.Removed() {
 		return nil
 	}
-	v, loaded := s.indexes.LoadOrStore(pool, newPrefixIndex())
+	key := pool.Key()
+	v, loaded := s.indexes.LoadOrStore(pool, newPrefixIndex(s.memory.Party(key.Namespace, key.Name)))
 	x := v.(*prefixIndex)
 	if !loaded && pool.Removed() {
 		// PoolRemoved ran between the check and the store; undo.
@@ -696,6 +730,7 @@ func (s *Scorer) PoolRemoved(pool framework.Pool) {
 	if v, ok := s.indexes.LoadAndDelete(pool); ok {
 		v.(*prefixIndex).markRemoved()
 	}
+	s.memory.Forget(pool.Key().Namespace, pool.Key().Name)
 }
 
 // hashPrompt appends to dst the chained hashes of the prompt's whole blocks,

@@ -374,7 +374,8 @@ func TestPrefixCapacity(t *testing.T) {
 		{"bytes per token", `{"bytesPerToken": 2}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 15000},
 		{"auto-tune off", `{"autoTune": false, "lruCapacityPerServer": 7}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 7},
 		{"tiny cache", "", &datastore.Metrics{NumBlocks: 1, BlockSize: 1}, 1},
-		{"huge cache is capped", "", &datastore.Metrics{NumBlocks: 1 << 30, BlockSize: 1 << 10}, maxLRUCapacityPerServer},
+		{"huge cache is capped", "", &datastore.Metrics{NumBlocks: 1 << 30, BlockSize: 1 << 10}, DefaultMaxLRUCapacityPerServer},
+		{"cap set", `{"maxLRUCapacityPerServer": 1000}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 1000},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -469,7 +470,7 @@ func TestIndexHolders(t *testing.T) {
 	for _, c := range cases {
 		for _, bulk := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/bulk=%v", c.name, bulk), func(t *testing.T) {
-				x := newPrefixIndex()
+				x := newPrefixIndex(nil)
 				pes := []*prefixEndpoint{{slot: 0}, {slot: 1}, {slot: 2}}
 				const h = 42
 				for _, i := range c.holders {
@@ -529,7 +530,7 @@ func TestIndexMatch(t *testing.T) {
 		for i := range hashes {
 			hashes[i] = rnd.Uint64()
 		}
-		x := newPrefixIndex()
+		x := newPrefixIndex(nil)
 		want := make([]int32, endpoints)
 		for e := 0; e < endpoints; e++ {
 			pe := &prefixEndpoint{slot: int32(e)}
@@ -564,7 +565,7 @@ func TestIndexMatch(t *testing.T) {
 // holding of any prompt is a prefix of it, which is what match relies on.
 func TestRecordKeepsPrefixes(t *testing.T) {
 	tp := schedtest.NewPool(t, 1)
-	x := newPrefixIndex()
+	x := newPrefixIndex(nil)
 	pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), 100)
 	rnd := rand.New(rand.NewPCG(3, 4))
 	var prompts [][]uint64
@@ -606,7 +607,7 @@ func TestRecordKeepsPrefixes(t *testing.T) {
 func TestRecordAgainstTouchingEachBlock(t *testing.T) {
 	const capacity = 64
 	tp := schedtest.NewPool(t, 1)
-	x := newPrefixIndex()
+	x := newPrefixIndex(nil)
 	pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), capacity)
 	ref, _ := simplelru.NewLRU[uint64, struct{}](capacity, nil)
 	rnd := rand.New(rand.NewPCG(7, 8))
@@ -862,7 +863,7 @@ func TestLoadShareEstimate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			x := newPrefixIndex()
+			x := newPrefixIndex(nil)
 			for _, s := range c.samples {
 				x.observeLoadShare(s[0], s[1])
 			}
