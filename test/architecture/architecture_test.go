@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,7 +134,7 @@ func TestArchitecturePageImports(t *testing.T) {
 		t.Error(p)
 	}
 	if len(problems) > 0 {
-		t.Logf("update the block under \"## Package imports\" in %s", page)
+		t.Logf("update the block under \"## Package imports\" in %s to the code's:\n%s", page, real.block())
 	}
 }
 
@@ -193,6 +194,19 @@ func repoRoot(t *testing.T) string {
 		t.Fatal("go env GOMOD: not inside the module")
 	}
 	return filepath.Dir(gomod)
+}
+
+// block is the graph as the page writes it.
+func (g graph) block() string {
+	var b strings.Builder
+	for _, pkg := range slices.Sorted(maps.Keys(g)) {
+		deps := "-"
+		if len(g[pkg]) > 0 {
+			deps = strings.Join(g[pkg], " ")
+		}
+		fmt.Fprintf(&b, "%s: %s\n", pkg, deps)
+	}
+	return b.String()
 }
 
 func none(string) bool { return false }
