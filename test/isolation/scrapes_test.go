@@ -69,28 +69,32 @@ func (l *clockedListener) Accept() (net.Conn, error) {
 	return cc, nil
 }
 
-// clockedConn notes when a read starts a /metrics request (a request's
-// head arrives in one read: the picker writes it in one).
+// clockedConn notes when a /metrics request arrives. A request's first
+// line may be split over reads (the HTTP server reads one byte ahead
+// between requests), so the last bytes of the previous read are kept.
 type clockedConn struct {
 	net.Conn
 	clocks  *scrapeClocks
+	tail    []byte // the previous reads' last bytes, fewer than scrapeLine's
 	last    time.Time
 	scrapes int
 }
 
 var scrapeLine = []byte("GET /metrics ")
 
+// Read errors do not end the clock: the HTTP server interrupts its
+// read-ahead with a deadline and goes on; it closes a connection it ends.
 func (c *clockedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if bytes.HasPrefix(p[:n], scrapeLine) {
+	seen := append(c.tail, p[:n]...)
+	if k := bytes.Count(seen, scrapeLine); k > 0 {
 		c.clocks.mu.Lock()
 		c.last = time.Now()
-		c.scrapes++
+		c.scrapes += k
 		c.clocks.mu.Unlock()
+		seen = seen[bytes.LastIndex(seen, scrapeLine)+len(scrapeLine):]
 	}
-	if err != nil {
-		c.forget()
-	}
+	c.tail = append(c.tail[:0], seen[max(0, len(seen)-len(scrapeLine)+1):]...)
 	return n, err
 }
 
