@@ -170,7 +170,7 @@ func (o *Options) setDefaults() {
 			*v.p = v.d
 		}
 	}
-	o.MaxInFlightPerEndpoint = min(o.MaxInFlightPerEndpoint, maxPeerInFlight)
+	o.MaxInFlightPerEndpoint = min(o.MaxInFlightPerEndpoint, MaxInFlightBound)
 	if o.Peers == nil {
 		o.Peers = func() []string { return nil }
 	}

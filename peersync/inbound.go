@@ -339,7 +339,7 @@ func (x *Exchange) serve(s grpc.ServerStream) (err error) {
 
 	proof, err := next()
 	if err != nil {
-		return x.ended(err)
+		return x.ended(s, err)
 	}
 	if !sess.checkProof(roleDialler, proof) {
 		x.opts.Logger.Error(errUnauthenticated, "peer sync: refused a stream", "peer", host)
@@ -355,7 +355,7 @@ func (x *Exchange) serve(s grpc.ServerStream) (err error) {
 	for {
 		msg, err := next()
 		if err != nil {
-			return x.ended(err)
+			return x.ended(s, err)
 		}
 		if len(msg) > x.opts.MaxFrameBytes+tagBytes {
 			x.metrics.dropped.WithLabelValues("malformed").Inc()
@@ -374,11 +374,12 @@ func (x *Exchange) serve(s grpc.ServerStream) (err error) {
 	}
 }
 
-// ended is serve's answer when next failed with err.
-func (x *Exchange) ended(err error) error {
+// ended is serve's answer on s when next failed with err.
+func (x *Exchange) ended(s grpc.ServerStream, err error) error {
 	switch {
 	case errors.Is(err, io.EOF):
-		return nil
+		// The sender closed its side: the one message the method answers.
+		return s.SendMsg(&wrapperspb.BytesValue{})
 	case errors.Is(err, errSilent):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, errGone):
