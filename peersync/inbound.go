@@ -562,4 +562,3 @@ func kindName(k byte) string {
 	}
 	return "in-flight"
 }
-
