@@ -44,11 +44,11 @@ type peerSyncOptions struct {
 // bindPeerSyncFlags binds the peer-sync flags to o.
 func bindPeerSyncFlags(fs *pflag.FlagSet, o *peerSyncOptions) {
 	fs.BoolVar(&o.enabled, "peer-sync", o.enabled,
-		"Share each replica's picks with the other replicas of this deployment over a gRPC stream (--peer-sync-port), off the pick path: every replica's prefix-cache index and in-flight counts then follow every replica's picks, a few milliseconds late, so N replicas route as one does. The peers are the ready pods of --picker-pod-selector in --picker-namespace, or --peer-sync-peers; a replica takes streams only from their IPs.")
+		"Share each replica's picks with the other replicas of this deployment over a gRPC stream (--peer-sync-port), off the pick path: every replica's prefix-cache index and in-flight counts then follow every replica's picks, a few milliseconds late, so N replicas route as one does. The peers are the ready pods of --picker-pod-selector in --picker-namespace, or --peer-sync-peers; a replica takes streams only from their IPs, and applies one only once its sender proved it holds the key of --peer-sync-key-file.")
 	fs.IntVar(&o.port, "peer-sync-port", defaultPeerSyncPort,
-		"Port of the peer-sync listener (on --bind-address), the same on every replica. TLS with the ext_proc certificate unless --secure-serving=false.")
+		"Port of the peer-sync listener (on --bind-address), the same on every replica. TLS 1.3 with the ext_proc certificate unless --secure-serving=false.")
 	fs.StringSliceVar(&o.peers, "peer-sync-peers", nil,
-		"Comma-separated host:port addresses of the replicas to share picks with, in place of discovering them from the API server (this replica's own address may be listed: it is told apart). Empty: the ready pods of --picker-pod-selector at --peer-sync-port.")
+		"Comma-separated host:port addresses (IPs or DNS names, resolved every 2s) of the replicas to share picks with, in place of discovering them from the API server (this replica's own address may be listed: it is told apart). Empty: the ready pods of --picker-pod-selector at --peer-sync-port.")
 	fs.StringVar(&o.keyFile, "peer-sync-key-file", "",
 		"File (a mounted Secret, at least 16 bytes) whose content the replicas authenticate each other with and key the prompt-block hashes they exchange with; the same on every replica. Required with --peer-sync: a replica applies a stream only once its sender proved it holds the key, and sends only to a receiver that proved it.")
 	fs.IntVar(&o.maxConnectionsPerPeer, "peer-sync-max-connections-per-peer", peersync.DefaultMaxConnectionsPerPeer,
