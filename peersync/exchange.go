@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -325,8 +326,13 @@ func (x *Exchange) Start(ctx context.Context) error {
 		}
 		// Stop waits for the handlers, so that none starts a goroutine
 		// once wg is waited on.
+		// Keepalive closes the connection of a peer that vanished (its
+		// place then counts no more against its address), and lets the
+		// peers' pings through (see send).
 		srv = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(x.opts.MaxFrameBytes+tagBytes+64),
-			grpc.MaxConcurrentStreams(uint32(x.opts.MaxStreamsPerPeer)), grpc.WaitForHandlers(true))
+			grpc.MaxConcurrentStreams(uint32(x.opts.MaxStreamsPerPeer)), grpc.WaitForHandlers(true),
+			grpc.KeepaliveParams(keepalive.ServerParameters{Time: x.opts.PeerTimeout, Timeout: x.opts.PeerTimeout}),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: DefaultHeartbeatInterval, PermitWithoutStream: true}))
 		srv.RegisterService(&serviceDesc, x)
 		lis := &limitedListener{Listener: x.opts.Listener, x: x}
 		wg.Add(1)
@@ -596,7 +602,10 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 	if x.opts.ClientTLS != nil {
 		creds = credentials.NewTLS(x.opts.ClientTLS)
 	}
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	// Pings find a peer that vanished without closing the connection,
+	// which the heartbeats alone would learn only when TCP gives up.
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: DefaultPeerTimeout, Timeout: DefaultPeerTimeout, PermitWithoutStream: true})}
 	if x.opts.LocalIP != nil {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: x.opts.LocalIP}}
 		dialOpts = append(dialOpts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
@@ -690,7 +699,9 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 			return err
 		}
 	}
-	heartbeat := time.NewTicker(x.opts.HeartbeatInterval)
+	// Ticks at half the interval: a tick after one with nothing sent
+	// sends, so frames are at most HeartbeatInterval apart.
+	heartbeat := time.NewTicker(x.opts.HeartbeatInterval / 2)
 	defer heartbeat.Stop()
 	sent := true
 	for {
@@ -705,6 +716,7 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 			if err := s.SendMsg(&wrapperspb.BytesValue{Value: sess.seal([]byte{frameVersion})}); err != nil {
 				return err
 			}
+			sent = true
 		case f := <-p.frames:
 			if f.forget && !forget {
 				continue // a peer of the release before: it would refuse the frame

@@ -342,7 +342,9 @@ func (x *Exchange) serve(s grpc.ServerStream) (err error) {
 		return x.ended(s, err)
 	}
 	if !sess.checkProof(roleDialler, proof) {
-		x.opts.Logger.Error(errUnauthenticated, "peer sync: refused a stream", "peer", host)
+		// Counted; logged at V(2) only, as whoever reaches the port can
+		// open such streams.
+		x.opts.Logger.V(2).Info("peer sync: refused a stream without a valid proof of the key", "peer", host)
 		return x.refuse("unauthenticated", codes.Unauthenticated, "peer sync: %v", errUnauthenticated)
 	}
 
