@@ -58,7 +58,7 @@ var serviceDesc = grpc.ServiceDesc{
 }
 
 // inbound is what the peers' streams have brought and the limits they are
-// held to; its mu is taken after the exchange's, never before it.
+// held to; its mu is never held with the exchange's.
 type inbound struct {
 	mu sync.Mutex
 	// peerHosts are the peers' IPs (OnlyPeers).
