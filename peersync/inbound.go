@@ -145,7 +145,7 @@ func (in *inbound) forgetHostLocked(host string) {
 func (x *Exchange) label(host string) string {
 	x.in.mu.Lock()
 	defer x.in.mu.Unlock()
-	if x.in.peerHosts[host] {
+	if host != otherHost && x.in.peerHosts[host] {
 		return host
 	}
 	return otherHost
@@ -171,7 +171,9 @@ func hostOf(a net.Addr) string {
 }
 
 // limitedListener closes a connection beyond MaxConnectionsPerPeer from
-// its address as soon as it is accepted.
+// its address as soon as it is accepted. With OnlyPeers, the addresses
+// that are no peer's share one such allowance (their streams are refused
+// anyway), so that however many there are they hold a bounded number.
 type limitedListener struct {
 	net.Listener
 	x *Exchange
@@ -186,6 +188,9 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 		}
 		host := hostOf(c.RemoteAddr())
 		x.in.mu.Lock()
+		if x.opts.OnlyPeers && !x.in.peerHosts[host] {
+			host = otherHost
+		}
 		hs := x.hostLocked(host)
 		ok := hs.conns < x.opts.MaxConnectionsPerPeer
 		if ok {

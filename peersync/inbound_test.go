@@ -615,3 +615,31 @@ func TestPanicEndsOneStream(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOthersShareOneAllowance: with OnlyPeers, the addresses that are no
+// peer's share one allowance of connections, so that however many there
+// are they hold a bounded number; a peer's connections are its own.
+func TestOthersShareOneAllowance(t *testing.T) {
+	b := newSide(t, Options{OnlyPeers: true, Peers: func() []string { return []string{"127.0.0.1:1"} }})
+	b.start(t)
+	codesSeen := map[codes.Code]int{}
+	for i := range 2 * DefaultMaxConnectionsPerPeer {
+		from := fmt.Sprintf("127.0.0.%d", 5+i%2)
+		ps := openPeerStream(t, dialFrom(t, b.lis.Addr().String(), from), b, testSecret, "other")
+		codesSeen[status.Code(ps.err)]++
+	}
+	if codesSeen[codes.PermissionDenied] != DefaultMaxConnectionsPerPeer || codesSeen[codes.Unavailable] != DefaultMaxConnectionsPerPeer {
+		t.Fatalf("answers %v to %d streams from two addresses that are no peer's, each on its own connection: want %d refused as no peer's and the rest closed with their connection",
+			codesSeen, 2*DefaultMaxConnectionsPerPeer, DefaultMaxConnectionsPerPeer)
+	}
+	if n := testutil.ToFloat64(b.x.metrics.limited.WithLabelValues(otherHost, "connections")); n < float64(DefaultMaxConnectionsPerPeer) {
+		t.Fatalf("%s{peer=other,limit=connections} %v, want at least %d", MetricLimited, n, DefaultMaxConnectionsPerPeer)
+	}
+	ps := openPeerStream(t, dialFrom(t, b.lis.Addr().String(), "127.0.0.1"), b, testSecret, "peer")
+	if ps.err != nil {
+		t.Fatalf("the peer's stream while others hold their allowance: %v", ps.err)
+	}
+	if err := ps.finish(); err != nil {
+		t.Fatal(err)
+	}
+}
