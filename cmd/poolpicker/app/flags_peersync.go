@@ -93,8 +93,8 @@ func validatePeerSync(o *options) error {
 	if ps.maxInFlightPerEndpoint < 1 || ps.maxInFlightPerEndpoint > peersync.MaxInFlightBound {
 		return fmt.Errorf("--peer-sync-max-in-flight %d: must be 1..%d", ps.maxInFlightPerEndpoint, peersync.MaxInFlightBound)
 	}
-	if min := 2 * peersync.DefaultHeartbeatInterval; ps.peerTimeout < min {
-		return fmt.Errorf("--peer-sync-peer-timeout %v: must be at least %v (the peers send every %v)", ps.peerTimeout, min, peersync.DefaultHeartbeatInterval)
+	if least := 2 * peersync.DefaultHeartbeatInterval; ps.peerTimeout < least {
+		return fmt.Errorf("--peer-sync-peer-timeout %v: must be at least %v (the peers send every %v)", ps.peerTimeout, least, peersync.DefaultHeartbeatInterval)
 	}
 	return nil
 }
@@ -112,7 +112,7 @@ func peerSyncKey(o *options) (secret []byte, hashKey uint64, err error) {
 	}
 	// The hash key is a digest of the secret, so that the hashes, which
 	// the peers exchange, tell nothing of it.
-	sum := sha256.Sum256(append([]byte("poolpicker peer sync\x00"), b...))
+	sum := sha256.Sum256(append([]byte("poolpicker peer sync\x00"), material...))
 	for i, c := range sum[:8] {
 		hashKey |= uint64(c) << (8 * i)
 	}
