@@ -26,6 +26,7 @@ const (
 	DefaultQueueDepthThreshold  = 5
 	DefaultKVCacheUtilThreshold = 0.8
 	DefaultSaturationAdmission  = AdmissionPoolAverage
+	DefaultDecisionsPerPool     = 8
 )
 
 // Rules of Options.SaturationAdmission.
@@ -74,6 +75,11 @@ type Options struct {
 	// profile. Never for production: it lets a client choose its endpoint.
 	// Zero (false): off, and a config that names the filter is refused.
 	EnableConformanceTestFilter bool
+	// DecisionsPerPool is how many of each pool's last decisions are kept,
+	// with every scorer's score of each candidate, for RecentDecisions (the
+	// debug endpoint). A pool's ring is made at its first pick and dropped
+	// with the pool. Zero: 8; negative: none are kept.
+	DecisionsPerPool int
 
 	// Rand returns uniformly random uint64s for tie-breaks, weighted picks and
 	// rewrite splits; it must be safe for concurrent use. Nil: math/rand/v2.
@@ -125,6 +131,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.SaturationAdmission == "" {
 		o.SaturationAdmission = DefaultSaturationAdmission
+	}
+	if o.DecisionsPerPool == 0 {
+		o.DecisionsPerPool = DefaultDecisionsPerPool
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Uint64
@@ -219,6 +228,9 @@ type poolState struct {
 	// warnedProfile is the last unknown profile name logged for the pool, so
 	// a bad annotation is logged once, not per request.
 	warnedProfile atomic.Pointer[string]
+	// decisions holds the pool's last decisions; nil until its first pick
+	// (or when Options.DecisionsPerPool is negative).
+	decisions atomic.Pointer[decisionRing]
 }
 
 var _ datastore.Observer = (*Scheduler)(nil)
@@ -365,14 +377,23 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 
 	totals := grow(&cy.totals, len(cands))
 	scores := grow(&cy.scores, len(cands))
+	record := s.opts.DecisionsPerPool > 0
+	var perScorer []float64
+	if record {
+		perScorer = grow(&cy.perScorer, len(prof.scorers)*len(cands))
+	}
 	clear(totals)
 	for i, ws := range prof.scorers {
 		clear(scores)
 		start := prof.timers.start()
 		ws.Score(ctx, cs, req, cands, scores)
 		prof.timers.observe(prof.timers.scorers, i, start)
-		for i, v := range scores {
-			totals[i] += ws.weight * clamp01(v)
+		for j, v := range scores {
+			v = clamp01(v)
+			totals[j] += ws.weight * v
+			if record {
+				perScorer[i*len(cands)+j] = v
+			}
 		}
 	}
 
@@ -426,6 +447,9 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		res.pending = &box.commit
 		committing = true
 	}
+	if record {
+		s.decisionRing(pool).record(now, req, res.TargetModel, prof, cands, totals, perScorer, picked)
+	}
 	if l := s.opts.Logger.V(4); l.Enabled() {
 		l.Info("scheduled", "pool", pool.Key.String(), "request", req.ID, "profile", prof.name,
 			"endpoint", res.Endpoints[0].Address, "fallbacks", len(res.Endpoints)-1, "targetModel", res.TargetModel)
@@ -443,7 +467,10 @@ type cycle struct {
 	candidates []framework.Candidate
 	scores     []float64
 	totals     []float64
-	picked     []int
+	// perScorer holds each scorer's scores of the candidates, scorer-major,
+	// for the decision record.
+	perScorer []float64
+	picked    []int
 	// seen is the result as the post-pick plugins see it (views), built
 	// at commit.
 	seen framework.Result
