@@ -21,31 +21,31 @@ const maxRecordedCandidates = 8
 // candidate, as the debug endpoint shows it.
 type Decision struct {
 	// At is when the pick was made.
-	At time.Time
+	At time.Time `json:"at"`
 	// Request is the request's x-request-id.
-	Request string
+	Request string `json:"request"`
 	// Profile names the scheduling profile that ran.
-	Profile string
+	Profile string `json:"profile"`
 	// TargetModel is the model after the pool's rewrite rules.
-	TargetModel string
+	TargetModel string `json:"targetModel"`
 	// Picked are the endpoints of the result (ip:port), primary first.
-	Picked []string
+	Picked []string `json:"picked"`
 	// Scorers name the profile's scorers (type/name) in the order of each
 	// candidate's Scores, with their weights.
-	Scorers []string
-	Weights []float64
+	Scorers []string  `json:"scorers"`
+	Weights []float64 `json:"weights"`
 	// Candidates are the endpoints scored: the picked ones first, then the
 	// highest totals of the rest, at most 8.
-	Candidates []ScoredCandidate
+	Candidates []ScoredCandidate `json:"candidates"`
 }
 
 // ScoredCandidate is one endpoint's scores in a Decision.
 type ScoredCandidate struct {
-	Address string
+	Address string `json:"address"`
 	// Scores are each scorer's score (0..1), in Decision.Scorers' order.
-	Scores []float64
+	Scores []float64 `json:"scores"`
 	// Total is the weighted sum the picker ranked by.
-	Total float64
+	Total float64 `json:"total"`
 }
 
 // decisionRing keeps a pool's last decisions in slots whose buffers are
