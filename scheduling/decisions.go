@@ -50,8 +50,9 @@ type ScoredCandidate struct {
 
 // decisionRing keeps a pool's last decisions in slots whose buffers are
 // reused, so that recording allocates nothing once the slots have grown to
-// the pool's size. A pick records with TryLock and skips the record when a
-// concurrent pick or a reader holds the ring: the pick never waits for it.
+// the pool's size. A pick is recorded at its commit (Result.Commit), after
+// the decision has been sent, with TryLock: when a concurrent commit or a
+// reader holds the ring, the record is skipped, so a commit never waits.
 type decisionRing struct {
 	mu    sync.Mutex
 	slots []decisionSlot

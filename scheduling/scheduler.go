@@ -77,7 +77,8 @@ type Options struct {
 	EnableConformanceTestFilter bool
 	// DecisionsPerPool is how many of each pool's last decisions are kept,
 	// with every scorer's score of each candidate, for RecentDecisions (the
-	// debug endpoint). A pool's ring is made at its first pick and dropped
+	// debug endpoint), each recorded when its Result is committed, off the
+	// decision's path. A pool's ring is made at its first pick and dropped
 	// with the pool. Zero: 8; negative: none are kept.
 	DecisionsPerPool int
 
@@ -442,13 +443,15 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 			res.Scores[cands[i].Endpoint.Address()] = totals[i]
 		}
 	}
-	if len(prof.postPickers) > 0 {
+	if len(prof.postPickers) > 0 || record {
 		box.commit = pendingCommit{s: s, ctx: ctx, cy: cy, req: req, postPickers: prof.postPickers}
+		if record {
+			// Recorded at commit, once the decision is on its way: the
+			// cycle's buffers stay the scheduler's until then.
+			box.commit.decision = pendingDecision{pool: pool, at: now, prof: prof, cands: cands, totals: totals, perScorer: perScorer, picked: picked}
+		}
 		res.pending = &box.commit
 		committing = true
-	}
-	if record {
-		s.decisionRing(pool).record(now, req, res.TargetModel, prof, cands, totals, perScorer, picked)
 	}
 	if l := s.opts.Logger.V(4); l.Enabled() {
 		l.Info("scheduled", "pool", pool.Key.String(), "request", req.ID, "profile", prof.name,
@@ -493,6 +496,20 @@ type pendingCommit struct {
 	cy          *cycle
 	req         *Request
 	postPickers []framework.PostPicker
+	// decision is what the pool's decision ring records; its pool is nil
+	// when decisions are not kept.
+	decision pendingDecision
+}
+
+// pendingDecision is a pick to record at commit, over the cycle's buffers.
+type pendingDecision struct {
+	pool      *datastore.Pool
+	at        time.Time
+	prof      *profile
+	cands     []framework.Candidate
+	totals    []float64
+	perScorer []float64
+	picked    []int
 }
 
 // commit runs the post-pick plugins on r's view, then recycles the
@@ -510,6 +527,9 @@ func (p *pendingCommit) commit(r *Result) {
 		pp.PostPick(p.ctx, &p.cy.CycleState, p.req, seen)
 	}
 	r.prediction = seen.Prediction()
+	if d := &p.decision; d.pool != nil {
+		p.s.decisionRing(d.pool).record(d.at, p.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked)
+	}
 	p.s.recycle(p.cy)
 	// The Result outlives the commit (it hears the server's cached tokens
 	// later): it must not pin the request.
