@@ -35,7 +35,8 @@ type Decision struct {
 	Scorers []string  `json:"scorers"`
 	Weights []float64 `json:"weights"`
 	// Candidates are the endpoints scored: the picked ones first, then the
-	// highest totals of the rest, at most 8.
+	// highest totals of the rest, at most 8 (the picked ones alone when
+	// the profile has no scorer).
 	Candidates []ScoredCandidate `json:"candidates"`
 }
 
@@ -105,8 +106,12 @@ func (r *decisionRing) record(at time.Time, req *Request, targetModel string, pr
 		add(i)
 	}
 	// The rest by highest total in one pass, keeping the best few in
-	// order by insertion, without sorting the cycle's buffers.
+	// order by insertion, without sorting the cycle's buffers. Without
+	// scorers every total is zero: there is no best to show.
 	room := max(maxRecordedCandidates-len(picked), 0)
+	if len(prof.scorers) == 0 {
+		room = 0
+	}
 	s.best = s.best[:0]
 	for i := range cands {
 		if s.taken[i] || (len(s.best) == room && (room == 0 || totals[i] <= totals[s.best[room-1]])) {

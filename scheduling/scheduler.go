@@ -448,7 +448,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		if record {
 			// Recorded at commit, once the decision is on its way: the
 			// cycle's buffers stay the scheduler's until then.
-			box.commit.decision = pendingDecision{pool: pool, at: now, prof: prof, cands: cands, totals: totals, perScorer: perScorer, picked: picked}
+			cy.decision = pendingDecision{pool: pool, at: now, prof: prof, cands: cands, totals: totals, perScorer: perScorer, picked: picked}
 		}
 		res.pending = &box.commit
 		committing = true
@@ -474,6 +474,8 @@ type cycle struct {
 	// for the decision record.
 	perScorer []float64
 	picked    []int
+	// decision is the pick the commit records.
+	decision pendingDecision
 	// seen is the result as the post-pick plugins see it (views), built
 	// at commit.
 	seen framework.Result
@@ -482,6 +484,7 @@ type cycle struct {
 func (s *Scheduler) recycle(cy *cycle) {
 	cy.End()
 	cy.modelRewrite = ""
+	cy.decision = pendingDecision{}
 	clear(cy.candidates[:cap(cy.candidates)])
 	clear(cy.seen.Endpoints[:cap(cy.seen.Endpoints)])
 	cy.seen = framework.Result{Endpoints: cy.seen.Endpoints[:0]}
@@ -496,12 +499,10 @@ type pendingCommit struct {
 	cy          *cycle
 	req         *Request
 	postPickers []framework.PostPicker
-	// decision is what the pool's decision ring records; its pool is nil
-	// when decisions are not kept.
-	decision pendingDecision
 }
 
-// pendingDecision is a pick to record at commit, over the cycle's buffers.
+// pendingDecision is a pick to record at commit, over the cycle's buffers;
+// its pool is nil when decisions are not kept.
 type pendingDecision struct {
 	pool      *datastore.Pool
 	at        time.Time
@@ -527,7 +528,7 @@ func (p *pendingCommit) commit(r *Result) {
 		pp.PostPick(p.ctx, &p.cy.CycleState, p.req, seen)
 	}
 	r.prediction = seen.Prediction()
-	if d := &p.decision; d.pool != nil {
+	if d := &p.cy.decision; d.pool != nil {
 		p.s.decisionRing(d.pool).record(d.at, p.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked)
 	}
 	p.s.recycle(p.cy)
