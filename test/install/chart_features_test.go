@@ -261,7 +261,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"tracing: {enabled: true}\n", "tracing.enabled needs tracing.otlpEndpoint"},
 		{"logFormat: logfmt\n", `logFormat "logfmt": want text or json`},
 		{"podAntiAffinity: always\n", `podAntiAffinity "always"`},
-		{"podAntiAffinity: soft\naffinity: {podAntiAffinity: {}}\n", "podAntiAffinity and affinity.podAntiAffinity: set one"},
+		{"podAntiAffinity: soft\naffinity: {podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: []}}\n", "podAntiAffinity and affinity.podAntiAffinity: set one"},
 	} {
 		_, err := tool.Chart(ctx, deploytest.ChartOptions{Values: tc.values})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -517,7 +517,10 @@ func TestChartMonitoring(t *testing.T) {
 			}
 			var found *unstructured.Unstructured
 			for _, o := range objs {
-				if _, ok := o.Object["data"].(map[string]any)[filepath.Base(f)]; ok && o.GetKind() == "ConfigMap" {
+				if o.GetKind() != "ConfigMap" {
+					continue
+				}
+				if _, ok, _ := unstructured.NestedString(o.Object, "data", filepath.Base(f)); ok {
 					found = o
 				}
 			}
