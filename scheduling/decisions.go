@@ -113,8 +113,8 @@ func (r *decisionRing) record(at time.Time, req *Request, targetModel string, pr
 		room = 0
 	}
 	s.best = s.best[:0]
-	for i := range cands {
-		if s.taken[i] || (len(s.best) == room && (room == 0 || totals[i] <= totals[s.best[room-1]])) {
+	for i := 0; room > 0 && i < len(cands); i++ {
+		if s.taken[i] || (len(s.best) == room && totals[i] <= totals[s.best[room-1]]) {
 			continue
 		}
 		if len(s.best) < room {
