@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -127,8 +128,16 @@ func testDebugEndpoint(t *testing.T, auth bool) {
 		t.Fatalf("%d decisions, want the last 4 of 6", len(p.Decisions))
 	}
 	for _, d := range p.Decisions {
-		if len(d.Picked) != 1 || d.Picked[0] != addr || len(d.Scorers) == 0 || len(d.Candidates) != 1 || len(d.Candidates[0].Scores) != len(d.Scorers) || d.Request == "" {
-			t.Errorf("decision %+v: want %s picked, every scorer's score of it, its request", d, addr)
+		if len(d.Picked) != 1 || d.Picked[0] != addr || len(d.Scorers) == 0 || len(d.Candidates) != 1 || len(d.Candidates[0].Scores) != len(d.Scorers) {
+			t.Errorf("decision %+v: want %s picked and every scorer's score of it", d, addr)
+			continue
+		}
+		sum := 0.0
+		for i, w := range d.Weights {
+			sum += w * d.Candidates[0].Scores[i]
+		}
+		if math.Abs(sum-d.Candidates[0].Total) > 1e-9 {
+			t.Errorf("decision %+v: the weighted scores add up to %v, not the total", d, sum)
 		}
 	}
 	if !strings.Contains(body, `"prefix-cache-scorer"`) {
@@ -142,7 +151,7 @@ func testDebugEndpoint(t *testing.T, auth bool) {
 	}
 	scored := false
 	for _, line := range strings.Split(stderr.String(), "\n") {
-		if strings.Contains(line, "\tpicked\t") && strings.Contains(line, `"scores": {"`+addr+`": `) {
+		if strings.Contains(line, "\tpicked\t") && strings.Contains(line, `"scores": {"`+addr+`":`) {
 			scored = true
 		}
 	}
