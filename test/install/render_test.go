@@ -77,8 +77,8 @@ extraArgs: ["--scheduler-max-endpoints=2"]
 podAnnotations: {prometheus.io/scrape: "false"}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
-		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
+		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"}},
 	{name: "single pool, plaintext, no PDB", values: `
 poolName: chat
 poolNamespace: install-team-a
@@ -103,7 +103,18 @@ metrics: {serviceMonitor: {enabled: true}, endpointAuth: {enabled: false}}
 metrics:
   serviceMonitor: {enabled: true}
   endpointAuth: {readers: [{name: prometheus-k8s, namespace: monitoring}]}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"}},
+	{name: "monitoring, scheduler config, tracing, JSON logs", values: `
+metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}, dashboards: {enabled: true}}
+scheduler: {config: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"}
+tracing: {enabled: true, otlpEndpoint: "http://otel-collector.monitoring:4317"}
+logFormat: json
+logVerbosity: 0
+podAntiAffinity: soft
+env: [{name: GOMEMLIMIT, value: 1200MiB}]
+extraVolumes: [{name: scratch, emptyDir: {}}]
+extraVolumeMounts: [{name: scratch, mountPath: /scratch}]
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "ConfigMap", "Deployment", "PodDisruptionBudget", "PrometheusRule", "Role", "RoleBinding", "Secret", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"}},
 	{name: "leader election only", values: `
 provisionPickerServices: {enabled: false}
 peerSync: {enabled: false}
@@ -353,7 +364,9 @@ func metricsAuthOn(args []string) bool {
 // checkMetricsAuth: with --metrics-endpoint-auth on, the token reviews'
 // ClusterRole is bound to the Deployment's service account, a
 // metrics-reader ClusterRole grants get on /metrics, and every
-// ServiceMonitor sends a bearer token; with it off, none of these.
+// ServiceMonitor sends a bearer token (the chart's through authorization,
+// the kustomize overlay's from Prometheus' own account); with it off, none
+// of these.
 func checkMetricsAuth(t *testing.T, objs []*unstructured.Unstructured, deploy *unstructured.Unstructured) {
 	t.Helper()
 	on := metricsAuthOn(containerArgs(deploy))
@@ -378,7 +391,9 @@ func checkMetricsAuth(t *testing.T, objs []*unstructured.Unstructured, deploy *u
 		case o.GetKind() == "ServiceMonitor":
 			endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", "endpoints")
 			for _, e := range endpoints {
-				if _, token := e.(map[string]any)["bearerTokenFile"]; token != on {
+				_, file := e.(map[string]any)["bearerTokenFile"]
+				_, auth := e.(map[string]any)["authorization"]
+				if token := file || auth; token != on {
 					t.Errorf("ServiceMonitor %s: bearer token %v with --metrics-endpoint-auth %v", o.GetName(), token, on)
 				}
 			}
