@@ -689,7 +689,10 @@ func (st *stream) bodyComplete() (bool, error) {
 // and sends the answers the gateway is waiting for, then moves to
 // stateForwarded.
 func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
-	sreq := &scheduling.Request{ID: st.requestID, Objective: st.objective, Subset: st.resolveIn.subset, CandidateIPs: st.candidateIPs, Scores: st.s.opts.EmitEndpointScores}
+	// Scores go to the gateway (--emit-endpoint-scores) and to the picked
+	// log line at V(5).
+	sreq := &scheduling.Request{ID: st.requestID, Objective: st.objective, Subset: st.resolveIn.subset, CandidateIPs: st.candidateIPs,
+		Scores: st.s.opts.EmitEndpointScores || st.s.log.V(5).Enabled()}
 	if st.candidateIPs == nil {
 		sreq.CandidateIPs = nil
 	}
@@ -813,7 +816,12 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	st.ticket.Picked()
 	st.s.metrics.routed(st.labels, res.Priority, st.bodyBytes)
 	if log := st.s.log.V(4); log.Enabled() { // the arguments cost allocations
-		log.Info("picked", "pool", st.poolName, "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", sreq.Model, "targetModel", target)
+		kv := []any{"pool", st.poolName, "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", sreq.Model, "targetModel", target}
+		if st.s.log.V(5).Enabled() {
+			// Each candidate's weighted total, by ip:port.
+			kv = append(kv, "scores", res.Scores)
+		}
+		log.Info("picked", kv...)
 	}
 	st.state = stateForwarded
 	st.lastMsg = time.Now()
