@@ -18,6 +18,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/internal/devgateway"
 	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/peersync"
 )
 
 // bModel is the model tenant B's requests name; the label-budget case
@@ -60,6 +61,10 @@ func TestTenantBUnharmed(t *testing.T) {
 			return send(context.Background(), p.host, p.model, "ping").ok()
 		})
 	}
+	// The replicas stream their picks to each other, as the chart runs them.
+	poll.Until(t, time.Minute, "every replica receiving its peer's stream", func() bool {
+		return metricSum(t, peersync.MetricStreams, nil) >= pickerReplicas
+	})
 	perWindow := 150
 	if *full {
 		perWindow = 2000
@@ -93,7 +98,7 @@ func cases() []misbehaviour {
 		{name: "hostile server: a slow page without end", skip: "needs scrape bounds in bytes and wall time: scrape", start: hostileServers(slowEndlessPage)},
 		{name: "stalled request bodies", start: stalledBodies, check: refusedPastShare("held_request_body_bytes")},
 		{name: "stream flood", start: streamFlood, check: refusedPastShare("concurrent_streams")},
-		{name: "peer flood from an allowed address", skip: "needs authenticated peer sync with per-peer limits: peers"},
+		{name: "peer flood from an allowed address", start: peerFlood},
 		{name: "inflated cache sizes with unique prompts", start: inflatedCaches},
 		{name: "more model names than the label budget", start: manyModelNames, check: bLabelKept},
 		{name: "large Pending pods", skip: "needs pods kept by a watch stripped to what the picker reads: tenancy"},

@@ -53,6 +53,10 @@ const (
 	adapters = 100
 )
 
+// firstPickerIP is the first replica's loopback IP; localstack gives the
+// next replicas the next addresses.
+const firstPickerIP = "127.0.121.2"
+
 // The tenants: pool a in namespace iso-a (the misbehaving one), pool b in
 // iso-b (the one that must not notice).
 var (
@@ -72,6 +76,8 @@ func (p tenant) authority() string { return "epp-" + p.name + "." + p.ns + ".svc
 var (
 	stack      *localstack.Stack
 	grpcPort   int
+	// peerSyncPort is every replica's peer-sync port.
+	peerSyncPort int
 	httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 2 * time.Minute}
 	// scrapesOfB times the scrapes of tenant B's servers, by server address.
 	scrapesOfB = newScrapeClocks()
@@ -106,10 +112,20 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "isolation:", err)
 		return 1
 	}
-	grpcPort = ports[0]
+	grpcPort, peerSyncPort = ports[0], ports[3]
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The replicas authenticate each other with a key both read, as the
+	// chart mounts its Secret.
+	key := filepath.Join(dir, "peer-sync-key")
+	if err := os.WriteFile(key, []byte("the isolation suite's peer-sync key, more than sixteen bytes"), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	// The replicas' loopback IPs, as localstack assigns them from
 	// FirstPickerIP: each lists both as its peers.
-	const firstPickerIP = "127.0.121.2"
 	var peers []string
 	for i := range pickerReplicas {
 		peers = append(peers, net.JoinHostPort(fmt.Sprintf("127.0.121.%d", 2+i), strconv.Itoa(ports[3])))
@@ -131,7 +147,7 @@ func run(m *testing.M) int {
 			fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
 			"--request-body-start-timeout=" + bodyStartTimeout.String(),
 			"--request-body-timeout=" + bodyTimeout.String(),
-			"--peer-sync", fmt.Sprintf("--peer-sync-port=%d", ports[3]), "--peer-sync-peers=" + strings.Join(peers, ","),
+			"--peer-sync", fmt.Sprintf("--peer-sync-port=%d", ports[3]), "--peer-sync-peers=" + strings.Join(peers, ","), "--peer-sync-key-file=" + key,
 		},
 		Sim: func(d types.NamespacedName, o *modelsim.Options) {
 			if d == poolB.deploy {
