@@ -32,7 +32,21 @@ func hostileServers(serve func(ctx context.Context, c net.Conn)) func(t *testing
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		var stops []func()
+		// The window lasts until the picker has come back to each hostile
+		// server at least once: it spans a whole hostile scrape, however
+		// long the picker lets one take.
+		var asked sync.WaitGroup
 		for i := range 2 {
+			asks := 2
+			var askMu sync.Mutex
+			asked.Add(1)
+			counted := func() {
+				askMu.Lock()
+				defer askMu.Unlock()
+				if asks--; asks == 0 {
+					asked.Done()
+				}
+			}
 			ip := fmt.Sprintf("127.0.122.%d", 2+i)
 			ln, err := net.Listen("tcp", net.JoinHostPort(ip, "8000"))
 			if err != nil {
@@ -52,7 +66,7 @@ func hostileServers(serve func(ctx context.Context, c net.Conn)) func(t *testing
 						defer c.Close()
 						stop := context.AfterFunc(ctx, func() { c.Close() })
 						defer stop()
-						serve(ctx, c)
+						serve(ctx, &askCounter{Conn: c, counted: counted})
 					}()
 				}
 			}()
@@ -69,14 +83,34 @@ func hostileServers(serve func(ctx context.Context, c net.Conn)) func(t *testing
 		poll.Until(t, time.Minute, "the hostile servers scraped", func() bool {
 			return metricSum(t, "inference_pool_metrics_scrape_errors_total", map[string]string{"namespace": poolA.ns, "name": poolA.name}) > 0
 		})
+		settled := make(chan struct{})
+		go func() {
+			asked.Wait()
+			close(settled)
+		}()
 		return func() {
 			for _, s := range stops {
 				s()
 			}
 			cancel()
 			wg.Wait()
-		}, nil
+		}, settled
 	}
+}
+
+// askCounter counts the requests a hostile server reads: each read that
+// starts with a GET is one.
+type askCounter struct {
+	net.Conn
+	counted func()
+}
+
+func (a *askCounter) Read(p []byte) (int, error) {
+	n, err := a.Conn.Read(p)
+	if bytes.HasPrefix(p[:n], []byte("GET ")) {
+		a.counted()
+	}
+	return n, err
 }
 
 // readyPod creates a Running, Ready pod with the given IP, as a kubelet
@@ -371,5 +405,58 @@ func bLabelKept(t *testing.T, w window) {
 	n := metricSum(t, "inference_objective_request_total", map[string]string{"namespace": poolB.ns, "model_name": w.bModelUsed})
 	if int(n) < w.servedByB {
 		t.Errorf("tenant B's %d requests for %s counted %v times under their own model_name label, after tenant A used %d names", w.servedByB, w.bModelUsed, n, adapters)
+	}
+}
+
+// pendingPods is what largePendingPods created: how many bytes of pod
+// objects, and the replicas' largest resident memory before.
+var pendingPods struct {
+	bytes     int64
+	rssBefore int64
+}
+
+// largePendingPods: tenant A creates Pending pods (never scheduled, never
+// ready) of no pool, which the namespace's pod watch sees, with 200 KiB of annotations each (the API server takes at most 256 KiB).
+func largePendingPods(t *testing.T) (func(), <-chan struct{}) {
+	ctx := context.Background()
+	n := 150
+	if *full {
+		n = 400
+	}
+	done := make(chan struct{})
+	close(done)
+	pendingPods.rssBefore = <-peakRSS(done)
+	pendingPods.bytes = 0
+	filler := strings.Repeat("p", 200<<10)
+	var names []string
+	for i := range n {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: poolA.ns, Name: fmt.Sprintf("a-pending-%d", i),
+				Labels:      map[string]string{"app": "a-batch-job"},
+				Annotations: map[string]string{"tenant-a.example/filler": filler}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:latest"}}},
+		}
+		if err := stack.Client().Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, pod.Name)
+		pendingPods.bytes += int64(len(filler))
+	}
+	return func() {
+		for _, name := range names {
+			if err := stack.Client().Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: poolA.ns, Name: name}}); err != nil {
+				t.Errorf("deleting pod %s: %v", name, err)
+			}
+		}
+	}, nil
+}
+
+// pendingPodsNotKept checks that the replicas did not keep the Pending
+// pods' annotations: their memory grew by less than a quarter of the bytes
+// created (a watch that keeps them grows by about all of them).
+func pendingPodsNotKept(t *testing.T, w window) {
+	if grown := w.peakRSS - pendingPods.rssBefore; grown > pendingPods.bytes/4 {
+		t.Errorf("a replica's resident memory grew %d MiB while tenant A created %d MiB of Pending pods: the watch keeps what the picker does not read",
+			grown>>20, pendingPods.bytes>>20)
 	}
 }

@@ -147,6 +147,9 @@ func run(m *testing.M) int {
 			fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
 			"--request-body-start-timeout=" + bodyStartTimeout.String(),
 			"--request-body-timeout=" + bodyTimeout.String(),
+			// One watch of each namespace's pods for all its pools: the plan
+			// that sees every pod a tenant creates, its pools' or not.
+			"--pod-watch-plan=namespace",
 			"--peer-sync", fmt.Sprintf("--peer-sync-port=%d", ports[3]), "--peer-sync-peers=" + strings.Join(peers, ","), "--peer-sync-key-file=" + key,
 		},
 		Sim: func(d types.NamespacedName, o *modelsim.Options) {
