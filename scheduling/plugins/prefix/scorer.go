@@ -56,6 +56,13 @@ type Params struct {
 	// BytesPerToken is the prompt bytes per token assumed by AutoTune and
 	// QueueCostTokens. Zero: 4.
 	BytesPerToken int `json:"bytesPerToken"`
+	// TokenScaledCapacity makes AutoTune size each endpoint's LRU in the
+	// servers' tokens rather than the estimate's: the cache's tokens over
+	// the pool's recent scale of the servers' tokens to the estimate (the
+	// usage's prompt_tokens against BytesPerToken), so that prompts of
+	// longer or shorter words than BytesPerToken take as much of the LRU
+	// as of the server's cache. Absent: true.
+	TokenScaledCapacity *bool `json:"tokenScaledCapacity"`
 	// QueueCostTokens is how many prompt tokens of prefill cost as much
 	// time as one more request in flight on an idle pool's endpoint. When
 	// set, an endpoint's cached prefix counts for what it saves beyond its
@@ -265,7 +272,7 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 			return nil, fmt.Errorf("parameters: %s %d must be between 1 and %d", c.field, *c.v, c.max)
 		}
 	}
-	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback} {
+	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.TokenScaledCapacity} {
 		if *b == nil {
 			t := true
 			*b = &t
@@ -599,7 +606,7 @@ func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *fram
 		return
 	}
 	e := res.Endpoints[0]
-	capacity := s.capacity(e.Metrics())
+	capacity := s.capacity(st.index, e.Metrics())
 	if pe := st.index.endpointFor(cs.Pool, e, capacity); pe != nil {
 		var predicted int32
 		if int(pe.slot) < len(st.matched) {
@@ -631,7 +638,7 @@ func (s *Scorer) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, bloc
 		return
 	}
 	blocks = blocks[:min(len(blocks), s.params.MaxPrefixBlocksToMatch)]
-	capacity := s.capacity(e.Metrics())
+	capacity := s.capacity(x, e.Metrics())
 	if pe := x.endpointFor(pool, e, capacity); pe != nil {
 		pe.record(blocks, capacity, 0)
 	}
@@ -652,12 +659,20 @@ func (s *Scorer) ForgetPeerBlocks(pool framework.Pool, e framework.Endpoint, blo
 	}
 }
 
-// capacity is the number of blocks an endpoint's LRU holds: the server's
-// KV cache in prompt bytes over the block size, when the server says how
-// big its cache is; LRUCapacityPerServer otherwise.
-func (s *Scorer) capacity(m framework.Metrics) int {
+// capacity is the number of blocks an endpoint's LRU in index x holds:
+// the server's KV cache in prompt bytes over the block size, when the
+// server says how big its cache is; LRUCapacityPerServer otherwise. The
+// cache's tokens are the servers' (TokenScaledCapacity): at a scale of
+// the servers' tokens to the estimate below 1 (longer words than
+// BytesPerToken) a server holds more of the prompts' bytes than the
+// estimate's tokens say, and the LRU would forget prefixes the server
+// still holds.
+func (s *Scorer) capacity(x *prefixIndex, m framework.Metrics) int {
 	if *s.params.AutoTune && !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
-		c := int64(m.NumBlocks()) * int64(m.BlockSize()) * int64(s.params.BytesPerToken) / int64(s.params.HashBlockSize)
+		c := float64(m.NumBlocks()) * float64(m.BlockSize()) * float64(s.params.BytesPerToken) / float64(s.params.HashBlockSize)
+		if *s.params.TokenScaledCapacity {
+			c /= x.recentTokenScale()
+		}
 		return int(min(max(c, 1), maxLRUCapacityPerServer))
 	}
 	return s.params.LRUCapacityPerServer

@@ -263,7 +263,7 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 	m := schedtest.Load(0, 0.1)
 	m.NumBlocks, m.BlockSize = 10, 16
 	f.tp.Ep(t, 1).SetMetrics(m)
-	if c := f.s.capacity(framework.MetricsOf(m)); c != 10 {
+	if c := f.s.capacity(f.index(), framework.MetricsOf(m)); c != 10 {
 		t.Fatalf("capacity %d, want 10", c)
 	}
 	f.score(b[:64], 1)
@@ -366,20 +366,32 @@ func TestPrefixCapacity(t *testing.T) {
 		name   string
 		params string
 		m      *datastore.Metrics
-		want   int
+		// scale is the servers' tokens over the estimate reported (0:
+		// none yet).
+		scale float64
+		want  int
 	}{
-		{"unknown metrics", "", nil, DefaultLRUCapacityPerServer},
-		{"no cache info", "", &datastore.Metrics{}, DefaultLRUCapacityPerServer},
-		{"vLLM-sized cache", "", &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 30000},
-		{"bytes per token", `{"bytesPerToken": 2}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 15000},
-		{"auto-tune off", `{"autoTune": false, "lruCapacityPerServer": 7}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 7},
-		{"tiny cache", "", &datastore.Metrics{NumBlocks: 1, BlockSize: 1}, 1},
-		{"huge cache is capped", "", &datastore.Metrics{NumBlocks: 1 << 30, BlockSize: 1 << 10}, maxLRUCapacityPerServer},
+		{"unknown metrics", "", nil, 0, DefaultLRUCapacityPerServer},
+		{"no cache info", "", &datastore.Metrics{}, 0, DefaultLRUCapacityPerServer},
+		{"vLLM-sized cache", "", &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 0, 30000},
+		{"bytes per token", `{"bytesPerToken": 2}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 0, 15000},
+		{"auto-tune off", `{"autoTune": false, "lruCapacityPerServer": 7}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 0, 7},
+		{"tiny cache", "", &datastore.Metrics{NumBlocks: 1, BlockSize: 1}, 0, 1},
+		{"huge cache is capped", "", &datastore.Metrics{NumBlocks: 1 << 30, BlockSize: 1 << 10}, 0, maxLRUCapacityPerServer},
+		// Prompts of longer words than 4 bytes: the servers count 2
+		// tokens where the estimate counts 3, and hold 3/2 the bytes.
+		{"servers' tokens", "", &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 2.0 / 3, 45000},
+		{"servers' tokens, not scaled", `{"tokenScaledCapacity": false}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 2.0 / 3, 30000},
+		{"auto-tune off is not scaled", `{"autoTune": false, "lruCapacityPerServer": 7}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 2.0 / 3, 7},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := build(t, c.params)
-			if got := s.capacity(framework.MetricsOf(c.m)); got != c.want {
+			x := newPrefixIndex()
+			if c.scale > 0 {
+				x.observeTokenScale(c.scale)
+			}
+			if got := s.capacity(x, framework.MetricsOf(c.m)); got != c.want {
 				t.Fatalf("capacity %d, want %d", got, c.want)
 			}
 		})
