@@ -128,6 +128,17 @@ type Params struct {
 	// differently. False (the plugin default): the hash within the load
 	// slack alone.
 	RendezvousBalanceCache bool `json:"rendezvousBalanceCache"`
+	// RendezvousByCacheSize weighs each candidate's rendezvous hash by
+	// the size of its server's KV cache (the scraped cache_config_info's
+	// blocks × block size), as weighted rendezvous hashing does: a
+	// server with twice the cache of another is chosen for twice as
+	// many new prefixes. On unequal servers the hash alone gives a
+	// server of a quarter of the pool's cache and batch slots as many
+	// prefixes as one of twice its share, whose queue and cache then
+	// overflow; on equal servers the choice is the hash's. Candidates
+	// whose cache size is not known weigh as the mean of those known.
+	// Absent: true.
+	RendezvousByCacheSize *bool `json:"rendezvousByCacheSize"`
 	// ServerCounterAging ages each endpoint's LRU by what its server says
 	// it cached: on each new scrape, the growth of its prefix-cache
 	// counters (vLLM's vllm:prefix_cache_queries_total less
@@ -272,7 +283,7 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 			return nil, fmt.Errorf("parameters: %s %d must be between 1 and %d", c.field, *c.v, c.max)
 		}
 	}
-	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.TokenScaledCapacity} {
+	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.TokenScaledCapacity, &p.RendezvousByCacheSize} {
 		if *b == nil {
 			t := true
 			*b = &t
@@ -449,7 +460,8 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		}
 	}
 	promptBlocks := min(len(req.Prompt)/s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
-	best, bestWeight := -1, uint64(0)
+	sizes := s.cacheSizes(c)
+	best, bestWeight := -1, 0.0
 	for i := range c {
 		if candidateLoad(&c[i])-least > slack {
 			continue
@@ -457,11 +469,44 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		if held != nil && held[i]-minHeld > promptBlocks {
 			continue
 		}
-		if w := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address())); best < 0 || w > bestWeight {
+		h := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address()))
+		// Weighted rendezvous hashing: with u uniform in (0, 1), the
+		// candidate of the highest -size/ln(u) is each candidate with
+		// odds in proportion to its size; with equal sizes, the highest
+		// hash as unweighted.
+		u := (float64(h>>11) + 0.5) / (1 << 53)
+		w := -sizes[i] / math.Log(u)
+		if best < 0 || w > bestWeight {
 			best, bestWeight = i, w
 		}
 	}
 	scores[best] = max(scores[best], RendezvousScore)
+}
+
+// cacheSizes is each candidate's weight in the rendezvous choice: its
+// server's KV cache in tokens (RendezvousByCacheSize), the mean of the
+// known for the others; all 1 when none is known or the weighing is off.
+func (s *Scorer) cacheSizes(c []framework.Candidate) []float64 {
+	sizes := make([]float64, len(c))
+	var sum float64
+	var known int
+	for i := range c {
+		if m := c[i].Metrics; *s.params.RendezvousByCacheSize && !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
+			sizes[i] = float64(m.NumBlocks()) * float64(m.BlockSize())
+			sum += sizes[i]
+			known++
+		}
+	}
+	mean := 1.0
+	if known > 0 {
+		mean = sum / float64(known)
+	}
+	for i := range sizes {
+		if sizes[i] == 0 {
+			sizes[i] = mean
+		}
+	}
+	return sizes
 }
 
 // FNV-1a, 64-bit: a fixed hash, the same in every process.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -996,5 +997,49 @@ func TestPrefixScorerRendezvousBalanceCache(t *testing.T) {
 	}
 	if hi-lo > 2 {
 		t.Fatalf("prefixes per pod %v: want within 2 of each other", count)
+	}
+}
+
+// TestPrefixScorerRendezvousByCacheSize places many new prefixes on
+// servers of unequal caches (4, 2, 1 and 2 parts): each gets new prefixes
+// in proportion to its cache, within a generous band, where the hash alone
+// (the weighing off) gives each about a quarter; servers whose cache size
+// is unknown weigh as the mean of the known.
+func TestPrefixScorerRendezvousByCacheSize(t *testing.T) {
+	const prefixes = 2000
+	cases := []struct {
+		name   string
+		params string
+		blocks []int // per pod (1-based; 0: no cache info scraped)
+		want   []float64
+	}{
+		{"weighed", "", []int{0, 400, 200, 100, 200}, []float64{0, 4.0 / 9, 2.0 / 9, 1.0 / 9, 2.0 / 9}},
+		{"off", `"rendezvousByCacheSize": false, `, []int{0, 400, 200, 100, 200}, []float64{0, 0.25, 0.25, 0.25, 0.25}},
+		{"unknown weigh the mean", "", []int{0, 400, 200, 0, 0}, []float64{0, 4.0 / 12, 2.0 / 12, 3.0 / 12, 3.0 / 12}},
+		{"equal", "", []int{0, 300, 300, 300, 300}, []float64{0, 0.25, 0.25, 0.25, 0.25}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 4, `{`+c.params+`"queueCostTokens": 128, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8}`)
+			for pod := 1; pod <= 4; pod++ {
+				m := schedtest.Load(0, 0.1)
+				m.NumBlocks, m.BlockSize = c.blocks[pod], 16
+				f.tp.Ep(t, pod).SetMetrics(m)
+			}
+			got := make([]float64, 5)
+			for g := range prefixes {
+				for pod, v := range f.score(schedtest.Prompt(fmt.Sprintf("system prompt %d", g), 512), 0) {
+					if v == RendezvousScore {
+						got[pod]++
+					}
+				}
+			}
+			for pod := 1; pod <= 4; pod++ {
+				share := got[pod] / prefixes
+				if math.Abs(share-c.want[pod]) > 0.04 {
+					t.Errorf("pod %d chosen for %.3f of new prefixes, want %.3f (all: %v)", pod, share, c.want[pod], got)
+				}
+			}
+		})
 	}
 }
