@@ -139,6 +139,14 @@ type Params struct {
 	// whose cache size is not known weigh as the mean of those known.
 	// Absent: true.
 	RendezvousByCacheSize *bool `json:"rendezvousByCacheSize"`
+	// LoadPerCacheSize counts, in QueueCostTokens' rule, each candidate's
+	// load per token of its server's KV cache, in units of the
+	// candidates' mean cache (the mean of the known for a server that
+	// has not said): a request queued on a server of half the mean cache
+	// (and, as servers are sized, half the batch) waits as long as two
+	// on a mean one, so a small holder's affinity gives way twice as
+	// soon. Equal caches count requests as before. Absent: true.
+	LoadPerCacheSize *bool `json:"loadPerCacheSize"`
 	// ServerCounterAging ages each endpoint's LRU by what its server says
 	// it cached: on each new scrape, the growth of its prefix-cache
 	// counters (vLLM's vllm:prefix_cache_queries_total less
@@ -283,7 +291,7 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 			return nil, fmt.Errorf("parameters: %s %d must be between 1 and %d", c.field, *c.v, c.max)
 		}
 	}
-	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.TokenScaledCapacity, &p.RendezvousByCacheSize} {
+	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.TokenScaledCapacity, &p.RendezvousByCacheSize, &p.LoadPerCacheSize} {
 		if *b == nil {
 			t := true
 			*b = &t
@@ -378,9 +386,22 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 	// PromptBytes of it), and what each endpoint's cached prefix saves.
 	promptTokens := float64(min(len(req.Prompt), s.PromptBytes())) / float64(s.params.BytesPerToken)
 	blockTokens := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
-	least, running := int64(math.MaxInt64), 1
+	// load is each candidate's load, per its share of the mean cache
+	// (LoadPerCacheSize).
+	var sizes []float64
+	if *s.params.LoadPerCacheSize {
+		sizes = cacheSizes(c, true)
+	}
+	load := func(i int) float64 {
+		l := float64(candidateLoad(&c[i]))
+		if sizes != nil {
+			l *= sizes[len(sizes)-1] / sizes[i]
+		}
+		return l
+	}
+	least, running := math.Inf(1), 1
 	for i := range c {
-		least = min(least, candidateLoad(&c[i]))
+		least = min(least, load(i))
 		if m := c[i].Metrics; !m.IsZero() {
 			running = max(running, m.RunningRequests())
 		}
@@ -391,7 +412,7 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 	// counted in batches (the most sequences an endpoint was seen running).
 	// Without this, affinity gives way under overload, each miss adds load,
 	// and the pool falls to round-robin's hit rate.
-	perRequest := float64(s.params.QueueCostTokens) / (1 + float64(least)/float64(running))
+	perRequest := float64(s.params.QueueCostTokens) / (1 + least/float64(running))
 	if s.params.QueueMissCost {
 		// Not divided like the above: when the pool misses anyway, a miss
 		// here evicts little that would have hit, and every request
@@ -403,7 +424,7 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 		if matched == 0 {
 			continue
 		}
-		saved := matched*blockTokens - perRequest*float64(candidateLoad(&c[i])-least)
+		saved := matched*blockTokens - perRequest*(load(i)-least)
 		scores[i] = saved / promptTokens
 	}
 }
@@ -460,7 +481,7 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		}
 	}
 	promptBlocks := min(len(req.Prompt)/s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
-	sizes := s.cacheSizes(c)
+	sizes := cacheSizes(c, *s.params.RendezvousByCacheSize)
 	best, bestWeight := -1, 0.0
 	for i := range c {
 		if candidateLoad(&c[i])-least > slack {
@@ -483,15 +504,15 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	scores[best] = max(scores[best], RendezvousScore)
 }
 
-// cacheSizes is each candidate's weight in the rendezvous choice: its
-// server's KV cache in tokens (RendezvousByCacheSize), the mean of the
-// known for the others; all 1 when none is known or the weighing is off.
-func (s *Scorer) cacheSizes(c []framework.Candidate) []float64 {
-	sizes := make([]float64, len(c))
+// cacheSizes is each candidate's server's KV cache in tokens, the mean of
+// the known for the others, and then that mean: all 1 when none is known
+// or on is false.
+func cacheSizes(c []framework.Candidate, on bool) []float64 {
+	sizes := make([]float64, len(c)+1)
 	var sum float64
 	var known int
 	for i := range c {
-		if m := c[i].Metrics; *s.params.RendezvousByCacheSize && !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
+		if m := c[i].Metrics; on && !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
 			sizes[i] = float64(m.NumBlocks()) * float64(m.BlockSize())
 			sum += sizes[i]
 			known++

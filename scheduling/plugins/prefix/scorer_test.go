@@ -1043,3 +1043,40 @@ func TestPrefixScorerRendezvousByCacheSize(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixScorerLoadPerCacheSize: a holder of half the candidates' mean
+// KV cache counts each request in flight twice in queueCostTokens' rule
+// (loadPerCacheSize), once with the weighing off; a holder of twice the
+// mean cache, half.
+func TestPrefixScorerLoadPerCacheSize(t *testing.T) {
+	p := schedtest.Prompt("shared system prompt", 4096) // 1,024 tokens
+	cases := []struct {
+		name   string
+		params string
+		blocks [4]int // by pod; the mean of pods 1-3
+		want   float64
+	}{
+		{"half the mean cache", "", [4]int{0, 100, 200, 300}, 1 - 4*128.0/1024},
+		{"half the mean cache, off", `, "loadPerCacheSize": false`, [4]int{0, 100, 200, 300}, 1 - 2*128.0/1024},
+		{"twice the mean cache", "", [4]int{0, 400, 100, 100}, 1 - 1*128.0/1024},
+		{"equal caches", "", [4]int{0, 200, 200, 200}, 1 - 2*128.0/1024},
+		{"unknown caches", "", [4]int{0, 0, 0, 0}, 1 - 2*128.0/1024},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 3, `{"queueCostTokens": 128`+c.params+`}`)
+			for pod := 1; pod <= 3; pod++ {
+				m := schedtest.Load(0, 0.1)
+				m.NumBlocks, m.BlockSize = c.blocks[pod], 16
+				f.tp.Ep(t, pod).SetMetrics(m)
+			}
+			f.score(p, 1)
+			e := f.tp.Ep(t, 1)
+			e.AddInFlight(2)
+			defer e.AddInFlight(-2)
+			if got := f.score(p, 0)[1]; !schedtest.ApproxEqual([]float64{got}, []float64{c.want}) {
+				t.Fatalf("holder scores %v, want %v", got, c.want)
+			}
+		})
+	}
+}
