@@ -5,7 +5,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +150,60 @@ func TestLLMDEPP(t *testing.T) {
 		}
 		if r.hitRate < 0.6 {
 			t.Errorf("%s: hit rate %.3f, want at least 0.6", r.series(), r.hitRate)
+		}
+	}
+}
+
+// TestFleetShapes checks the sweep's unequal servers, LoRA mix and
+// ordinary-words prompts: each server's flags, the fleet's capacity, the
+// models the requests name and the prompts' words, and the checks of the
+// flags.
+func TestFleetShapes(t *testing.T) {
+	c := defaultSweep()
+	c.serverSlots, c.serverKVBlocks = []int{8, 4, 2, 4}, []int{900, 450, 225, 450}
+	c.loraAdapters, c.maxLoRAs, c.ordinaryWords = 3, 2, true
+	if err := c.check(); err != nil {
+		t.Fatal(err)
+	}
+	equal := defaultSweep()
+	if got, want := c.capacity(), equal.capacity()*18/16; got < want*0.999 || got > want*1.001 {
+		t.Errorf("capacity %.2f, want %.2f (18 slots against 16)", got, want)
+	}
+	args := llmdArgs(&c, 2, 8123, 7)
+	flag := func(name string) string {
+		i := slices.Index(args, name)
+		if i < 0 || i+1 >= len(args) {
+			t.Fatalf("no %s in %v", name, args)
+		}
+		return args[i+1]
+	}
+	if flag("--max-num-seqs") != "2" || flag("--kv-cache-size") != "225" || flag("--max-loras") != "2" || !strings.Contains(flag("--lora-modules"), `"name":"adapter-0"`) {
+		t.Errorf("server 2's flags %v", args)
+	}
+	for i, r := range workload(&c, 6, 0.5)[:50] {
+		var body struct {
+			Model, Prompt string
+		}
+		if err := json.Unmarshal(r.body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("adapter-%d", r.group%3); body.Model != want {
+			t.Fatalf("request %d of group %d names %q, want %q", i, r.group, body.Model, want)
+		}
+		if n := len(strings.Fields(body.Prompt)); n < c.prefixTokens+c.suffixTokens-10 || n > c.prefixTokens+c.suffixTokens+10 {
+			t.Fatalf("request %d: %d words, want about %d", i, n, c.prefixTokens+c.suffixTokens)
+		}
+	}
+
+	for _, bad := range []func(*sweepConfig){
+		func(c *sweepConfig) { c.serverSlots = []int{8, 4} },
+		func(c *sweepConfig) { c.serverKVBlocks = []int{900, 450, 225, 50} }, // a request does not fit in 50 blocks
+		func(c *sweepConfig) { c.loraAdapters, c.maxLoRAs = 2, 3 },
+	} {
+		b := c
+		bad(&b)
+		if err := b.check(); err == nil {
+			t.Errorf("check passed %+v", b)
 		}
 	}
 }
