@@ -19,6 +19,9 @@
 // With -sim llm-d the servers are the llm-d project's vLLM simulator
 // instead (-llmd-sim-bin; see llmdsim.go), a second simulator written
 // independently of modelsim.
+// Routers llm-d and llm-d-precise are llm-d's own endpoint picker in its
+// default and its precise prefix-cache configuration (-llmd-epp;
+// llmdepp.go, and NOTES.md for how to build it and what it measured).
 //
 //	go -C bench run ./routing -time-scale 2 -requests 300 -svg ../site-src/images/routing-sweep.svg -markdown /tmp/routing.md -json /tmp/routing.json
 //
