@@ -27,8 +27,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
 
 	"github.com/poolpicker/poolpicker/internal/localstack"
 	"github.com/poolpicker/poolpicker/internal/modelsim"
@@ -74,11 +74,11 @@ type tenant struct {
 func (p tenant) authority() string { return "epp-" + p.name + "." + p.ns + ".svc:9002" }
 
 var (
-	stack      *localstack.Stack
-	grpcPort   int
+	stack    *localstack.Stack
+	grpcPort int
 	// peerSyncPort is every replica's peer-sync port.
 	peerSyncPort int
-	httpClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 2 * time.Minute}
+	httpClient   = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 2 * time.Minute}
 	// scrapesOfB times the scrapes of tenant B's servers, by server address.
 	scrapesOfB = newScrapeClocks()
 	// memoryLimit is the chart's memory limit of the picker container.
