@@ -18,6 +18,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
+	"github.com/poolpicker/poolpicker/scrape/internal/fetch"
 )
 
 // hostileServer answers every metrics request on a loopback socket with
@@ -123,12 +124,12 @@ func TestHostileServerStallsNoOtherPool(t *testing.T) {
 			w.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
 			return forever(w, "1;"+long+"\r\na\r\n")
 		}, "too_large"},
-		{"endless empty chunks", func(w *bufio.Writer) error {
-			w.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-			return forever(w, "00000000001;x\r\n\r\n")
-		}, "body"},
+		{"endless page", func(w *bufio.Writer) error {
+			w.WriteString("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+			return forever(w, "vllm:num_requests_waiting 1\n")
+		}, "too_large"},
 		{"a byte now and then", func(w *bufio.Writer) error {
-			w.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+			w.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n")
 			for {
 				if err := w.WriteByte('#'); err != nil {
 					return err
@@ -157,7 +158,10 @@ func TestHostileServerStallsNoOtherPool(t *testing.T) {
 			hostileAddr := net.JoinHostPort(hostile.ip, strconv.Itoa(hostile.port))
 			bEndpoint := endpointOf(t, b, healthy.addr)
 			for i := range 3 {
-				ev := h.awaitError(t, hostileAddr, tt.reason)
+				ev := h.await(t, "an error from the hostile server", func(ev scrapeEvent) bool { return ev.address == hostileAddr && ev.err != nil })
+				if r := fetch.ReasonOf(ev.err); r != tt.reason {
+					t.Fatalf("scrape %d of the hostile server failed with %v (%s), want reason %s", i, ev.err, r, tt.reason)
+				}
 				if strings.Contains(ev.err.Error(), "64") && tt.reason == "too_large" && !strings.Contains(ev.err.Error(), "byte") {
 					t.Errorf("scrape %d: %v does not name the bound", i, ev.err)
 				}
