@@ -173,3 +173,28 @@ func TestHostileServerStallsNoOtherPool(t *testing.T) {
 		})
 	}
 }
+
+// A server whose page costs more CPU to read than its share pays for at
+// its interval is scraped less often, counted on its pool; a cheap
+// server of another pool keeps its interval and is not counted.
+func TestCostlyPageSlowsOnlyItsPool(t *testing.T) {
+	servers := startModelServers(t, 2)
+	costly, cheap := servers[0], servers[1]
+	costly.serve(http.StatusOK, hostilePages[0].page(20000))
+	cheap.servePage(t, vllmpage.State{Running: 2}, vllmpage.Options{MinBytes: -1})
+	h := newHarness(t, Options{RefreshInterval: 100 * time.Millisecond, CPUBudget: -1, MaxServerCPUShare: 0.02})
+	a := h.addPool("a", nil, costly.port, costly)
+	h.addPool("b", nil, cheap.port, cheap)
+	h.await(t, "a costly scrape counted", func(scrapeEvent) bool { return h.series(t, "poolpicker_scrape_costly_pages_total", "a")[""] >= 1 })
+	counts := map[datastore.PoolKey]int{}
+	h.await(t, "40 scrapes of the cheap server", func(ev scrapeEvent) bool {
+		counts[ev.pool]++
+		return ev.address == cheap.addr && counts[ev.pool] >= 40
+	})
+	if n := counts[a.Key]; n > 20 {
+		t.Errorf("the costly server was scraped %d times while the cheap one was 40 times, want it slowed", n)
+	}
+	if got := h.series(t, "poolpicker_scrape_costly_pages_total", "b")[""]; got != 0 {
+		t.Errorf("the cheap server's pool counted %v costly scrapes", got)
+	}
+}

@@ -559,6 +559,7 @@ func (m *Manager) finish(s *server, r polled, measured bool) {
 	if s.busy {
 		interval = max(interval, m.shareLocked(s))
 	}
+	interval = m.costlyLocked(s, r, measured, interval)
 	s.interval = interval
 	if !m.stopped {
 		// From the due time, as a ticker: a scrape started late (no free
@@ -572,6 +573,43 @@ func (m *Manager) finish(s *server, r polled, measured bool) {
 	}
 	m.mu.Unlock()
 	<-m.slots
+}
+
+// costlyLocked lengthens the interval of a server whose scrape cost more
+// CPU than its share (MaxServerCPUShare) pays for at that interval, so
+// that its pages take no more of a poller than the share: counted on its
+// pools and logged when it starts and stops.
+func (m *Manager) costlyLocked(s *server, r polled, measured bool, interval time.Duration) time.Duration {
+	share := m.opts.MaxServerCPUShare
+	if share <= 0 || !measured || r.cancelled {
+		return interval
+	}
+	// A mean over the last few scrapes: a server's first scrape (a new
+	// connection, a parser grown to its page) costs more than the rest.
+	if s.cost == 0 {
+		s.cost = r.cpu
+	} else {
+		s.cost += (r.cpu - s.cost) / 4
+	}
+	need := time.Duration(float64(s.cost) / share)
+	costly := need > max(interval, m.opts.RefreshInterval)
+	if costly != s.costly {
+		s.costly = costly
+		for sb := range s.subs {
+			if costly {
+				m.log.Info("model server's metrics page costs more than its share of scrape time; scraped less often", "pool", sb.pool.Key.String(), "endpoint", sb.ep.Address, "scrapeCPU", s.cost, "interval", need, "maxServerCPUShare", share)
+			} else {
+				m.log.V(2).Info("model server's metrics page fits its share of scrape time again", "pool", sb.pool.Key.String(), "endpoint", sb.ep.Address)
+			}
+		}
+	}
+	if !costly {
+		return interval
+	}
+	for sb := range s.subs {
+		m.stats.costly.WithLabelValues(sb.pool.Key.Namespace, sb.pool.Key.Name).Inc()
+	}
+	return min(need, m.opts.MaxErrorBackoff)
 }
 
 // backoff is the interval after a server's nth failure in a row: doubling

@@ -54,6 +54,10 @@ type server struct {
 	busy bool
 	// failures counts the failed scrapes in a row; the interval backs off.
 	failures int
+	// cost is the mean CPU time of its scrapes; costly is set while they
+	// cost more than MaxServerCPUShare pays for.
+	cost   time.Duration
+	costly bool
 	// parkedOn is the pool whose slots were all in use when s was due;
 	// counted are the pools whose slots its scrape in flight holds.
 	parkedOn *poolSubs

@@ -51,6 +51,9 @@ type poller struct {
 	touched  []*Conn   // the scrapes this wake-up worked on
 	finished []*Conn
 	seq      uint32
+	// attributed is the CPU time of this wake-up charged to one exchange
+	// (its page's parse).
+	attributed time.Duration
 }
 
 // sysConn is a Conn's kept socket (-1: none).
@@ -291,6 +294,8 @@ func (p *poller) account(startCPU time.Duration, startWall time.Time) {
 		return
 	}
 	d := min(max(ThreadCPU()-startCPU, 0), time.Since(startWall))
+	d = max(d-p.attributed, 0)
+	p.attributed = 0
 	each := d / time.Duration(len(p.touched))
 	for _, s := range p.touched {
 		s.x.result.CPU += each
@@ -476,7 +481,13 @@ func (p *poller) redial(s *Conn) {
 
 // finish decodes and parses s's whole response and ends its exchange.
 func (p *poller) finish(s *Conn) {
+	// The page's decoding and parse are its own: charged to it alone, not
+	// shared with the wake-up's other exchanges.
+	start := ThreadCPU()
 	r, keep, redial := s.x.conclude(s, p.o.MaxPageBytes, p.o.Parse)
+	own := max(ThreadCPU()-start, 0)
+	p.attributed += own
+	r.CPU += own
 	if redial {
 		p.redial(s)
 		return
