@@ -171,22 +171,22 @@ func (p *Parser) firstSeries(f *dto.MetricFamily, m *dto.Metric) bool {
 		p.series = map[uint64]struct{}{}
 		p.seed = maphash.MakeSeed()
 	}
-	p.order = append(p.order[:0], m.Label...)
-	slices.SortFunc(p.order, func(a, b *dto.LabelPair) int { return strings.Compare(*a.Name, *b.Name) })
-	var h maphash.Hash
-	h.SetSeed(p.seed)
-	h.WriteString(*f.Name)
-	for i, l := range p.order {
-		if i > 0 && *l.Name == *p.order[i-1].Name {
+	key := maphash.String(p.seed, *f.Name)
+	labels := m.Label
+	if len(labels) > 1 {
+		p.order = append(p.order[:0], labels...)
+		slices.SortFunc(p.order, func(a, b *dto.LabelPair) int { return strings.Compare(*a.Name, *b.Name) })
+		labels = p.order
+	}
+	for i, l := range labels {
+		if i > 0 && *l.Name == *labels[i-1].Name {
+			clear(p.order)
 			return false // expfmt refuses a repeated label
 		}
-		h.WriteByte(0)
-		h.WriteString(*l.Name)
-		h.WriteByte(0)
-		h.WriteString(*l.Value)
+		key = (key ^ maphash.String(p.seed, *l.Name)) * 0x9e3779b97f4a7c15
+		key = (key ^ maphash.String(p.seed, *l.Value)) * 0xc2b2ae3d27d4eb4f
 	}
 	clear(p.order)
-	key := h.Sum64()
 	if _, seen := p.series[key]; seen {
 		return false
 	}
