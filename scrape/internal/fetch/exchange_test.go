@@ -8,7 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // scanFrom is where whole's next search for a line end starts.
 func (x *exchange) scanFrom() int {
