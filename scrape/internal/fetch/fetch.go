@@ -7,7 +7,9 @@
 // included) and in wall time whether or not its socket ever blocks.
 //
 // On Linux one goroutine runs many exchanges over an epoll set (New);
-// elsewhere each exchange has a goroutine of its own. What is fetched,
+// elsewhere each exchange has a goroutine of its own (the portablefetch
+// build tag chooses that on Linux too, so that its tests run there:
+// `go test -tags portablefetch ./scrape/...`). What is fetched,
 // when, and what a page means are the caller's: the package only moves
 // bytes and frames responses.
 package fetch

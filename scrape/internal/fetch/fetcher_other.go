@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-//go:build !linux
+//go:build !linux || portablefetch
 
 package fetch
 
@@ -226,6 +226,9 @@ func (f *goFetcher) failure(c *Conn, err error, during string) error {
 	}
 	return readFailure(c.URL, err, c.x.buf.Len())
 }
+
+// ThreadClock reports whether ThreadCPU reads a thread's CPU clock.
+const ThreadClock = false
 
 // processStart stands for the thread CPU clock this platform lacks.
 var processStart = time.Now()

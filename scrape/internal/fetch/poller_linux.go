@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-//go:build linux
+//go:build linux && !portablefetch
 
 package fetch
 
@@ -551,6 +551,9 @@ func (p *poller) unlink(s *Conn) {
 	}
 	x.before, x.after = nil, nil
 }
+
+// ThreadClock reports whether ThreadCPU reads a thread's CPU clock.
+const ThreadClock = true
 
 // ThreadCPU reads the running thread's CPU clock. The kernel has no fast
 // path for it (unlike the wall clock), and clock_gettime never blocks, so
