@@ -116,11 +116,11 @@ type Manager struct {
 // by the goroutine that reads the endpoint's messages.
 type stream struct {
 	address, ns, pool, ip string
-	ep                *Endpoint
-	cancel            context.CancelFunc
-	limiter           *rate.Limiter
-	last              uint64
-	has               bool
+	ep                    *Endpoint
+	cancel                context.CancelFunc
+	limiter               *rate.Limiter
+	last                  uint64
+	has                   bool
 }
 
 // NewManager checks opts and returns a manager; Start runs it.
