@@ -1,0 +1,217 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+package prefix_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/internal/eppclient"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
+	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/internal/promtest"
+	"github.com/poolpicker/poolpicker/kvevents"
+	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
+)
+
+// preciseConfig is llm-d's precise-prefix-cache-scorer configuration, as
+// an llm-d user would write it, with the servers' ports.
+const preciseConfig = `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-scorer
+  parameters:
+    tokenProcessorConfig:
+      blockSize: 16
+      hashSeed: "42"
+    kvEventsConfig:
+      topicFilter: "kv@"
+      discoverPods: true
+      podDiscoveryConfig:
+        socketPort: %d
+        replaySocketPort: %d
+    indexerConfig:
+      kvBlockIndexConfig:
+        enableMetrics: true
+    tokenizer:
+      timeout: 500ms
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: precise-prefix-cache-scorer
+    weight: 3
+  - pluginRef: queue-scorer
+    weight: 1
+  - pluginRef: max-score-picker
+`
+
+// freeOn is a port free on each of ips now.
+func freeOn(t *testing.T, ips []string) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		ls := []net.Listener{l}
+		ok := true
+		for _, ip := range ips[1:] {
+			l2, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p)))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l2)
+		}
+		for _, l := range ls {
+			_ = l.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no port free on every address")
+	return 0
+}
+
+// TestPreciseEndToEnd runs llm-d's precise configuration through the
+// picker's ext_proc over gRPC against model servers publishing their KV
+// events over ZMQ: the servers confirm at least 0.98 of the cached tokens
+// the event index predicts, in a workload whose prefixes do not all fit.
+func TestPreciseEndToEnd(t *testing.T) {
+	ips := []string{"127.0.91.2", "127.0.91.3", "127.0.91.4"}
+	httpPort, pubPort, replayPort := freeOn(t, ips), freeOn(t, ips), freeOn(t, ips)
+	var sims []*modelsim.Server
+	for _, ip := range ips {
+		s, err := modelsim.New(modelsim.Options{Addr: net.JoinHostPort(ip, strconv.Itoa(httpPort)), Model: "m",
+			BlockSizeTokens: 16, NumGPUBlocks: 160, MaxNumSeqs: 4, DefaultMaxTokens: 1, PrefillPerToken: -1, DecodePerToken: -1,
+			KVEvents: &modelsim.KVEventsOptions{HashSeed: "42",
+				Endpoint:       fmt.Sprintf("tcp://%s:%d", ip, pubPort),
+				ReplayEndpoint: fmt.Sprintf("tcp://%s:%d", ip, replayPort)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		sims = append(sims, s)
+	}
+
+	reg := datastore.NewRegistry()
+	prom := prometheus.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: fmt.Sprintf(preciseConfig, pubPort, replayPort),
+		Registerer: prom, BaseContext: func() context.Context { return ctx }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.AddObserver(sched)
+	key := types.NamespacedName{Namespace: "ns", Name: "pool"}
+	pool := reg.Upsert(key, &datastore.PoolSpec{Selector: map[string]string{"app": "m"}, TargetPorts: []int32{int32(httpPort)}, PickerService: "epp", PickerPort: 9002})
+	var srcs []datastore.EndpointSource
+	for i, ip := range ips {
+		srcs = append(srcs, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("pod-%d", i)}, UID: types.UID(fmt.Sprint(i)), IP: ip})
+	}
+	pool.SetPods(srcs)
+	pool.SetSynced(true)
+	for _, e := range pool.Endpoints().Endpoints {
+		e.SetMetrics(&datastore.Metrics{KVCacheUsage: 0.1, ScrapedAt: time.Now().Add(time.Hour)})
+	}
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hlis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	client := eppclient.New(lis.Addr().String(), eppclient.Options{})
+	t.Cleanup(func() { _ = client.Close() })
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	httpc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+
+	send := func(body []byte) {
+		t.Helper()
+		_, err := client.Do(context.Background(), eppclient.Request{Authority: "epp.ns.svc:9002", Body: body, Chunks: 2,
+			Forward: func(ctx context.Context, res *eppclient.Result) (*eppclient.Response, error) {
+				resp, err := httpc.Post("http://"+res.Endpoints()[0]+"/v1/completions", "application/json", bytes.NewReader(body))
+				if err != nil {
+					return nil, err
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				return &eppclient.Response{Status: resp.StatusCode, Body: b, ServedPrimary: true}, err
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every server's event stream is followed before the workload starts.
+	poll.Until(t, 10*time.Second, "every endpoint's event index confirmed", func() bool {
+		send(completionBody(fmt.Sprintf("warm-up %d", time.Now().UnixNano()), 1))
+		return promtest.PoolSum(prom, kvevents.MetricUnconfirmed, "ns", "pool") == 0 &&
+			promtest.Value(prom, kvevents.MetricLLMDActive, nil) == float64(len(ips))
+	})
+	// 9 prefixes of 40 blocks over 3 servers of 160 blocks: not all fit.
+	for round := range 6 {
+		for p := range 9 {
+			send(completionBody(fmt.Sprintf("prefix %d round %d", p, round), 40))
+		}
+	}
+	labels := map[string]string{"plugin": "precise-prefix-cache-scorer"}
+	observed := promtest.Value(prom, prefix.MetricPredictions, labels)
+	predicted := promtest.Value(prom, prefix.MetricPredictedTokens, labels)
+	confirmed := promtest.Value(prom, prefix.MetricConfirmedTokens, labels)
+	if observed < 40 || predicted == 0 {
+		t.Fatalf("%v reports of %v predicted tokens: the event index predicted too little", observed, predicted)
+	}
+	if r := confirmed / predicted; r < 0.98 {
+		t.Errorf("servers confirmed %v of %v predicted cached tokens (%.3f), want at least 0.98", confirmed, predicted, r)
+	}
+	var hits, queries int
+	for _, s := range sims {
+		st := s.Stats()
+		hits, queries = hits+st.CachedPromptTokens, queries+st.PromptTokens
+	}
+	t.Logf("predictions %v, confirmed %.3f of predicted tokens, servers' hit rate %.3f", observed, confirmed/predicted, float64(hits)/float64(queries))
+}
+
+// completionBody is a completion whose prompt is a prefix of blocks
+// 16-token blocks (4 bytes a token) named by the part of tag before
+// " round", then a suffix unique to tag.
+func completionBody(tag string, blocks int) []byte {
+	name, _, _ := strings.Cut(tag, " round")
+	b, _ := json.Marshal(map[string]any{"model": "m", "max_tokens": 1,
+		"prompt": strings.Repeat(fmt.Sprintf("%-64s", name), blocks) + " question " + tag})
+	return b
+}
