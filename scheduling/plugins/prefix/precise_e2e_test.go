@@ -64,7 +64,7 @@ schedulingProfiles:
 `
 
 // freeOn is a port free on each of ips now.
-func freeOn(t *testing.T, ips []string) int {
+func freeOn(t testing.TB, ips []string) int {
 	t.Helper()
 	for range 20 {
 		l, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
@@ -93,14 +93,22 @@ func freeOn(t *testing.T, ips []string) int {
 	return 0
 }
 
-// TestPreciseEndToEnd runs llm-d's precise configuration through the
-// picker's ext_proc over gRPC against model servers publishing their KV
-// events over ZMQ: the servers confirm at least 0.98 of the cached tokens
-// the event index predicts, in a workload whose prefixes do not all fit.
-func TestPreciseEndToEnd(t *testing.T) {
-	ips := []string{"127.0.91.2", "127.0.91.3", "127.0.91.4"}
+// precisePool is a picker (the scheduler of config, its ext_proc over
+// gRPC) of a pool of model servers publishing their KV events over ZMQ,
+// each on its own loopback IP: send routes a completion through the picker,
+// forwards it to the endpoint picked and reports the answer back.
+type precisePool struct {
+	sims  []*modelsim.Server
+	sched *scheduling.Scheduler
+	pool  *datastore.Pool
+	prom  *prometheus.Registry
+	send  func(body []byte)
+}
+
+func newPrecisePool(t testing.TB, ips []string, config string) *precisePool {
+	t.Helper()
 	httpPort, pubPort, replayPort := freeOn(t, ips), freeOn(t, ips), freeOn(t, ips)
-	var sims []*modelsim.Server
+	pp := &precisePool{prom: prometheus.NewRegistry()}
 	for _, ip := range ips {
 		s, err := modelsim.New(modelsim.Options{Addr: net.JoinHostPort(ip, strconv.Itoa(httpPort)), Model: "m",
 			BlockSizeTokens: 16, NumGPUBlocks: 160, MaxNumSeqs: 4, DefaultMaxTokens: 1, PrefillPerToken: -1, DecodePerToken: -1,
@@ -114,18 +122,19 @@ func TestPreciseEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(s.Stop)
-		sims = append(sims, s)
+		pp.sims = append(pp.sims, s)
 	}
-
 	reg := datastore.NewRegistry()
-	prom := prometheus.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: fmt.Sprintf(preciseConfig, pubPort, replayPort),
-		Registerer: prom, BaseContext: func() context.Context { return ctx }})
+	if strings.Contains(config, "%d") {
+		config = fmt.Sprintf(config, pubPort, replayPort)
+	}
+	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: config, Registerer: pp.prom, BaseContext: func() context.Context { return ctx }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pp.sched = sched
 	reg.AddObserver(sched)
 	key := types.NamespacedName{Namespace: "ns", Name: "pool"}
 	pool := reg.Upsert(key, &datastore.PoolSpec{Selector: map[string]string{"app": "m"}, TargetPorts: []int32{int32(httpPort)}, PickerService: "epp", PickerPort: 9002})
@@ -138,6 +147,7 @@ func TestPreciseEndToEnd(t *testing.T) {
 	for _, e := range pool.Endpoints().Endpoints {
 		e.SetMetrics(&datastore.Metrics{KVCacheUsage: 0.1, ScrapedAt: time.Now().Add(time.Hour)})
 	}
+	pp.pool = pool
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -159,8 +169,7 @@ func TestPreciseEndToEnd(t *testing.T) {
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	httpc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-
-	send := func(body []byte) {
+	pp.send = func(body []byte) {
 		t.Helper()
 		_, err := client.Do(context.Background(), eppclient.Request{Authority: "epp.ns.svc:9002", Body: body, Chunks: 2,
 			Forward: func(ctx context.Context, res *eppclient.Result) (*eppclient.Response, error) {
@@ -176,12 +185,27 @@ func TestPreciseEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Every server's event stream is followed before the workload starts.
+	return pp
+}
+
+// followed awaits every server's event stream being followed.
+func (pp *precisePool) followed(t testing.TB) {
+	t.Helper()
 	poll.Until(t, 10*time.Second, "every endpoint's event index confirmed", func() bool {
-		send(completionBody(fmt.Sprintf("warm-up %d", time.Now().UnixNano()), 1))
-		return promtest.PoolSum(prom, kvevents.MetricUnconfirmed, "ns", "pool") == 0 &&
-			promtest.Value(prom, kvevents.MetricLLMDActive, nil) == float64(len(ips))
+		pp.send(completionBody(fmt.Sprintf("warm-up %d", time.Now().UnixNano()), 1))
+		return promtest.PoolSum(pp.prom, kvevents.MetricUnconfirmed, "ns", "pool") == 0 &&
+			promtest.Value(pp.prom, kvevents.MetricLLMDActive, nil) == float64(len(pp.sims))
 	})
+}
+
+// TestPreciseEndToEnd runs llm-d's precise configuration through the
+// picker's ext_proc over gRPC against model servers publishing their KV
+// events over ZMQ: the servers confirm at least 0.98 of the cached tokens
+// the event index predicts, in a workload whose prefixes do not all fit.
+func TestPreciseEndToEnd(t *testing.T) {
+	pp := newPrecisePool(t, []string{"127.0.91.2", "127.0.91.3", "127.0.91.4"}, preciseConfig)
+	send, prom, sims := pp.send, pp.prom, pp.sims
+	pp.followed(t)
 	// 9 prefixes of 40 blocks over 3 servers of 160 blocks: not all fit.
 	for round := range 6 {
 		for p := range 9 {
