@@ -133,6 +133,11 @@ type Precise struct {
 	agreement agreement
 	fallbacks *prometheus.CounterVec
 
+	// start starts the subscriptions' manager when the first endpoint
+	// arrives, under the handle's context: a config is also built once to
+	// check it, and that instance must not bind or dial anything.
+	start func()
+
 	mu    sync.Mutex
 	pools map[datastore.PoolKey]map[string]struct{} // endpoint addresses
 }
@@ -242,9 +247,11 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if s.events, err = kvevents.NewManager(opts); err != nil {
 		return nil, fmt.Errorf("parameters: kvEventsConfig: %w", err)
 	}
-	if err := s.events.Start(h.Context()); err != nil {
-		return nil, err
-	}
+	s.start = sync.OnceFunc(func() {
+		if err := s.events.Start(h.Context()); err != nil {
+			h.Logger().Error(err, "KV events: endpoints are scored from the learned index")
+		}
+	})
 	return s, nil
 }
 
@@ -375,6 +382,7 @@ func (s *Precise) EndpointsChanged(pool framework.Pool, added, removed []framewo
 	if s.events == nil {
 		return
 	}
+	s.start()
 	key := pool.Key()
 	s.mu.Lock()
 	set := s.pools[key]
