@@ -214,6 +214,17 @@ func (s *Server) KVEventsAddr() string {
 	return s.eng.pub.addr()
 }
 
+// KVEventBatches is the number of KV-event batches the server published
+// (the last sequence number), 0 without KV events.
+func (s *Server) KVEventBatches() uint64 {
+	if s.eng.pub == nil {
+		return 0
+	}
+	s.eng.pub.mu.Lock()
+	defer s.eng.pub.mu.Unlock()
+	return s.eng.pub.seq
+}
+
 // KVReplayAddr: see KVEventsAddr.
 func (s *Server) KVReplayAddr() string {
 	if s.eng.pub == nil {

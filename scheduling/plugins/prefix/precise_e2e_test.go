@@ -207,9 +207,29 @@ func TestPreciseEndToEnd(t *testing.T) {
 	send, prom, sims := pp.send, pp.prom, pp.sims
 	pp.followed(t)
 	// 9 prefixes of 40 blocks over 3 servers of 160 blocks: not all fit.
+	// Each request is picked once the events of the one before arrived:
+	// what is measured is the index, not the events' time on the wire.
+	received := func(s *modelsim.Server) float64 {
+		return promtest.Value(prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
+	}
+	// The batches published before a subscription connected were replayed,
+	// not received live.
+	missed := make([]float64, len(sims))
+	for i, s := range sims {
+		missed[i] = float64(s.KVEventBatches()) - received(s)
+	}
+	inSync := func() bool {
+		for i, s := range sims {
+			if float64(s.KVEventBatches())-received(s) > missed[i] {
+				return false
+			}
+		}
+		return true
+	}
 	for round := range 6 {
 		for p := range 9 {
 			send(completionBody(fmt.Sprintf("prefix %d round %d", p, round), 40))
+			poll.Until(t, 10*time.Second, "the servers' events received", inSync)
 		}
 	}
 	labels := map[string]string{"plugin": "precise-prefix-cache-scorer"}
