@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -59,7 +60,8 @@ func TestRendererAgainstModelServer(t *testing.T) {
 	defer s.Stop()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
-	r, err := New(Options{Client: &http.Client{Transport: tr}})
+	// A generous budget: the machine running the test may be loaded.
+	r, err := New(Options{Timeout: 10 * time.Second, Client: &http.Client{Transport: tr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +113,11 @@ func TestRendererBounds(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(tt.handler)
 			defer srv.Close()
-			r, _ := New(Options{MaxResponseBytes: 100, Client: srv.Client()})
+			timeout := 10 * time.Second
+			if tt.want == "deadline exceeded" {
+				timeout = 50 * time.Millisecond
+			}
+			r, _ := New(Options{Timeout: timeout, MaxResponseBytes: 100, Client: srv.Client()})
 			ids, err := r.Tokens(context.Background(), srv.URL, "m", []byte(`"p"`))
 			if tt.want == "" {
 				if err != nil || !slices.Equal(ids, []uint32{3}) {
