@@ -50,7 +50,7 @@ plugins:
       kvBlockIndexConfig:
         enableMetrics: true
     tokenizer:
-      timeout: 500ms
+      timeout: 1s
 - type: queue-scorer
 - type: max-score-picker
 schedulingProfiles:
