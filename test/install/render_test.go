@@ -38,7 +38,7 @@ var kustomizations = []struct {
 
 // baseKinds: the picker's ClusterRole and binding, the token reviews'
 // ClusterRole and binding, the metrics-reader ClusterRole, and the rest.
-var baseKinds = []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}
+var baseKinds = []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 // chartVariants are values the chart is linted, rendered and dry-run with.
 var chartVariants = []struct {
@@ -47,7 +47,7 @@ var chartVariants = []struct {
 	// kinds rendered (sorted, with repeats).
 	kinds []string
 }{
-	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
+	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "everything", values: `
 image: {repository: registry.example/poolpicker, tag: v9.9.9, pullPolicy: Always}
 imagePullSecrets: [regcred]
@@ -78,13 +78,13 @@ podAnnotations: {prometheus.io/scrape: "false"}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
 `, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
-		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
+		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "single pool, plaintext, no PDB", values: `
 poolName: chat
 poolNamespace: install-team-a
 tls: {enabled: false}
 podDisruptionBudget: {enabled: false}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "leader election, provisioning and peer sync off", values: `
 leaderElection: {enabled: false}
 provisionPickerServices: {enabled: false}
@@ -98,19 +98,19 @@ networkPolicy: {enabled: true}
 `, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
 	{name: "metrics endpoint auth off", values: `
 metrics: {serviceMonitor: {enabled: true}, endpointAuth: {enabled: false}}
-`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "metrics endpoint auth with a reader", values: `
 metrics:
   serviceMonitor: {enabled: true}
   endpointAuth: {readers: [{name: prometheus-k8s, namespace: monitoring}]}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "leader election only", values: `
 provisionPickerServices: {enabled: false}
 peerSync: {enabled: false}
 `, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 	{name: "client CA from a Secret", values: `
 tls: {clientCA: {secretName: gateway-ca}, minVersion: VersionTLS13}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
