@@ -137,6 +137,11 @@ type Options struct {
 	// it returns to per-pool watches at NamespaceWatchThreshold/2 pools or
 	// fewer. Zero: DefaultNamespaceWatchThreshold.
 	NamespaceWatchThreshold int
+	// StaleEndpointsTimeout is how long a pool whose pods cannot be listed
+	// or watched keeps serving the endpoints it last listed; then its
+	// requests are refused until its pods are listed again. Zero:
+	// podsource.DefaultStaleEndpointsTimeout.
+	StaleEndpointsTimeout time.Duration
 
 	// MaxConcurrentReconciles bounds parallel reconciles of pools.
 	// Zero: DefaultMaxConcurrentReconciles.
@@ -249,7 +254,8 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("picker pod selector %q selects every pod of the namespace", o.PickerPodSelector))
 		}
 	}
-	errs = append(errs, podsource.Options{Plan: o.PodWatchPlan, NamespaceWatchThreshold: o.NamespaceWatchThreshold}.Validate())
+	errs = append(errs, podsource.Options{Plan: o.PodWatchPlan, NamespaceWatchThreshold: o.NamespaceWatchThreshold,
+		StaleEndpointsTimeout: o.StaleEndpointsTimeout}.Validate())
 	if o.PickerPort < 0 || o.PickerPort > 65535 {
 		errs = append(errs, fmt.Errorf("picker port %d: must be 1..65535", o.PickerPort))
 	}

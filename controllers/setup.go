@@ -167,7 +167,7 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	p.InitialSync = &InitialSync{cache: mgr.GetCache(), selection: sel, registry: opts.Registry, log: opts.Logger, changed: make(chan struct{}, 1)}
 	p.Sources, err = podsource.New(mgr.GetConfig(), podsource.Options{
 		Registry: opts.Registry, Plan: opts.PodWatchPlan, NamespaceWatchThreshold: opts.NamespaceWatchThreshold,
-		DisableStreamingLists: opts.DisableStreamingLists,
+		DisableStreamingLists: opts.DisableStreamingLists, StaleEndpointsTimeout: opts.StaleEndpointsTimeout,
 		CountServable:         func(ctx context.Context, ns string) int { return servablePools(ctx, mgr.GetCache(), sel, ns) },
 		Changed:               p.InitialSync.signal, Events: p.Events.record, Registerer: opts.Registerer, Logger: opts.Logger,
 	})

@@ -58,6 +58,10 @@ type servedPool struct {
 	active   podSource
 	pending  podSource
 	stopped  bool
+	// expired: the active source failed for longer than
+	// Options.StaleEndpointsTimeout, and the pool's endpoints were
+	// withdrawn until the source lists again.
+	expired bool
 }
 
 // podSource is what feeds a pool its pods.
@@ -163,6 +167,13 @@ func (sp *servedPool) update(src podSource, pods []datastore.EndpointSource) (re
 	switch src {
 	case sp.active:
 		sp.publishLocked(pods)
+		if sp.expired {
+			// Listed again: the pods are the API server's again.
+			sp.expired = false
+			sp.clearFailureLocked()
+			sp.pool.SetSynced(true)
+			sp.src.signal()
+		}
 		return nil
 	case sp.pending:
 	default:
@@ -170,6 +181,7 @@ func (sp *servedPool) update(src podSource, pods []datastore.EndpointSource) (re
 	}
 	old := sp.active
 	sp.active, sp.pending = src, nil
+	sp.expired = false
 	// Cleared first: a reader that sees the pool synced sees no failure.
 	sp.clearFailureLocked()
 	sp.publishLocked(pods)
@@ -204,19 +216,42 @@ func (sp *servedPool) failed(src podSource, what string, err error) {
 	sp.src.signal()
 	if first {
 		msg := "its requests are refused until its pods are listed"
-		if synced {
-			msg = "it keeps serving the endpoints last listed"
+		if synced && !sp.replicas {
+			msg = fmt.Sprintf("it keeps serving the endpoints last listed for up to %s (--stale-endpoints-timeout)", sp.src.staleAfter)
 		}
 		sp.src.log.Error(err, "cannot list or watch a pool's pods; "+msg, "pool", sp.key.String(), "source", src.describe())
 		sp.src.event(sp.key, corev1.EventTypeWarning, "PodsNotListed", reason+"; "+msg)
 	}
 }
 
-// recovered clears a failure once src watches again.
+// expire withdraws the endpoints of a pool whose active source src has
+// failed for longer than Options.StaleEndpointsTimeout: they may be gone,
+// and their addresses reused by pods of other pools, even other tenants'.
+// Its requests are refused, naming why, until src lists again (update).
+func (sp *servedPool) expire(src podSource) {
+	sp.mu.Lock()
+	if src != sp.active || sp.pool == nil || sp.replicas || sp.expired || !sp.pool.Synced() {
+		sp.mu.Unlock()
+		return
+	}
+	sp.expired = true
+	reason := fmt.Sprintf("%s; its last endpoints expired after %s (--stale-endpoints-timeout)", sp.pool.SyncError(), sp.src.staleAfter)
+	sp.pool.SetSyncError(reason)
+	sp.pool.SetSynced(false)
+	sp.publishLocked(nil)
+	sp.src.metrics.endpointsExpired.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(1)
+	sp.mu.Unlock()
+	sp.src.log.Info("a pool's pods have not been listed for too long; refusing its requests until they are", "pool", sp.key.String(),
+		"source", src.describe(), "staleEndpointsTimeout", sp.src.staleAfter)
+	sp.src.event(sp.key, corev1.EventTypeWarning, "EndpointsExpired", reason+"; its requests are refused until its pods are listed")
+}
+
+// recovered clears a failure once src watches again. A pool whose
+// endpoints expired waits for src's next list (update) instead.
 func (sp *servedPool) recovered(src podSource) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if src == sp.active && sp.pool != nil && sp.pool.SyncError() != "" {
+	if src == sp.active && sp.pool != nil && sp.pool.SyncError() != "" && !sp.expired {
 		sp.clearFailureLocked()
 	}
 }
@@ -228,6 +263,7 @@ func (sp *servedPool) clearFailureLocked() {
 	sp.pool.SetSyncError("")
 	if !sp.replicas {
 		sp.src.metrics.syncFailing.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(0)
+		sp.src.metrics.endpointsExpired.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(0)
 	}
 }
 
@@ -268,6 +304,7 @@ func (p *poolWatch) publish(pods map[string]*endpointPod) {
 
 func (p *poolWatch) failed(_ *podWatch, what string, err error) { p.owner.failed(p, what, err) }
 func (p *poolWatch) recovered(*podWatch)                        { p.owner.recovered(p) }
+func (p *poolWatch) expired(*podWatch)                          { p.owner.expire(p) }
 
 // watchSink receives what a pod watch sees. Its calls come from the
 // watch's goroutine, one at a time; pods is the watch's map, which only
@@ -279,7 +316,12 @@ type watchSink interface {
 	// values are what the pods were before (nil: they are new).
 	changed(w *podWatch, pods map[string]*endpointPod, before map[string]*endpointPod)
 	failed(w *podWatch, what string, err error)
+	// recovered: the watch lists or watches again after failing.
 	recovered(w *podWatch)
+	// expired: the watch has failed for longer than
+	// Options.StaleEndpointsTimeout; its pods are no longer to be trusted,
+	// and it lists afresh when it can.
+	expired(w *podWatch)
 }
 
 // podWatch is one list+watch of the pods of one namespace (those matching
@@ -434,20 +476,47 @@ func (w *podWatch) run(ctx context.Context) {
 		pods    map[string]*endpointPod
 		rv      string
 		backoff = watchRetryInitial
+		// failingSince is when the sink was first told of the failure
+		// under way (zero: none); stale, that it was told the pods
+		// expired.
+		failingSince time.Time
+		stale        bool
 	)
 	retry := func(what string, err error) bool {
 		log.V(2).Info("pod "+what+" failed; retrying", "after", backoff, "err", err.Error())
 		if !errors.Is(err, errWatchEnded) {
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
 			w.sink.failed(w, what, err)
 		}
 		t := time.NewTimer(wait.Jitter(backoff, 0.2))
 		defer t.Stop()
 		backoff = min(2*backoff, watchRetryMax)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
+		for {
+			var expiry <-chan time.Time
+			if !failingSince.IsZero() && !stale {
+				e := time.NewTimer(time.Until(failingSince.Add(ps.staleAfter)))
+				defer e.Stop()
+				expiry = e.C
+			}
+			select {
+			case <-ctx.Done():
+				return false
+			case <-t.C:
+				return true
+			case <-expiry:
+				// What the watch holds is too old to resume from: the
+				// next attempt lists afresh.
+				stale, rv = true, ""
+				w.sink.expired(w)
+			}
+		}
+	}
+	healthy := func() {
+		if !failingSince.IsZero() {
+			failingSince, stale = time.Time{}, false
+			w.sink.recovered(w)
 		}
 	}
 	listed := func() {
@@ -455,6 +524,7 @@ func (w *podWatch) run(ctx context.Context) {
 		w.view = pods
 		w.mu.Unlock()
 		w.sink.listed(w, pods)
+		healthy()
 	}
 	for ctx.Err() == nil {
 		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds())
@@ -496,11 +566,15 @@ func (w *podWatch) run(ctx context.Context) {
 			}
 			continue
 		}
-		var healthy bool
-		rv, healthy = w.follow(ctx, events, pods, rv, streaming, listed, log)
+		if !streaming {
+			// Watching again from what the watch holds.
+			healthy()
+		}
+		var ok bool
+		rv, ok = w.follow(ctx, events, pods, rv, streaming, listed, log)
 		events.stop()
 		switch {
-		case healthy:
+		case ok:
 			backoff = watchRetryInitial
 			w.sink.recovered(w)
 		case ctx.Err() == nil:
