@@ -168,8 +168,8 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	p.Sources, err = podsource.New(mgr.GetConfig(), podsource.Options{
 		Registry: opts.Registry, Plan: opts.PodWatchPlan, NamespaceWatchThreshold: opts.NamespaceWatchThreshold,
 		DisableStreamingLists: opts.DisableStreamingLists, StaleEndpointsTimeout: opts.StaleEndpointsTimeout,
-		CountServable:         func(ctx context.Context, ns string) int { return servablePools(ctx, mgr.GetCache(), sel, ns) },
-		Changed:               p.InitialSync.signal, Events: p.Events.record, Registerer: opts.Registerer, Logger: opts.Logger,
+		CountServable: func(ctx context.Context, ns string) int { return servablePools(ctx, mgr.GetCache(), sel, ns) },
+		Changed:       p.InitialSync.signal, Events: p.Events.record, Registerer: opts.Registerer, Logger: opts.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -182,7 +182,7 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	cf := &conflicts{metrics: met, events: p.Events, byKey: map[conflictKey]string{}}
 	policyEvents := make(chan event.GenericEvent, 1024)
 	policy := &PolicyReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), registry: opts.Registry,
-		groups: groups, leader: p.Leader, pools: policyEvents}
+		groups: groups, leader: p.Leader, events: p.Events, pools: policyEvents}
 	p.Leader.onElected = append(p.Leader.onElected, func(ctx context.Context) {
 		if err := policy.requeue(ctx); err != nil && ctx.Err() == nil {
 			// The conditions are then written as objectives and pools next

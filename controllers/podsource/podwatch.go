@@ -62,6 +62,11 @@ type servedPool struct {
 	// Options.StaleEndpointsTimeout, and the pool's endpoints were
 	// withdrawn until the source lists again.
 	expired bool
+	// lastPods are the pods last published, before the address book left
+	// out those another namespace's pods hold; claimedIPs their IPs, as
+	// claimed in the address book.
+	lastPods   []sourcePod
+	claimedIPs []string
 }
 
 // podSource is what feeds a pool its pods.
@@ -144,8 +149,11 @@ func (sp *servedPool) stop() {
 	sp.stopped = true
 	stops := []podSource{sp.active, sp.pending}
 	sp.active, sp.pending = nil, nil
+	affected := sp.src.addresses.forget(sp, sp.claimedIPs)
+	sp.claimedIPs, sp.lastPods = nil, nil
 	sp.mu.Unlock()
 	stopSources(stops)
+	refilter(affected)
 }
 
 func stopSources(srcs []podSource) {
@@ -161,12 +169,11 @@ func stopSources(srcs []podSource) {
 // it replaced, which the caller stops once it holds no lock (only then,
 // with the new set published, may the old source go); the active source's
 // pods are published as they come. Anything else is superseded or stopped.
-func (sp *servedPool) update(src podSource, pods []datastore.EndpointSource) (replaced podSource) {
+func (sp *servedPool) update(src podSource, pods []sourcePod) (replaced podSource) {
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	switch src {
 	case sp.active:
-		sp.publishLocked(pods)
+		affected := sp.publishLocked(pods)
 		if sp.expired {
 			// Listed again: the pods are the API server's again.
 			sp.expired = false
@@ -174,9 +181,12 @@ func (sp *servedPool) update(src podSource, pods []datastore.EndpointSource) (re
 			sp.pool.SetSynced(true)
 			sp.src.signal()
 		}
+		sp.mu.Unlock()
+		refilter(affected)
 		return nil
 	case sp.pending:
 	default:
+		sp.mu.Unlock()
 		return nil
 	}
 	old := sp.active
@@ -184,13 +194,17 @@ func (sp *servedPool) update(src podSource, pods []datastore.EndpointSource) (re
 	sp.expired = false
 	// Cleared first: a reader that sees the pool synced sees no failure.
 	sp.clearFailureLocked()
-	sp.publishLocked(pods)
+	affected := sp.publishLocked(pods)
 	sp.pool.SetSynced(true)
 	sp.src.signal()
 	took := time.Since(src.startedAt())
 	sp.src.metrics.syncSeconds.Observe(took.Seconds())
-	sp.src.log.V(2).Info("pod source synced", "pool", sp.key.String(), "source", src.describe(),
+	// One line per pool: debug verbosity, since a start with thousands of
+	// pools reports its progress in one line every few seconds instead.
+	sp.src.log.V(4).Info("pod source synced", "pool", sp.key.String(), "source", src.describe(),
 		"endpoints", sp.pool.Endpoints().Len(), "duration", took)
+	sp.mu.Unlock()
+	refilter(affected)
 	return old
 }
 
@@ -238,9 +252,10 @@ func (sp *servedPool) expire(src podSource) {
 	reason := fmt.Sprintf("%s; its last endpoints expired after %s (--stale-endpoints-timeout)", sp.pool.SyncError(), sp.src.staleAfter)
 	sp.pool.SetSyncError(reason)
 	sp.pool.SetSynced(false)
-	sp.publishLocked(nil)
+	affected := sp.publishLocked(nil)
 	sp.src.metrics.endpointsExpired.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(1)
 	sp.mu.Unlock()
+	refilter(affected)
 	sp.src.log.Info("a pool's pods have not been listed for too long; refusing its requests until they are", "pool", sp.key.String(),
 		"source", src.describe(), "staleEndpointsTimeout", sp.src.staleAfter)
 	sp.src.event(sp.key, corev1.EventTypeWarning, "EndpointsExpired", reason+"; its requests are refused until its pods are listed")
@@ -267,10 +282,45 @@ func (sp *servedPool) clearFailureLocked() {
 	}
 }
 
-func (sp *servedPool) publishLocked(pods []datastore.EndpointSource) {
-	sp.pool.SetPods(pods)
+// publishLocked publishes pods, less those whose IP a pod of another
+// namespace holds (addressBook), and returns the other pools whose
+// published pods the change may alter, for refilter once sp.mu is
+// released.
+func (sp *servedPool) publishLocked(pods []sourcePod) (affected []*servedPool) {
+	keep := pods
 	if !sp.replicas {
-		sp.src.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods)))
+		var ports []int32
+		if spec := sp.pool.Spec(); spec != nil {
+			ports = spec.TargetPorts
+		}
+		keep, affected, sp.claimedIPs = sp.src.addresses.claim(sp, pods, ports, sp.claimedIPs)
+	}
+	sp.lastPods = pods
+	sp.setPodsLocked(pods, keep)
+	return affected
+}
+
+func (sp *servedPool) setPodsLocked(pods, keep []sourcePod) {
+	srcs := make([]datastore.EndpointSource, len(keep))
+	for i, p := range keep {
+		srcs[i] = p.EndpointSource
+	}
+	sp.pool.SetPods(srcs)
+	if !sp.replicas {
+		sp.src.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(keep)))
+		sp.src.metrics.addressesHeldElsewhere.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods) - len(keep)))
+	}
+}
+
+// refilter republishes each pool's last pods against the address book,
+// whose holders changed. Called with no servedPool's lock held.
+func refilter(pools []*servedPool) {
+	for _, sp := range pools {
+		sp.mu.Lock()
+		if !sp.stopped && sp.pool != nil {
+			sp.setPodsLocked(sp.lastPods, sp.src.addresses.filter(sp, sp.lastPods))
+		}
+		sp.mu.Unlock()
 	}
 }
 
@@ -380,6 +430,7 @@ func stripPod(obj any) (any, error) {
 		Namespace:         pod.Namespace,
 		UID:               pod.UID,
 		Labels:            pod.Labels,
+		CreationTimestamp: pod.CreationTimestamp,
 		DeletionTimestamp: pod.DeletionTimestamp,
 	}, IP: pod.Status.PodIP}
 	for _, c := range pod.Status.Conditions {
@@ -404,20 +455,20 @@ func endpointRelevantChange(oldObj, newObj any) bool {
 }
 
 // endpointSources lists the endpoint pods of a watch's map, by name.
-func endpointSources(pods map[string]*endpointPod) []datastore.EndpointSource {
-	out := make([]datastore.EndpointSource, 0, len(pods))
+func endpointSources(pods map[string]*endpointPod) []sourcePod {
+	out := make([]sourcePod, 0, len(pods))
 	for _, pod := range pods {
 		if !pod.isEndpoint() {
 			continue
 		}
-		out = append(out, datastore.EndpointSource{
+		out = append(out, sourcePod{EndpointSource: datastore.EndpointSource{
 			Pod:    datastore.PoolKey{Namespace: pod.Namespace, Name: pod.Name},
 			UID:    pod.UID,
 			IP:     pod.IP,
 			Labels: pod.Labels,
-		})
+		}, created: pod.CreationTimestamp.Time})
 	}
-	slices.SortFunc(out, func(a, b datastore.EndpointSource) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
+	slices.SortFunc(out, func(a, b sourcePod) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
 	return out
 }
 
@@ -445,7 +496,7 @@ func (ps *Sources) runWatch(w *podWatch) {
 	if ps.closed {
 		return // stopping: its context is done already
 	}
-	w.log.V(2).Info("starting pod watch")
+	w.log.V(4).Info("starting pod watch")
 	ps.metrics.liveWatches.Inc()
 	ps.watches.Go(func() {
 		defer ps.metrics.liveWatches.Dec()

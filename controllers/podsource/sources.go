@@ -136,6 +136,9 @@ type Sources struct {
 	plans     map[string]*namespacePlan
 	nsWatches map[string]*namespaceWatch
 
+	// addresses knows which pools' pods hold each pod IP.
+	addresses addressBook
+
 	// noStreamingList is set once the API server refused a streaming list.
 	noStreamingList atomic.Bool
 	// noProtobufWatch is set once the API server answered a protobuf watch
