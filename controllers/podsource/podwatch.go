@@ -418,6 +418,13 @@ func (p *endpointPod) isEndpoint() bool {
 	return p.DeletionTimestamp == nil && p.IP != "" && p.Ready
 }
 
+// keepPod reports whether a watch keeps pod: only endpoints are. A
+// Pending, unready or terminating pod is never routed to, and a namespace
+// may hold thousands of them (a deployment waiting for GPUs) with large
+// label sets; it is kept again when an update makes it an endpoint, which
+// every update carries whole.
+func keepPod(pod *endpointPod) bool { return pod.isEndpoint() }
+
 // stripPod is the pod watch's transform: a full pod is several kilobytes
 // (spec, status, managed fields), of which an endpoint needs a few fields.
 func stripPod(obj any) (any, error) {
@@ -662,8 +669,9 @@ func (w *podWatch) list(ctx context.Context) (map[string]*endpointPod, string, e
 		}
 		for i := range list.Items {
 			p, _ := stripPod(&list.Items[i])
-			ep := p.(*endpointPod)
-			pods[ep.Name] = ep
+			if ep := p.(*endpointPod); keepPod(ep) {
+				pods[ep.Name] = ep
+			}
 		}
 		if list.Continue == "" {
 			return pods, list.ResourceVersion, nil
@@ -711,21 +719,23 @@ func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[stri
 			p, _ := stripPod(pod)
 			ep := p.(*endpointPod)
 			old, had := pods[ep.Name]
+			// Only endpoints are kept (see keepPod): a pod that is not one
+			// is as good as deleted until an update makes it one.
+			keep := ev.Type != watch.Deleted && keepPod(ep)
 			// Once complete, pods is the view others read.
 			if complete {
 				w.mu.Lock()
 			}
-			if ev.Type == watch.Deleted {
-				delete(pods, ep.Name)
-			} else {
+			if keep {
 				pods[ep.Name] = ep
+			} else {
+				delete(pods, ep.Name)
 			}
 			if complete {
 				w.mu.Unlock()
 			}
 			// Before the list is complete the sink gets it whole.
-			if complete && (ev.Type == watch.Deleted && had && old.isEndpoint() ||
-				ev.Type != watch.Deleted && (!had || endpointRelevantChange(old, ep))) {
+			if complete && (had && !keep || keep && (!had || endpointRelevantChange(old, ep))) {
 				note(ep.Name, old)
 			}
 		case watch.Bookmark:
