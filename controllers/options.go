@@ -6,7 +6,9 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -83,6 +85,11 @@ type Options struct {
 	// serves are claimed for PickerNamespace/PickerName (ClaimAnnotation).
 	// Empty: DefaultPickerName.
 	PickerName string
+	// ReplicaName names this replica in the waiting signal it writes on
+	// pools (ReplicaWaitingAnnotationPrefix): unique among the replicas
+	// and at most 63 characters. Empty: the host name (the pod's name),
+	// cut to 63 characters.
+	ReplicaName string
 	// PickerNamespace is the namespace the replicas run in (their Lease and
 	// pods). Empty: DefaultPickerNamespace.
 	PickerNamespace string
@@ -168,6 +175,9 @@ func (o *Options) setDefaults() {
 	if o.PickerNamespace == "" {
 		o.PickerNamespace = DefaultPickerNamespace
 	}
+	if o.ReplicaName == "" {
+		o.ReplicaName = hostReplicaName()
+	}
 	if o.PickerPodSelector == "" {
 		o.PickerPodSelector = PickerLabel + "=" + o.PickerName
 	}
@@ -242,6 +252,11 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("picker name %q: %s", o.PickerName, msgs[0]))
 		}
 	}
+	if o.ReplicaName != "" {
+		if msgs := validation.IsQualifiedName(ReplicaWaitingAnnotationPrefix + o.ReplicaName); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("replica name %q: %s", o.ReplicaName, msgs[0]))
+		}
+	}
 	if o.PickerNamespace != "" {
 		if msgs := validation.IsDNS1123Label(o.PickerNamespace); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("picker namespace %q is not a valid namespace name: %s", o.PickerNamespace, msgs[0]))
@@ -266,4 +281,18 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("leader election retry period %s must be shorter than the renew deadline %s", o.RetryPeriod, o.RenewDeadline))
 	}
 	return errors.Join(errs...)
+}
+
+// hostReplicaName is the host name (a pod's name) as an annotation name
+// allows it: at most 63 characters, starting and ending alphanumerically.
+func hostReplicaName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "poolpicker"
+	}
+	const maxName = 63 // the name part of an annotation key
+	if len(host) > maxName {
+		host = host[:maxName]
+	}
+	return strings.Trim(host, "-_.")
 }

@@ -202,6 +202,8 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 			leader: p.Leader, conflicts: cf, sources: p.Sources, pickerName: opts.PickerName, pickerNamespace: opts.PickerNamespace,
 			podSelector: opts.PickerPodSelector, port: opts.PickerPort, maxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	}
+	reconcilers = append(reconcilers, &waitingWriter{client: mgr.GetClient(), selection: sel, waiting: p.Waiting,
+		annotation: ReplicaWaitingAnnotationPrefix + opts.ReplicaName})
 	for _, r := range reconcilers {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return nil, err
