@@ -218,6 +218,9 @@ func (sp *servedPool) failed(src podSource, what string, err error) {
 		return
 	}
 	reason := fmt.Sprintf("pod %s %s failed: %v", what, src.describe(), err)
+	if sp.expired {
+		reason += sp.expiredNote()
+	}
 	first := sp.pool.SyncError() == ""
 	sp.pool.SetSyncError(reason)
 	synced := sp.pool.Synced()
@@ -249,7 +252,7 @@ func (sp *servedPool) expire(src podSource) {
 		return
 	}
 	sp.expired = true
-	reason := fmt.Sprintf("%s; its last endpoints expired after %s (--stale-endpoints-timeout)", sp.pool.SyncError(), sp.src.staleAfter)
+	reason := sp.pool.SyncError() + sp.expiredNote()
 	sp.pool.SetSyncError(reason)
 	sp.pool.SetSynced(false)
 	affected := sp.publishLocked(nil)
@@ -259,6 +262,10 @@ func (sp *servedPool) expire(src podSource) {
 	sp.src.log.Info("a pool's pods have not been listed for too long; refusing its requests until they are", "pool", sp.key.String(),
 		"source", src.describe(), "staleEndpointsTimeout", sp.src.staleAfter)
 	sp.src.event(sp.key, corev1.EventTypeWarning, "EndpointsExpired", reason+"; its requests are refused until its pods are listed")
+}
+
+func (sp *servedPool) expiredNote() string {
+	return fmt.Sprintf("; its last endpoints expired after %s (--stale-endpoints-timeout)", sp.src.staleAfter)
 }
 
 // recovered clears a failure once src watches again. A pool whose
