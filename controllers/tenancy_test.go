@@ -142,9 +142,13 @@ func (p *cutProxy) close() {
 // revokePods takes back what grantPods gave.
 func revokePods(t *testing.T, ns string) {
 	t.Helper()
-	b := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pods"}}
-	if err := env.Client.Delete(ctx(t), b); err != nil {
-		t.Fatal(err)
+	for _, o := range []client.Object{
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pods"}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pods"}},
+	} {
+		if err := env.Client.Delete(ctx(t), o); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
