@@ -192,7 +192,8 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	})
 	reconcilers := []interface{ SetupWithManager(manager.Manager) error }{
 		&PoolReconciler{client: mgr.GetClient(), selection: sel, sources: p.Sources, events: p.Events, conflicts: cf,
-			policy: policyEvents, maxConcurrentReconciles: opts.MaxConcurrentReconciles, ignored: map[datastore.PoolKey]string{}},
+			policy: policyEvents, maxConcurrentReconciles: opts.MaxConcurrentReconciles, ignored: map[datastore.PoolKey]string{},
+			started: p.InitialSync.HasSynced},
 		policy,
 		&ClaimReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), selection: sel, leader: p.Leader, conflicts: cf,
 			provisioning: opts.ProvisionPickerServices, maxConcurrentReconciles: opts.MaxConcurrentReconciles, waiting: p.Waiting},

@@ -357,8 +357,10 @@ func TestStartupReportsProgress(t *testing.T) {
 	if !strings.Contains(progress[0], fmt.Sprintf(`"of"=%d`, pools)) {
 		t.Errorf("progress line %q does not say of %d", progress[0], pools)
 	}
-	if got := lines.matching("pod source synced"); len(got) > 0 {
-		t.Errorf("per-pool sync lines at verbosity 2: %q", got[0])
+	for _, msg := range []string{"pod source synced", "serving pool", "starting pod watch"} {
+		if got := lines.matching(msg); len(got) > 0 {
+			t.Errorf("per-pool lines %q at verbosity 2 during the initial sync: %q", msg, got[0])
+		}
 	}
 }
 
