@@ -17,6 +17,11 @@ import (
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
+// admissionTestNamespace prefixes the namespace of
+// TestAdmissionPolicyRefusesForeignWrites, whose refused requests the
+// whole-flow tests do not count.
+const admissionTestNamespace = "admission-tenant"
+
 // ownedLabel is the label the admission policy of config/deploy/base
 // requires on every Service and EndpointSlice the picker writes.
 var ownedLabel = map[string]string{"app.kubernetes.io/managed-by": "poolpicker"}
@@ -40,7 +45,7 @@ func TestAdmissionPolicyRefusesForeignWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := stack.Env.Namespace(t, "tenant")
+	ns := stack.Env.Namespace(t, admissionTestNamespace)
 
 	service := func(name string, lbls map[string]string) *corev1.Service {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: lbls},
