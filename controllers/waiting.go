@@ -138,7 +138,7 @@ func (r *waitingWriter) Reconcile(ctx context.Context, req reconcile.Request) (r
 // setWaiting, on the leader, makes RequestsWaitingAnnotation on a pool this
 // deployment serves say whether any replica's fresh signal says requests
 // wait for its first endpoint, and removes the signals gone stale. It
-// returns when to look again: when the freshest signal would go stale.
+// returns when to look again: when the first fresh signal would go stale.
 func (r *ClaimReconciler) setWaiting(ctx context.Context, pool *v1.InferencePool, serves bool) (time.Duration, error) {
 	now := time.Now()
 	want := false
@@ -154,7 +154,7 @@ func (r *ClaimReconciler) setWaiting(ctx context.Context, pool *v1.InferencePool
 			continue
 		}
 		want = true
-		if left := waitingStaleAfter - now.Sub(t); again == 0 || left > again {
+		if left := waitingStaleAfter - now.Sub(t); again == 0 || left < again {
 			again = left
 		}
 	}
