@@ -54,10 +54,15 @@ type WaitingPools struct {
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 }
 
-// source hands the waiting writer's queue to set.
+// source hands the waiting writer's queue to SetRequestsWaiting, and queues
+// the pools whose requests began to wait before the writer started.
 func (w *WaitingPools) source() source.Source {
 	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		w.queue.Store(&q)
+		w.keys.Range(func(k, _ any) bool {
+			q.Add(reconcile.Request{NamespacedName: k.(datastore.PoolKey)})
+			return true
+		})
 		return nil
 	})
 }
