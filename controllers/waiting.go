@@ -93,8 +93,12 @@ type waitingWriter struct {
 	annotation string
 }
 
+// SetupWithManager adds the writer to mgr, woken by this replica's waiting
+// room and by pool changes (a pool this replica's cache had not seen yet
+// when its requests began to wait, a signal removed by someone else).
 func (r *waitingWriter) SetupWithManager(mgr manager.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1.InferencePool{}).
 		Named("inferencepool-waiting").
 		WatchesRawSource(r.waiting.source()).
 		Complete(r)
