@@ -45,14 +45,16 @@ func TestRequestsWaitingAnnotation(t *testing.T) {
 
 	follower.parts.Waiting.SetRequestsWaiting(key, true)
 	leader.waitFor(t, "the annotation written for requests waiting on the follower alone", func() bool { v, ok := annotation(); return ok && v == "1" })
-	leader.parts.Waiting.SetRequestsWaiting(key, true)
-	follower.parts.Waiting.SetRequestsWaiting(key, false)
-	leader.waitFor(t, "the follower's signal gone", func() bool {
+	signal := func(replica string) bool {
 		var p v1.InferencePool
 		_ = env.Client.Get(ctx(t), client.ObjectKey(key), &p)
-		_, has := p.Annotations[ReplicaWaitingAnnotationPrefix+"replica-1"]
-		return !has
-	})
+		_, has := p.Annotations[ReplicaWaitingAnnotationPrefix+replica]
+		return has
+	}
+	leader.parts.Waiting.SetRequestsWaiting(key, true)
+	leader.waitFor(t, "the leader's own signal", func() bool { return signal("replica-0") })
+	follower.parts.Waiting.SetRequestsWaiting(key, false)
+	leader.waitFor(t, "the follower's signal gone", func() bool { return !signal("replica-1") })
 	if _, ok := annotation(); !ok {
 		t.Fatal("the annotation went while requests still wait on the leader")
 	}
