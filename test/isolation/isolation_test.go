@@ -107,7 +107,7 @@ func cases() []misbehaviour {
 		{name: "peer flood from an allowed address", start: peerFlood},
 		{name: "inflated cache sizes with unique prompts", start: inflatedCaches},
 		{name: "more model names than the label budget", start: manyModelNames, check: bLabelKept},
-		{name: "large Pending pods", skip: "needs pods kept by a watch stripped to what the picker reads: tenancy", start: largePendingPods, check: pendingPodsNotKept},
+		{name: "large Pending pods", start: largePendingPods, check: pendingPodsNotKept},
 		{name: "an IP reused after a watch failure", skip: "needs bounded staleness after a watch failure and no route to another namespace's address: tenancy (its body comes with that fix)"},
 	}
 }
