@@ -32,8 +32,8 @@ import (
 // replicas that had are gone.
 const RequestsWaitingAnnotation = "poolpicker.io/requests-waiting"
 
-// ReplicaWaitingAnnotationPrefix, followed by a replica's name
-// (Options.ReplicaName), is the annotation by which each replica says, with
+// ReplicaWaitingAnnotationPrefix followed by a replica's name
+// (Options.ReplicaName) is the annotation by which each replica says, with
 // the time it last renewed it (RFC 3339), that requests wait in its own
 // waiting room for the pool's first endpoint. A replica renews it every
 // waitingRenewInterval while they wait; the leader ignores, and removes, a

@@ -164,7 +164,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		defer sub.Close() //nolint:errcheck
+		defer sub.Close()
 		m.receive(ctx, sub, nil)
 	}()
 	return nil
@@ -409,7 +409,7 @@ func (m *Manager) replay(ctx context.Context, s *stream, model string, from, unt
 	ctx, cancel := context.WithTimeout(ctx, m.opts.ReplayTimeout)
 	defer cancel()
 	dealer := zmq4.NewDealer(ctx, zmq4.WithTimeout(m.opts.ReplayTimeout), zmq4.WithDialerMaxRetries(0))
-	defer dealer.Close() //nolint:errcheck
+	defer dealer.Close()
 	endpoint := "tcp://" + net.JoinHostPort(s.ip, strconv.Itoa(m.opts.ReplayPort))
 	if err := dealer.Dial(endpoint); err != nil {
 		m.metrics.errors.WithLabelValues(s.address, "replay-connect").Inc()

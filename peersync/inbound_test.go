@@ -169,7 +169,7 @@ func TestAuthentication(t *testing.T) {
 			// The dialler cannot check the receiver's proof either.
 			ps := openStreamWith(ctx, conn, []byte("another key of sixteen bytes or more"), "x", keyPrint, false)
 			if !errors.Is(ps.err, errUnauthenticated) {
-				return fmt.Errorf("the dialler took the receiver's proof: %v", ps.err)
+				return fmt.Errorf("the dialler took the receiver's proof: %w", ps.err)
 			}
 			// Send a proof under the wrong key regardless.
 			ps = openStreamWith(ctx, conn, testSecret, "x", keyPrint, false)

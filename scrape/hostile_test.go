@@ -113,23 +113,23 @@ func TestHostileServerStallsNoOtherPool(t *testing.T) {
 		reason string
 	}{
 		{"endless trailers", func(w *bufio.Writer) error {
-			w.WriteString(chunkedHead + "0\r\n")
+			_, _ = w.WriteString(chunkedHead + "0\r\n")
 			return forever(w, "X-a: "+long+"\r\n")
 		}, "too_large"},
 		{"endless header lines", func(w *bufio.Writer) error {
-			w.WriteString("HTTP/1.1 200 OK\r\n")
+			_, _ = w.WriteString("HTTP/1.1 200 OK\r\n")
 			return forever(w, "X-a: b\r\n")
 		}, "transport"},
 		{"endless chunk extensions", func(w *bufio.Writer) error {
-			w.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+			_, _ = w.WriteString("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
 			return forever(w, "1;"+long+"\r\na\r\n")
 		}, "too_large"},
 		{"endless page", func(w *bufio.Writer) error {
-			w.WriteString("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+			_, _ = w.WriteString("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
 			return forever(w, "vllm:num_requests_waiting 1\n")
 		}, "too_large"},
 		{"a byte now and then", func(w *bufio.Writer) error {
-			w.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n")
+			_, _ = w.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n")
 			for {
 				if err := w.WriteByte('#'); err != nil {
 					return err

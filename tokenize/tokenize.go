@@ -161,7 +161,7 @@ func (r *Renderer) Tokens(ctx context.Context, baseURL, model string, raw []byte
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %s: %w", path, err)
 	}
-	defer resp.Body.Close() //nolint:errcheck
+	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, r.opts.MaxResponseBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("tokenize: %s: %w", path, err)

@@ -225,7 +225,7 @@ func (s *Server) KVEventBatches() uint64 {
 	return s.eng.pub.seq
 }
 
-// KVReplayAddr: see KVEventsAddr.
+// KVReplayAddr is the address of the KV-event replay socket; see KVEventsAddr.
 func (s *Server) KVReplayAddr() string {
 	if s.eng.pub == nil {
 		return ""

@@ -40,17 +40,6 @@ func (c *scrapeClocks) ages(now time.Time) []time.Duration {
 	return out
 }
 
-// scrapes is how many scrapes the servers have answered in all.
-func (c *scrapeClocks) scrapes() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for cc := range c.conns {
-		n += cc.scrapes
-	}
-	return n + c.closedScrapes
-}
-
 type clockedListener struct {
 	net.Listener
 	clocks *scrapeClocks

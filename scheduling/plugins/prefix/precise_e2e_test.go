@@ -163,7 +163,10 @@ func newPrecisePool(t testing.TB, ips []string, config string) *precisePool {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 	client := eppclient.New(lis.Addr().String(), eppclient.Options{})
 	t.Cleanup(func() { _ = client.Close() })
 	tr := &http.Transport{}
