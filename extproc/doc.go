@@ -11,9 +11,10 @@
 // (headers.go) and body (body.go), sends the decision (decision.go) and
 // follows the response (response.go). The request's life past its headers
 // and body, admission, scheduling and in-flight accounting, is a
-// requestcontrol.Request the stream owns; the stream calls it only with its
-// mutex (stream.mu) held, and the Request takes no lock of its own beyond
-// flow control's and the datastore's, so the order is stream.mu, then
+// requestcontrol.Request the stream owns; the stream calls it with its
+// mutex (stream.mu) held, or from close once no message can be handled any
+// more. The Request takes no lock of its own (flow control and the
+// datastore take theirs inside its calls), so the order is stream.mu, then
 // those. Streams share nothing mutable except the datastore's snapshots and
 // per-endpoint in-flight counters. A stream that picked an endpoint
 // finishes its in-flight accounting exactly once (Request.Finish), whether
