@@ -28,6 +28,7 @@ generate: ## Regenerate deepcopy code of the API types.
 manifests: generate ## Regenerate the CRD manifests under config/crd/bases.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	cp config/crd/bases/*.yaml charts/poolpicker/files/crds/
+	cp config/grafana/*.json charts/poolpicker/files/dashboards/
 
 .PHONY: verify
 verify: ## Fail when generated files are stale, a Go file lacks its license header, a module is not tidy, the docs site does not build, lint finds a problem, or a production package holds code only tests reach.

@@ -38,7 +38,8 @@ type endpointState struct {
 	// runningCapacity is RunningCapacity.
 	runningCapacity atomic.Int64
 	// peerInFlight is the requests the picker's peer replicas say they
-	// have in flight on the endpoint (peer sync); zero without peers.
+	// have in flight on the endpoint (peer sync), as peer sync last set
+	// it; zero without peers.
 	peerInFlight atomic.Int64
 	// held counts the requests flow control holds in the picker for the
 	// endpoint (AddHeld); heldAny is their total, read without heldMu.
@@ -83,7 +84,7 @@ func (e *Endpoint) InFlightAtMetrics() int64 { return e.state.inFlightAtMetrics.
 
 // InFlight is the number of requests poolpicker sent to the endpoint and has
 // not yet seen finish: this replica's (OwnInFlight) and, with peer sync,
-// those its peer replicas last reported (AddPeerInFlight).
+// those its peer replicas last reported (SetPeerInFlight).
 func (e *Endpoint) InFlight() int64 {
 	return e.state.inFlight.Load() + e.state.peerInFlight.Load()
 }
@@ -92,9 +93,12 @@ func (e *Endpoint) InFlight() int64 {
 // and has not yet seen finish: what it reports to its peers.
 func (e *Endpoint) OwnInFlight() int64 { return e.state.inFlight.Load() }
 
-// AddPeerInFlight adjusts the count of the peer replicas' requests in
-// flight by delta.
-func (e *Endpoint) AddPeerInFlight(delta int64) { e.state.peerInFlight.Add(delta) }
+// SetPeerInFlight sets the count of the peer replicas' requests in flight
+// on the endpoint. Peer sync owns the count: it keeps what each peer said
+// per pool and address and sets the sum here, so that the endpoint objects
+// of one pod (a relabelled pod's copy shares this count) see one value
+// whatever object peer sync found.
+func (e *Endpoint) SetPeerInFlight(n int64) { e.state.peerInFlight.Store(n) }
 
 // AddInFlight adjusts the in-flight count by delta (+1 on pick, -1 on finish).
 func (e *Endpoint) AddInFlight(delta int64) { e.state.inFlight.Add(delta) }

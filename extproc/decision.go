@@ -45,6 +45,9 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	}
 	st.setLabels(requested, st.req.Model())
 	st.req.Pool, st.req.ID, st.req.Subset, st.req.Bytes = st.pool, st.requestID, st.resolveIn.subset, st.bodyBytes
+	// Scores go to the gateway (--emit-endpoint-scores) and to the picked
+	// log line at V(5).
+	st.req.Scores = st.s.opts.EmitEndpointScores || st.s.log.V(5).Enabled()
 	d, err := st.req.Pick(st.ctx, st)
 	// Learning from the pick, and letting flow control's queue go on, wait
 	// until the answer is sent, a refusal's too.
@@ -99,7 +102,12 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	st.req.Commit()
 	st.s.metrics.routed(st.labels, res.Priority, st.bodyBytes)
 	if log := st.s.log.V(4); log.Enabled() { // the arguments cost allocations
-		log.Info("picked", "pool", st.poolName, "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", st.req.Model(), "targetModel", target)
+		kv := []any{"pool", st.poolName, "request", st.requestID, "source", st.poolSource, "endpoint", st.dest, "model", st.req.Model(), "targetModel", target}
+		if st.s.log.V(5).Enabled() {
+			// Each candidate's weighted total, by ip:port.
+			kv = append(kv, "scores", res.Scores)
+		}
+		log.Info("picked", kv...)
 	}
 	st.state = stateForwarded
 	st.lastMsg = time.Now()

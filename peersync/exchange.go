@@ -18,7 +18,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"strings"
@@ -31,8 +30,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
-	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -56,6 +55,19 @@ const (
 	DefaultQueueRecords        = 1 << 14
 	DefaultMaxRecordsPerSecond = 1 << 15
 	DefaultMaxFrameBytes       = 1 << 20
+	// DefaultMaxConnectionsPerPeer and DefaultMaxStreamsPerPeer leave
+	// room for a replica's one stream and its reconnection (the old one
+	// not yet seen gone), and for a few replicas behind one address.
+	DefaultMaxConnectionsPerPeer = 4
+	DefaultMaxStreamsPerPeer     = 4
+	// DefaultMaxInFlightPerEndpoint is more than a model server runs and
+	// queues at once (vLLM runs at most 256 or 1024 sequences by default).
+	DefaultMaxInFlightPerEndpoint = 1024
+	// DefaultHeartbeatInterval is how often a sender with nothing to send
+	// sends an empty frame; DefaultPeerTimeout how long a receiver waits
+	// for a frame before it ends the stream and takes its counts back.
+	DefaultHeartbeatInterval = time.Second
+	DefaultPeerTimeout       = 5 * time.Second
 )
 
 // Options configure an Exchange; zero fields take the defaults above.
@@ -76,10 +88,18 @@ type Options struct {
 	// Peers returns the addresses (host:port) of the peer replicas to send
 	// to, without this one's own; asked every RefreshInterval.
 	Peers func() []string
+	// Secret authenticates the replicas to each other (the content of a
+	// mounted Secret, the same in every replica; at least MinSecretBytes):
+	// a stream is applied only once its sender proved it holds it, and
+	// sent to only once its receiver did (see auth.go).
+	Secret []byte
 	// OnlyPeers accepts streams only from the hosts of Peers' addresses
-	// (their IPs, as the connection's source): another pod that can reach
-	// the port is refused before it sends anything.
+	// (their IPs, as the connection's source; a name is resolved): another
+	// pod that can reach the port is refused before it sends anything,
+	// and a host that leaves the list has its streams ended.
 	OnlyPeers bool
+	// Resolver resolves the names among Peers' hosts. Nil: the system's.
+	Resolver *net.Resolver
 	// LocalIP, when set, is the source address the streams to peers dial
 	// from (the replica's bind address), so that a peer with OnlyPeers
 	// knows it.
@@ -101,10 +121,29 @@ type Options struct {
 	// QueueRecords bounds the records waiting to be sent; beyond it a
 	// pick's blocks are dropped (and counted).
 	QueueRecords int
-	// MaxRecordsPerSecond bounds what one peer stream may deliver; beyond
-	// it records are dropped (and counted), so a peer gone wild costs
-	// bounded work.
+	// MaxRecordsPerSecond bounds what one peer (all the streams from its
+	// address) may deliver; beyond it records are dropped (and counted), so
+	// a peer gone wild costs bounded work.
 	MaxRecordsPerSecond int
+	// MaxConnectionsPerPeer bounds the connections open from one address;
+	// beyond it a connection is closed at once (and counted).
+	MaxConnectionsPerPeer int
+	// MaxStreamsPerPeer bounds the streams open from one address, over
+	// all its connections; beyond it a stream is refused (and counted).
+	MaxStreamsPerPeer int
+	// MaxInFlightPerEndpoint bounds what one peer may say it has in flight
+	// on an endpoint, and what all the peers together count there, so that
+	// a peer gone wrong can make an endpoint look at most as busy as a
+	// server can plausibly be.
+	MaxInFlightPerEndpoint int
+	// HeartbeatInterval is how often a stream with nothing to carry sends
+	// an empty frame, so that its receiver knows it is alive.
+	HeartbeatInterval time.Duration
+	// PeerTimeout is how long a stream may be silent: beyond it the
+	// receiver ends it, and takes the sender's in-flight counts back
+	// unless the sender has another stream open. Longer than the peers'
+	// HeartbeatInterval.
+	PeerTimeout time.Duration
 	// MaxFrameBytes bounds a frame, both ways.
 	MaxFrameBytes int
 	Logger        logr.Logger
@@ -121,16 +160,23 @@ func (o *Options) setDefaults() {
 	def(&o.FlushInterval, DefaultFlushInterval)
 	def(&o.SnapshotInterval, DefaultSnapshotInterval)
 	def(&o.RefreshInterval, DefaultRefreshInterval)
+	def(&o.HeartbeatInterval, DefaultHeartbeatInterval)
+	def(&o.PeerTimeout, DefaultPeerTimeout)
 	for _, v := range []struct {
 		p *int
 		d int
-	}{{&o.QueueRecords, DefaultQueueRecords}, {&o.MaxRecordsPerSecond, DefaultMaxRecordsPerSecond}, {&o.MaxFrameBytes, DefaultMaxFrameBytes}} {
+	}{{&o.QueueRecords, DefaultQueueRecords}, {&o.MaxRecordsPerSecond, DefaultMaxRecordsPerSecond}, {&o.MaxFrameBytes, DefaultMaxFrameBytes},
+		{&o.MaxConnectionsPerPeer, DefaultMaxConnectionsPerPeer}, {&o.MaxStreamsPerPeer, DefaultMaxStreamsPerPeer}, {&o.MaxInFlightPerEndpoint, DefaultMaxInFlightPerEndpoint}} {
 		if *v.p <= 0 {
 			*v.p = v.d
 		}
 	}
+	o.MaxInFlightPerEndpoint = min(o.MaxInFlightPerEndpoint, MaxInFlightBound)
 	if o.Peers == nil {
 		o.Peers = func() []string { return nil }
+	}
+	if o.Resolver == nil {
+		o.Resolver = net.DefaultResolver
 	}
 }
 
@@ -154,8 +200,15 @@ type Exchange struct {
 	dirty    map[*datastore.Endpoint]datastore.PoolKey
 	reported map[*datastore.Endpoint]datastore.PoolKey // sent nonzero since the last snapshot
 	peers    map[string]*peer
-	// hosts are the peers' hosts, for OnlyPeers.
-	hosts map[string]bool
+	// resolved is the last answer for each name among the peers' hosts,
+	// kept when a lookup fails (read and written by Start's goroutine).
+	resolved map[string][]string
+
+	// in is what the peers' streams have brought (inbound.go).
+	in inbound
+	// wg counts the goroutines Start waits for.
+	wg sync.WaitGroup
+
 	// legacy makes serve answer as the release before forget records did
 	// (no forgetHeader): what a replica of that release does in a rolling
 	// update, for the tests.
@@ -170,6 +223,9 @@ func New(opts Options) (*Exchange, error) {
 	if opts.Registry == nil || opts.Learner == nil {
 		return nil, errors.New("peersync: a Registry and a Learner are needed")
 	}
+	if len(opts.Secret) < MinSecretBytes {
+		return nil, fmt.Errorf("peersync: a Secret of at least %d bytes is needed to authenticate the peers, got %d", MinSecretBytes, len(opts.Secret))
+	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -179,7 +235,8 @@ func New(opts Options) (*Exchange, error) {
 		return nil, err
 	}
 	return &Exchange{opts: opts, id: hex.EncodeToString(id[:]), keyPrint: keyFingerprint(opts.HashKey), metrics: m, kick: make(chan struct{}, 1),
-		dirty: map[*datastore.Endpoint]datastore.PoolKey{}, reported: map[*datastore.Endpoint]datastore.PoolKey{}, peers: map[string]*peer{}}, nil
+		dirty: map[*datastore.Endpoint]datastore.PoolKey{}, reported: map[*datastore.Endpoint]datastore.PoolKey{}, peers: map[string]*peer{},
+		resolved: map[string][]string{}, in: newInbound()}, nil
 }
 
 // HashKey implements framework.Peers.
@@ -258,21 +315,30 @@ func (x *Exchange) Start(ctx context.Context) error {
 		}
 		x.opts.Listener = lis
 	}
-	var wg sync.WaitGroup
+	wg := &x.wg
 	// The peers are known before the first stream is accepted (OnlyPeers).
-	x.syncPeers(ctx, &wg)
+	x.syncPeers(ctx, wg)
 	var srv *grpc.Server
 	if x.opts.Listener != nil {
 		creds := insecure.NewCredentials()
 		if x.opts.ServerTLS != nil {
 			creds = credentials.NewTLS(x.opts.ServerTLS)
 		}
-		srv = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(x.opts.MaxFrameBytes+64), grpc.MaxConcurrentStreams(64))
+		// Stop waits for the handlers, so that none starts a goroutine
+		// once wg is waited on.
+		// Keepalive closes the connection of a peer that vanished (its
+		// place then counts no more against its address), and lets the
+		// peers' pings through (see send).
+		srv = grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(x.opts.MaxFrameBytes+tagBytes+64),
+			grpc.MaxConcurrentStreams(uint32(x.opts.MaxStreamsPerPeer)), grpc.WaitForHandlers(true),
+			grpc.KeepaliveParams(keepalive.ServerParameters{Time: x.opts.PeerTimeout, Timeout: x.opts.PeerTimeout}),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: DefaultHeartbeatInterval, PermitWithoutStream: true}))
 		srv.RegisterService(&serviceDesc, x)
+		lis := &limitedListener{Listener: x.opts.Listener, x: x}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := srv.Serve(x.opts.Listener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 				x.opts.Logger.Error(err, "peer sync listener stopped")
 			}
 		}()
@@ -287,7 +353,7 @@ func (x *Exchange) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			done = true
 		case <-refresh.C:
-			x.syncPeers(ctx, &wg)
+			x.syncPeers(ctx, wg)
 		}
 	}
 	if srv != nil {
@@ -303,21 +369,34 @@ func (x *Exchange) Start(ctx context.Context) error {
 	return nil
 }
 
-// syncPeers starts a sender for each new peer and stops those gone.
+// syncPeers starts a sender for each new peer and stops those gone, and
+// tells the inbound side the peers' hosts (their IPs, names resolved).
 func (x *Exchange) syncPeers(ctx context.Context, wg *sync.WaitGroup) {
 	want, hosts := map[string]bool{}, map[string]bool{}
+	names := map[string]bool{}
 	for _, a := range x.opts.Peers() {
 		want[a] = true
-		if h, _, err := net.SplitHostPort(a); err == nil {
-			if ip := net.ParseIP(h); ip != nil {
-				h = ip.String()
-			}
-			hosts[h] = true
+		h, _, err := net.SplitHostPort(a)
+		if err != nil {
+			continue
+		}
+		if ip := net.ParseIP(h); ip != nil {
+			hosts[ip.String()] = true
+			continue
+		}
+		names[h] = true
+		for _, ip := range x.resolve(ctx, h) {
+			hosts[ip] = true
 		}
 	}
+	for name := range x.resolved {
+		if !names[name] {
+			delete(x.resolved, name)
+		}
+	}
+	x.setPeerHosts(hosts)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.hosts = hosts
 	for addr, p := range x.peers {
 		if !want[addr] {
 			p.cancel()
@@ -335,6 +414,29 @@ func (x *Exchange) syncPeers(ctx context.Context, wg *sync.WaitGroup) {
 		go func() { defer wg.Done(); x.send(pctx, p) }()
 	}
 	x.countPeers()
+}
+
+// resolveTimeout bounds a lookup of a peer's name.
+const resolveTimeout = 2 * time.Second
+
+// resolve returns the IPs of name, or, when the lookup fails, those it had
+// last.
+func (x *Exchange) resolve(ctx context.Context, name string) []string {
+	ctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	defer cancel()
+	addrs, err := x.opts.Resolver.LookupHost(ctx, name)
+	if err != nil {
+		x.opts.Logger.V(2).Info("peer sync: a peer's name did not resolve; keeping its last addresses", "peer", name, "err", err.Error(), "addresses", x.resolved[name])
+		return x.resolved[name]
+	}
+	ips := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if ip := net.ParseIP(a); ip != nil {
+			ips = append(ips, ip.String())
+		}
+	}
+	x.resolved[name] = ips
+	return ips
 }
 
 // countPeers sets the peers gauge: the peers streamed to, not those that
@@ -500,7 +602,10 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 	if x.opts.ClientTLS != nil {
 		creds = credentials.NewTLS(x.opts.ClientTLS)
 	}
-	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	// Pings find a peer that vanished without closing the connection,
+	// which the heartbeats alone would learn only when TCP gives up.
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: DefaultPeerTimeout, Timeout: DefaultPeerTimeout, PermitWithoutStream: true})}
 	if x.opts.LocalIP != nil {
 		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: x.opts.LocalIP}}
 		dialOpts = append(dialOpts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
@@ -547,12 +652,18 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 	}
 }
 
-// stream opens one stream to p and sends on it: first the in-flight
-// snapshot, so a peer (re)connected is right at once, then the frames.
+// stream opens one stream to p and sends on it once p proved it holds the
+// Secret (auth.go): this replica's proof, then the in-flight snapshot, so
+// a peer (re)connected is right at once, then the frames, with an empty
+// one when there was nothing to send for a HeartbeatInterval.
 func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sctx = metadata.AppendToOutgoingContext(sctx, idHeader, x.id, keyHeader, x.keyPrint)
+	nonce, err := newNonce()
+	if err != nil {
+		return err
+	}
+	sctx = metadata.AppendToOutgoingContext(sctx, idHeader, x.id, keyHeader, x.keyPrint, nonceHeader, nonce)
 	s, err := conn.NewStream(sctx, &serviceDesc.Streams[0], pushMethod, grpc.WaitForReady(true))
 	if err != nil {
 		return err
@@ -567,7 +678,16 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 		// Trailers only: the server refused; RecvMsg says why.
 		return s.RecvMsg(&wrapperspb.BytesValue{})
 	}
+	sess, err := x.verifyReceiver(s.Context(), md, nonce)
+	if err != nil {
+		x.metrics.unverified.Inc()
+		x.opts.Logger.Error(err, "peer sync: not streaming to a peer that did not authenticate", "peer", p.addr)
+		return err
+	}
 	forget := slices.Contains(md.Get(forgetHeader), "1")
+	if err := s.SendMsg(&wrapperspb.BytesValue{Value: sess.proof(roleDialler)}); err != nil {
+		return err
+	}
 	x.mu.Lock()
 	var recs []record
 	for e, pool := range x.reported {
@@ -575,191 +695,60 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 	}
 	x.mu.Unlock()
 	for _, f := range x.encode(recs) {
-		if err := s.SendMsg(&wrapperspb.BytesValue{Value: f}); err != nil {
+		if err := s.SendMsg(&wrapperspb.BytesValue{Value: sess.seal(f)}); err != nil {
 			return err
 		}
 	}
+	// Ticks at half the interval: a tick after one with nothing sent
+	// sends, so frames are at most HeartbeatInterval apart.
+	heartbeat := time.NewTicker(x.opts.HeartbeatInterval / 2)
+	defer heartbeat.Stop()
+	sent := true
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-heartbeat.C:
+			if sent {
+				sent = false
+				continue
+			}
+			if err := s.SendMsg(&wrapperspb.BytesValue{Value: sess.seal([]byte{frameVersion})}); err != nil {
+				return err
+			}
+			sent = true
 		case f := <-p.frames:
 			if f.forget && !forget {
 				continue // a peer of the release before: it would refuse the frame
 			}
-			if err := s.SendMsg(&wrapperspb.BytesValue{Value: f.b}); err != nil {
+			if err := s.SendMsg(&wrapperspb.BytesValue{Value: sess.seal(f.b)}); err != nil {
 				return err
 			}
+			sent = true
 		}
 	}
 }
 
-const pushMethod = "/poolpicker.peersync.v1.PeerSync/Push"
-
-// idHeader carries the sending exchange's id.
-const idHeader = "poolpicker-peer-sync-id"
-
-// forgetHeader, "1" in a receiver's headers, says it reads forget records.
-const forgetHeader = "poolpicker-peer-sync-forget"
-
-// keyHeader carries the sender's key fingerprint (keyFingerprint). A
-// sender of the release before it sends none and is taken as before.
-const keyHeader = "poolpicker-peer-sync-key"
-
-// keyMismatch begins the refusal of a stream keyed differently.
-const keyMismatch = "peer sync: the peer hashes prompt blocks with another key"
-
-// pushServer is the service's handler type.
-type pushServer interface {
-	serve(grpc.ServerStream) error
-}
-
-var serviceDesc = grpc.ServiceDesc{
-	ServiceName: "poolpicker.peersync.v1.PeerSync",
-	HandlerType: (*pushServer)(nil),
-	Streams: []grpc.StreamDesc{{StreamName: "Push", ClientStreams: true,
-		Handler: func(srv any, s grpc.ServerStream) error { return srv.(pushServer).serve(s) }}},
-	Metadata: "peersync",
-}
-
-// serve applies one peer's stream until it ends; the in-flight counts the
-// peer reported are taken back then, so a replica that went away stops
-// counting at once.
-func (x *Exchange) serve(s grpc.ServerStream) error {
-	if x.opts.OnlyPeers && !x.fromPeer(s.Context()) {
-		x.metrics.refused.Inc()
-		return status.Error(codes.PermissionDenied, "peer sync: not a peer replica")
+// verifyReceiver checks the proof in the receiver's headers md of the
+// stream of ctx, opened with nonce, and returns the stream's session.
+func (x *Exchange) verifyReceiver(ctx context.Context, md metadata.MD, nonce string) (*session, error) {
+	ids, nonces, proofs := md.Get(idHeader), md.Get(nonceHeader), md.Get(proofHeader)
+	if len(ids) != 1 || len(nonces) != 1 || len(proofs) != 1 || !validNonce(nonces[0]) {
+		return nil, fmt.Errorf("%w: its answer carries no proof (a replica of a release before authentication, or no replica)", errUnauthenticated)
 	}
-	got, _ := metadata.FromIncomingContext(s.Context())
-	if slices.Contains(got.Get(idHeader), x.id) {
-		return status.Error(codes.FailedPrecondition, "peer sync: a stream from this replica to itself")
+	binding, err := channelBinding(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if keys := got.Get(keyHeader); len(keys) > 0 && keys[0] != x.keyPrint {
-		// Its blocks would never match this replica's: refused at once,
-		// not applied to nothing, so that both ends say so.
-		x.metrics.keyMismatch.Inc()
-		err := status.Errorf(codes.FailedPrecondition, "%s (fingerprint %.16q, this replica's %s): give every replica the same --peer-sync-key-file", keyMismatch, keys[0], x.keyPrint)
-		x.opts.Logger.Error(err, "peer sync: refused a peer's stream", "peer", peerAddr(s.Context()))
-		return err
+	if binding == nil && x.opts.ClientTLS != nil {
+		return nil, fmt.Errorf("%w: no TLS session to bind the proof to", errUnauthenticated)
 	}
-	md := metadata.Pairs(idHeader, x.id)
-	if !x.legacy {
-		md.Set(forgetHeader, "1")
+	sess := newSession(x.opts.Secret, nonce, x.id, nonces[0], ids[0], binding)
+	proof, err := hex.DecodeString(proofs[0])
+	if err != nil || !sess.checkProof(roleReceiver, proof) {
+		return nil, fmt.Errorf("%w: its proof does not match this replica's key (another --peer-sync-key-file, or no replica)", errUnauthenticated)
 	}
-	if err := s.SendHeader(md); err != nil {
-		return nil
-	}
-	in := &inbound{x: x, counts: map[*datastore.Endpoint]int64{}, tokens: float64(x.opts.MaxRecordsPerSecond), last: time.Now()}
-	x.metrics.streams.Inc()
-	defer func() {
-		x.metrics.streams.Dec()
-		for e, n := range in.counts {
-			e.AddPeerInFlight(-n)
-		}
-	}()
-	for {
-		var m wrapperspb.BytesValue
-		if err := s.RecvMsg(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return s.SendMsg(&wrapperspb.BytesValue{})
-			}
-			return nil
-		}
-		if len(m.Value) > x.opts.MaxFrameBytes {
-			x.metrics.dropped.WithLabelValues("malformed").Inc()
-			return fmt.Errorf("peer sync: frame of %d bytes, at most %d", len(m.Value), x.opts.MaxFrameBytes)
-		}
-		if err := decodeFrame(m.Value, in.apply); err != nil {
-			x.metrics.dropped.WithLabelValues("malformed").Inc()
-			x.opts.Logger.V(2).Info("peer sync: malformed frame; the stream is closed", "err", err.Error())
-			return fmt.Errorf("peer sync: %w", err)
-		}
-	}
-}
-
-// peerAddr is the address a stream comes from, for logs.
-func peerAddr(ctx context.Context) string {
-	if p, ok := grpcpeer.FromContext(ctx); ok {
-		return p.Addr.String()
-	}
-	return ""
-}
-
-// fromPeer reports whether the stream comes from the host of one of the
-// peers.
-func (x *Exchange) fromPeer(ctx context.Context) bool {
-	p, ok := grpcpeer.FromContext(ctx)
-	if !ok {
-		return false
-	}
-	tcp, ok := p.Addr.(*net.TCPAddr)
-	if !ok {
-		return false
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.hosts[tcp.IP.String()]
-}
-
-// inbound is the state of one peer's stream.
-type inbound struct {
-	x *Exchange
-	// counts is what this peer last said it has in flight per endpoint.
-	counts map[*datastore.Endpoint]int64
-	// tokens and last are the stream's rate limit: a token bucket of
-	// MaxRecordsPerSecond, as deep.
-	tokens float64
-	last   time.Time
-}
-
-func (in *inbound) apply(r *record) {
-	x := in.x
-	now := time.Now()
-	rate := float64(x.opts.MaxRecordsPerSecond)
-	in.tokens = min(rate, in.tokens+now.Sub(in.last).Seconds()*rate)
-	in.last = now
-	if in.tokens < 1 {
-		x.metrics.dropped.WithLabelValues("rate").Inc()
-		return
-	}
-	in.tokens--
-	pool, ok := x.opts.Registry.Get(r.pool)
-	if !ok {
-		x.metrics.dropped.WithLabelValues("unknown").Inc()
-		return
-	}
-	e, ok := pool.Endpoints().Get(r.addr)
-	if !ok {
-		x.metrics.dropped.WithLabelValues("unknown").Inc()
-		return
-	}
-	x.metrics.received.WithLabelValues(kindName(r.kind)).Inc()
-	switch r.kind {
-	case kindBlocks:
-		x.opts.Learner.LearnPeerBlocks(pool, e, r.blocks)
-	case kindForget:
-		x.opts.Learner.ForgetPeerBlocks(pool, e, r.blocks)
-	case kindInFlight:
-		prev := in.counts[e]
-		if d := r.inFlight - prev; d != 0 {
-			e.AddPeerInFlight(d)
-		}
-		if r.inFlight == 0 {
-			delete(in.counts, e)
-		} else {
-			in.counts[e] = r.inFlight
-		}
-	}
-}
-
-func kindName(k byte) string {
-	switch k {
-	case kindBlocks:
-		return "blocks"
-	case kindForget:
-		return "forget"
-	}
-	return "in-flight"
+	return sess, nil
 }
 
 // LearnerFuncs are functions as a Learner (a scheduler built after the

@@ -13,11 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -26,6 +23,9 @@ import (
 )
 
 var poolKey = types.NamespacedName{Namespace: "ns", Name: "pool"}
+
+// testSecret is the replicas' shared key in the tests.
+var testSecret = []byte("a test key of more than sixteen bytes")
 
 // learned is one LearnPeerBlocks call, or a ForgetPeerBlocks call when
 // forget is set.
@@ -59,6 +59,9 @@ func newSide(t *testing.T, opts Options) *side {
 		t.Fatal(err)
 	}
 	opts.Registry, opts.Listener, opts.Registerer = s.reg, s.lis, s.metrics
+	if opts.Secret == nil {
+		opts.Secret = testSecret
+	}
 	opts.Learner = LearnerFuncs{
 		Learn: func(_ *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
 			s.learned <- learned{e.Address, slices.Clone(blocks), false}
@@ -210,36 +213,21 @@ func TestForgetNotSentToPreviousRelease(t *testing.T) {
 // beyond the rate limit are dropped; what names no pool or endpoint here
 // is dropped.
 func TestHostilePeer(t *testing.T) {
-	b := newSide(t, Options{MaxRecordsPerSecond: 5})
+	b := newSide(t, Options{MaxRecordsPerSecond: 5, MaxInFlightPerEndpoint: 100})
 	b.start(t)
-	conn, err := grpc.NewClient(b.lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialFrom(t, b.lis.Addr().String(), "127.0.0.1")
 	push := func(frames ...[]byte) error {
 		t.Helper()
-		s, err := conn.NewStream(context.Background(), &serviceDesc.Streams[0], pushMethod)
-		if err != nil {
-			t.Fatal(err)
+		ps := openPeerStream(t, conn, b, testSecret, "hostile")
+		if ps.err != nil {
+			t.Fatal(ps.err)
 		}
 		for _, f := range frames {
-			if err := s.SendMsg(&wrapperspb.BytesValue{Value: f}); err != nil {
+			if err := ps.send(f); err != nil {
 				break
 			}
 		}
-		if err := s.CloseSend(); err != nil {
-			t.Fatal(err)
-		}
-		var out wrapperspb.BytesValue
-		return s.RecvMsg(&out)
-	}
-	frame := func(recs ...record) []byte {
-		out := []byte{frameVersion}
-		for i := range recs {
-			out = appendRecord(out, &recs[i])
-		}
-		return out
+		return ps.finish()
 	}
 	eb := b.endpoint(t, "127.0.0.3:8000")
 	blocks := record{kind: kindBlocks, pool: poolKey, addr: "127.0.0.3:8000", blocks: []uint64{9}}
@@ -251,12 +239,12 @@ func TestHostilePeer(t *testing.T) {
 	}{
 		{"empty", []byte{}},
 		{"other version", []byte{frameVersion + 1}},
-		{"unknown kind", append(frame(), 9)},
-		{"truncated name", append(frame(), kindBlocks, 5, 'n')},
-		{"too many blocks", append(frame(blocks)[:1+1+3+5+15], 0xff, 0xff, 0x7f)},
-		{"truncated blocks", frame(blocks)[:len(frame(blocks))-1]},
-		{"too many blocks forgotten", append(frame(forget)[:1+1+3+5+15], 0xff, 0xff, 0x7f)},
-		{"truncated blocks forgotten", frame(forget)[:len(frame(forget))-1]},
+		{"unknown kind", append(encodeFrame(), 9)},
+		{"truncated name", append(encodeFrame(), kindBlocks, 5, 'n')},
+		{"too many blocks", append(encodeFrame(blocks)[:1+1+3+5+15], 0xff, 0xff, 0x7f)},
+		{"truncated blocks", encodeFrame(blocks)[:len(encodeFrame(blocks))-1]},
+		{"too many blocks forgotten", append(encodeFrame(forget)[:1+1+3+5+15], 0xff, 0xff, 0x7f)},
+		{"truncated blocks forgotten", encodeFrame(forget)[:len(encodeFrame(forget))-1]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := push(tc.frame); err == nil {
@@ -272,19 +260,15 @@ func TestHostilePeer(t *testing.T) {
 
 	// An in-flight count beyond the bound counts as the bound, and is
 	// taken back with the stream.
-	s, err := conn.NewStream(context.Background(), &serviceDesc.Streams[0], pushMethod)
-	if err != nil {
+	ps := openPeerStream(t, conn, b, testSecret, "hostile")
+	if ps.err != nil {
+		t.Fatal(ps.err)
+	}
+	if err := ps.send(encodeFrame(record{kind: kindInFlight, pool: poolKey, addr: "127.0.0.3:8000", inFlight: 1 << 40})); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SendMsg(&wrapperspb.BytesValue{Value: frame(record{kind: kindInFlight, pool: poolKey, addr: "127.0.0.3:8000", inFlight: 1 << 40})}); err != nil {
-		t.Fatal(err)
-	}
-	poll.Until(t, 10*time.Second, "the bounded count", func() bool { return eb.InFlight() == maxPeerInFlight })
-	if err := s.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	var out wrapperspb.BytesValue
-	_ = s.RecvMsg(&out)
+	poll.Until(t, 10*time.Second, "the bounded count", func() bool { return eb.InFlight() == 100 })
+	_ = ps.finish()
 	poll.Until(t, 10*time.Second, "the count taken back", func() bool { return eb.InFlight() == 0 })
 
 	// Unknown pool and endpoint, then more records than the rate allows.
@@ -296,7 +280,7 @@ func TestHostilePeer(t *testing.T) {
 	for i := range many {
 		many[i] = record{kind: kindBlocks + byte(i%2)*(kindForget-kindBlocks), pool: poolKey, addr: "127.0.0.3:8000", blocks: []uint64{uint64(i)}}
 	}
-	if err := push(frame(append(unknown, many...)...)); err != nil {
+	if err := push(encodeFrame(append(unknown, many...)...)); err != nil {
 		t.Fatalf("a well-formed stream ended with %v", err)
 	}
 	if n := testutil.ToFloat64(b.x.metrics.dropped.WithLabelValues("unknown")); n != 2 {
@@ -312,39 +296,42 @@ func TestHostilePeer(t *testing.T) {
 }
 
 // TestOnlyPeers: with OnlyPeers, a stream from a host that is no peer's
-// is refused before anything it sends is read; one from a peer's host is
-// taken.
+// is refused before anything it sends is read; one from a peer's host,
+// named by its IP or by a name that resolves to it, is taken.
 func TestOnlyPeers(t *testing.T) {
-	b := newSide(t, Options{OnlyPeers: true, Peers: func() []string { return []string{"127.0.0.7:1"} }})
-	b.start(t)
-	rec := appendRecord([]byte{frameVersion}, &record{kind: kindInFlight, pool: poolKey, addr: "127.0.0.2:8000", inFlight: 3})
 	for _, tc := range []struct {
-		from string
-		want codes.Code
-	}{{"127.0.0.1", codes.PermissionDenied}, {"127.0.0.7", codes.OK}} {
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(tc.from)}}
-		conn, err := grpc.NewClient(b.lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := conn.NewStream(context.Background(), &serviceDesc.Streams[0], pushMethod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = s.SendMsg(&wrapperspb.BytesValue{Value: rec})
-		_ = s.CloseSend()
-		var out wrapperspb.BytesValue
-		if got := status.Code(s.RecvMsg(&out)); got != tc.want {
-			t.Errorf("from %s: %v, want %v", tc.from, got, tc.want)
-		}
-		conn.Close()
-	}
-	if n := testutil.ToFloat64(b.x.metrics.refused); n != 1 {
-		t.Fatalf("%s %v, want 1", MetricRefused, n)
-	}
-	if n := testutil.ToFloat64(b.x.metrics.received.WithLabelValues("in-flight")); n != 1 {
-		t.Fatalf("%s{kind=in-flight} %v, want 1 (the peer's only)", MetricReceived, n)
+		peer, from string
+		want       codes.Code
+	}{
+		{"127.0.0.7:1", "127.0.0.1", codes.PermissionDenied},
+		{"127.0.0.7:1", "127.0.0.7", codes.OK},
+		{"localhost:1", "127.0.0.1", codes.OK},
+		{"localhost:1", "127.0.0.7", codes.PermissionDenied},
+	} {
+		t.Run(tc.peer+" from "+tc.from, func(t *testing.T) {
+			b := newSide(t, Options{OnlyPeers: true, Peers: func() []string { return []string{tc.peer} }})
+			b.start(t)
+			ps := openPeerStream(t, dialFrom(t, b.lis.Addr().String(), tc.from), b, testSecret, "peer")
+			if ps.err == nil {
+				ps.err = ps.send(encodeFrame(record{kind: kindInFlight, pool: poolKey, addr: "127.0.0.2:8000", inFlight: 3}))
+				if ps.err == nil {
+					ps.err = ps.finish()
+				}
+			}
+			if got := status.Code(ps.err); got != tc.want {
+				t.Fatalf("%v (%v), want %v", got, ps.err, tc.want)
+			}
+			wantRefused, wantApplied := 0.0, 1.0
+			if tc.want != codes.OK {
+				wantRefused, wantApplied = 1, 0
+			}
+			if n := testutil.ToFloat64(b.x.metrics.refused.WithLabelValues("not-a-peer")); n != wantRefused {
+				t.Errorf("%s{reason=not-a-peer} %v, want %v", MetricRefused, n, wantRefused)
+			}
+			if n := testutil.ToFloat64(b.x.metrics.received.WithLabelValues("in-flight")); n != wantApplied {
+				t.Errorf("%s{kind=in-flight} %v, want %v", MetricReceived, n, wantApplied)
+			}
+		})
 	}
 }
 

@@ -35,10 +35,10 @@ const (
 	// blocks are at most the prefix scorer's maxPrefixBlocksToMatch, which
 	// the receiver applies again.
 	MaxBlocksPerRecord = 1 << 12
-	// maxPeerInFlight bounds what one peer may say it has in flight on an
-	// endpoint, so a hostile peer can only make an endpoint look as busy
-	// as a replica with that many requests there.
-	maxPeerInFlight = 1 << 12
+	// MaxInFlightBound bounds an in-flight count on the wire; the
+	// receiver's Options.MaxInFlightPerEndpoint, at most this, bounds it
+	// further.
+	MaxInFlightBound = 1 << 16
 )
 
 // record is one observation of the sender's.
@@ -133,7 +133,7 @@ func decodeFrame(frame []byte, fn func(*record)) error {
 			b = b[8*v:]
 			r.blocks, r.inFlight = blocks, 0
 		case kindInFlight:
-			r.blocks, r.inFlight = nil, int64(min(v, maxPeerInFlight))
+			r.blocks, r.inFlight = nil, int64(min(v, MaxInFlightBound))
 		}
 		fn(&r)
 	}

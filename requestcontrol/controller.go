@@ -46,9 +46,6 @@ type Options struct {
 	// changes (committed, moved to the endpoint that served it, finished).
 	// Called on the stream's goroutine; it must not block.
 	InFlight InFlightObserver
-	// EmitEndpointScores asks the scheduler for every scored endpoint's
-	// score (scheduling.Request.Scores).
-	EmitEndpointScores bool
 }
 
 // Controller runs the life of every request of one ext_proc server.

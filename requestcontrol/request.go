@@ -40,6 +40,9 @@ type Request struct {
 	// Bytes is the request body's size, charged to flow control's queue
 	// while the request waits.
 	Bytes int
+	// Scores asks the scheduler for every scored endpoint's weighted total
+	// (scheduling.Request.Scores, then Result.Scores).
+	Scores bool
 
 	// model and prompt are what the body said (SetBody).
 	model  string
@@ -108,7 +111,7 @@ func (e *Refusal) Error() string { return e.Reason + ": " + e.Message }
 // decision or the refusal) is sent.
 func (r *Request) Pick(ctx context.Context, w Waiter) (d Decision, err error) {
 	sreq := &scheduling.Request{ID: r.ID, Objective: r.Objective, Subset: r.Subset, CandidateIPs: r.CandidateIPs,
-		Scores: r.c.opts.EmitEndpointScores, Model: r.Model(), Prompt: r.prompt}
+		Scores: r.Scores, Model: r.Model(), Prompt: r.prompt}
 	perEndpoint := false
 	if fc := r.c.opts.FlowControl; fc != nil {
 		if err := r.awaitEndpoints(ctx, w); err != nil {

@@ -26,6 +26,7 @@ const (
 	DefaultQueueDepthThreshold  = 5
 	DefaultKVCacheUtilThreshold = 0.8
 	DefaultSaturationAdmission  = AdmissionPoolAverage
+	DefaultDecisionsPerPool     = 8
 )
 
 // Rules of Options.SaturationAdmission.
@@ -74,6 +75,12 @@ type Options struct {
 	// profile. Never for production: it lets a client choose its endpoint.
 	// Zero (false): off, and a config that names the filter is refused.
 	EnableConformanceTestFilter bool
+	// DecisionsPerPool is how many of each pool's last decisions are kept,
+	// with every scorer's score of each candidate, for RecentDecisions (the
+	// debug endpoint), each recorded when its Result is committed, off the
+	// decision's path. A pool's ring is made at its first pick and dropped
+	// with the pool. Zero: 8; negative: none are kept.
+	DecisionsPerPool int
 
 	// Rand returns uniformly random uint64s for tie-breaks, weighted picks and
 	// rewrite splits; it must be safe for concurrent use. Nil: math/rand/v2.
@@ -125,6 +132,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.SaturationAdmission == "" {
 		o.SaturationAdmission = DefaultSaturationAdmission
+	}
+	if o.DecisionsPerPool == 0 {
+		o.DecisionsPerPool = DefaultDecisionsPerPool
 	}
 	if o.Rand == nil {
 		o.Rand = rand.Uint64
@@ -219,6 +229,9 @@ type poolState struct {
 	// warnedProfile is the last unknown profile name logged for the pool, so
 	// a bad annotation is logged once, not per request.
 	warnedProfile atomic.Pointer[string]
+	// decisions holds the pool's last decisions; nil until its first pick
+	// (or when Options.DecisionsPerPool is negative).
+	decisions atomic.Pointer[decisionRing]
 }
 
 var _ datastore.Observer = (*Scheduler)(nil)
@@ -365,14 +378,23 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 
 	totals := grow(&cy.totals, len(cands))
 	scores := grow(&cy.scores, len(cands))
+	record := s.opts.DecisionsPerPool > 0
+	var perScorer []float64
+	if record {
+		perScorer = grow(&cy.perScorer, len(prof.scorers)*len(cands))
+	}
 	clear(totals)
 	for i, ws := range prof.scorers {
 		clear(scores)
 		start := prof.timers.start()
 		ws.Score(ctx, cs, req, cands, scores)
 		prof.timers.observe(prof.timers.scorers, i, start)
-		for i, v := range scores {
-			totals[i] += ws.weight * clamp01(v)
+		for j, v := range scores {
+			v = clamp01(v)
+			totals[j] += ws.weight * v
+			if record {
+				perScorer[i*len(cands)+j] = v
+			}
 		}
 	}
 
@@ -421,8 +443,13 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 			res.Scores[cands[i].Endpoint.Address()] = totals[i]
 		}
 	}
-	if len(prof.postPickers) > 0 {
+	if len(prof.postPickers) > 0 || record {
 		box.commit = pendingCommit{s: s, ctx: ctx, cy: cy, req: req, postPickers: prof.postPickers}
+		if record {
+			// Recorded at commit, once the decision is on its way: the
+			// cycle's buffers stay the scheduler's until then.
+			cy.decision = pendingDecision{pool: pool, at: now, prof: prof, cands: cands, totals: totals, perScorer: perScorer, picked: picked}
+		}
 		res.pending = &box.commit
 		committing = true
 	}
@@ -443,7 +470,12 @@ type cycle struct {
 	candidates []framework.Candidate
 	scores     []float64
 	totals     []float64
-	picked     []int
+	// perScorer holds each scorer's scores of the candidates, scorer-major,
+	// for the decision record.
+	perScorer []float64
+	picked    []int
+	// decision is the pick the commit records.
+	decision pendingDecision
 	// seen is the result as the post-pick plugins see it (views), built
 	// at commit.
 	seen framework.Result
@@ -452,6 +484,7 @@ type cycle struct {
 func (s *Scheduler) recycle(cy *cycle) {
 	cy.End()
 	cy.modelRewrite = ""
+	cy.decision = pendingDecision{}
 	clear(cy.candidates[:cap(cy.candidates)])
 	clear(cy.seen.Endpoints[:cap(cy.seen.Endpoints)])
 	cy.seen = framework.Result{Endpoints: cy.seen.Endpoints[:0]}
@@ -466,6 +499,18 @@ type pendingCommit struct {
 	cy          *cycle
 	req         *Request
 	postPickers []framework.PostPicker
+}
+
+// pendingDecision is a pick to record at commit, over the cycle's buffers;
+// its pool is nil when decisions are not kept.
+type pendingDecision struct {
+	pool      *datastore.Pool
+	at        time.Time
+	prof      *profile
+	cands     []framework.Candidate
+	totals    []float64
+	perScorer []float64
+	picked    []int
 }
 
 // commit runs the post-pick plugins on r's view, then recycles the
@@ -483,6 +528,9 @@ func (p *pendingCommit) commit(r *Result) {
 		pp.PostPick(p.ctx, &p.cy.CycleState, p.req, seen)
 	}
 	r.prediction = seen.Prediction()
+	if d := &p.cy.decision; d.pool != nil {
+		p.s.decisionRing(d.pool).record(d.at, p.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked)
+	}
 	p.s.recycle(p.cy)
 	// The Result outlives the commit (it hears the server's cached tokens
 	// later): it must not pin the request.

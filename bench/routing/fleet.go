@@ -218,7 +218,7 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	var sched *scheduling.Scheduler
 	var exchange *peersync.Exchange
 	if link != nil {
-		exchange, err = peersync.New(peersync.Options{Registry: reg, HashKey: link.key, Registerer: metrics, Listener: link.lis, Peers: link.peers,
+		exchange, err = peersync.New(peersync.Options{Registry: reg, HashKey: link.key, Secret: link.secret, Registerer: metrics, Listener: link.lis, Peers: link.peers,
 			Learner: peersync.LearnerFuncs{
 				Learn: func(pool *datastore.Pool, e *datastore.Endpoint, blocks []uint64) {
 					sched.LearnPeerBlocks(pool, e, blocks)
@@ -320,6 +320,8 @@ type peerLink struct {
 	lis   net.Listener
 	peers func() []string
 	key   uint64
+	// secret authenticates the replicas to each other.
+	secret []byte
 }
 
 // peerLinks binds a peer-sync listener per replica on loopback; each
@@ -328,6 +330,7 @@ func peerLinks(replicas int, seed uint64) ([]*peerLink, error) {
 	links := make([]*peerLink, replicas)
 	addrs := make([]string, replicas)
 	key := seeded(seed + 300)()
+	secret := []byte(fmt.Sprintf("bench peer-sync secret %d", seed))
 	for i := range links {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -337,7 +340,7 @@ func peerLinks(replicas int, seed uint64) ([]*peerLink, error) {
 			return nil, err
 		}
 		addrs[i] = lis.Addr().String()
-		links[i] = &peerLink{lis: lis, key: key}
+		links[i] = &peerLink{lis: lis, key: key, secret: secret}
 	}
 	for i, l := range links {
 		others := slices.Delete(slices.Clone(addrs), i, i+1)

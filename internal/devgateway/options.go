@@ -63,6 +63,12 @@ type Options struct {
 	// Ready picker pods. Empty: the picker is used whenever it accepts
 	// connections. It applies to every address ResolveEPP returns.
 	EPPHealthAddress string
+	// Authority, when set, is the :authority of the ext_proc streams of a
+	// pool whose endpointPickerRef is the Service (namespace, service,
+	// port), as the gateway being stood in for spells it (Istio's
+	// outbound|PORT||SVC.NS.svc.cluster.local, say). Nil: SVC.NS.svc:PORT,
+	// as kgateway sends it.
+	Authority func(namespace, service string, port int32) string
 	// EPPPlaintext dials the picker without TLS (poolpicker
 	// --secure-serving=false). Zero (false): TLS without certificate
 	// verification, as gateways talk to an EPP by default.

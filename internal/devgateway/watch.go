@@ -87,6 +87,13 @@ func (g *Gateway) rebuild(ctx context.Context, c client.Reader) error {
 		}
 	}
 	t := buildTable(mine, pools.Items)
+	if g.opts.Authority != nil {
+		for _, pt := range t.pools {
+			if pt.service != "" {
+				pt.authority = g.opts.Authority(pt.key.Namespace, pt.service, pt.port)
+			}
+		}
+	}
 	g.table.Store(t)
 	g.log.V(2).Info("routes updated", "routes", len(mine), "matches", len(t.entries), "pools", len(t.pools))
 	return nil

@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +37,12 @@ func TestPeerSyncAffinity(t *testing.T) {
 	for _, r := range stack.Replicas() {
 		peers = append(peers, net.JoinHostPort(r.IP, strconv.Itoa(ports[0])))
 	}
-	withPickerArgs(t, "--peer-sync", fmt.Sprintf("--peer-sync-port=%d", ports[0]), "--peer-sync-peers="+strings.Join(peers, ","))
+	// The replicas authenticate each other with a key both read.
+	key := filepath.Join(t.TempDir(), "peer-sync-key")
+	if err := os.WriteFile(key, []byte("an e2e peer-sync key of more than sixteen bytes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withPickerArgs(t, "--peer-sync", fmt.Sprintf("--peer-sync-port=%d", ports[0]), "--peer-sync-peers="+strings.Join(peers, ","), "--peer-sync-key-file="+key)
 	replicas := stack.Replicas()
 	for _, r := range replicas {
 		poll.Until(t, 30*time.Second, r.Pod.String()+" streaming to its peer", func() bool {

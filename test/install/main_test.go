@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -57,7 +58,9 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		return testenv.RunMain(m, &env, testenv.Options{ExtraCRDDirs: []string{sm}})
+		// And the PrometheusRule CRD beside it, for the chart's alerts.
+		rules := filepath.Join(filepath.Dir(sm), "monitoring.coreos.com_prometheusrules.yaml")
+		return testenv.RunMain(m, &env, testenv.Options{ExtraCRDDirs: []string{sm, rules}})
 	}())
 }
 

@@ -77,8 +77,8 @@ extraArgs: ["--scheduler-max-endpoints=2"]
 podAnnotations: {prometheus.io/scrape: "false"}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
-		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Service", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
+		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"}},
 	{name: "single pool, plaintext, no PDB", values: `
 poolName: chat
 poolNamespace: install-team-a
@@ -103,7 +103,18 @@ metrics: {serviceMonitor: {enabled: true}, endpointAuth: {enabled: false}}
 metrics:
   serviceMonitor: {enabled: true}
   endpointAuth: {readers: [{name: prometheus-k8s, namespace: monitoring}]}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"}},
+	{name: "monitoring, scheduler config, tracing, JSON logs", values: `
+metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}, dashboards: {enabled: true}}
+scheduler: {config: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"}
+tracing: {enabled: true, otlpEndpoint: "http://otel-collector.monitoring:4317"}
+logFormat: json
+logVerbosity: 0
+podAntiAffinity: soft
+env: [{name: GOMEMLIMIT, value: 1200MiB}]
+extraVolumes: [{name: scratch, emptyDir: {}}]
+extraVolumeMounts: [{name: scratch, mountPath: /scratch}]
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "ConfigMap", "Deployment", "PodDisruptionBudget", "PrometheusRule", "Role", "RoleBinding", "Secret", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"}},
 	{name: "leader election only", values: `
 provisionPickerServices: {enabled: false}
 peerSync: {enabled: false}
@@ -206,11 +217,10 @@ func checkNoConformanceBehaviors(t *testing.T, deploy *unstructured.Unstructured
 
 // TestChartMatchesKustomize: with default values the chart renders the
 // base's objects with the same names, RBAC rules, Deployment spec (image
-// and labels aside), Service ports and PodDisruptionBudget, but for the
-// peer-sync hash key: the chart mounts a random key from a Secret it
-// creates, which kustomize cannot make, so the base derives the key and
-// overlays/peer-sync-key mounts the Secret the user creates, with the
-// chart's flag, mount and volume.
+// and labels aside), Service ports and PodDisruptionBudget; the peer-sync
+// key is mounted alike from a Secret of the same name, which the chart
+// creates with a random key and a kustomize user creates first (kustomize
+// cannot make a random one); overlays/peer-sync-key is the base.
 func TestChartMatchesKustomize(t *testing.T) {
 	ctx := ctxT(t, 15*time.Minute)
 	base, err := tool.Kustomize(ctx, "config/deploy/base")
@@ -229,8 +239,8 @@ func TestChartMatchesKustomize(t *testing.T) {
 	if chartKey.arg == "" {
 		t.Fatal("the chart's default Deployment has no --peer-sync-key-file")
 	}
-	if baseKey := withoutPeerSyncKey(t, deploytest.Find(base, "Deployment", "poolpicker")); baseKey.arg != "" {
-		t.Errorf("the kustomize base mounts a peer-sync key (%s) it cannot create", baseKey.arg)
+	if baseKey := withoutPeerSyncKey(t, deploytest.Find(base, "Deployment", "poolpicker")); fmt.Sprint(baseKey) != fmt.Sprint(chartKey) {
+		t.Errorf("the kustomize base wires the key as\n%+v\nthe chart as\n%+v (peer sync runs only with a shared key)", baseKey, chartKey)
 	}
 	if overlayKey := withoutPeerSyncKey(t, deploytest.Find(keyed, "Deployment", "poolpicker")); fmt.Sprint(overlayKey) != fmt.Sprint(chartKey) {
 		t.Errorf("overlays/peer-sync-key wires the key as\n%+v\nthe chart as\n%+v", overlayKey, chartKey)
@@ -354,7 +364,9 @@ func metricsAuthOn(args []string) bool {
 // checkMetricsAuth: with --metrics-endpoint-auth on, the token reviews'
 // ClusterRole is bound to the Deployment's service account, a
 // metrics-reader ClusterRole grants get on /metrics, and every
-// ServiceMonitor sends a bearer token; with it off, none of these.
+// ServiceMonitor sends a bearer token (the chart's through authorization,
+// the kustomize overlay's from Prometheus' own account); with it off, none
+// of these.
 func checkMetricsAuth(t *testing.T, objs []*unstructured.Unstructured, deploy *unstructured.Unstructured) {
 	t.Helper()
 	on := metricsAuthOn(containerArgs(deploy))
@@ -379,7 +391,9 @@ func checkMetricsAuth(t *testing.T, objs []*unstructured.Unstructured, deploy *u
 		case o.GetKind() == "ServiceMonitor":
 			endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", "endpoints")
 			for _, e := range endpoints {
-				if _, token := e.(map[string]any)["bearerTokenFile"]; token != on {
+				_, file := e.(map[string]any)["bearerTokenFile"]
+				_, auth := e.(map[string]any)["authorization"]
+				if token := file || auth; token != on {
 					t.Errorf("ServiceMonitor %s: bearer token %v with --metrics-endpoint-auth %v", o.GetName(), token, on)
 				}
 			}

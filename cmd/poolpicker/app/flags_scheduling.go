@@ -27,4 +27,6 @@ func bindSchedulingFlags(fs *pflag.FlagSet, o *scheduling.Options) {
 		"KV-cache use (0..1] at which an endpoint is saturated; see --saturation-queue-depth-threshold. 0 means the default.")
 	fs.StringVar(&o.SaturationAdmission, "saturation-admission", scheduling.DefaultSaturationAdmission,
 		"When a pool is saturated, so that sheddable requests (objective priority < 0) are answered 429: "+scheduling.AdmissionAllSaturated+", when every endpoint is saturated (or unknown); "+scheduling.AdmissionPoolAverage+", when the endpoints' mean of max(waiting / queue-depth threshold, KV-cache use / KV-cache threshold) is at least 1, an unknown endpoint counting 1.")
+	fs.IntVar(&o.DecisionsPerPool, "debug-decisions-per-pool", scheduling.DefaultDecisionsPerPool,
+		"Last decisions kept per pool, with each scorer's score of each candidate, for the metrics port's /debug/pools. A pool's are kept from its first pick until it is no longer served. Negative: none. 0 means the default.")
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/poolpicker/poolpicker/controllers"
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/internal/debugview"
 	"github.com/poolpicker/poolpicker/peersync"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
@@ -247,6 +248,7 @@ func loadConfig(kubeconfig string) (*rest.Config, error) {
 type components struct {
 	reg     *datastore.Registry
 	metrics *prometheus.Registry
+	sched   *scheduling.Scheduler
 	scraper *scrape.Manager
 	server  *extproc.Server
 	// peers is peer sync's exchange; nil when off.
@@ -317,7 +319,7 @@ func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, er
 	}
 
 	o.extproc.Registerer, o.extproc.Logger = metrics, log.WithName("extproc")
-	cs.scraper = scraper
+	cs.scraper, cs.sched = scraper, sched
 	cs.waiting = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "poolpicker_waiting_for_api_server",
 		Help: "1 while start-up waits for the API server to answer (readiness NOT_SERVING; the reason is logged); 0 once it has.",
@@ -340,7 +342,8 @@ func (cs *components) metricsServer(cfg *rest.Config, o *options, log logr.Logge
 	// controller-runtime's own metrics (reconciles, work queues, client
 	// requests) live in its global registry; serve both on one endpoint.
 	gatherers := renamingGatherer{g: prometheus.Gatherers{cs.metrics, crmetrics.Registry}, names: o.metricNames}
-	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.compat.enablePprof, log: log}
+	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.compat.enablePprof, log: log,
+		debug: debugview.Handler(debugview.Options{Registry: cs.reg, Decisions: cs.sched.RecentDecisions})}
 	ms.tls = metricsTLSFrom(o)
 	if o.compat.metricsEndpointAuth {
 		var err error

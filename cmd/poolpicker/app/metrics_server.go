@@ -23,15 +23,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/poolpicker/poolpicker/internal/debugview"
 )
 
-// metricsServer serves /metrics (and with pprof /debug/pprof/) until its
-// context is cancelled, every path behind filter when it is set.
+// metricsServer serves /metrics, /debug/pools (and with pprof
+// /debug/pprof/) until its context is cancelled, every path behind filter
+// when it is set.
 type metricsServer struct {
 	addr     string
 	gatherer prometheus.Gatherer
 	// pprof serves Go's profiles (--enable-pprof).
 	pprof bool
+	// debug serves the pools, endpoints and recent decisions at
+	// debugview.Path. Nil: not served.
+	debug http.Handler
 	// filter authenticates and authorizes each request
 	// (--metrics-endpoint-auth). Nil: none.
 	filter metricsserver.Filter
@@ -101,6 +107,9 @@ func metricsAuthFilter(cfg *rest.Config) (metricsserver.Filter, error) {
 func (s *metricsServer) handler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.gatherer, promhttp.HandlerOpts{}))
+	if s.debug != nil {
+		mux.Handle(debugview.Path, s.debug)
+	}
 	if s.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
