@@ -127,6 +127,11 @@ func (r *Request) Pick(ctx context.Context, w Waiter) (d Decision, err error) {
 		sreq.Admitted = true
 	}
 	start := time.Now()
+	if r.Pool.Endpoints().Len() > 0 {
+		// The first request after an idle spell has the scraper refresh the
+		// pool's servers; this one is picked on what is known meanwhile.
+		r.Pool.NoteRequest(start)
+	}
 	res, err := r.c.sched.ScheduleDeferred(ctx, r.Pool, sreq)
 	d.Scheduled, d.ScheduleTime = true, time.Since(start)
 	// Learning from the pick waits until the answer is sent (and before a
