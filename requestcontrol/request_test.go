@@ -35,7 +35,9 @@ func pool(t *testing.T, n int) *datastore.Pool {
 // counts records every in-flight change the controller reports.
 type counts map[string]int64
 
-func (c counts) InFlightChanged(_ *datastore.Pool, e *datastore.Endpoint) { c[e.Address] = e.InFlight() }
+func (c counts) InFlightChanged(_ *datastore.Pool, e *datastore.Endpoint) {
+	c[e.Address] = e.InFlight()
+}
 
 // noWait is the Waiter of a request that never waits (no flow control).
 type noWait struct{}
