@@ -31,13 +31,25 @@ manifests: generate ## Regenerate the CRD manifests under config/crd/bases.
 	cp config/grafana/*.json charts/poolpicker/files/dashboards/
 
 .PHONY: verify
-verify: ## Fail when generated files are stale, a Go file lacks its license header, a module is not tidy, the docs site does not build, lint finds a problem, or a production package holds code only tests reach.
+verify: ## Fail when generated files are stale, a Go file lacks its license header, a module is not tidy, the docs site does not build, lint finds a problem, a production package holds code only tests reach, or the module does not build for macOS and Windows.
 	hack/verify-generated.sh
 	hack/verify-headers.sh
 	hack/verify-tidy.sh
 	$(MAKE) docs
 	$(MAKE) lint
 	$(MAKE) deadcode
+	$(MAKE) cross-build
+
+# The platforms a developer builds on besides Linux: macOS runs `make run`,
+# Windows builds.
+CROSS_PLATFORMS := darwin/arm64 windows/amd64
+
+.PHONY: cross-build
+cross-build: ## Build every package of the module for macOS (arm64) and Windows (amd64).
+	@set -e; for p in $(CROSS_PLATFORMS); do \
+		echo "go build ./... ($$p)"; \
+		GOOS=$${p%/*} GOARCH=$${p#*/} go build ./...; \
+	done
 
 # The modules golangci-lint checks, each with the repository's .golangci.yml.
 LINT_MODULES := . bench examples/longprompt

@@ -46,8 +46,10 @@ const ProfileAnnotation = "poolpicker.io/scheduling-profile"
 // most prefixes, the ones that would serve from cache. A prompt no
 // endpoint is worth sending to for its cache goes where every picker
 // replica would send it (rendezvous hashing of its first 4 blocks, within
-// 8 requests of the least load), so replicas, each with its own index,
-// place and spill a prefix alike.
+// 8 requests of the least load, weighed by the servers' cache sizes, and
+// not to a server whose index holds more than a prompt beyond the least
+// held), so replicas, each with its own index, place and spill a prefix
+// alike, and few prefixes do not pile on one server.
 const DefaultConfigText = `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -63,6 +65,7 @@ plugins:
     queueCostTokens: 192
     rendezvousBlocks: 4
     rendezvousLoadSlack: 8
+    rendezvousBalanceCache: true
 - type: max-score-picker
 schedulingProfiles:
 - name: default

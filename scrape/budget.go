@@ -7,9 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"github.com/poolpicker/poolpicker/scrape/internal/fetch"
 )
 
 // budget admits scrapes at the rate a CPU budget allows, so that picks and
@@ -154,14 +153,5 @@ func (c *cpuClock) end(sp span) {
 	c.total += min(max(d, 0), time.Since(sp.wall))
 }
 
-// threadCPU reads the running thread's CPU clock. The kernel has no fast
-// path for it (unlike the wall clock), and clock_gettime never blocks, so
-// it is a raw system call: without the runtime's bookkeeping for one that
-// may block, which cost as much again.
-func threadCPU() time.Duration {
-	var ts unix.Timespec
-	if _, _, errno := unix.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_THREAD_CPUTIME_ID, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
-		return 0
-	}
-	return time.Duration(ts.Nano())
-}
+// threadCPU reads the running thread's CPU clock (fetch.ThreadCPU).
+func threadCPU() time.Duration { return fetch.ThreadCPU() }

@@ -15,11 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
+	"github.com/poolpicker/poolpicker/scrape/internal/fetch"
 )
 
 // rawServer answers each request on a loopback socket with the next of its
@@ -114,7 +113,7 @@ func TestClientResponses(t *testing.T) {
 		{name: "too large", response: "HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n", reason: "too_large", wantText: "exceeds the 65536-byte cap"},
 		{name: "too large chunked", response: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk(page, page, page), reason: "too_large", wantText: "exceeds the 65536-byte cap"},
 		{name: "too large until close", response: "HTTP/1.1 200 OK\r\n\r\n" + page + page + page, closeAfter: true, reason: "too_large", wantText: "exceeds the 65536-byte cap"},
-		{name: "huge header", response: "HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", maxHeaderBytes+1) + "\r\n\r\n", reason: "transport", wantText: "response header exceeds"},
+		{name: "huge header", response: "HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", fetch.MaxHeaderBytes+1) + "\r\n\r\n", reason: "transport", wantText: "response header exceeds"},
 		{name: "closed at once", response: "", closeAfter: true, reason: "transport", wantText: "unexpected EOF"},
 	}
 	for _, tt := range tests {
@@ -138,10 +137,10 @@ func TestClientResponses(t *testing.T) {
 					continue
 				}
 				var se *scrapeError
-				if !errors.As(err, &se) || se.reason != tt.reason || !strings.Contains(err.Error(), tt.wantText) {
+				if !errors.As(err, &se) || se.Reason != tt.reason || !strings.Contains(err.Error(), tt.wantText) {
 					t.Fatalf("scrape %d: error %v, want reason %s with %q", i, err, tt.reason, tt.wantText)
 				}
-				if s.fd >= 0 {
+				if s.conn.Connected() {
 					t.Fatal("a failed scrape kept its connection")
 				}
 			}
@@ -194,11 +193,11 @@ func TestClientCancelled(t *testing.T) {
 	tp := startPoller(t, m)
 	ended := tp.start(s)
 	<-arrived
-	tp.p.cancel(s)
+	tp.p.Cancel(s.conn)
 	if r := <-ended; !r.cancelled {
 		t.Fatalf("a cancelled scrape ended with %+v", r)
 	}
-	if s.fd >= 0 {
+	if s.conn.Connected() {
 		t.Error("a cancelled scrape kept its connection")
 	}
 }
@@ -266,8 +265,8 @@ func FuzzClientResponse(f *testing.F) {
 				}
 				// A page read whole that does not parse leaves the
 				// connection in step; any other failure may not.
-				if s.fd >= 0 && se.reason != "parse" && se.reason != "config" {
-					t.Fatalf("scrape %d failed (%v, %s) and kept its connection", i, err, se.reason)
+				if s.conn.Connected() && se.Reason != "parse" && se.Reason != "config" {
+					t.Fatalf("scrape %d failed (%v, %s) and kept its connection", i, err, se.Reason)
 				}
 			}
 		}
@@ -329,7 +328,7 @@ func TestWaitingScrapeHoldsUpNoOther(t *testing.T) {
 				t.Fatalf("the waiting scrape ended with %+v", r)
 			default:
 			}
-			tp.p.cancel(waiting)
+			tp.p.Cancel(waiting.conn)
 			if r := <-ended; !r.cancelled {
 				t.Fatalf("the cancelled scrape ended with %+v", r)
 			}
@@ -341,23 +340,22 @@ func TestWaitingScrapeHoldsUpNoOther(t *testing.T) {
 // net/http.
 func TestPollable(t *testing.T) {
 	tests := []struct {
-		url    string
-		family int // 0: not pollable
+		url      string
+		pollable bool
 	}{
-		{"http://10.0.0.7:8000/metrics", unix.AF_INET},
-		{"http://[fd00::7]:8000/metrics", unix.AF_INET6},
-		{"http://[::ffff:10.0.0.7]:8000/metrics", unix.AF_INET},
-		{"https://10.0.0.7:8000/metrics", 0},
-		{"http://model-0.ns.svc:8000/metrics", 0},
+		{"http://10.0.0.7:8000/metrics", true},
+		{"http://[fd00::7]:8000/metrics", true},
+		{"http://[::ffff:10.0.0.7]:8000/metrics", true},
+		{"https://10.0.0.7:8000/metrics", false},
+		{"http://model-0.ns.svc:8000/metrics", false},
 	}
 	for _, tt := range tests {
 		u, err := url.Parse(tt.url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, family, ok := pollable(target{url: tt.url, scheme: u.Scheme, host: u.Host, path: u.Path})
-		if ok != (tt.family != 0) || family != tt.family {
-			t.Errorf("%s: pollable %v, family %d; want family %d", tt.url, ok, family, tt.family)
+		if _, ok := pollable(target{url: tt.url, scheme: u.Scheme, host: u.Host, path: u.Path}); ok != tt.pollable {
+			t.Errorf("%s: pollable %v, want %v", tt.url, ok, tt.pollable)
 		}
 	}
 }
@@ -398,27 +396,5 @@ func TestPollerScrapesManyAtOnce(t *testing.T) {
 	}
 	if n := m.kept.Load(); n != int64(len(servers)) {
 		t.Errorf("%d connections kept for %d servers", n, len(servers))
-	}
-}
-
-// A poller's thread runs at a lower priority than the process's, so that
-// the kernel runs a pick's threads first.
-func TestPollerThreadPriority(t *testing.T) {
-	m, err := NewManager(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := startPoller(t, m)
-	poll.Until(t, 10*time.Second, "the poller's thread", func() bool { return tp.p.tid.Load() != 0 })
-	nice := func(who int) int {
-		prio, err := unix.Getpriority(unix.PRIO_PROCESS, who)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return 20 - prio
-	}
-	process, poller := nice(0), nice(int(tp.p.tid.Load()))
-	if want := min(process+pollerNice, 19); poller != want {
-		t.Errorf("the poller's thread runs at nice %d, the process at %d; want %d", poller, process, want)
 	}
 }

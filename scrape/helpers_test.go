@@ -22,6 +22,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
+	"github.com/poolpicker/poolpicker/scrape/internal/fetch"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -183,7 +184,7 @@ func (h *harness) awaitError(t *testing.T, addr, reason string) scrapeEvent {
 	t.Helper()
 	return h.await(t, reason+" error from "+addr, func(ev scrapeEvent) bool {
 		var se *scrapeError
-		return ev.address == addr && errors.As(ev.err, &se) && se.reason == reason
+		return ev.address == addr && errors.As(ev.err, &se) && se.Reason == reason
 	})
 }
 
@@ -265,7 +266,7 @@ func value(m *dto.Metric) float64 {
 // testPoller runs a poller of m's for a test: fetch scrapes one server on
 // it, as the manager's dispatcher does, and waits for the result.
 type testPoller struct {
-	p    *poller
+	p    fetch.Fetcher
 	mu   sync.Mutex
 	ends map[*server]chan polled
 }
@@ -273,20 +274,27 @@ type testPoller struct {
 func startPoller(t testing.TB, m *Manager) *testPoller {
 	t.Helper()
 	tp := &testPoller{ends: map[*server]chan polled{}}
-	p, err := newPoller(m.opts.MaxBodyBytes, m.opts.Timeout, &m.kept, m.parse, func(s *server, r polled) {
-		tp.mu.Lock()
-		ch := tp.ends[s]
-		delete(tp.ends, s)
-		tp.mu.Unlock()
-		ch <- r
+	p, err := fetch.New(fetch.Options{
+		MaxPageBytes: m.opts.MaxBodyBytes, Timeout: m.opts.Timeout, Kept: &m.kept,
+		Parse: m.parsePolled,
+		Complete: func(c *fetch.Conn, r fetch.Result) {
+			s := c.Owner.(*server)
+			tp.mu.Lock()
+			ch := tp.ends[s]
+			delete(tp.ends, s)
+			tp.mu.Unlock()
+			met := s.polled
+			s.polled = datastore.Metrics{}
+			ch <- polled{met: met, err: r.Err, cancelled: r.Cancelled, cpu: r.CPU, read: r.Read}
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tp.p = p
 	var wg sync.WaitGroup
-	wg.Go(p.run)
-	t.Cleanup(func() { p.stop(); wg.Wait() })
+	wg.Go(p.Run)
+	t.Cleanup(func() { p.Stop(); wg.Wait() })
 	return tp
 }
 
@@ -296,8 +304,8 @@ func (tp *testPoller) start(s *server) <-chan polled {
 	tp.mu.Lock()
 	tp.ends[s] = ch
 	tp.mu.Unlock()
-	s.cancelled.Store(false)
-	tp.p.submit(s)
+	s.conn.ClearCancel()
+	tp.p.Submit(s.conn)
 	return ch
 }
 

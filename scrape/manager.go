@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scrape/internal/fetch"
 )
 
 // Manager keeps the metrics of every endpoint of every pool it hears of
@@ -60,7 +61,7 @@ type Manager struct {
 	// pollers run the scrapes of pollable servers (Start's); polling
 	// counts their goroutines; nextPoller is the poller of the next new
 	// server.
-	pollers    []*poller
+	pollers    []fetch.Fetcher
 	npollers   int
 	polling    sync.WaitGroup
 	nextPoller int
@@ -230,21 +231,24 @@ func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Unlock()
 
 	for range m.npollers {
-		p, err := newPoller(m.opts.MaxBodyBytes, m.opts.Timeout, &m.kept, m.parse, m.completePolled)
+		p, err := fetch.New(fetch.Options{
+			MaxPageBytes: m.opts.MaxBodyBytes, Timeout: m.opts.Timeout, Kept: &m.kept,
+			Parse: m.parsePolled, Complete: m.completePolled,
+		})
 		if err != nil {
 			for _, p := range m.pollers {
-				p.stop()
+				p.Stop()
 			}
 			m.polling.Wait()
 			return err
 		}
 		m.pollers = append(m.pollers, p)
-		m.polling.Go(p.run)
+		m.polling.Go(p.Run)
 	}
 
 	m.dispatch(ctx)
 	for _, p := range m.pollers {
-		p.stop()
+		p.Stop()
 	}
 
 	m.demandMu.Lock()
@@ -307,17 +311,18 @@ func (m *Manager) dispatch(ctx context.Context) {
 			}
 			interval, due = s.interval, s.next
 			s.running, s.lastStart = true, now
-			if s.addr == nil {
+			if s.conn == nil {
 				s.ctx, s.cancel = context.WithCancel(ctx)
+			} else {
+				s.conn.ClearCancel()
 			}
-			s.cancelled.Store(false)
 			m.inflight.Add(1)
 		}
 		m.mu.Unlock()
 		if s != nil {
 			s.job = job{due: due, interval: interval, expected: m.budget.take()}
-			if s.addr != nil {
-				m.pollers[s.poller%len(m.pollers)].submit(s)
+			if s.conn != nil {
+				m.pollers[s.poller%len(m.pollers)].Submit(s.conn)
 			} else {
 				go m.scrape(s)
 			}
@@ -470,8 +475,36 @@ func (m *Manager) scrape(s *server) {
 	m.finish(s, polled{met: met, err: err, cancelled: cancelled, cpu: s.cpu.total}, s.cpu.on)
 }
 
-// completePolled is a poller's report of the end of s's scrape.
-func (m *Manager) completePolled(s *server, r polled) { m.finish(s, r, true) }
+// parsePolled parses the page of a poller's exchange, on the poller.
+func (m *Manager) parsePolled(c *fetch.Conn, page []byte) error {
+	s := c.Owner.(*server)
+	var err error
+	s.polled, err = m.parse(s, page)
+	return err
+}
+
+// completePolled is a poller's report of the end of a server's scrape.
+func (m *Manager) completePolled(c *fetch.Conn, r fetch.Result) {
+	s := c.Owner.(*server)
+	met := s.polled
+	s.polled = datastore.Metrics{}
+	if r.Err != nil || r.Cancelled {
+		met = datastore.Metrics{}
+	}
+	m.finish(s, polled{met: met, err: r.Err, cancelled: r.Cancelled, cpu: r.CPU, read: r.Read}, true)
+}
+
+// polled is a scrape's result.
+type polled struct {
+	met       datastore.Metrics
+	err       error
+	cancelled bool
+	// cpu is the CPU time of the scrape: its share of its poller's
+	// wake-ups, or its net/http parse.
+	cpu time.Duration
+	// read is the bytes of a polled response read.
+	read int64
+}
 
 // finish publishes the result of s's scrape to every endpoint resolving
 // to it and queues the server for its next scrape; measured says whether
@@ -526,6 +559,7 @@ func (m *Manager) finish(s *server, r polled, measured bool) {
 	if s.busy {
 		interval = max(interval, m.shareLocked(s))
 	}
+	interval = m.costlyLocked(s, r, measured, interval)
 	s.interval = interval
 	if !m.stopped {
 		// From the due time, as a ticker: a scrape started late (no free
@@ -539,6 +573,43 @@ func (m *Manager) finish(s *server, r polled, measured bool) {
 	}
 	m.mu.Unlock()
 	<-m.slots
+}
+
+// costlyLocked lengthens the interval of a server whose scrape cost more
+// CPU than its share (MaxServerCPUShare) pays for at that interval, so
+// that its pages take no more of a poller than the share: counted on its
+// pools and logged when it starts and stops.
+func (m *Manager) costlyLocked(s *server, r polled, measured bool, interval time.Duration) time.Duration {
+	share := m.opts.MaxServerCPUShare
+	if share <= 0 || !measured || r.cancelled {
+		return interval
+	}
+	// A mean over the last few scrapes: a server's first scrape (a new
+	// connection, a parser grown to its page) costs more than the rest.
+	if s.cost == 0 {
+		s.cost = r.cpu
+	} else {
+		s.cost += (r.cpu - s.cost) / 4
+	}
+	need := time.Duration(float64(s.cost) / share)
+	costly := need > max(interval, m.opts.RefreshInterval)
+	if costly != s.costly {
+		s.costly = costly
+		for sb := range s.subs {
+			if costly {
+				m.log.Info("model server's metrics page costs more than its share of scrape time; scraped less often", "pool", sb.pool.Key.String(), "endpoint", sb.ep.Address, "scrapeCPU", s.cost, "interval", need, "maxServerCPUShare", share)
+			} else {
+				m.log.V(2).Info("model server's metrics page fits its share of scrape time again", "pool", sb.pool.Key.String(), "endpoint", sb.ep.Address)
+			}
+		}
+	}
+	if !costly {
+		return interval
+	}
+	for sb := range s.subs {
+		m.stats.costly.WithLabelValues(sb.pool.Key.Namespace, sb.pool.Key.Name).Inc()
+	}
+	return min(need, m.opts.MaxErrorBackoff)
 }
 
 // backoff is the interval after a server's nth failure in a row: doubling
@@ -824,8 +895,8 @@ func (m *Manager) detachLocked(sb *sub) <-chan struct{} {
 		ps.parked = slices.DeleteFunc(ps.parked, func(p *server) bool { return p == s })
 	}
 	if s.running {
-		if s.addr != nil {
-			m.pollers[s.poller%len(m.pollers)].cancel(s)
+		if s.conn != nil {
+			m.pollers[s.poller%len(m.pollers)].Cancel(s.conn)
 		} else {
 			s.cancel()
 		}

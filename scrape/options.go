@@ -47,6 +47,10 @@ const (
 	// DefaultMaxIdleConns bounds idle connections across all https servers;
 	// it must exceed their number or keep-alive thrashes.
 	DefaultMaxIdleConns = 4096
+	// DefaultMaxServerCPUShare is the share of one core a server's scrapes
+	// may use: a page that costs 10 ms to read is read at most every
+	// 200 ms, a real vLLM page (about 0.1 ms) every 2 ms.
+	DefaultMaxServerCPUShare = 0.05
 	// DefaultPath is the metrics path of a model server.
 	DefaultPath = "/metrics"
 	// DefaultScheme is the scheme metrics are fetched with.
@@ -116,6 +120,12 @@ type Options struct {
 	// least 1 (64 of 256: a pool scraped at 2 ms a scrape still gets 32,000
 	// scrapes a second). A server several pools hold counts against each.
 	MaxConcurrentScrapesPerPool int
+	// MaxServerCPUShare is the share of one core (of a poller's time) one
+	// server's scrapes may use: a server whose scrape cost c is not scraped
+	// again for c/MaxServerCPUShare, however short its interval, so that a
+	// server whose pages are costly to read slows its own pools only. Zero
+	// means DefaultMaxServerCPUShare; negative means no bound.
+	MaxServerCPUShare float64
 	// MaxErrorBackoff is the longest interval of a failing server, whose
 	// interval doubles from RefreshInterval with each failure in a row;
 	// zero means DefaultMaxErrorBackoff.
@@ -197,6 +207,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxConcurrentScrapesPerPool <= 0 {
 		o.MaxConcurrentScrapesPerPool = max(o.MaxConcurrentScrapes/4, 1)
+	}
+	switch {
+	case o.MaxServerCPUShare == 0:
+		o.MaxServerCPUShare = DefaultMaxServerCPUShare
+	case o.MaxServerCPUShare < 0:
+		o.MaxServerCPUShare = 0
 	}
 	if o.MaxErrorBackoff <= 0 {
 		o.MaxErrorBackoff = DefaultMaxErrorBackoff

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"strconv"
 	"strings"
@@ -53,6 +54,11 @@ type Parser struct {
 	labelArena []*dto.LabelPair
 	nFam, nMet int
 	nLabel     int
+	// series holds the hashes of the page's series seen by plainParse;
+	// order is its scratch list of a series' labels, sorted.
+	series map[uint64]struct{}
+	seed   maphash.Seed
+	order  []*dto.LabelPair
 }
 
 // NewParser returns a parser of the named families.
@@ -107,6 +113,9 @@ func (p *Parser) Parse(page []byte) (datastore.Metrics, error) {
 	if fams, ok := p.plainParse(); ok {
 		return extract(fams, &p.names)
 	}
+	if err := tooManyLabels(p.kept, p.keptLines); err != nil {
+		return datastore.Metrics{}, err
+	}
 	p.reader.Reset(p.kept)
 	fams, err := p.text.TextToMetricFamilies(&p.reader)
 	if err != nil {
@@ -123,12 +132,46 @@ func (p *Parser) Parse(page []byte) (datastore.Metrics, error) {
 
 // parseFull parses the whole page with expfmt; the slow reference path.
 func (p *Parser) parseFull(page []byte) (datastore.Metrics, error) {
+	if err := tooManyLabels(page, nil); err != nil {
+		return datastore.Metrics{}, err
+	}
 	p.reader.Reset(page)
 	fams, err := p.text.TextToMetricFamilies(&p.reader)
 	if err != nil {
 		return datastore.Metrics{}, fmt.Errorf("malformed metrics page: %w", err)
 	}
 	return extract(fams, &p.names)
+}
+
+// maxLabelsPerLine bounds the labels of a line handed to expfmt, whose
+// check for a repeated label name costs the square of a line's labels.
+// Real pages carry a handful per series; a line may hold this many
+// label-value starts (="), a label's own or inside a value.
+const maxLabelsPerLine = 64
+
+var labelStart = []byte(`="`)
+
+// tooManyLabels refuses text in which a line holds more than
+// maxLabelsPerLine labels, naming the line of the page: lines[i] is the
+// page's line number of text's line i+1 (nil: text is the page).
+func tooManyLabels(text []byte, lines []int) error {
+	if bytes.Count(text, labelStart) <= maxLabelsPerLine {
+		return nil
+	}
+	for n := 1; len(text) > 0; n++ {
+		end := bytes.IndexByte(text, '\n')
+		if end < 0 {
+			end = len(text) - 1
+		}
+		if bytes.Count(text[:end+1], labelStart) > maxLabelsPerLine {
+			if lines != nil {
+				n = lines[n-1]
+			}
+			return fmt.Errorf("malformed metrics page: line %d has more than %d labels", n, maxLabelsPerLine)
+		}
+		text = text[end+1:]
+	}
+	return nil
 }
 
 // filter copies the relevant lines of page into p.kept; false means a line's

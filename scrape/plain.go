@@ -5,7 +5,10 @@ package scrape
 
 import (
 	"bytes"
+	"hash/maphash"
+	"slices"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	dto "github.com/prometheus/client_model/go"
@@ -25,6 +28,7 @@ func (p *Parser) plainParse() (map[string]*dto.MetricFamily, bool) {
 		p.strs = map[string]string{}
 	}
 	clear(p.fams)
+	clear(p.series)
 	p.nFam, p.nMet, p.nLabel = 0, 0, 0
 	var cur *dto.MetricFamily // the family of the last sample
 	for rest := p.kept; len(rest) > 0; {
@@ -62,19 +66,14 @@ func (p *Parser) plainParse() (map[string]*dto.MetricFamily, bool) {
 		for len(labels) > 0 {
 			var k, v []byte
 			k, v, labels = nextLabel(labels)
-			for _, l := range m.Label {
-				if l.GetName() == string(k) {
-					return nil, false // expfmt refuses a repeated label
-				}
-			}
 			l := p.label()
 			*l.Name, *l.Value = p.intern(k), p.intern(v)
 			m.Label = append(m.Label, l)
 		}
-		for _, o := range f.Metric {
-			if sameLabels(o, m) {
-				return nil, false
-			}
+		if !p.firstSeries(f, m) {
+			// A repeated label, or a series seen before (or a hash shared
+			// by two series): expfmt's answer.
+			return nil, false
 		}
 		h := p.holders[p.nMet-1]
 		switch f.GetType() {
@@ -162,22 +161,36 @@ func (p *Parser) intern(b []byte) string {
 // maxInterned bounds a parser's interned strings.
 const maxInterned = 1024
 
-func sameLabels(a, b *dto.Metric) bool {
-	if len(a.Label) != len(b.Label) {
+// firstSeries reports whether m's labels have no name twice and name a
+// series not seen before on the page, in time linear in its labels: each
+// series is known by a hash of its family and its labels sorted by name.
+// Two series sharing a hash read as a repeat, which sends the page to
+// expfmt; the answer is still expfmt's.
+func (p *Parser) firstSeries(f *dto.MetricFamily, m *dto.Metric) bool {
+	if p.series == nil {
+		p.series = map[uint64]struct{}{}
+		p.seed = maphash.MakeSeed()
+	}
+	key := maphash.String(p.seed, *f.Name)
+	labels := m.Label
+	if len(labels) > 1 {
+		p.order = append(p.order[:0], labels...)
+		slices.SortFunc(p.order, func(a, b *dto.LabelPair) int { return strings.Compare(*a.Name, *b.Name) })
+		labels = p.order
+	}
+	for i, l := range labels {
+		if i > 0 && *l.Name == *labels[i-1].Name {
+			clear(p.order)
+			return false // expfmt refuses a repeated label
+		}
+		key = (key ^ maphash.String(p.seed, *l.Name)) * 0x9e3779b97f4a7c15
+		key = (key ^ maphash.String(p.seed, *l.Value)) * 0xc2b2ae3d27d4eb4f
+	}
+	clear(p.order)
+	if _, seen := p.series[key]; seen {
 		return false
 	}
-	for _, l := range a.Label {
-		if labelValue(b, l.GetName()) != l.GetValue() {
-			return false
-		}
-		found := false
-		for _, k := range b.Label {
-			found = found || k.GetName() == l.GetName()
-		}
-		if !found {
-			return false
-		}
-	}
+	p.series[key] = struct{}{}
 	return true
 }
 

@@ -11,19 +11,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/scrape/internal/fetch"
 )
 
 // server is one metrics page of one model server (a URL read as one
@@ -32,20 +31,13 @@ import (
 type server struct {
 	key    targetKey
 	target target
-	// request is the GET of a pollable target's page; addr and family
-	// are its socket address (nil: scraped through net/http).
-	request []byte
-	addr    unix.Sockaddr
-	family  int
-	// poller runs its scrapes, when addr is set: one of Manager.pollers.
+	// conn is the page and kept connection of a pollable target, fetched
+	// by one of Manager.pollers, poller (nil: scraped through net/http).
+	conn   *fetch.Conn
 	poller int
-	// fd is the kept connection of a pollable target, used by the one
-	// scrape in flight and closed when the server goes (-1: none).
-	fd int
-	// x is the state of its scrape on the poller, which alone uses it;
-	// cancelled is set when that scrape is to end at once.
-	x         exchange
-	cancelled atomic.Bool
+	// polled is the page of conn's exchange in flight, parsed on its
+	// poller.
+	polled datastore.Metrics
 	// cpu is the CPU time of a net/http scrape in flight (cpuClock).
 	cpu cpuClock
 	// slot is the CPU slot of a net/http scrape in flight (cpuSlot): held
@@ -62,6 +54,10 @@ type server struct {
 	busy bool
 	// failures counts the failed scrapes in a row; the interval backs off.
 	failures int
+	// cost is the mean CPU time of its scrapes; costly is set while they
+	// cost more than MaxServerCPUShare pays for.
+	cost   time.Duration
+	costly bool
 	// parkedOn is the pool whose slots were all in use when s was due;
 	// counted are the pools whose slots its scrape in flight holds.
 	parkedOn *poolSubs
@@ -89,24 +85,27 @@ type server struct {
 }
 
 func newServer(o *Options, t target) *server {
-	s := &server{key: t.key(), target: t, index: -1, fd: -1, subs: map[*sub]struct{}{}}
-	if addr, family, ok := pollable(t); ok {
-		s.addr, s.family = addr, family
-		s.request = requestBytes(t.path, t.host)
+	s := &server{key: t.key(), target: t, index: -1, subs: map[*sub]struct{}{}}
+	if addr, ok := pollable(t); ok {
+		s.conn = fetch.NewConn(t.url, addr, t.path, t.host)
+		s.conn.Owner = s
 	}
 	return s
 }
 
+// pollable reports whether t's scrapes can run on a poller: plain http to
+// an IP address (a pod's), whose address is returned.
+func pollable(t target) (netip.AddrPort, bool) {
+	if t.err != nil || t.scheme != "http" {
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(t.host)
+	return ap, err == nil
+}
+
 // closeConn closes the kept connection of a server that no scrape uses,
 // reporting whether there was one.
-func (s *server) closeConn() bool {
-	if s.fd < 0 {
-		return false
-	}
-	unix.Close(s.fd)
-	s.fd = -1
-	return true
-}
+func (s *server) closeConn() bool { return s.conn != nil && s.conn.Close() }
 
 // doneLocked returns the channel closed when s's scrape in flight ends.
 func (s *server) doneLocked() <-chan struct{} {
@@ -212,11 +211,7 @@ func (s *sub) published(m *Manager, met *datastore.Metrics, err error) {
 }
 
 func (s *sub) fail(m *Manager, err error) {
-	reason := "transport"
-	var se *scrapeError
-	if errors.As(err, &se) {
-		reason = se.reason
-	}
+	reason := fetch.ReasonOf(err)
 	m.stats.errors.WithLabelValues(s.pool.Key.Namespace, s.pool.Key.Name, reason).Inc()
 	if msg := err.Error(); !s.failing || msg != s.lastErr {
 		s.failing, s.lastErr = true, msg
@@ -228,16 +223,10 @@ func (s *sub) fail(m *Manager, err error) {
 
 // scrapeError is a failed scrape with its reason, the value of the error
 // counter's reason label.
-type scrapeError struct {
-	reason string
-	err    error
-}
-
-func (e *scrapeError) Error() string { return e.err.Error() }
-func (e *scrapeError) Unwrap() error { return e.err }
+type scrapeError = fetch.Error
 
 func failure(reason string, format string, args ...any) error {
-	return &scrapeError{reason: reason, err: fmt.Errorf(format, args...)}
+	return fetch.Failure(reason, format, args...)
 }
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -248,7 +237,7 @@ var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (m *Manager) fetch(parent context.Context, s *server) (datastore.Metrics, error) {
 	t := s.target
 	if t.err != nil {
-		return datastore.Metrics{}, &scrapeError{reason: "config", err: t.err}
+		return datastore.Metrics{}, &scrapeError{Reason: "config", Err: t.err}
 	}
 	ctx, cancel := context.WithTimeout(parent, m.opts.Timeout)
 	defer cancel()

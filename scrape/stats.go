@@ -21,6 +21,7 @@ type statsCollector struct {
 	m        *Manager
 	errors   *prometheus.CounterVec
 	scrapes  *prometheus.CounterVec
+	costly   *prometheus.CounterVec
 	kv       *prometheus.Desc
 	queue    *prometheus.Desc
 	running  *prometheus.Desc
@@ -40,6 +41,10 @@ func newStatsCollector(m *Manager) *statsCollector {
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inference_pool_metrics_scrapes_total",
 			Help: "Scrapes of the pool's model-server metrics, failed or not.",
+		}, pool),
+		costly: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "poolpicker_scrape_costly_pages_total",
+			Help: "Scrapes of the pool's model servers whose page cost more CPU than --metrics-scrape-max-server-cpu-share pays for at the server's interval, which was lengthened to fit it.",
 		}, pool),
 		kv: prometheus.NewDesc("inference_pool_average_kv_cache_utilization",
 			"Average KV-cache utilization (0..1) of the pool's endpoints with fresh metrics; absent when none has.", pool, nil),
@@ -70,6 +75,7 @@ func newStatsCollector(m *Manager) *statsCollector {
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.errors.Describe(ch)
 	c.scrapes.Describe(ch)
+	c.costly.Describe(ch)
 	ch <- c.kv
 	ch <- c.queue
 	ch <- c.running
@@ -82,6 +88,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	c.errors.Collect(ch)
 	c.scrapes.Collect(ch)
+	c.costly.Collect(ch)
 	b := c.m.budget
 	c.m.mu.Lock()
 	slowed, longest := c.m.slowed, max(c.m.longest, c.m.opts.RefreshInterval)
@@ -123,6 +130,7 @@ func (c *statsCollector) forgetPool(key datastore.PoolKey) {
 	l := prometheus.Labels{"namespace": key.Namespace, "name": key.Name}
 	c.errors.DeletePartialMatch(l)
 	c.scrapes.DeletePartialMatch(l)
+	c.costly.DeletePartialMatch(l)
 }
 
 type poolAggregate struct{ kv, queue, running float64 }

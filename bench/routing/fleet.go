@@ -55,6 +55,11 @@ type fleet struct {
 	rand     func() uint64 // random spread's source
 	http     *http.Client
 	stop     func()
+	// kv relays the servers' KV-cache events to a picker that reads them
+	// (nil: they go nowhere); renderAddr is the first server's own
+	// address, where such a picker renders prompts into tokens.
+	kv         *kvRelay
+	renderAddr string
 }
 
 // replica is one poolpicker replica of a fleet (or the reference EPP,
@@ -114,12 +119,29 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 	if err != nil {
 		return nil, err
 	}
+	kvEndpoint := ""
+	if r.external != nil && r.external.kvEvents {
+		if cfg.sim != simLLMD {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return nil, fmt.Errorf("router %s reads the servers' KV-cache events: it needs -sim %s", r.name, simLLMD)
+		}
+		if f.kv, err = startKVRelay(ctx, port); err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return nil, err
+		}
+		stops = append(stops, f.kv.stop)
+		kvEndpoint = f.kv.serverEndpoint
+	}
 	var pods []datastore.EndpointSource
 	for i, ln := range lns {
 		name := fmt.Sprintf("server-%d", i)
 		var s modelServer
 		if cfg.sim == simLLMD {
-			ls, err := startLLMD(ctx, cfg.llmdBin, cfg, ln, name, cfg.seed+uint64(i))
+			ls, err := startLLMD(ctx, cfg.llmdBin, cfg, i, ln, name, cfg.seed+uint64(i), kvEndpoint)
 			if err != nil {
 				for _, ln := range lns[i+1:] {
 					ln.Close()
@@ -127,13 +149,18 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 				return nil, err
 			}
 			s = ls
+			if i == 0 {
+				f.renderAddr = ls.target
+			}
 		} else {
 			ms, err := modelsim.New(modelsim.Options{
 				Listener:            ln,
-				MaxNumSeqs:          cfg.slots,
+				MaxNumSeqs:          cfg.slotsOf(i),
 				BlockSizeTokens:     cfg.blockTokens,
 				PromptBytesPerToken: cfg.promptBytesPerToken,
-				NumGPUBlocks:        cfg.kvBlocks,
+				NumGPUBlocks:        cfg.kvBlocksOf(i),
+				LoRAAdapters:        cfg.adapters(),
+				MaxLoRAs:            cfg.maxLoRAs,
 				PrefillOverhead:     cfg.prefillOverhead,
 				PrefillPerToken:     cfg.prefillPerToken,
 				DecodePerToken:      cfg.decodePerToken,
@@ -161,8 +188,8 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 			UID: types.UID(fmt.Sprintf("uid-%d-%d", n, i)), IP: ip})
 	}
 
-	if r.reference {
-		rp, stop, err := startReference(ctx, n, cfg, port, pods)
+	if r.external != nil {
+		rp, stop, err := startReference(ctx, n, cfg, r.external, f, port, pods)
 		if err != nil {
 			return nil, err
 		}
@@ -170,12 +197,12 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 		f.replicas = append(f.replicas, rp)
 	}
 	var links []*peerLink
-	if r.peerSync && !r.reference {
+	if r.peerSync && r.external == nil {
 		if links, err = peerLinks(replicas, cfg.seed+uint64(n)); err != nil {
 			return nil, err
 		}
 	}
-	for i := 0; i < replicas && !r.reference; i++ {
+	for i := 0; i < replicas && r.external == nil; i++ {
 		var link *peerLink
 		if links != nil {
 			link = links[i]

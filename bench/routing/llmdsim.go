@@ -76,40 +76,52 @@ type llmdServer struct {
 // divides its own, and its load factor (every step slower by the given
 // factor with max-num-seqs running, less with fewer) at the slowdown of a
 // full batch.
-func llmdArgs(c *sweepConfig, port int, seed uint64) []string {
+func llmdArgs(c *sweepConfig, server, port int, seed uint64) []string {
 	d := func(v time.Duration) string { return scaled(v, c.timeScale).String() }
 	perToken := time.Duration(float64(c.prefillPerToken) / c.timeScale)
-	return []string{
+	args := []string{
 		"--model", modelsim.DefaultModel,
 		"--port", strconv.Itoa(port),
-		"--max-num-seqs", strconv.Itoa(c.slots),
+		"--max-num-seqs", strconv.Itoa(c.slotsOf(server)),
 		"--max-model-len", strconv.Itoa(4 * (c.prefixTokens + c.suffixTokens + c.outputTokens)),
 		"--enable-kvcache=true",
-		"--kv-cache-size", strconv.Itoa(c.kvBlocks),
+		"--kv-cache-size", strconv.Itoa(c.kvBlocksOf(server)),
 		"--block-size", strconv.Itoa(c.blockTokens),
 		"--latency-calculator", "per-token",
 		"--prefill-overhead", d(c.prefillOverhead),
 		"--prefill-time-per-token", perToken.String(),
 		"--inter-token-latency", d(c.decodePerToken),
-		"--time-factor-under-load", strconv.FormatFloat(1+c.loadSlowdown*float64(c.slots-1), 'f', -1, 64),
+		"--time-factor-under-load", strconv.FormatFloat(1+c.loadSlowdown*float64(c.slotsOf(server)-1), 'f', -1, 64),
 		"--force-dummy-tokenizer=true",
 		"--seed", strconv.FormatUint(seed, 10),
 	}
+	if c.loraAdapters > 0 {
+		args = append(args, "--max-loras", strconv.Itoa(c.maxLoRAs), "--max-cpu-loras", strconv.Itoa(c.loraAdapters), "--lora-modules")
+		for i := range c.loraAdapters {
+			args = append(args, fmt.Sprintf(`{"name":%q,"path":"/adapters/%s","base_model_name":%q}`, loraName(i), loraName(i), modelsim.DefaultModel))
+		}
+	}
+	return args
 }
 
-// startLLMD starts the simulator for the server listening (through a
-// forwarder) on ln, and returns once it answers.
-func startLLMD(ctx context.Context, bin string, c *sweepConfig, ln net.Listener, name string, seed uint64) (_ *llmdServer, err error) {
+// startLLMD starts the simulator for the fleet's server number server,
+// listening (through a forwarder) on ln, and returns once it answers. Its
+// KV-cache events go to kvEndpoint ("": nowhere).
+func startLLMD(ctx context.Context, bin string, c *sweepConfig, server int, ln net.Listener, name string, seed uint64, kvEndpoint string) (_ *llmdServer, err error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	ip, _, _ := net.SplitHostPort(ln.Addr().String())
-	args := llmdArgs(c, port, seed)
-	// KV events go to an address where nothing listens (the simulator
-	// dials it, and retries in the background): the picker reads the
-	// cache through the responses' usage, as it does from vLLM.
-	args = append(args, "--zmq-endpoint", "tcp://"+net.JoinHostPort(ip, "1"))
+	args := llmdArgs(c, server, port, seed)
+	if kvEndpoint == "" {
+		// KV events go to an address where nothing listens (the
+		// simulator dials it, and retries in the background): the picker
+		// reads the cache through the responses' usage, as it does from
+		// vLLM.
+		kvEndpoint = "tcp://" + net.JoinHostPort(ip, "1")
+	}
+	args = append(args, "--zmq-endpoint", kvEndpoint, "--hash-seed", llmdHashSeed)
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "POD_IP="+ip)
 	s := &llmdServer{name: name, cmd: cmd, exited: make(chan struct{}), fwd: ln, target: fmt.Sprintf("127.0.0.1:%d", port),

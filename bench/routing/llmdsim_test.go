@@ -16,7 +16,7 @@ import (
 func TestLLMDArgs(t *testing.T) {
 	c := defaultSweep()
 	c.timeScale = 2
-	args := llmdArgs(&c, 8123, 7)
+	args := llmdArgs(&c, 0, 8123, 7)
 	flag := func(name string) string {
 		i := slices.Index(args, name)
 		if i < 0 || i+1 >= len(args) {

@@ -19,6 +19,9 @@
 // With -sim llm-d the servers are the llm-d project's vLLM simulator
 // instead (-llmd-sim-bin; see llmdsim.go), a second simulator written
 // independently of modelsim.
+// Routers llm-d and llm-d-precise are llm-d's own endpoint picker in its
+// default and its precise prefix-cache configuration (-llmd-epp;
+// llmdepp.go, and NOTES.md for how to build it and what it measured).
 //
 //	go -C bench run ./routing -time-scale 2 -requests 300 -svg ../site-src/images/routing-sweep.svg -markdown /tmp/routing.md -json /tmp/routing.json
 //
@@ -64,6 +67,14 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	loads := fs.String("loads", "50,80,100,120", "offered loads in percent of the fleet's capacity at full hit rate, comma-separated")
 	routers := fs.String("routers", "poolpicker,round-robin,least-queue,reference-epp", "routers to compare, comma-separated (known: "+strings.Join(routerNames(), ", ")+"; reference-epp is left out, saying why, when its binary or the control plane is missing)")
 	fs.StringVar(&referenceBinary, "reference-epp", defaultReferenceBinary(), "the reference EPP's binary, for router reference-epp (`make reference-epp` builds it there)")
+	fs.StringVar(&llmdBinary, "llmd-epp", "", "llm-d's EPP binary (cmd/epp of github.com/llm-d/llm-d-router, built from its public source; NOTES.md), for routers llm-d and llm-d-precise")
+	rates := fs.String("rates", "", "offered loads in requests per simulated second, comma-separated, in place of -loads")
+	baseline := fs.String("baseline", llmdRouterName, "the router each point's other routers are compared with (TTFT ratios, hit-rate difference), when it ran")
+	serverSlots := fs.String("server-slots", "", "each server's sequences at once, comma-separated (unequal servers; as many as -servers), in place of -slots")
+	serverKV := fs.String("server-kv-blocks", "", "each server's KV-cache blocks, comma-separated (unequal servers; as many as -servers), in place of -kv-blocks")
+	fs.BoolVar(&c.ordinaryWords, "ordinary-words", c.ordinaryWords, "prompts of ordinary English words, a word a token (as the llm-d simulator's tokenizer counts; about 6 bytes a token), in place of short words sized at 4 bytes a token")
+	fs.IntVar(&c.loraAdapters, "lora-adapters", c.loraAdapters, "LoRA adapters the requests name (a prefix group's requests name one; 0: the base model)")
+	fs.IntVar(&c.maxLoRAs, "max-loras", 2, "LoRA adapters a server holds at once (--max-loras), with -lora-adapters")
 	replicas := fs.String("replicas", "1,2,3", "numbers of poolpicker replicas poolpicker and each -router-config router run with, side by side, comma-separated: each replica has its own scraper, scheduler and prefix index (the baselines run one)")
 	fs.Func("spread", "how streams are spread over the replicas: round-robin (as a gateway's round robin over the picker Service) or random", func(v string) error {
 		switch m := spreadMode(v); m {
@@ -106,6 +117,9 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	}
 	fs.Func("router-config", "add a router NAME=FILE whose EndpointPickerConfig is read from FILE (repeatable)", configRouter(false))
 	fs.Func("peer-sync-router-config", "add a router NAME=FILE as -router-config does, its replicas linked by peer sync as poolpicker-peer-sync's are (repeatable)", configRouter(true))
+	fs.Func("precise-config", "add the router poolpicker-precise whose EndpointPickerConfig (precise prefix-cache routing from the servers' KV-cache events) is read from FILE", func(v string) error {
+		return configRouter(false)(preciseRouterName + "=" + v)
+	})
 	fs.BoolVar(&c.parallel, "parallel", c.parallel, "run a point's routers at once, so the machine's load falls on them alike (false: one after the other)")
 	fairness := bindFlowFlags(fs)
 	verbose := fs.Bool("v", false, "print each server's counters after each run")
@@ -134,6 +148,29 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	c.loads = nil
 	for _, p := range pct {
 		c.loads = append(c.loads, float64(p)/100)
+	}
+	for _, f := range []struct {
+		name, v string
+		to      *[]int
+	}{{"-server-slots", *serverSlots, &c.serverSlots}, {"-server-kv-blocks", *serverKV, &c.serverKVBlocks}} {
+		if f.v == "" {
+			continue
+		}
+		if *f.to, err = parseInts(f.v); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", f.name, err)
+			return 2
+		}
+	}
+	if *rates != "" {
+		rs, err := parseFloats(*rates)
+		if err != nil {
+			fmt.Fprintf(stderr, "-rates: %v\n", err)
+			return 2
+		}
+		c.loads = nil
+		for _, r := range rs {
+			c.loads = append(c.loads, r/c.capacity())
+		}
 	}
 	if c.routers, err = parseRouters(*routers); err != nil {
 		fmt.Fprintf(stderr, "-routers: %v\n", err)
@@ -166,8 +203,8 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		printResults(stdout, all, true)
 		return writeOutputs(stderr, all, c, *markdown, *svg, "")
 	}
-	fmt.Fprintf(stdout, "fleet: %d servers × %d slots, KV %d blocks × %d tokens; prompts %d+%d tokens, %d out; service %v at full hit, capacity %.1f req/s (simulated; time scale %g)\n",
-		c.servers, c.slots, c.kvBlocks, c.blockTokens, c.prefixTokens, c.suffixTokens, c.outputTokens, c.serviceTime().Round(time.Millisecond), c.capacity(), c.timeScale)
+	fmt.Fprintf(stdout, "fleet: %d servers × %s slots, KV %s blocks × %d tokens; prompts %d+%d tokens, %d out; service %v at full hit, capacity %.1f req/s (simulated; time scale %g)\n",
+		c.servers, perServer(c.servers, c.slotsOf), perServer(c.servers, c.kvBlocksOf), c.blockTokens, c.prefixTokens, c.suffixTokens, c.outputTokens, c.serviceTime().Round(time.Millisecond), c.capacity(), c.timeScale)
 	if *fairness > 0 {
 		return runFairness(ctx, &c, *fairness, stdout, stderr)
 	}
@@ -180,6 +217,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			printResults(stdout, rs, len(all) == 0)
+			printRatios(stdout, rs, *baseline)
 			if *verbose {
 				for _, r := range rs {
 					fmt.Fprintf(stdout, "  %s: %s\n", r.router, strings.Join(r.servers, "; "))
@@ -264,10 +302,14 @@ func (c *sweepConfig) check() error {
 		return fmt.Errorf("-servers %d: between 1 and 250", c.servers)
 	case c.promptBytesPerToken < 0 || c.promptBytesPerToken > 64:
 		return fmt.Errorf("-prompt-bytes-per-token %d: between 0 and 64", c.promptBytesPerToken)
+	case len(c.serverSlots) > 0 && len(c.serverSlots) != c.servers, len(c.serverKVBlocks) > 0 && len(c.serverKVBlocks) != c.servers:
+		return fmt.Errorf("-server-slots and -server-kv-blocks: as many as -servers (%d)", c.servers)
+	case c.loraAdapters < 0 || c.loraAdapters > 64 || (c.loraAdapters > 0 && (c.maxLoRAs < 1 || c.maxLoRAs > c.loraAdapters)):
+		return fmt.Errorf("-lora-adapters %d: between 0 and 64; -max-loras %d: between 1 and the adapters", c.loraAdapters, c.maxLoRAs)
 	case c.slots < 1 || c.kvBlocks < 1 || c.blockTokens < 1 || c.prefixTokens < 1 || c.suffixTokens < 1 || c.outputTokens < 1:
 		return fmt.Errorf("-slots, -kv-blocks, -block-size, -prefix-tokens, -suffix-tokens and -output-tokens must be positive")
-	case (c.prefixTokens+c.suffixTokens+c.outputTokens+c.blockTokens-1)/c.blockTokens > c.kvBlocks:
-		return fmt.Errorf("a request of %d tokens does not fit in %d KV blocks of %d tokens", c.prefixTokens+c.suffixTokens+c.outputTokens, c.kvBlocks, c.blockTokens)
+	case (c.prefixTokens+c.suffixTokens+c.outputTokens+c.blockTokens-1)/c.blockTokens > c.smallestCache():
+		return fmt.Errorf("a request of %d tokens does not fit in %d KV blocks of %d tokens", c.prefixTokens+c.suffixTokens+c.outputTokens, c.smallestCache(), c.blockTokens)
 	case checkSim(c.sim, c.llmdBin) != nil:
 		return checkSim(c.sim, c.llmdBin)
 	case len(c.routers) == 0:
@@ -278,6 +320,39 @@ func (c *sweepConfig) check() error {
 		return fmt.Errorf("-replicas %d: at most 16", slices.Max(c.replicas))
 	}
 	return nil
+}
+
+// smallestCache is the fewest KV-cache blocks of a server.
+func (c *sweepConfig) smallestCache() int {
+	least := c.kvBlocksOf(0)
+	for i := range c.servers {
+		least = min(least, c.kvBlocksOf(i))
+	}
+	return least
+}
+
+// perServer is "n" when every server has n, else each server's, by "/".
+func perServer(servers int, of func(int) int) string {
+	var parts []string
+	for i := range servers {
+		parts = append(parts, strconv.Itoa(of(i)))
+	}
+	if !slices.ContainsFunc(parts, func(p string) bool { return p != parts[0] }) {
+		return parts[0]
+	}
+	return strings.Join(parts, "/")
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0 && v < 1e6) {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 func parseInts(s string) ([]int, error) {
@@ -341,6 +416,30 @@ func printResults(w io.Writer, rs []result, header bool) {
 		if r.firstFailure != "" {
 			fmt.Fprintf(w, "  %s: first failure: %s\n", r.series(), r.firstFailure)
 		}
+	}
+}
+
+// printRatios prints, for each router of a point other than baseline, its
+// TTFT percentiles over the baseline's and its hit rate less the
+// baseline's (nothing when the baseline did not run).
+func printRatios(w io.Writer, rs []result, baseline string) {
+	i := slices.IndexFunc(rs, func(r result) bool { return r.series() == baseline })
+	if i < 0 {
+		return
+	}
+	b := rs[i]
+	ratio := func(x, y time.Duration) string {
+		if y <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f×", x.Seconds()/y.Seconds())
+	}
+	for _, r := range rs {
+		if r.series() == baseline {
+			continue
+		}
+		fmt.Fprintf(w, "  %s against %s: TTFT p50 %s, p90 %s, p99 %s; hit rate %+.3f\n", r.series(), baseline,
+			ratio(r.ttft50, b.ttft50), ratio(r.ttft90, b.ttft90), ratio(r.ttft99, b.ttft99), r.hitRate-b.hitRate)
 	}
 }
 

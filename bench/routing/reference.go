@@ -47,7 +47,26 @@ import (
 // poolpicker's: fleet.send on a TLS connection to its gRPC port.
 const referenceRouterName = "reference-epp"
 
-var referenceRouter = router{name: referenceRouterName, replicas: []int{1}, reference: true}
+var referenceRouter = router{name: referenceRouterName, replicas: []int{1}, external: &referenceEPP}
+
+// externalEPP is an endpoint picker the harness runs as its own process
+// against the control plane instead of poolpicker: the reference EPP, or
+// llm-d's (llmdepp.go), both started the way the Inference Extension's
+// EPP is.
+type externalEPP struct {
+	// binary is the path the binary's flag sets.
+	binary *string
+	// flag names that flag, build says how to build the binary.
+	flag, build string
+	// args are the flags it runs with beyond the common ones (nil: none),
+	// for a fleet whose KV events (if the router asks for them) reach the
+	// picker at kvEvents.
+	args func(c *sweepConfig, f *fleet) []string
+	// kvEvents: the servers publish their KV-cache events to the picker.
+	kvEvents bool
+}
+
+var referenceEPP = externalEPP{binary: &referenceBinary, flag: "-reference-epp", build: "build it with `make reference-epp`"}
 
 // Flags of the reference EPP's defaults that the fleet scales to simulated
 // time (its --refresh-metrics-interval and --metrics-staleness-threshold).
@@ -69,14 +88,17 @@ func defaultReferenceBinary() string {
 	return filepath.Join(root, "bin", "epp")
 }
 
-// referenceMissing says why the reference EPP cannot run ("" when it can):
-// no binary, or no control plane to run it against.
-func referenceMissing() string {
-	if referenceBinary == "" {
-		return "no binary given (-reference-epp)"
+// referenceMissing says why the reference EPP cannot run ("" when it can).
+func referenceMissing() string { return referenceEPP.missing() }
+
+// missing says why the external EPP cannot run ("" when it can): no
+// binary, or no control plane to run it against.
+func (x *externalEPP) missing() string {
+	if *x.binary == "" {
+		return fmt.Sprintf("no binary given (%s)", x.flag)
 	}
-	if _, err := os.Stat(referenceBinary); err != nil {
-		return fmt.Sprintf("%s not found: build it with `make reference-epp`", referenceBinary)
+	if _, err := os.Stat(*x.binary); err != nil {
+		return fmt.Sprintf("%s not found: %s", *x.binary, x.build)
 	}
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -90,13 +112,13 @@ func referenceMissing() string {
 	return ""
 }
 
-// dropReference removes the reference router from routers when it cannot
-// run, saying why on w.
+// dropReference removes the external EPP routers from routers when they
+// cannot run, saying why on w.
 func dropReference(routers []router, w io.Writer) []router {
 	out := routers[:0:0]
 	for _, r := range routers {
-		if r.reference {
-			if why := referenceMissing(); why != "" {
+		if r.external != nil {
+			if why := r.external.missing(); why != "" {
 				fmt.Fprintf(w, "%s: skipped: %s\n", r.name, why)
 				continue
 			}
@@ -153,10 +175,10 @@ func stopControlPlane() {
 	controlPlane.env, controlPlane.dir = nil, ""
 }
 
-// startReference starts the reference EPP in front of fleet n's servers
-// (pods, on port) and returns it as the fleet's one replica once it is
-// ready and lists every pod as ready.
-func startReference(ctx context.Context, n int, cfg *sweepConfig, port int, pods []datastore.EndpointSource) (_ *replica, _ func(), err error) {
+// startReference starts the external EPP x in front of fleet f's (number
+// n) servers (pods, on port) and returns it as the fleet's one replica
+// once it is ready and lists every pod as ready.
+func startReference(ctx context.Context, n int, cfg *sweepConfig, x *externalEPP, f *fleet, port int, pods []datastore.EndpointSource) (_ *replica, _ func(), err error) {
 	env, dir, err := sharedControlPlane()
 	if err != nil {
 		return nil, nil, err
@@ -223,12 +245,15 @@ func startReference(ctx context.Context, n int, cfg *sweepConfig, port int, pods
 	if err != nil {
 		return nil, nil, err
 	}
-	cmd := exec.Command(referenceBinary,
-		"--pool-name", "pool", "--pool-namespace", ns,
+	args := []string{"--pool-name", "pool", "--pool-namespace", ns,
 		"--grpc-port", strconv.Itoa(grpcPort), "--grpc-health-port", strconv.Itoa(healthPort), "--metrics-port", strconv.Itoa(metricsPort),
 		"--tracing=false", "--metrics-endpoint-auth=false",
 		"--refresh-metrics-interval", scaled(referenceRefreshInterval, cfg.timeScale).String(),
-		"--metrics-staleness-threshold", scaled(referenceStalenessThreshold, cfg.timeScale).String())
+		"--metrics-staleness-threshold", scaled(referenceStalenessThreshold, cfg.timeScale).String()}
+	if x.args != nil {
+		args = append(args, x.args(cfg, f)...)
+	}
+	cmd := exec.Command(*x.binary, args...)
 	// controller-runtime's config loader reads KUBECONFIG; the binary has
 	// no --kubeconfig flag.
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(dir, "kubeconfig"))
@@ -237,7 +262,7 @@ func startReference(ctx context.Context, n int, cfg *sweepConfig, port int, pods
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, nil, fmt.Errorf("%s: %w", referenceRouterName, err)
+		return nil, nil, fmt.Errorf("%s: %w", *x.binary, err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
@@ -251,10 +276,10 @@ func startReference(ctx context.Context, n int, cfg *sweepConfig, port int, pods
 		}
 	})
 	if err := waitServing(ctx, fmt.Sprintf("127.0.0.1:%d", healthPort), exited); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w\n--- %s ---\n%s", referenceRouterName, err, logPath, tailFile(logPath, 30))
+		return nil, nil, fmt.Errorf("%s: %w\n--- %s ---\n%s", *x.binary, err, logPath, tailFile(logPath, 30))
 	}
 	if err := waitReadyPods(ctx, metricsPort, len(pods)); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w\n--- %s ---\n%s", referenceRouterName, err, logPath, tailFile(logPath, 30))
+		return nil, nil, fmt.Errorf("%s: %w\n--- %s ---\n%s", *x.binary, err, logPath, tailFile(logPath, 30))
 	}
 	// Its ext_proc server serves TLS with a self-signed certificate by
 	// default (--secure-serving), as a gateway reaches it.

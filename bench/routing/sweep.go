@@ -27,9 +27,9 @@ type router struct {
 	replicas []int
 	// flowControl runs the picker with flow control on (flow.go).
 	flowControl bool
-	// reference runs the reference EPP's binary instead of poolpicker
-	// (reference.go); config is unused.
-	reference bool
+	// external, when set, runs another endpoint picker's binary instead
+	// of poolpicker (reference.go, llmdepp.go); config is unused.
+	external *externalEPP
 	// peerSync links the replicas with peer sync (package peersync): each
 	// learns every replica's picks and in-flight counts.
 	peerSync bool
@@ -108,12 +108,30 @@ var allRouters = []router{
 	{name: "poolpicker-all-saturated", config: scheduling.DefaultConfigText, admission: scheduling.AdmissionAllSaturated},
 	flowRouter,
 	referenceRouter,
+	llmdRouter,
+	llmdPreciseRouter,
 }
+
+// preciseRouterName is the router -precise-config adds: poolpicker with a
+// configuration of precise prefix-cache routing.
+const preciseRouterName = "poolpicker-precise"
 
 // sweepConfig is the fleet, the workload and the points of a sweep. Every
 // duration is simulated time; the servers spend it divided by timeScale.
 type sweepConfig struct {
 	servers, slots, kvBlocks, blockTokens int
+	// serverSlots and serverKVBlocks, when set, give each server its own
+	// slots and KV-cache blocks (a fleet of unequal servers), in place of
+	// slots and kvBlocks; they are as long as servers.
+	serverSlots, serverKVBlocks []int
+	// ordinaryWords writes prompts of ordinary English words, a word a
+	// token as the llm-d simulator's tokenizer counts them (about 6 bytes
+	// a token), in place of short words sized by bytes (4 bytes a token).
+	ordinaryWords bool
+	// loraAdapters is the number of LoRA adapters the requests name
+	// (group g's requests name adapter g mod loraAdapters), maxLoRAs how
+	// many a server holds at once. Zero: the base model.
+	loraAdapters, maxLoRAs int
 	// promptBytesPerToken is the prompt bytes a modelsim server counts as
 	// a token (0: modelsim's 4, which the prompts are sized by).
 	promptBytesPerToken                      int
@@ -167,8 +185,48 @@ func (c *sweepConfig) serviceTime() time.Duration {
 
 // capacity is the fleet's requests per simulated second at full hit rate.
 func (c *sweepConfig) capacity() float64 {
-	return float64(c.servers*c.slots) / c.serviceTime().Seconds()
+	slots := 0
+	for i := range c.servers {
+		slots += c.slotsOf(i)
+	}
+	return float64(slots) / c.serviceTime().Seconds()
 }
+
+// slotsOf is server i's sequences at once.
+func (c *sweepConfig) slotsOf(i int) int {
+	if i < len(c.serverSlots) {
+		return c.serverSlots[i]
+	}
+	return c.slots
+}
+
+// kvBlocksOf is server i's KV-cache blocks.
+func (c *sweepConfig) kvBlocksOf(i int) int {
+	if i < len(c.serverKVBlocks) {
+		return c.serverKVBlocks[i]
+	}
+	return c.kvBlocks
+}
+
+// model is the model group g's requests name: the base model, or a LoRA
+// adapter of it.
+func (c *sweepConfig) model(g int) string {
+	if c.loraAdapters == 0 {
+		return modelsim.DefaultModel
+	}
+	return loraName(g % c.loraAdapters)
+}
+
+// adapters are the LoRA adapters the servers serve (nil: none).
+func (c *sweepConfig) adapters() []string {
+	var out []string
+	for i := range c.loraAdapters {
+		out = append(out, loraName(i))
+	}
+	return out
+}
+
+func loraName(i int) string { return fmt.Sprintf("adapter-%d", i) }
 
 // request is one request of a workload.
 type request struct {
@@ -182,9 +240,15 @@ type request struct {
 // the same one.
 func workload(c *sweepConfig, groups int, load float64) []request {
 	rnd := rand.New(rand.NewPCG(c.seed, uint64(groups)<<32|uint64(load*1000)))
+	text := func(rnd *rand.Rand, head string, tokens int) string {
+		if c.ordinaryWords {
+			return ordinaryWords(rnd, head, tokens)
+		}
+		return words(rnd, head, tokens*modelsim.BytesPerToken)
+	}
 	prefixes := make([]string, groups)
 	for g := range prefixes {
-		prefixes[g] = words(rand.New(rand.NewPCG(c.seed, uint64(g)+1)), fmt.Sprintf("system prompt %d: ", g), c.prefixTokens*modelsim.BytesPerToken)
+		prefixes[g] = text(rand.New(rand.NewPCG(c.seed, uint64(g)+1)), fmt.Sprintf("system prompt %d: ", g), c.prefixTokens)
 	}
 	rate := load * c.capacity()
 	reqs := make([]request, c.requests)
@@ -192,9 +256,9 @@ func workload(c *sweepConfig, groups int, load float64) []request {
 	for i := range reqs {
 		at += time.Duration(rnd.ExpFloat64() / rate * float64(time.Second))
 		g := rnd.IntN(groups)
-		suffix := words(rnd, fmt.Sprintf(" question %d: ", i), c.suffixTokens*modelsim.BytesPerToken)
+		suffix := text(rnd, fmt.Sprintf(" question %d: ", i), c.suffixTokens)
 		body := fmt.Sprintf(`{"model":%q,"prompt":"%s%s","max_tokens":%d,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`,
-			modelsim.DefaultModel, prefixes[g], suffix, c.outputTokens)
+			c.model(g), prefixes[g], suffix, c.outputTokens)
 		reqs[i] = request{at: at, group: g, sheddable: rnd.Float64() < c.sheddable, body: []byte(body)}
 	}
 	return reqs
@@ -210,6 +274,33 @@ func words(rnd *rand.Rand, head string, n int) string {
 		b.WriteByte(' ')
 	}
 	return b.String()[:n]
+}
+
+// commonWords are ordinary English words of every length, as prose has
+// them (about 5 letters on average).
+var commonWords = strings.Fields(`people history between important government information
+development question national following together business including
+children problem service something although several different
+because through another against however without language
+system program within market nothing country second little
+number public family during almost always school things around
+morning evening picture station question student teacher
+water world house place great where after right small large
+might still every early never under while those along
+should could would their there which about other these
+light night point power study state order money story
+young month river north south heart table party paper`)
+
+// ordinaryWords is head and then words of commonWords up to tokens words
+// (the head's words count).
+func ordinaryWords(rnd *rand.Rand, head string, tokens int) string {
+	var b strings.Builder
+	b.WriteString(head)
+	for range max(tokens-len(strings.Fields(head)), 1) {
+		b.WriteString(commonWords[rnd.IntN(len(commonWords))])
+		b.WriteByte(' ')
+	}
+	return b.String()
 }
 
 // result is one router at one point, in simulated time.

@@ -1,6 +1,8 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
+//go:build !windows
+
 package localstack
 
 import (
@@ -89,10 +91,7 @@ func (p *Process) Start(ctx context.Context) error {
 	fmt.Fprintf(logf, "==== start %d: %s %q at %s\n", p.starts, p.Path, p.Args, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig fires when the forking thread exits; the Go runtime retires
-	// only threads whose goroutine exits locked to them, which never
-	// happens here, so it fires when this process dies.
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		p.mu.Unlock()
 		logf.Close()
@@ -192,14 +191,14 @@ func (p *Process) signalAndWait(sig syscall.Signal, grace time.Duration) error {
 		case <-done:
 		case <-time.After(grace):
 			err = fmt.Errorf("localstack: %s did not exit within %s of %s; killed", filepath.Base(p.Path), grace, sig)
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			killGroup(cmd.Process.Pid)
 			<-done
 		}
 	} else {
 		<-done
 	}
 	// Whatever it started in its process group goes too.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	killGroup(cmd.Process.Pid)
 	p.mu.Lock()
 	p.cmd, p.done = nil, nil
 	p.mu.Unlock()

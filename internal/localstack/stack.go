@@ -1,6 +1,8 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
+//go:build !windows
+
 // Package localstack runs poolpicker's whole local setup — a real control
 // plane, the sample objects, simulated model-server pods on loopback IPs,
 // one poolpicker process and the development gateway — for `make run` and

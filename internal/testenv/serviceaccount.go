@@ -1,6 +1,8 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
+//go:build !windows
+
 package testenv
 
 import (

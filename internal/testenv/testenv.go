@@ -1,9 +1,12 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
+//go:build !windows
+
 // Package testenv starts a real control plane (etcd and kube-apiserver built
 // by `make control-plane`) with poolpicker's CRDs installed, for tests and
-// benchmarks that must talk to a real API server.
+// benchmarks that must talk to a real API server. It is not built for
+// Windows, where controller-runtime's envtest does not build.
 package testenv
 
 import (

@@ -27,7 +27,9 @@ func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
 	fs.Float64Var(&o.CPUBudget, "metrics-scrape-cpu-budget", 0,
 		"CPU the model-server metrics scrapes may use, in cores: scrapes are admitted at the rate it pays for, so that picks keep the rest of the cores; when it cannot pay for every busy server at --refresh-metrics-interval, busy pools share it by request rate. 0 means half of the process's cores (GOMAXPROCS); a negative value sets no budget.")
 	fs.Int64Var(&o.MaxBodyBytes, "metrics-max-body-bytes", scrape.DefaultMaxBodyBytes,
-		"Largest metrics page read; a larger one fails the scrape.")
+		"Largest metrics page read; a larger one fails the scrape. A response may carry 64 KiB of headers and 64 KiB of chunk framing and trailers beyond it.")
+	fs.Float64Var(&o.MaxServerCPUShare, "metrics-scrape-max-server-cpu-share", scrape.DefaultMaxServerCPUShare,
+		"Share of one core one model server's scrapes may use: a server whose page costs more to read at its interval is scraped less often (by its own pools only). A negative value sets no bound.")
 	fs.IntVar(&o.MaxIdleConns, "metrics-max-idle-conns", scrape.DefaultMaxIdleConns,
 		"Keep-alive connections kept to idle model servers in all (busy ones always keep theirs; past it an idle server dials again for each scrape); each is a file descriptor.")
 	fs.StringVar(&o.Path, "model-server-metrics-path", scrape.DefaultPath,

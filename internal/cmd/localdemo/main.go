@@ -1,6 +1,8 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
+//go:build !windows
+
 // Command localdemo is what `make run` runs: poolpicker end to end on this
 // machine, with no cluster, container runtime or GPU. It starts a real
 // control plane (etcd, kube-apiserver from bin/), applies the CRDs and the

@@ -80,15 +80,34 @@ func (s *runningRequestsScorer) Score(_ context.Context, _ *framework.CycleState
 // current, so it spreads a burst that arrives between two scrapes; it is
 // known for every endpoint, scraped or not. The requests flow control holds
 // for the endpoint (Candidate.Held) count too.
-type inFlightScorer struct{ name framework.TypedName }
+type inFlightScorer struct {
+	name   framework.TypedName
+	params InFlightParams
+}
 
-// NewInFlight is the factory of in-flight-scorer, which takes no
-// parameters.
+// InFlightParams are in-flight-scorer's parameters.
+type InFlightParams struct {
+	// PerCacheSize ranks by the requests in flight per token of the
+	// server's KV cache (the scraped cache_config_info's blocks × block
+	// size), the mean of the known for a server that has not said: on
+	// unequal servers the larger runs more sequences at once, and the
+	// same count is a lighter load there. Equal caches rank as the count
+	// alone. Absent: true.
+	PerCacheSize *bool `json:"perCacheSize"`
+}
+
+// NewInFlight is the factory of in-flight-scorer; its parameters are
+// InFlightParams' fields.
 func NewInFlight(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
-	if err := framework.NoParams(params); err != nil {
+	var p InFlightParams
+	if err := framework.DecodeParams(params, &p); err != nil {
 		return nil, err
 	}
-	return &inFlightScorer{name: framework.TypedName{Type: InFlightType, Name: name}}, nil
+	if p.PerCacheSize == nil {
+		t := true
+		p.PerCacheSize = &t
+	}
+	return &inFlightScorer{name: framework.TypedName{Type: InFlightType, Name: name}, params: p}, nil
 }
 
 func (s *inFlightScorer) TypedName() framework.TypedName { return s.name }
@@ -98,7 +117,36 @@ func (s *inFlightScorer) Score(_ context.Context, _ *framework.CycleState, _ *fr
 		// Read once: the count moves while we score.
 		scores[i] = float64(max(c[i].Endpoint.InFlight(), 0) + c[i].Held)
 	}
+	if *s.params.PerCacheSize {
+		perCacheSize(c, scores)
+	}
 	normaliseLowerBetter(scores)
+}
+
+// perCacheSize divides each candidate's load by its server's KV-cache
+// size (in tokens), taken as the mean of the known where the server has
+// not said; nothing changes when no size is known.
+func perCacheSize(c []framework.Candidate, loads []float64) {
+	var sum float64
+	var known int
+	for i := range c {
+		if m := c[i].Metrics; !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
+			sum += float64(m.NumBlocks()) * float64(m.BlockSize())
+			known++
+		}
+	}
+	if known == 0 {
+		return
+	}
+	mean := sum / float64(known)
+	for i := range c {
+		size := mean
+		if m := c[i].Metrics; !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
+			size = float64(m.NumBlocks()) * float64(m.BlockSize())
+		}
+		// In units of the mean cache, so equal caches keep the counts.
+		loads[i] *= mean / size
+	}
 }
 
 // kvCacheScorer scores 1 - KV-cache use: the fraction of the server's KV

@@ -78,6 +78,13 @@ type Params struct {
 	// BytesPerToken is the prompt bytes per token assumed by AutoTune and
 	// QueueCostTokens. Zero: 4.
 	BytesPerToken int `json:"bytesPerToken"`
+	// TokenScaledCapacity makes AutoTune size each endpoint's LRU in the
+	// servers' tokens rather than the estimate's: the cache's tokens over
+	// the pool's recent scale of the servers' tokens to the estimate (the
+	// usage's prompt_tokens against BytesPerToken), so that prompts of
+	// longer or shorter words than BytesPerToken take as much of the LRU
+	// as of the server's cache. Absent: true.
+	TokenScaledCapacity *bool `json:"tokenScaledCapacity"`
 	// QueueCostTokens is how many prompt tokens of prefill cost as much
 	// time as one more request in flight on an idle pool's endpoint. When
 	// set, an endpoint's cached prefix counts for what it saves beyond its
@@ -143,6 +150,25 @@ type Params struct {
 	// differently. False (the plugin default): the hash within the load
 	// slack alone.
 	RendezvousBalanceCache bool `json:"rendezvousBalanceCache"`
+	// RendezvousByCacheSize weighs each candidate's rendezvous hash by
+	// the size of its server's KV cache (the scraped cache_config_info's
+	// blocks × block size), as weighted rendezvous hashing does: a
+	// server with twice the cache of another is chosen for twice as
+	// many new prefixes. On unequal servers the hash alone gives a
+	// server of a quarter of the pool's cache and batch slots as many
+	// prefixes as one of twice its share, whose queue and cache then
+	// overflow; on equal servers the choice is the hash's. Candidates
+	// whose cache size is not known weigh as the mean of those known.
+	// Absent: true.
+	RendezvousByCacheSize *bool `json:"rendezvousByCacheSize"`
+	// LoadPerCacheSize counts, in QueueCostTokens' rule, each candidate's
+	// load per token of its server's KV cache, in units of the
+	// candidates' mean cache (the mean of the known for a server that
+	// has not said): a request queued on a server of half the mean cache
+	// (and, as servers are sized, half the batch) waits as long as two
+	// on a mean one, so a small holder's affinity gives way twice as
+	// soon. Equal caches count requests as before. Absent: true.
+	LoadPerCacheSize *bool `json:"loadPerCacheSize"`
 	// ServerCounterAging ages each endpoint's LRU by what its server says
 	// it cached: on each new scrape, the growth of its prefix-cache
 	// counters (vLLM's vllm:prefix_cache_queries_total less
@@ -290,7 +316,7 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 			return nil, fmt.Errorf("parameters: %s %d must be between 1 and %d", c.field, *c.v, c.max)
 		}
 	}
-	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback} {
+	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.TokenScaledCapacity, &p.RendezvousByCacheSize, &p.LoadPerCacheSize} {
 		if *b == nil {
 			t := true
 			*b = &t
@@ -393,9 +419,22 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 	// PromptBytes of it), and what each endpoint's cached prefix saves.
 	promptTokens := float64(min(len(req.Prompt), s.PromptBytes())) / float64(s.params.BytesPerToken)
 	blockTokens := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
-	least, running := int64(math.MaxInt64), 1
+	// load is each candidate's load, per its share of the mean cache
+	// (LoadPerCacheSize).
+	var sizes []float64
+	if *s.params.LoadPerCacheSize {
+		sizes = cacheSizes(c, true)
+	}
+	load := func(i int) float64 {
+		l := float64(candidateLoad(&c[i]))
+		if sizes != nil {
+			l *= sizes[len(sizes)-1] / sizes[i]
+		}
+		return l
+	}
+	least, running := math.Inf(1), 1
 	for i := range c {
-		least = min(least, candidateLoad(&c[i]))
+		least = min(least, load(i))
 		if m := c[i].Metrics; !m.IsZero() {
 			running = max(running, m.RunningRequests())
 		}
@@ -406,7 +445,7 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 	// counted in batches (the most sequences an endpoint was seen running).
 	// Without this, affinity gives way under overload, each miss adds load,
 	// and the pool falls to round-robin's hit rate.
-	perRequest := float64(s.params.QueueCostTokens) / (1 + float64(least)/float64(running))
+	perRequest := float64(s.params.QueueCostTokens) / (1 + least/float64(running))
 	if s.params.QueueMissCost {
 		// Not divided like the above: when the pool misses anyway, a miss
 		// here evicts little that would have hit, and every request
@@ -418,7 +457,7 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 		if matched == 0 {
 			continue
 		}
-		saved := matched*blockTokens - perRequest*float64(candidateLoad(&c[i])-least)
+		saved := matched*blockTokens - perRequest*(load(i)-least)
 		scores[i] = saved / promptTokens
 	}
 }
@@ -475,7 +514,8 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		}
 	}
 	promptBlocks := min(len(req.Prompt)/s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
-	best, bestWeight := -1, uint64(0)
+	sizes := cacheSizes(c, *s.params.RendezvousByCacheSize)
+	best, bestWeight := -1, 0.0
 	for i := range c {
 		if candidateLoad(&c[i])-least > slack {
 			continue
@@ -483,11 +523,44 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		if held != nil && held[i]-minHeld > promptBlocks {
 			continue
 		}
-		if w := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address())); best < 0 || w > bestWeight {
+		h := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address()))
+		// Weighted rendezvous hashing: with u uniform in (0, 1), the
+		// candidate of the highest -size/ln(u) is each candidate with
+		// odds in proportion to its size; with equal sizes, the highest
+		// hash as unweighted.
+		u := (float64(h>>11) + 0.5) / (1 << 53)
+		w := -sizes[i] / math.Log(u)
+		if best < 0 || w > bestWeight {
 			best, bestWeight = i, w
 		}
 	}
 	scores[best] = max(scores[best], RendezvousScore)
+}
+
+// cacheSizes is each candidate's server's KV cache in tokens, the mean of
+// the known for the others, and then that mean: all 1 when none is known
+// or on is false.
+func cacheSizes(c []framework.Candidate, on bool) []float64 {
+	sizes := make([]float64, len(c)+1)
+	var sum float64
+	var known int
+	for i := range c {
+		if m := c[i].Metrics; on && !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
+			sizes[i] = float64(m.NumBlocks()) * float64(m.BlockSize())
+			sum += sizes[i]
+			known++
+		}
+	}
+	mean := 1.0
+	if known > 0 {
+		mean = sum / float64(known)
+	}
+	for i := range sizes {
+		if sizes[i] == 0 {
+			sizes[i] = mean
+		}
+	}
+	return sizes
 }
 
 // FNV-1a, 64-bit: a fixed hash, the same in every process.
@@ -632,7 +705,7 @@ func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *fram
 		return
 	}
 	e := res.Endpoints[0]
-	capacity := s.capacity(e.Metrics())
+	capacity := s.capacity(st.index, e.Metrics())
 	if pe := st.index.endpointFor(cs.Pool, e, capacity); pe != nil {
 		var predicted int32
 		if int(pe.slot) < len(st.matched) {
@@ -664,7 +737,7 @@ func (s *Scorer) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, bloc
 		return
 	}
 	blocks = blocks[:min(len(blocks), s.params.MaxPrefixBlocksToMatch)]
-	capacity := s.capacity(e.Metrics())
+	capacity := s.capacity(x, e.Metrics())
 	if pe := x.endpointFor(pool, e, capacity); pe != nil {
 		pe.record(blocks, capacity, 0)
 	}
@@ -685,13 +758,21 @@ func (s *Scorer) ForgetPeerBlocks(pool framework.Pool, e framework.Endpoint, blo
 	}
 }
 
-// capacity is the number of blocks an endpoint's LRU holds: the server's
-// KV cache in prompt bytes over the block size, when the server says how
-// big its cache is; LRUCapacityPerServer otherwise.
-func (s *Scorer) capacity(m framework.Metrics) int {
+// capacity is the number of blocks an endpoint's LRU in index x holds:
+// the server's KV cache in prompt bytes over the block size, when the
+// server says how big its cache is; LRUCapacityPerServer otherwise. The
+// cache's tokens are the servers' (TokenScaledCapacity): at a scale of
+// the servers' tokens to the estimate below 1 (longer words than
+// BytesPerToken) a server holds more of the prompts' bytes than the
+// estimate's tokens say, and the LRU would forget prefixes the server
+// still holds.
+func (s *Scorer) capacity(x *prefixIndex, m framework.Metrics) int {
 	if *s.params.AutoTune && !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
-		c := int64(m.NumBlocks()) * int64(m.BlockSize()) * int64(s.params.BytesPerToken) / int64(s.params.HashBlockSize)
-		return int(min(max(c, 1), int64(s.params.MaxLRUCapacityPerServer)))
+		c := float64(m.NumBlocks()) * float64(m.BlockSize()) * float64(s.params.BytesPerToken) / float64(s.params.HashBlockSize)
+		if *s.params.TokenScaledCapacity {
+			c /= x.recentTokenScale()
+		}
+		return int(min(max(c, 1), float64(s.params.MaxLRUCapacityPerServer)))
 	}
 	return s.params.LRUCapacityPerServer
 }

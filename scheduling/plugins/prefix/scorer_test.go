@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -263,7 +264,7 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 	m := schedtest.Load(0, 0.1)
 	m.NumBlocks, m.BlockSize = 10, 16
 	f.tp.Ep(t, 1).SetMetrics(m)
-	if c := f.s.capacity(framework.MetricsOf(m)); c != 10 {
+	if c := f.s.capacity(f.index(), framework.MetricsOf(m)); c != 10 {
 		t.Fatalf("capacity %d, want 10", c)
 	}
 	f.score(b[:64], 1)
@@ -366,21 +367,33 @@ func TestPrefixCapacity(t *testing.T) {
 		name   string
 		params string
 		m      *datastore.Metrics
-		want   int
+		// scale is the servers' tokens over the estimate reported (0:
+		// none yet).
+		scale float64
+		want  int
 	}{
-		{"unknown metrics", "", nil, DefaultLRUCapacityPerServer},
-		{"no cache info", "", &datastore.Metrics{}, DefaultLRUCapacityPerServer},
-		{"vLLM-sized cache", "", &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 30000},
-		{"bytes per token", `{"bytesPerToken": 2}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 15000},
-		{"auto-tune off", `{"autoTune": false, "lruCapacityPerServer": 7}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 7},
-		{"tiny cache", "", &datastore.Metrics{NumBlocks: 1, BlockSize: 1}, 1},
-		{"huge cache is capped", "", &datastore.Metrics{NumBlocks: 1 << 30, BlockSize: 1 << 10}, DefaultMaxLRUCapacityPerServer},
-		{"cap set", `{"maxLRUCapacityPerServer": 1000}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 1000},
+		{"unknown metrics", "", nil, 0, DefaultLRUCapacityPerServer},
+		{"no cache info", "", &datastore.Metrics{}, 0, DefaultLRUCapacityPerServer},
+		{"vLLM-sized cache", "", &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 0, 30000},
+		{"bytes per token", `{"bytesPerToken": 2}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 0, 15000},
+		{"auto-tune off", `{"autoTune": false, "lruCapacityPerServer": 7}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 0, 7},
+		{"tiny cache", "", &datastore.Metrics{NumBlocks: 1, BlockSize: 1}, 0, 1},
+		{"huge cache is capped", "", &datastore.Metrics{NumBlocks: 1 << 30, BlockSize: 1 << 10}, 0, DefaultMaxLRUCapacityPerServer},
+		// Prompts of longer words than 4 bytes: the servers count 2
+		// tokens where the estimate counts 3, and hold 3/2 the bytes.
+		{"servers' tokens", "", &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 2.0 / 3, 45000},
+		{"servers' tokens, not scaled", `{"tokenScaledCapacity": false}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 2.0 / 3, 30000},
+		{"auto-tune off is not scaled", `{"autoTune": false, "lruCapacityPerServer": 7}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 2.0 / 3, 7},
+		{"cap set", `{"maxLRUCapacityPerServer": 1000}`, &datastore.Metrics{NumBlocks: 30000, BlockSize: 16}, 0, 1000},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := build(t, c.params)
-			if got := s.capacity(framework.MetricsOf(c.m)); got != c.want {
+			x := newPrefixIndex(nil)
+			if c.scale > 0 {
+				x.observeTokenScale(c.scale)
+			}
+			if got := s.capacity(x, framework.MetricsOf(c.m)); got != c.want {
 				t.Fatalf("capacity %d, want %d", got, c.want)
 			}
 		})
@@ -985,5 +998,86 @@ func TestPrefixScorerRendezvousBalanceCache(t *testing.T) {
 	}
 	if hi-lo > 2 {
 		t.Fatalf("prefixes per pod %v: want within 2 of each other", count)
+	}
+}
+
+// TestPrefixScorerRendezvousByCacheSize places many new prefixes on
+// servers of unequal caches (4, 2, 1 and 2 parts): each gets new prefixes
+// in proportion to its cache, within a generous band, where the hash alone
+// (the weighing off) gives each about a quarter; servers whose cache size
+// is unknown weigh as the mean of the known.
+func TestPrefixScorerRendezvousByCacheSize(t *testing.T) {
+	const prefixes = 2000
+	cases := []struct {
+		name   string
+		params string
+		blocks []int // per pod (1-based; 0: no cache info scraped)
+		want   []float64
+	}{
+		{"weighed", "", []int{0, 400, 200, 100, 200}, []float64{0, 4.0 / 9, 2.0 / 9, 1.0 / 9, 2.0 / 9}},
+		{"off", `"rendezvousByCacheSize": false, `, []int{0, 400, 200, 100, 200}, []float64{0, 0.25, 0.25, 0.25, 0.25}},
+		{"unknown weigh the mean", "", []int{0, 400, 200, 0, 0}, []float64{0, 4.0 / 12, 2.0 / 12, 3.0 / 12, 3.0 / 12}},
+		{"equal", "", []int{0, 300, 300, 300, 300}, []float64{0, 0.25, 0.25, 0.25, 0.25}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 4, `{`+c.params+`"queueCostTokens": 128, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8}`)
+			for pod := 1; pod <= 4; pod++ {
+				m := schedtest.Load(0, 0.1)
+				m.NumBlocks, m.BlockSize = c.blocks[pod], 16
+				f.tp.Ep(t, pod).SetMetrics(m)
+			}
+			got := make([]float64, 5)
+			for g := range prefixes {
+				for pod, v := range f.score(schedtest.Prompt(fmt.Sprintf("system prompt %d", g), 512), 0) {
+					if v == RendezvousScore {
+						got[pod]++
+					}
+				}
+			}
+			for pod := 1; pod <= 4; pod++ {
+				share := got[pod] / prefixes
+				if math.Abs(share-c.want[pod]) > 0.04 {
+					t.Errorf("pod %d chosen for %.3f of new prefixes, want %.3f (all: %v)", pod, share, c.want[pod], got)
+				}
+			}
+		})
+	}
+}
+
+// TestPrefixScorerLoadPerCacheSize: a holder of half the candidates' mean
+// KV cache counts each request in flight twice in queueCostTokens' rule
+// (loadPerCacheSize), once with the weighing off; a holder of twice the
+// mean cache, half.
+func TestPrefixScorerLoadPerCacheSize(t *testing.T) {
+	p := schedtest.Prompt("shared system prompt", 4096) // 1,024 tokens
+	cases := []struct {
+		name   string
+		params string
+		blocks [4]int // by pod; the mean of pods 1-3
+		want   float64
+	}{
+		{"half the mean cache", "", [4]int{0, 100, 200, 300}, 1 - 4*128.0/1024},
+		{"half the mean cache, off", `, "loadPerCacheSize": false`, [4]int{0, 100, 200, 300}, 1 - 2*128.0/1024},
+		{"twice the mean cache", "", [4]int{0, 400, 100, 100}, 1 - 1*128.0/1024},
+		{"equal caches", "", [4]int{0, 200, 200, 200}, 1 - 2*128.0/1024},
+		{"unknown caches", "", [4]int{0, 0, 0, 0}, 1 - 2*128.0/1024},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 3, `{"queueCostTokens": 128`+c.params+`}`)
+			for pod := 1; pod <= 3; pod++ {
+				m := schedtest.Load(0, 0.1)
+				m.NumBlocks, m.BlockSize = c.blocks[pod], 16
+				f.tp.Ep(t, pod).SetMetrics(m)
+			}
+			f.score(p, 1)
+			e := f.tp.Ep(t, 1)
+			e.AddInFlight(2)
+			defer e.AddInFlight(-2)
+			if got := f.score(p, 0)[1]; !schedtest.ApproxEqual([]float64{got}, []float64{c.want}) {
+				t.Fatalf("holder scores %v, want %v", got, c.want)
+			}
+		})
 	}
 }

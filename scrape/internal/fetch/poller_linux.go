@@ -1,24 +1,22 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package scrape
+//go:build linux && !portablefetch
+
+package fetch
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/poolpicker/poolpicker/datastore"
 )
 
 // A poller runs the http scrapes of its servers on one goroutine over an
@@ -36,79 +34,51 @@ type poller struct {
 	file *os.File // epfd, registered with the runtime's poller
 	raw  syscall.RawConn
 	evfd int // an eventfd in the set: new scrapes or cancellations
-	// complete hears of each scrape's end on the poller's goroutine.
-	complete func(s *server, r polled)
-	parse    func(s *server, page []byte) (datastore.Metrics, error)
-	kept     *atomic.Int64 // the manager's count of kept connections
-	limit    int64
-	timeout  time.Duration
+	o    Options
 
 	mu       sync.Mutex
-	queued   []*server // submitted, not started
-	cancels  []*server
+	queued   []*Conn // submitted, not started
+	cancels  []*Conn
 	closed   bool
 	sleeping atomic.Bool  // the goroutine waits: a submission wakes it
 	tid      atomic.Int32 // the goroutine's thread, once it runs (tests)
 
 	// The goroutine's own.
-	inflight map[int32]*server
-	first    *server // in-flight scrapes by deadline, the earliest first
-	last     *server
+	inflight map[int32]*Conn
+	first    *Conn // in-flight scrapes by deadline, the earliest first
+	last     *Conn
 	deadline time.Time // the one set on file
-	touched  []*server // the scrapes this wake-up worked on
-	finished []*server
+	touched  []*Conn   // the scrapes this wake-up worked on
+	finished []*Conn
 	seq      uint32
+	// attributed is the CPU time of this wake-up charged to one exchange
+	// (its page's parse).
+	attributed time.Duration
 }
 
-// polled is a scrape's result.
-type polled struct {
-	met       datastore.Metrics
-	err       error
-	cancelled bool
-	// cpu is the scrape's share of the CPU time of the wake-ups that
-	// worked on it.
-	cpu time.Duration
-}
+// sysConn is a Conn's kept socket (-1: none).
+type sysConn struct{ fd int }
 
-// exchange is the state of a server's scrape on its poller.
-type exchange struct {
-	active     bool
-	seq        uint32
-	connecting bool
-	reused     bool // the request went on a kept connection
-	written    int
-	deadline   time.Time
-	buf        *bytes.Buffer
-	eof        bool
-	// bodyAt is the offset of the body once the header is whole; hdr and
-	// status are the header read then.
-	bodyAt int
-	hdr    header
-	status int
-	hdrErr error
-	result polled
-	prev   *server
-	next   *server
-}
+func newSysConn() sysConn { return sysConn{fd: -1} }
 
-// pollable reports whether t's scrapes can run on a poller: plain http to
-// an IP address (a pod's), whose socket address is returned.
-func pollable(t target) (unix.Sockaddr, int, bool) {
-	if t.err != nil || t.scheme != "http" {
-		return nil, 0, false
+// Close closes c's kept connection, which no exchange may be using,
+// reporting whether there was one.
+func (c *Conn) Close() bool {
+	if c.sys.fd < 0 {
+		return false
 	}
-	ap, err := netip.ParseAddrPort(t.host)
-	if err != nil {
-		return nil, 0, false
-	}
-	if ap.Addr().Is4() || ap.Addr().Is4In6() {
-		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}, unix.AF_INET, true
-	}
-	sa := &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
-	return sa, unix.AF_INET6, true
+	unix.Close(c.sys.fd)
+	c.sys.fd = -1
+	return true
 }
 
-func newPoller(limit int64, timeout time.Duration, kept *atomic.Int64, parse func(*server, []byte) (datastore.Metrics, error), complete func(*server, polled)) (*poller, error) {
+// Connected reports whether c keeps a connection.
+func (c *Conn) Connected() bool { return c.sys.fd >= 0 }
+
+// New returns the fetcher of this platform: an epoll poller.
+func New(o Options) (Fetcher, error) { return newPoller(o) }
+
+func newPoller(o Options) (*poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("scrape poller: epoll_create1: %w", err)
@@ -138,18 +108,17 @@ func newPoller(limit int64, timeout time.Duration, kept *atomic.Int64, parse fun
 	}
 	return &poller{
 		epfd: epfd, file: file, raw: raw, evfd: evfd,
-		complete: complete, parse: parse, kept: kept, limit: limit, timeout: timeout,
-		inflight: map[int32]*server{},
+		o: o, inflight: map[int32]*Conn{},
 	}, nil
 }
 
 // submit starts a scrape of s; its end is reported to complete. After the
 // poller has stopped, it is reported cancelled at once.
-func (p *poller) submit(s *server) {
+func (p *poller) Submit(s *Conn) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		p.complete(s, polled{cancelled: true})
+		p.o.Complete(s, Result{Cancelled: true})
 		return
 	}
 	p.queued = append(p.queued, s)
@@ -158,7 +127,7 @@ func (p *poller) submit(s *server) {
 }
 
 // cancel ends s's scrape, submitted or in flight, as cancelled.
-func (p *poller) cancel(s *server) {
+func (p *poller) Cancel(s *Conn) {
 	s.cancelled.Store(true)
 	p.mu.Lock()
 	p.cancels = append(p.cancels, s)
@@ -175,7 +144,7 @@ func (p *poller) wake() {
 
 // stop ends the goroutine: every scrape submitted or in flight is reported
 // cancelled, and later ones are at once.
-func (p *poller) stop() {
+func (p *poller) Stop() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
@@ -184,7 +153,7 @@ func (p *poller) stop() {
 }
 
 // run is the poller's goroutine, until stop; then it closes its set.
-func (p *poller) run() {
+func (p *poller) Run() {
 	defer func() {
 		p.file.Close()
 		unix.Close(p.evfd)
@@ -197,7 +166,7 @@ func (p *poller) run() {
 			// The set itself failed: nothing can be read any more.
 			panic(fmt.Sprintf("scrape poller: epoll_wait: %v", err))
 		}
-		startCPU, startWall := threadCPU(), time.Now()
+		startCPU, startWall := ThreadCPU(), time.Now()
 		for _, ev := range events[:n] {
 			if int(ev.Fd) == p.evfd {
 				var b [8]byte
@@ -218,7 +187,7 @@ func (p *poller) run() {
 		for _, s := range cancels {
 			if s.x.active && s.cancelled.Load() {
 				p.touch(s)
-				p.end(s, polled{cancelled: true})
+				p.end(s, Result{Cancelled: true})
 			}
 		}
 		now := time.Now()
@@ -228,18 +197,18 @@ func (p *poller) run() {
 		}
 		for s := p.first; s != nil && !now.Before(s.x.deadline); s = p.first {
 			p.touch(s)
-			p.end(s, polled{err: failure("timeout", "GET %s: timed out after %v (%d bytes read)", s.target.url, p.timeout, p.bufLen(s))})
+			p.end(s, Result{Err: Failure("timeout", "GET %s: timed out after %v (%d bytes read)", s.URL, p.o.Timeout, s.x.read)})
 		}
 		if closed {
 			for p.first != nil {
-				p.end(p.first, polled{cancelled: true})
+				p.end(p.first, Result{Cancelled: true})
 			}
 		}
 		p.account(startCPU, startWall)
 		for _, s := range p.finished {
 			r := s.x.result
-			s.x.result = polled{}
-			p.complete(s, r)
+			s.x.result = Result{}
+			p.o.Complete(s, r)
 		}
 		clear(p.finished)
 		p.finished = p.finished[:0]
@@ -316,7 +285,7 @@ func (p *poller) nextDeadline() time.Time {
 }
 
 // touch notes that this wake-up works on s, whose scrape shares its CPU.
-func (p *poller) touch(s *server) { p.touched = append(p.touched, s) }
+func (p *poller) touch(s *Conn) { p.touched = append(p.touched, s) }
 
 // account shares the CPU time of the wake-up between the scrapes it
 // worked on.
@@ -324,37 +293,35 @@ func (p *poller) account(startCPU time.Duration, startWall time.Time) {
 	if len(p.touched) == 0 {
 		return
 	}
-	d := min(max(threadCPU()-startCPU, 0), time.Since(startWall))
+	d := min(max(ThreadCPU()-startCPU, 0), time.Since(startWall))
+	d = max(d-p.attributed, 0)
+	p.attributed = 0
 	each := d / time.Duration(len(p.touched))
 	for _, s := range p.touched {
-		s.x.result.cpu += each
+		s.x.result.CPU += each
 	}
 	clear(p.touched)
 	p.touched = p.touched[:0]
 }
 
-func (p *poller) bufLen(s *server) int {
-	if s.x.buf == nil {
-		return 0
-	}
-	return s.x.buf.Len()
-}
+// maxReadPerTurn bounds what one connection's event reads before the
+// poller turns to the others' events and to the deadlines: a server that
+// keeps its socket full never makes a read wait, and would otherwise hold
+// the poller until its bytes ran out.
+const maxReadPerTurn = 256 << 10
 
-// start begins s's scrape: on its kept connection, or a new one.
-func (p *poller) start(s *server, now time.Time) {
+// start begins s's exchange: on its kept connection, or a new one.
+func (p *poller) start(s *Conn, now time.Time) {
 	x := &s.x
 	p.seq++
-	x.active, x.seq = true, p.seq
-	x.deadline = now.Add(p.timeout)
-	x.result = polled{}
-	x.buf = bodyPool.Get().(*bytes.Buffer)
-	x.buf.Reset()
+	x.begin(now.Add(p.o.Timeout))
+	x.seq = p.seq
 	p.link(s)
 	if s.cancelled.Load() {
-		p.end(s, polled{cancelled: true})
+		p.end(s, Result{Cancelled: true})
 		return
 	}
-	if s.fd >= 0 {
+	if s.sys.fd >= 0 {
 		p.send(s, true)
 		return
 	}
@@ -362,24 +329,32 @@ func (p *poller) start(s *server, now time.Time) {
 }
 
 // dial opens a connection to s, ready for the request once connected.
-func (p *poller) dial(s *server) {
+func (p *poller) dial(s *Conn) {
 	x := &s.x
-	fd, err := unix.Socket(s.family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	var sa unix.Sockaddr
+	family := unix.AF_INET6
+	if a := s.addr.Addr(); a.Is4() || a.Is4In6() {
+		family = unix.AF_INET
+		sa = &unix.SockaddrInet4{Port: int(s.addr.Port()), Addr: a.Unmap().As4()}
+	} else {
+		sa = &unix.SockaddrInet6{Port: int(s.addr.Port()), Addr: a.As16()}
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		p.end(s, polled{err: failure("connect", "GET %s: socket: %v", s.target.url, err)})
+		p.end(s, Result{Err: Failure("connect", "GET %s: socket: %v", s.URL, err)})
 		return
 	}
-	s.fd = fd
-	p.kept.Add(1)
-	err = unix.Connect(fd, s.addr)
+	s.sys.fd = fd
+	p.o.Kept.Add(1)
+	err = unix.Connect(fd, sa)
 	x.connecting = errors.Is(err, unix.EINPROGRESS)
 	if err != nil && !x.connecting {
-		p.end(s, polled{err: connectFailure(s.target.url, err)})
+		p.end(s, Result{Err: connectFailure(s.URL, err)})
 		return
 	}
 	p.inflight[int32(fd)] = s
 	if err := p.arm(s, unix.EPOLL_CTL_ADD, unix.EPOLLOUT); err != nil {
-		p.end(s, polled{err: failure("transport", "GET %s: epoll: %v", s.target.url, err)})
+		p.end(s, Result{Err: Failure("transport", "GET %s: epoll: %v", s.URL, err)})
 		return
 	}
 	if !x.connecting {
@@ -389,24 +364,24 @@ func (p *poller) dial(s *server) {
 
 func connectFailure(u string, err error) error {
 	if errors.Is(err, unix.ECONNREFUSED) {
-		return failure("connect", "GET %s: connection refused", u)
+		return Failure("connect", "GET %s: connection refused", u)
 	}
-	return failure("connect", "GET %s: connect: %v", u, err)
+	return Failure("connect", "GET %s: connect: %v", u, err)
 }
 
 // arm has the set report s's connection once when ready for events.
-func (p *poller) arm(s *server, op int, events uint32) error {
-	ev := unix.EpollEvent{Events: events | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(s.fd), Pad: int32(s.x.seq)}
-	return unix.EpollCtl(p.epfd, op, s.fd, &ev)
+func (p *poller) arm(s *Conn, op int, events uint32) error {
+	ev := unix.EpollEvent{Events: events | unix.EPOLLRDHUP | unix.EPOLLONESHOT, Fd: int32(s.sys.fd), Pad: int32(s.x.seq)}
+	return unix.EpollCtl(p.epfd, op, s.sys.fd, &ev)
 }
 
 // send writes the request (the rest of it) and waits for the answer.
-func (p *poller) send(s *server, reused bool) {
+func (p *poller) send(s *Conn, reused bool) {
 	x := &s.x
 	x.reused = reused
-	p.inflight[int32(s.fd)] = s
+	p.inflight[int32(s.sys.fd)] = s
 	for x.written < len(s.request) {
-		n, err := unix.Write(s.fd, s.request[x.written:])
+		n, err := unix.Write(s.sys.fd, s.request[x.written:])
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -425,24 +400,24 @@ func (p *poller) send(s *server, reused bool) {
 
 // rearm waits for events on s's connection, registered with the set when
 // it was dialled (a kept connection stays registered, disarmed, between
-// scrapes).
-func (p *poller) rearm(s *server, events uint32) {
+// exchanges).
+func (p *poller) rearm(s *Conn, events uint32) {
 	if err := p.arm(s, unix.EPOLL_CTL_MOD, events); err != nil {
-		p.end(s, polled{err: failure("transport", "GET %s: epoll: %v", s.target.url, err)})
+		p.end(s, Result{Err: Failure("transport", "GET %s: epoll: %v", s.URL, err)})
 	}
 }
 
-// progress moves s's scrape on after its connection reported events.
-func (p *poller) progress(s *server) {
+// progress moves s's exchange on after its connection reported events.
+func (p *poller) progress(s *Conn) {
 	x := &s.x
 	if x.connecting {
 		x.connecting = false
-		errno, err := unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		errno, err := unix.GetsockoptInt(s.sys.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 		if err == nil && errno != 0 {
 			err = syscall.Errno(errno)
 		}
 		if err != nil {
-			p.end(s, polled{err: connectFailure(s.target.url, err)})
+			p.end(s, Result{Err: connectFailure(s.URL, err)})
 			return
 		}
 		p.send(s, false)
@@ -452,12 +427,12 @@ func (p *poller) progress(s *server) {
 		p.send(s, x.reused)
 		return
 	}
-	for {
+	for turn := 0; turn < maxReadPerTurn; {
 		if x.buf.Available() < 16<<10 {
 			x.buf.Grow(32 << 10)
 		}
 		b := x.buf.AvailableBuffer()
-		n, err := unix.Read(s.fd, b[:cap(b)])
+		n, err := unix.Read(s.sys.fd, b[:cap(b)])
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -470,193 +445,124 @@ func (p *poller) progress(s *server) {
 			return
 		}
 		x.buf.Write(b[:n])
+		x.read += int64(n)
+		turn += max(n, 1)
 		x.eof = n == 0
-		if p.whole(s) {
+		if x.whole(p.o.MaxPageBytes) {
 			p.finish(s)
 			return
 		}
 	}
+	// More is ready: the set reports it again at once, after the others.
+	p.rearm(s, unix.EPOLLIN)
 }
 
 // failExchange ends an exchange whose connection failed: a kept one the
 // server closed before answering is dialled again, once.
-func (p *poller) failExchange(s *server, err error) {
+func (p *poller) failExchange(s *Conn, err error) {
 	x := &s.x
 	if x.reused && x.buf.Len() == 0 && (errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET)) {
 		p.redial(s)
 		return
 	}
 	if errors.Is(err, unix.ECONNREFUSED) {
-		p.end(s, polled{err: connectFailure(s.target.url, err)})
+		p.end(s, Result{Err: connectFailure(s.URL, err)})
 		return
 	}
-	p.end(s, polled{err: readFailure(s.target.url, err, x.buf.Len())})
+	p.end(s, Result{Err: readFailure(s.URL, err, x.buf.Len())})
 }
 
 // redial sends the request again on a new connection.
-func (p *poller) redial(s *server) {
+func (p *poller) redial(s *Conn) {
 	p.dropConn(s)
-	x := &s.x
-	x.written, x.reused, x.eof = 0, false, false
-	x.bodyAt, x.hdr, x.status, x.hdrErr = 0, header{}, 0, nil
-	x.buf.Reset()
+	s.x.restart()
 	p.dial(s)
 }
 
-// whole reports whether s's buffer holds the whole response (or all the
-// server will send), without decoding it: the decoder (decode) then
-// reads it from the buffer alone and reports whatever is wrong with it.
-func (p *poller) whole(s *server) bool {
-	x := &s.x
-	b := x.buf.Bytes()
-	if x.eof {
-		return true
-	}
-	if x.bodyAt == 0 {
-		i := bytes.Index(b, []byte("\r\n\r\n"))
-		if i < 0 {
-			return len(b) > maxHeaderBytes
-		}
-		if i > maxHeaderBytes {
-			return true
-		}
-		x.bodyAt = i + 4
-		x.status, x.hdrErr = statusOf(b)
-		if x.hdrErr == nil {
-			x.hdr, x.hdrErr = parseHeader(b[:x.bodyAt])
-		}
-	}
-	h := x.hdr
-	body := b[x.bodyAt:]
-	switch {
-	case x.hdrErr != nil, x.status != 200, h.length > p.limit:
-		return true
-	case h.chunked:
-		return chunkedWhole(body, p.limit)
-	case h.length >= 0:
-		return int64(len(body)) >= h.length
-	default:
-		return int64(len(body)) > p.limit
-	}
-}
-
-// chunkedWhole reports whether b holds a whole chunked body, or enough of
-// one to tell it is malformed or too large.
-func chunkedWhole(b []byte, limit int64) bool {
-	var total int64
-	for {
-		i := bytes.Index(b, []byte("\r\n"))
-		if i < 0 {
-			return len(b) > 4096
-		}
-		line := b[:i]
-		if j := bytes.IndexByte(line, ';'); j >= 0 {
-			line = line[:j]
-		}
-		size, err := strconv.ParseUint(string(bytes.TrimSpace(line)), 16, 62)
-		if err != nil {
-			return true
-		}
-		b = b[i+2:]
-		if size == 0 {
-			for {
-				i := bytes.Index(b, []byte("\r\n"))
-				if i < 0 {
-					return len(b) > 4096
-				}
-				if i == 0 {
-					return true
-				}
-				b = b[i+2:]
-			}
-		}
-		total += int64(size)
-		if total > limit {
-			return true
-		}
-		if uint64(len(b)) < size+2 {
-			return false
-		}
-		b = b[size+2:]
-	}
-}
-
-// finish decodes and parses s's whole response and ends its scrape.
-func (p *poller) finish(s *server) {
-	x := &s.x
-	r := responseReader{buf: x.buf, eof: x.eof}
-	page, closeConn, err := decode(s.target.url, &r, p.limit)
-	if err != nil {
-		if x.reused && x.buf.Len() == 0 && x.eof {
-			p.redial(s)
-			return
-		}
-		p.end(s, polled{err: err})
+// finish decodes and parses s's whole response and ends its exchange.
+func (p *poller) finish(s *Conn) {
+	// The page's decoding and parse are its own: charged to it alone, not
+	// shared with the wake-up's other exchanges.
+	start := ThreadCPU()
+	r, keep, redial := s.x.conclude(s, p.o.MaxPageBytes, p.o.Parse)
+	own := max(ThreadCPU()-start, 0)
+	p.attributed += own
+	r.CPU += own
+	if redial {
+		p.redial(s)
 		return
 	}
-	if closeConn {
+	if !keep {
 		p.dropConn(s)
 	}
-	res := polled{}
-	res.met, res.err = p.parse(s, page)
-	p.end(s, res)
+	s.x.concluded = true
+	p.end(s, r)
 }
 
-// end ends s's scrape with r; a connection not left at the end of a
+// end ends s's exchange with r; a connection not left at the end of a
 // whole exchange is closed.
-func (p *poller) end(s *server, r polled) {
+func (p *poller) end(s *Conn, r Result) {
 	x := &s.x
 	if !x.active {
 		return
 	}
-	ok := r.err == nil && !r.cancelled
-	var se *scrapeError
-	if !ok && !(errors.As(r.err, &se) && se.reason == "parse") {
+	if (r.Err != nil || r.Cancelled) && !x.concluded {
 		p.dropConn(s)
 	}
-	if s.fd >= 0 {
-		delete(p.inflight, int32(s.fd))
+	if s.sys.fd >= 0 {
+		delete(p.inflight, int32(s.sys.fd))
 	}
 	p.unlink(s)
-	bodyPool.Put(x.buf)
-	cpu := x.result.cpu
-	*x = exchange{}
-	x.result = r
-	x.result.cpu = cpu
+	x.release(r)
 	p.finished = append(p.finished, s)
 }
 
 // dropConn closes s's connection, which leaves the set with it.
-func (p *poller) dropConn(s *server) {
-	if s.fd >= 0 {
-		delete(p.inflight, int32(s.fd))
+func (p *poller) dropConn(s *Conn) {
+	if s.sys.fd >= 0 {
+		delete(p.inflight, int32(s.sys.fd))
 	}
-	if s.closeConn() {
-		p.kept.Add(-1)
+	if s.Close() {
+		p.o.Kept.Add(-1)
 	}
 }
 
-func (p *poller) link(s *server) {
-	s.x.prev, s.x.next = p.last, nil
+func (p *poller) link(s *Conn) {
+	s.x.before, s.x.after = p.last, nil
 	if p.last != nil {
-		p.last.x.next = s
+		p.last.x.after = s
 	} else {
 		p.first = s
 	}
 	p.last = s
 }
 
-func (p *poller) unlink(s *server) {
+func (p *poller) unlink(s *Conn) {
 	x := &s.x
-	if x.prev != nil {
-		x.prev.x.next = x.next
+	if x.before != nil {
+		x.before.x.after = x.after
 	} else if p.first == s {
-		p.first = x.next
+		p.first = x.after
 	}
-	if x.next != nil {
-		x.next.x.prev = x.prev
+	if x.after != nil {
+		x.after.x.before = x.before
 	} else if p.last == s {
-		p.last = x.prev
+		p.last = x.before
 	}
-	x.prev, x.next = nil, nil
+	x.before, x.after = nil, nil
+}
+
+// ThreadClock reports whether ThreadCPU reads a thread's CPU clock.
+const ThreadClock = true
+
+// ThreadCPU reads the running thread's CPU clock. The kernel has no fast
+// path for it (unlike the wall clock), and clock_gettime never blocks, so
+// it is a raw system call: without the runtime's bookkeeping for one that
+// may block, which cost as much again.
+func ThreadCPU() time.Duration {
+	var ts unix.Timespec
+	if _, _, errno := unix.RawSyscall(unix.SYS_CLOCK_GETTIME, unix.CLOCK_THREAD_CPUTIME_ID, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }

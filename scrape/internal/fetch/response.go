@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package scrape
+package fetch
 
 import (
 	"bytes"
@@ -10,18 +10,13 @@ import (
 	"strconv"
 )
 
-// An http scrape is one GET over the server's own keep-alive connection,
-// run by a poller and read into the pooled page buffer. net/http's
-// transport costs two goroutines, two 4 KiB buffers per idle connection and
-// some fifty allocations per request; at tens of thousands of servers the
-// idle connections alone would take a gigabyte, and with fewer of them kept
-// every idle server's scrape dialled anew. A server has one scrape in
-// flight at most, so its connection needs no pool and no lock. https pages,
-// and pages of hosts that are not IP addresses, go through net/http
-// (Manager.client).
-
-// maxHeaderBytes bounds a response's status line and headers.
-const maxHeaderBytes = 64 << 10
+// An exchange is one GET over a server's own keep-alive connection, read
+// into a pooled buffer. net/http's transport costs two goroutines, two
+// 4 KiB buffers per idle connection and some fifty allocations per
+// request; at tens of thousands of servers the idle connections alone
+// would take a gigabyte, and with fewer of them kept every idle server's
+// scrape dialled anew. A server has one exchange in flight at most, so its
+// connection needs no pool and no lock.
 
 // decode reads the response in r's buffer, which holds all of it (or all
 // the server sent), and returns the page, and whether the server closes
@@ -33,15 +28,15 @@ func decode(u string, r *responseReader, limit int64) (page []byte, closeConn bo
 	}
 	h, err := parseHeader(r.buf.Bytes()[:end])
 	if err != nil {
-		return nil, false, failure("transport", "GET %s: %v", u, err)
+		return nil, false, Failure("transport", "GET %s: %v", u, err)
 	}
 	if status != 200 {
 		// The connection is closed: draining an error page of unknown
 		// length is not worth its bytes.
-		return nil, false, failure("status", "GET %s: HTTP %s", u, h.status)
+		return nil, false, Failure("status", "GET %s: HTTP %s", u, h.status)
 	}
 	if h.length > limit {
-		return nil, false, failure("too_large", "GET %s: page of %d bytes exceeds the %d-byte cap", u, h.length, limit)
+		return nil, false, Failure("too_large", "GET %s: page of %d bytes exceeds the %d-byte cap", u, h.length, limit)
 	}
 	var body []byte
 	switch {
@@ -62,17 +57,17 @@ func decode(u string, r *responseReader, limit int64) (page []byte, closeConn bo
 // readFailure names an error of the exchange after n bytes were read; a
 // scrapeError of the response's framing keeps its reason.
 func readFailure(u string, err error, n int) error {
-	var se *scrapeError
-	if errors.As(err, &se) {
-		return failure(se.reason, "GET %s: %v", u, se.err)
+	var fe *Error
+	if errors.As(err, &fe) {
+		return Failure(fe.Reason, "GET %s: %v", u, fe.Err)
 	}
 	if errors.Is(err, io.EOF) {
 		err = io.ErrUnexpectedEOF
 	}
 	if n == 0 {
-		return failure("transport", "GET %s: %v", u, err)
+		return Failure("transport", "GET %s: %v", u, err)
 	}
-	return failure("body", "GET %s: reading the page after %d bytes: %v", u, n, err)
+	return Failure("body", "GET %s: reading the page after %d bytes: %v", u, n, err)
 }
 
 // responseReader reads a response from buf, which a poller filled: the
@@ -99,12 +94,12 @@ func (r *responseReader) header() (status, end int, err error) {
 	for {
 		b := r.buf.Bytes()
 		i := bytes.Index(b, []byte("\r\n\r\n"))
-		if i >= 0 && i <= maxHeaderBytes {
+		if i >= 0 && i <= MaxHeaderBytes {
 			end = i + 4
 			break
 		}
-		if i > maxHeaderBytes || len(b) > maxHeaderBytes {
-			return 0, 0, failure("transport", "response header exceeds %d bytes", maxHeaderBytes)
+		if i > MaxHeaderBytes || len(b) > MaxHeaderBytes {
+			return 0, 0, Failure("transport", "response header exceeds %d bytes", MaxHeaderBytes)
 		}
 		if err := r.fill(); err != nil {
 			return 0, 0, err
@@ -118,11 +113,11 @@ func (r *responseReader) header() (status, end int, err error) {
 func statusOf(b []byte) (int, error) {
 	// "HTTP/1.1 200 OK"
 	if len(b) < 12 || !bytes.HasPrefix(b, []byte("HTTP/1.")) || b[8] != ' ' {
-		return 0, failure("transport", "not an HTTP/1.x response: %q", b[:min(len(b), 32)])
+		return 0, Failure("transport", "not an HTTP/1.x response: %q", b[:min(len(b), 32)])
 	}
 	status, err := strconv.Atoi(string(b[9:12]))
 	if err != nil {
-		return 0, failure("transport", "bad status line %q", b[:min(len(b), 32)])
+		return 0, Failure("transport", "bad status line %q", b[:min(len(b), 32)])
 	}
 	return status, nil
 }
@@ -135,7 +130,7 @@ func (r *responseReader) exactly(off, n int) ([]byte, error) {
 		}
 	}
 	if r.buf.Len()-off > n {
-		return nil, failure("transport", "%d bytes after the body's %d", r.buf.Len()-off-n, n)
+		return nil, Failure("transport", "%d bytes after the body's %d", r.buf.Len()-off-n, n)
 	}
 	return r.buf.Bytes()[off:], nil
 }
@@ -144,7 +139,7 @@ func (r *responseReader) exactly(off, n int) ([]byte, error) {
 func (r *responseReader) untilEOF(off int, limit int64) ([]byte, error) {
 	for {
 		if int64(r.buf.Len()-off) > limit {
-			return nil, failure("too_large", "page exceeds the %d-byte cap", limit)
+			return nil, Failure("too_large", "page exceeds the %d-byte cap", limit)
 		}
 		err := r.fill()
 		if errors.Is(err, io.EOF) {
@@ -170,7 +165,7 @@ func (r *responseReader) chunked(off int, limit int64) ([]byte, error) {
 				break
 			}
 			if len(b) > 4096 {
-				return nil, failure("body", "chunk header exceeds 4096 bytes")
+				return nil, Failure("body", "chunk header exceeds 4096 bytes")
 			}
 			if err := r.fill(); err != nil {
 				return nil, err
@@ -181,7 +176,7 @@ func (r *responseReader) chunked(off int, limit int64) ([]byte, error) {
 		}
 		size, err := strconv.ParseUint(string(bytes.TrimSpace(line)), 16, 62)
 		if err != nil {
-			return nil, failure("body", "bad chunk size %q", line)
+			return nil, Failure("body", "bad chunk size %q", line)
 		}
 		if size == 0 {
 			// Trailers, up to an empty line.
@@ -195,19 +190,19 @@ func (r *responseReader) chunked(off int, limit int64) ([]byte, error) {
 					continue
 				}
 				if len(b) > 4096 {
-					return nil, failure("body", "trailer exceeds 4096 bytes")
+					return nil, Failure("body", "trailer exceeds 4096 bytes")
 				}
 				if err := r.fill(); err != nil {
 					return nil, err
 				}
 			}
 			if in != r.buf.Len() {
-				return nil, failure("transport", "%d bytes after the chunked body", r.buf.Len()-in)
+				return nil, Failure("transport", "%d bytes after the chunked body", r.buf.Len()-in)
 			}
 			return r.buf.Bytes()[off:out], nil
 		}
 		if int64(out-off)+int64(size) > limit {
-			return nil, failure("too_large", "page exceeds the %d-byte cap", limit)
+			return nil, Failure("too_large", "page exceeds the %d-byte cap", limit)
 		}
 		for uint64(r.buf.Len()-in) < size+2 {
 			if err := r.fill(); err != nil {
@@ -216,7 +211,7 @@ func (r *responseReader) chunked(off int, limit int64) ([]byte, error) {
 		}
 		b := r.buf.Bytes()
 		if b[in+int(size)] != '\r' || b[in+int(size)+1] != '\n' {
-			return nil, failure("body", "chunk of %d bytes not followed by CRLF", size)
+			return nil, Failure("body", "chunk of %d bytes not followed by CRLF", size)
 		}
 		out += copy(b[out:], b[in:in+int(size)])
 		in += int(size) + 2
@@ -271,9 +266,4 @@ func parseHeader(b []byte) (header, error) {
 		h.length = -1
 	}
 	return h, nil
-}
-
-// requestBytes is the GET of t's page, built once per server.
-func requestBytes(path, host string) []byte {
-	return []byte("GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: poolpicker\r\nAccept: text/plain;version=0.0.4\r\n\r\n")
 }
