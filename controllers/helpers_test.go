@@ -67,6 +67,13 @@ func (o changeObserver) PoolRemoved(*datastore.Pool) { o.poke() }
 // unset, writes to the test log.
 func start(t *testing.T, cfg *rest.Config, opts Options, observers ...datastore.Observer) *running {
 	t.Helper()
+	return startConfigured(t, cfg, opts, nil, observers...)
+}
+
+// startConfigured is start with configure applied to the parts before the
+// manager starts.
+func startConfigured(t *testing.T, cfg *rest.Config, opts Options, configure func(*Parts), observers ...datastore.Observer) *running {
+	t.Helper()
 	if cfg == nil {
 		cfg = env.Config
 	}
@@ -85,6 +92,9 @@ func start(t *testing.T, cfg *rest.Config, opts Options, observers ...datastore.
 		t.Fatalf("assembling the controllers: %v", err)
 	}
 	r.parts = parts
+	if configure != nil {
+		configure(parts)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -26,6 +27,9 @@ type InitialSync struct {
 	registry  *datastore.Registry
 	sources   *podsource.Sources
 	log       logr.Logger
+	// progressInterval paces the progress lines. Zero:
+	// DefaultStartupProgressInterval.
+	progressInterval time.Duration
 
 	synced atomic.Bool
 	// changed is poked when a pool syncs or stops being served, waking
@@ -64,7 +68,10 @@ func (s *InitialSync) Start(ctx context.Context) error {
 			want[datastore.PoolKey{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}] = true
 		}
 	}
-	s.log.Info("waiting for the pod watches of the served pools to sync", "pools", len(want))
+	total := len(want)
+	s.log.Info("waiting for the pod watches of the served pools to sync", "pools", total)
+	progress := time.NewTicker(s.progressEvery())
+	defer progress.Stop()
 	for {
 		done := true
 		for key := range want {
@@ -94,8 +101,40 @@ func (s *InitialSync) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-s.changed:
+		case <-progress.C:
+			// Counted by the registry: a pool is synced or reported failing
+			// whether or not this loop has looked at it yet.
+			synced, failing := s.progress(want)
+			s.log.Info("pools synced", "synced", total-len(want)+synced, "failing", failing, "of", total)
 		}
 	}
+}
+
+// DefaultStartupProgressInterval is how often, during the initial sync, a
+// line says how many of the pools served at start have synced.
+const DefaultStartupProgressInterval = 5 * time.Second
+
+func (s *InitialSync) progressEvery() time.Duration {
+	if s.progressInterval > 0 {
+		return s.progressInterval
+	}
+	return DefaultStartupProgressInterval
+}
+
+// progress counts the pools of want that have synced, or failed, since
+// Start last looked at them.
+func (s *InitialSync) progress(want map[datastore.PoolKey]bool) (synced, failing int) {
+	for key := range want {
+		if p, ok := s.registry.Get(key); ok {
+			switch {
+			case p.Synced():
+				synced++
+			case p.SyncError() != "":
+				failing++
+			}
+		}
+	}
+	return synced, failing
 }
 
 func (s *InitialSync) inCache(ctx context.Context, key datastore.PoolKey) bool {

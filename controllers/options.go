@@ -6,7 +6,9 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -83,6 +85,11 @@ type Options struct {
 	// serves are claimed for PickerNamespace/PickerName (ClaimAnnotation).
 	// Empty: DefaultPickerName.
 	PickerName string
+	// ReplicaName names this replica in the waiting signal it writes on
+	// pools (ReplicaWaitingAnnotationPrefix): unique among the replicas
+	// and at most 63 characters. Empty: the host name (the pod's name),
+	// cut to 63 characters.
+	ReplicaName string
 	// PickerNamespace is the namespace the replicas run in (their Lease and
 	// pods). Empty: DefaultPickerNamespace.
 	PickerNamespace string
@@ -137,6 +144,11 @@ type Options struct {
 	// it returns to per-pool watches at NamespaceWatchThreshold/2 pools or
 	// fewer. Zero: DefaultNamespaceWatchThreshold.
 	NamespaceWatchThreshold int
+	// StaleEndpointsTimeout is how long a pool whose pods cannot be listed
+	// or watched keeps serving the endpoints it last listed; then its
+	// requests are refused until its pods are listed again. Zero:
+	// podsource.DefaultStaleEndpointsTimeout.
+	StaleEndpointsTimeout time.Duration
 
 	// MaxConcurrentReconciles bounds parallel reconciles of pools.
 	// Zero: DefaultMaxConcurrentReconciles.
@@ -162,6 +174,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.PickerNamespace == "" {
 		o.PickerNamespace = DefaultPickerNamespace
+	}
+	if o.ReplicaName == "" {
+		o.ReplicaName = hostReplicaName()
 	}
 	if o.PickerPodSelector == "" {
 		o.PickerPodSelector = PickerLabel + "=" + o.PickerName
@@ -237,6 +252,11 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("picker name %q: %s", o.PickerName, msgs[0]))
 		}
 	}
+	if o.ReplicaName != "" {
+		if msgs := validation.IsQualifiedName(ReplicaWaitingAnnotationPrefix + o.ReplicaName); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("replica name %q: %s", o.ReplicaName, msgs[0]))
+		}
+	}
 	if o.PickerNamespace != "" {
 		if msgs := validation.IsDNS1123Label(o.PickerNamespace); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("picker namespace %q is not a valid namespace name: %s", o.PickerNamespace, msgs[0]))
@@ -249,7 +269,8 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("picker pod selector %q selects every pod of the namespace", o.PickerPodSelector))
 		}
 	}
-	errs = append(errs, podsource.Options{Plan: o.PodWatchPlan, NamespaceWatchThreshold: o.NamespaceWatchThreshold}.Validate())
+	errs = append(errs, podsource.Options{Plan: o.PodWatchPlan, NamespaceWatchThreshold: o.NamespaceWatchThreshold,
+		StaleEndpointsTimeout: o.StaleEndpointsTimeout}.Validate())
 	if o.PickerPort < 0 || o.PickerPort > 65535 {
 		errs = append(errs, fmt.Errorf("picker port %d: must be 1..65535", o.PickerPort))
 	}
@@ -260,4 +281,18 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("leader election retry period %s must be shorter than the renew deadline %s", o.RetryPeriod, o.RenewDeadline))
 	}
 	return errors.Join(errs...)
+}
+
+// hostReplicaName is the host name (a pod's name) as an annotation name
+// allows it: at most 63 characters, starting and ending alphanumerically.
+func hostReplicaName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "poolpicker"
+	}
+	const maxName = 63 // the name part of an annotation key
+	if len(host) > maxName {
+		host = host[:maxName]
+	}
+	return strings.Trim(host, "-_.")
 }

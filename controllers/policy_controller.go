@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -56,6 +57,9 @@ type PolicyReconciler struct {
 	registry  *datastore.Registry
 	groups    policyGroups
 	leader    *Leadership
+	// events records the Warning on a pool that objectives refer to but
+	// that no picker serves.
+	events *PoolEvents
 	// pools carries the pools that started or stopped being served, and
 	// those a new leader looks at again.
 	pools chan event.GenericEvent
@@ -157,6 +161,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		case err != nil:
 			return reconcile.Result{}, err
 		default:
+			r.warnUnserved(meta, objs)
 			return reconcile.Result{}, nil
 		}
 	}
@@ -275,4 +280,33 @@ func (r *PolicyReconciler) requeue(ctx context.Context) error {
 		wakePolicy(ctx, r.pools, key)
 	}
 	return nil
+}
+
+// warnUnserved records a Warning Event on a pool that objects refer to but
+// that did not opt in to any picker (no PickerLabel) and that no picker has
+// claimed: such a pool is served by nobody, which its owner sees nowhere
+// else. A pool served by another picker is that picker's to report on.
+func (r *PolicyReconciler) warnUnserved(pool *metav1.PartialObjectMetadata, objs []policyObject) {
+	if r.events == nil || pool.GetLabels()[PickerLabel] != "" || pool.GetAnnotations()[ClaimAnnotation] != "" {
+		return
+	}
+	names := make([]string, 0, len(objs))
+	for _, o := range objs {
+		names = append(names, policyKind(o.obj)+" "+o.obj.GetName())
+	}
+	r.events.recorder.Eventf(pool, nil, corev1.EventTypeWarning, "PoolNotServed", "Serve",
+		"InferencePool %s is referred to by %s but no poolpicker serves it: it lacks the opt-in label %s "+
+			"(kubectl label inferencepool %s %s=<picker name>, by default %s=%s)",
+		pool.GetName(), strings.Join(names, ", "), PickerLabel, pool.GetName(), PickerLabel, PickerLabel, DefaultPickerName)
+}
+
+// policyKind names an objective's or a rewrite's kind (the cache's objects
+// carry no kind).
+func policyKind(o client.Object) string {
+	switch o.(type) {
+	case *v1alpha2.InferenceObjective, *llmdv1alpha2.InferenceObjective:
+		return "InferenceObjective"
+	default:
+		return "InferenceModelRewrite"
+	}
 }

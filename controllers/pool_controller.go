@@ -39,6 +39,10 @@ type PoolReconciler struct {
 	// stopped being served, so that it publishes the new pool's policy.
 	policy                  chan<- event.GenericEvent
 	maxConcurrentReconciles int
+	// started reports whether the pools served at start have synced:
+	// until then a pool starting to be served is logged at debug
+	// verbosity, and InitialSync reports the progress.
+	started func() bool
 
 	mu      sync.Mutex
 	ignored map[datastore.PoolKey]string // reason last logged, so each is logged once
@@ -87,7 +91,11 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	r.forgetIgnored(key)
 	spec, selector := poolSpec(&pool)
 	if r.sources.Serve(ctx, key, spec) {
-		log.FromContext(ctx).Info("serving pool", "pool", key.String(), "selector", selector, "targetPorts", spec.TargetPorts)
+		l := log.FromContext(ctx)
+		if r.started != nil && !r.started() {
+			l = l.V(4)
+		}
+		l.Info("serving pool", "pool", key.String(), "selector", selector, "targetPorts", spec.TargetPorts)
 		r.poolChanged(ctx, key)
 	}
 	return reconcile.Result{}, nil

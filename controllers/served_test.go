@@ -171,10 +171,12 @@ func TestIgnoredPoolLoggedOnce(t *testing.T) {
 func TestPodRequestsAreScoped(t *testing.T) {
 	eachPlan(t, func(t *testing.T, plan podsource.Plan) {
 		ns1, ns2 := env.Namespace(t, "scope1"), env.Namespace(t, "scope2")
-		for _, ns := range []string{ns1, ns2} {
-			createPod(t, ns, "a", map[string]string{"app": "a"}, ready("10.11.0.1"))
-			createPod(t, ns, "b", map[string]string{"app": "b"}, ready("10.11.0.2"))
-			createPod(t, ns, "unrelated", map[string]string{"app": "z"}, ready("10.11.0.3"))
+		// Each namespace's pods have IPs of their own, as live pods do: an
+		// IP two namespaces' pods claim is held by the newer pod only.
+		for i, ns := range []string{ns1, ns2} {
+			createPod(t, ns, "a", map[string]string{"app": "a"}, ready(fmt.Sprintf("10.11.%d.1", i)))
+			createPod(t, ns, "b", map[string]string{"app": "b"}, ready(fmt.Sprintf("10.11.%d.2", i)))
+			createPod(t, ns, "unrelated", map[string]string{"app": "z"}, ready(fmt.Sprintf("10.11.%d.3", i)))
 		}
 		var log testenv.RequestLog
 		r := start(t, log.Wrap(env.Config), Options{PodWatchPlan: plan, Namespaces: []string{ns1, ns2}})
@@ -182,7 +184,7 @@ func TestPodRequestsAreScoped(t *testing.T) {
 		createPool(t, ns1, "pool", map[string]string{"app": "a"}, []int32{8000})
 		createPool(t, ns2, "pool", map[string]string{"app": "b"}, []int32{8000})
 		r.waitEndpoints(t, k1, "10.11.0.1:8000")
-		r.waitEndpoints(t, k2, "10.11.0.2:8000")
+		r.waitEndpoints(t, k2, "10.11.1.2:8000")
 		updatePool(t, k1, func(p *v1.InferencePool) {
 			p.Spec.Selector.MatchLabels = map[v1.LabelKey]v1.LabelValue{"app": "b"}
 		})

@@ -167,9 +167,9 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	p.InitialSync = &InitialSync{cache: mgr.GetCache(), selection: sel, registry: opts.Registry, log: opts.Logger, changed: make(chan struct{}, 1)}
 	p.Sources, err = podsource.New(mgr.GetConfig(), podsource.Options{
 		Registry: opts.Registry, Plan: opts.PodWatchPlan, NamespaceWatchThreshold: opts.NamespaceWatchThreshold,
-		DisableStreamingLists: opts.DisableStreamingLists,
-		CountServable:         func(ctx context.Context, ns string) int { return servablePools(ctx, mgr.GetCache(), sel, ns) },
-		Changed:               p.InitialSync.signal, Events: p.Events.record, Registerer: opts.Registerer, Logger: opts.Logger,
+		DisableStreamingLists: opts.DisableStreamingLists, StaleEndpointsTimeout: opts.StaleEndpointsTimeout,
+		CountServable: func(ctx context.Context, ns string) int { return servablePools(ctx, mgr.GetCache(), sel, ns) },
+		Changed:       p.InitialSync.signal, Events: p.Events.record, Registerer: opts.Registerer, Logger: opts.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -182,7 +182,7 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	cf := &conflicts{metrics: met, events: p.Events, byKey: map[conflictKey]string{}}
 	policyEvents := make(chan event.GenericEvent, 1024)
 	policy := &PolicyReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), registry: opts.Registry,
-		groups: groups, leader: p.Leader, pools: policyEvents}
+		groups: groups, leader: p.Leader, events: p.Events, pools: policyEvents}
 	p.Leader.onElected = append(p.Leader.onElected, func(ctx context.Context) {
 		if err := policy.requeue(ctx); err != nil && ctx.Err() == nil {
 			// The conditions are then written as objectives and pools next
@@ -192,7 +192,8 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	})
 	reconcilers := []interface{ SetupWithManager(manager.Manager) error }{
 		&PoolReconciler{client: mgr.GetClient(), selection: sel, sources: p.Sources, events: p.Events, conflicts: cf,
-			policy: policyEvents, maxConcurrentReconciles: opts.MaxConcurrentReconciles, ignored: map[datastore.PoolKey]string{}},
+			policy: policyEvents, maxConcurrentReconciles: opts.MaxConcurrentReconciles, ignored: map[datastore.PoolKey]string{},
+			started: p.InitialSync.HasSynced},
 		policy,
 		&ClaimReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), selection: sel, leader: p.Leader, conflicts: cf,
 			provisioning: opts.ProvisionPickerServices, maxConcurrentReconciles: opts.MaxConcurrentReconciles, waiting: p.Waiting},
@@ -202,6 +203,8 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 			leader: p.Leader, conflicts: cf, sources: p.Sources, pickerName: opts.PickerName, pickerNamespace: opts.PickerNamespace,
 			podSelector: opts.PickerPodSelector, port: opts.PickerPort, maxConcurrentReconciles: opts.MaxConcurrentReconciles})
 	}
+	reconcilers = append(reconcilers, &waitingWriter{client: mgr.GetClient(), selection: sel, waiting: p.Waiting,
+		annotation: ReplicaWaitingAnnotationPrefix + opts.ReplicaName})
 	for _, r := range reconcilers {
 		if err := r.SetupWithManager(mgr); err != nil {
 			return nil, err

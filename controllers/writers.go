@@ -143,7 +143,6 @@ func (r *ClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1.InferencePool{}).
 		Named("inferencepool-claim").
 		WatchesRawSource(source.Channel(r.leader.electedSource(), handler.EnqueueRequestsFromMapFunc(electedRequests(mgr.GetCache(), r.provisioning)))).
-		WatchesRawSource(r.waiting.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.maxConcurrentReconciles}).
 		Complete(r.leader.asLeader(r.reconcile))
 }
@@ -179,7 +178,8 @@ func (r *ClaimReconciler) reconcile(ctx context.Context, req reconcile.Request) 
 	if err := r.setClaim(ctx, &pool, ok); err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.setWaiting(ctx, &pool, ok)
+	again, err := r.setWaiting(ctx, &pool, ok)
+	return reconcile.Result{RequeueAfter: again}, err
 }
 
 // setClaim makes the pool's claim this deployment's (claim) or nobody's,

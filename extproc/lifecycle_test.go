@@ -282,7 +282,8 @@ func TestTLS(t *testing.T) {
 // TestUnknownPoolBeforeSyncIsUnavailable: before the pool controller's
 // first sync a stream for a pool the picker does not know yet ends with
 // gRPC Unavailable (gateways retry another replica), not a 503 for the
-// client; once synced, the same stream is answered 503 PoolNotResolved.
+// client; once synced, the same stream is answered 503 PoolNotResolved,
+// whose message names the opt-in label a pool needs to be served.
 func TestUnknownPoolBeforeSyncIsUnavailable(t *testing.T) {
 	var controllerSynced atomic.Bool
 	ts := startServer(t, newPools(t, 0, 0).reg, leastInFlight{}, Options{Insecure: true, PoolsSynced: controllerSynced.Load})
@@ -296,7 +297,8 @@ func TestUnknownPoolBeforeSyncIsUnavailable(t *testing.T) {
 	controllerSynced.Store(true)
 	g = ts.open(t, authorityOf(0), nil)
 	g.send(withProtocol(reqHeaders(envoyHeaders("GET", "/v1/models"), true), duplex, duplex))
-	if code, msg := immediateCode(t, g.recv()); code != http.StatusServiceUnavailable || !strings.Contains(msg, "PoolNotResolved") {
-		t.Fatalf("after sync: %d %s, want 503 PoolNotResolved", code, msg)
+	if code, msg := immediateCode(t, g.recv()); code != http.StatusServiceUnavailable || !strings.Contains(msg, "PoolNotResolved") ||
+		!strings.Contains(msg, "poolpicker.io/picker") {
+		t.Fatalf("after sync: %d %s, want 503 PoolNotResolved naming the opt-in label poolpicker.io/picker", code, msg)
 	}
 }

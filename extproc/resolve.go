@@ -219,8 +219,14 @@ func resolvePool(reg *datastore.Registry, in *resolveInput) (*datastore.Pool, st
 	if len(seen) == 0 {
 		seen = append(seen, "no pool tag, :authority, x-epp-host or subset hint")
 	}
-	return nil, "", errUnresolved("cannot tell which InferencePool this stream is for among %d served: %s", reg.Len(), strings.Join(seen, "; "))
+	return nil, "", errUnresolved("cannot tell which InferencePool this stream is for among %d served: %s; %s",
+		reg.Len(), strings.Join(seen, "; "), optInHint)
 }
+
+// optInHint is the usual cause of an unresolved pool, said where a user
+// sees it: the default --pool-selector serves only the pools that opt in.
+const optInHint = "an InferencePool is served only when it matches --pool-selector, by default when it carries the opt-in label " +
+	"poolpicker.io/picker=<picker name> (kubectl label inferencepool NAME poolpicker.io/picker=poolpicker)"
 
 func parsePoolKey(s string) (datastore.PoolKey, bool) {
 	s = strings.TrimSpace(s)

@@ -58,6 +58,7 @@ const (
 	InFlightScorerType           = load.InFlightType
 	LoRAAffinityScorerType       = lora.AffinityType
 	PrefixCacheScorerType        = prefix.Type
+	PrecisePrefixCacheScorerType = prefix.PreciseType
 	MaxScorePickerType           = picker.MaxScoreType
 	RandomPickerType             = picker.RandomType
 	WeightedRandomPickerType     = picker.WeightedRandomType
@@ -85,6 +86,7 @@ func NewRegistry() *framework.Registry {
 		InFlightScorerType:           load.NewInFlight,
 		LoRAAffinityScorerType:       lora.NewAffinity,
 		PrefixCacheScorerType:        prefix.New,
+		PrecisePrefixCacheScorerType: prefix.NewPrecise,
 		MaxScorePickerType:           picker.NewMaxScore,
 		RandomPickerType:             picker.NewRandom,
 		WeightedRandomPickerType:     picker.NewWeightedRandom,

@@ -17,6 +17,12 @@ type metrics struct {
 	syncSeconds prometheus.Histogram
 	// syncFailing is 1 while a pool's pods cannot be listed or watched.
 	syncFailing *prometheus.GaugeVec
+	// endpointsExpired is 1 while a pool is refused because its watch has
+	// failed for longer than Options.StaleEndpointsTimeout.
+	endpointsExpired *prometheus.GaugeVec
+	// addressesHeldElsewhere counts a pool's pods left out because a
+	// newer pod of another namespace holds their IP (addressBook).
+	addressesHeldElsewhere *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,12 +52,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "poolpicker_pool_sync_failing",
 			Help: "1 while a served pool's pods cannot be listed or watched (the reason is logged and in an Event on the pool); its requests are answered 503 until it has synced once.",
 		}, []string{"namespace", "name"}),
+		endpointsExpired: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poolpicker_pool_endpoints_expired",
+			Help: "1 while a served pool's requests are answered 503 because its pods could not be listed or watched for longer than --stale-endpoints-timeout: its last endpoints are no longer trusted.",
+		}, []string{"namespace", "name"}),
+		addressesHeldElsewhere: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "poolpicker_pool_addresses_held_elsewhere",
+			Help: "Pods of a served pool left out of its endpoints because a newer pod of another namespace holds their IP on a common target port (a deleted pod's IP given to another tenant's pod while this pool's watch had not yet seen the deletion).",
+		}, []string{"namespace", "name"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
-	for _, c := range []prometheus.Collector{m.readyPods, m.servedPools, m.watchStarts, m.liveWatches, m.syncSeconds, m.syncFailing} {
+	for _, c := range []prometheus.Collector{m.readyPods, m.servedPools, m.watchStarts, m.liveWatches, m.syncSeconds, m.syncFailing, m.endpointsExpired, m.addressesHeldElsewhere} {
 		errs = append(errs, reg.Register(c))
 	}
 	return m, errors.Join(errs...)
@@ -61,4 +75,6 @@ func (m *metrics) forget(namespace, name string) {
 	m.readyPods.DeleteLabelValues(namespace, name)
 	m.watchStarts.DeleteLabelValues(namespace, name)
 	m.syncFailing.DeleteLabelValues(namespace, name)
+	m.endpointsExpired.DeleteLabelValues(namespace, name)
+	m.addressesHeldElsewhere.DeleteLabelValues(namespace, name)
 }

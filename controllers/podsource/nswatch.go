@@ -296,6 +296,17 @@ func (ns *namespaceWatch) failed(_ *podWatch, what string, err error) {
 	}
 }
 
+// expired tells every pool of the namespace that the pods it holds are
+// too old to serve; a pool subscribing meanwhile waits for the next list.
+func (ns *namespaceWatch) expired(*podWatch) {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	ns.hasListed = false
+	for sub := range ns.subs {
+		sub.owner.expire(sub)
+	}
+}
+
 func (ns *namespaceWatch) recovered(*podWatch) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()

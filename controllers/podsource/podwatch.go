@@ -58,6 +58,15 @@ type servedPool struct {
 	active   podSource
 	pending  podSource
 	stopped  bool
+	// expired: the active source failed for longer than
+	// Options.StaleEndpointsTimeout, and the pool's endpoints were
+	// withdrawn until the source lists again.
+	expired bool
+	// lastPods are the pods last published, before the address book left
+	// out those another namespace's pods hold; claimedIPs their IPs, as
+	// claimed in the address book.
+	lastPods   []sourcePod
+	claimedIPs []string
 }
 
 // podSource is what feeds a pool its pods.
@@ -140,8 +149,11 @@ func (sp *servedPool) stop() {
 	sp.stopped = true
 	stops := []podSource{sp.active, sp.pending}
 	sp.active, sp.pending = nil, nil
+	affected := sp.src.addresses.forget(sp, sp.claimedIPs)
+	sp.claimedIPs, sp.lastPods = nil, nil
 	sp.mu.Unlock()
 	stopSources(stops)
+	refilter(affected)
 }
 
 func stopSources(srcs []podSource) {
@@ -157,28 +169,42 @@ func stopSources(srcs []podSource) {
 // it replaced, which the caller stops once it holds no lock (only then,
 // with the new set published, may the old source go); the active source's
 // pods are published as they come. Anything else is superseded or stopped.
-func (sp *servedPool) update(src podSource, pods []datastore.EndpointSource) (replaced podSource) {
+func (sp *servedPool) update(src podSource, pods []sourcePod) (replaced podSource) {
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	switch src {
 	case sp.active:
-		sp.publishLocked(pods)
+		affected := sp.publishLocked(pods)
+		if sp.expired {
+			// Listed again: the pods are the API server's again.
+			sp.expired = false
+			sp.clearFailureLocked()
+			sp.pool.SetSynced(true)
+			sp.src.signal()
+		}
+		sp.mu.Unlock()
+		refilter(affected)
 		return nil
 	case sp.pending:
 	default:
+		sp.mu.Unlock()
 		return nil
 	}
 	old := sp.active
 	sp.active, sp.pending = src, nil
+	sp.expired = false
 	// Cleared first: a reader that sees the pool synced sees no failure.
 	sp.clearFailureLocked()
-	sp.publishLocked(pods)
+	affected := sp.publishLocked(pods)
 	sp.pool.SetSynced(true)
 	sp.src.signal()
 	took := time.Since(src.startedAt())
 	sp.src.metrics.syncSeconds.Observe(took.Seconds())
-	sp.src.log.V(2).Info("pod source synced", "pool", sp.key.String(), "source", src.describe(),
+	// One line per pool: debug verbosity, since a start with thousands of
+	// pools reports its progress in one line every few seconds instead.
+	sp.src.log.V(4).Info("pod source synced", "pool", sp.key.String(), "source", src.describe(),
 		"endpoints", sp.pool.Endpoints().Len(), "duration", took)
+	sp.mu.Unlock()
+	refilter(affected)
 	return old
 }
 
@@ -192,6 +218,9 @@ func (sp *servedPool) failed(src podSource, what string, err error) {
 		return
 	}
 	reason := fmt.Sprintf("pod %s %s failed: %v", what, src.describe(), err)
+	if sp.expired {
+		reason += sp.expiredNote()
+	}
 	first := sp.pool.SyncError() == ""
 	sp.pool.SetSyncError(reason)
 	synced := sp.pool.Synced()
@@ -204,19 +233,47 @@ func (sp *servedPool) failed(src podSource, what string, err error) {
 	sp.src.signal()
 	if first {
 		msg := "its requests are refused until its pods are listed"
-		if synced {
-			msg = "it keeps serving the endpoints last listed"
+		if synced && !sp.replicas {
+			msg = fmt.Sprintf("it keeps serving the endpoints last listed for up to %s (--stale-endpoints-timeout)", sp.src.staleAfter)
 		}
 		sp.src.log.Error(err, "cannot list or watch a pool's pods; "+msg, "pool", sp.key.String(), "source", src.describe())
 		sp.src.event(sp.key, corev1.EventTypeWarning, "PodsNotListed", reason+"; "+msg)
 	}
 }
 
-// recovered clears a failure once src watches again.
+// expire withdraws the endpoints of a pool whose active source src has
+// failed for longer than Options.StaleEndpointsTimeout: they may be gone,
+// and their addresses reused by pods of other pools, even other tenants'.
+// Its requests are refused, naming why, until src lists again (update).
+func (sp *servedPool) expire(src podSource) {
+	sp.mu.Lock()
+	if src != sp.active || sp.pool == nil || sp.replicas || sp.expired || !sp.pool.Synced() {
+		sp.mu.Unlock()
+		return
+	}
+	sp.expired = true
+	reason := sp.pool.SyncError() + sp.expiredNote()
+	sp.pool.SetSyncError(reason)
+	sp.pool.SetSynced(false)
+	affected := sp.publishLocked(nil)
+	sp.src.metrics.endpointsExpired.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(1)
+	sp.mu.Unlock()
+	refilter(affected)
+	sp.src.log.Info("a pool's pods have not been listed for too long; refusing its requests until they are", "pool", sp.key.String(),
+		"source", src.describe(), "staleEndpointsTimeout", sp.src.staleAfter)
+	sp.src.event(sp.key, corev1.EventTypeWarning, "EndpointsExpired", reason+"; its requests are refused until its pods are listed")
+}
+
+func (sp *servedPool) expiredNote() string {
+	return fmt.Sprintf("; its last endpoints expired after %s (--stale-endpoints-timeout)", sp.src.staleAfter)
+}
+
+// recovered clears a failure once src watches again. A pool whose
+// endpoints expired waits for src's next list (update) instead.
 func (sp *servedPool) recovered(src podSource) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	if src == sp.active && sp.pool != nil && sp.pool.SyncError() != "" {
+	if src == sp.active && sp.pool != nil && sp.pool.SyncError() != "" && !sp.expired {
 		sp.clearFailureLocked()
 	}
 }
@@ -228,13 +285,49 @@ func (sp *servedPool) clearFailureLocked() {
 	sp.pool.SetSyncError("")
 	if !sp.replicas {
 		sp.src.metrics.syncFailing.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(0)
+		sp.src.metrics.endpointsExpired.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(0)
 	}
 }
 
-func (sp *servedPool) publishLocked(pods []datastore.EndpointSource) {
-	sp.pool.SetPods(pods)
+// publishLocked publishes pods, less those whose IP a pod of another
+// namespace holds (addressBook), and returns the other pools whose
+// published pods the change may alter, for refilter once sp.mu is
+// released.
+func (sp *servedPool) publishLocked(pods []sourcePod) (affected []*servedPool) {
+	keep := pods
 	if !sp.replicas {
-		sp.src.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods)))
+		var ports []int32
+		if spec := sp.pool.Spec(); spec != nil {
+			ports = spec.TargetPorts
+		}
+		keep, affected, sp.claimedIPs = sp.src.addresses.claim(sp, pods, ports, sp.claimedIPs)
+	}
+	sp.lastPods = pods
+	sp.setPodsLocked(pods, keep)
+	return affected
+}
+
+func (sp *servedPool) setPodsLocked(pods, keep []sourcePod) {
+	srcs := make([]datastore.EndpointSource, len(keep))
+	for i, p := range keep {
+		srcs[i] = p.EndpointSource
+	}
+	sp.pool.SetPods(srcs)
+	if !sp.replicas {
+		sp.src.metrics.readyPods.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(keep)))
+		sp.src.metrics.addressesHeldElsewhere.WithLabelValues(sp.key.Namespace, sp.key.Name).Set(float64(len(pods) - len(keep)))
+	}
+}
+
+// refilter republishes each pool's last pods against the address book,
+// whose holders changed. Called with no servedPool's lock held.
+func refilter(pools []*servedPool) {
+	for _, sp := range pools {
+		sp.mu.Lock()
+		if !sp.stopped && sp.pool != nil {
+			sp.setPodsLocked(sp.lastPods, sp.src.addresses.filter(sp, sp.lastPods))
+		}
+		sp.mu.Unlock()
 	}
 }
 
@@ -268,6 +361,7 @@ func (p *poolWatch) publish(pods map[string]*endpointPod) {
 
 func (p *poolWatch) failed(_ *podWatch, what string, err error) { p.owner.failed(p, what, err) }
 func (p *poolWatch) recovered(*podWatch)                        { p.owner.recovered(p) }
+func (p *poolWatch) expired(*podWatch)                          { p.owner.expire(p) }
 
 // watchSink receives what a pod watch sees. Its calls come from the
 // watch's goroutine, one at a time; pods is the watch's map, which only
@@ -279,7 +373,12 @@ type watchSink interface {
 	// values are what the pods were before (nil: they are new).
 	changed(w *podWatch, pods map[string]*endpointPod, before map[string]*endpointPod)
 	failed(w *podWatch, what string, err error)
+	// recovered: the watch lists or watches again after failing.
 	recovered(w *podWatch)
+	// expired: the watch has failed for longer than
+	// Options.StaleEndpointsTimeout; its pods are no longer to be trusted,
+	// and it lists afresh when it can.
+	expired(w *podWatch)
 }
 
 // podWatch is one list+watch of the pods of one namespace (those matching
@@ -326,6 +425,13 @@ func (p *endpointPod) isEndpoint() bool {
 	return p.DeletionTimestamp == nil && p.IP != "" && p.Ready
 }
 
+// keepPod reports whether a watch keeps pod: only endpoints are. A
+// Pending, unready or terminating pod is never routed to, and a namespace
+// may hold thousands of them (a deployment waiting for GPUs) with large
+// label sets; it is kept again when an update makes it an endpoint, which
+// every update carries whole.
+func keepPod(pod *endpointPod) bool { return pod.isEndpoint() }
+
 // stripPod is the pod watch's transform: a full pod is several kilobytes
 // (spec, status, managed fields), of which an endpoint needs a few fields.
 func stripPod(obj any) (any, error) {
@@ -338,6 +444,7 @@ func stripPod(obj any) (any, error) {
 		Namespace:         pod.Namespace,
 		UID:               pod.UID,
 		Labels:            pod.Labels,
+		CreationTimestamp: pod.CreationTimestamp,
 		DeletionTimestamp: pod.DeletionTimestamp,
 	}, IP: pod.Status.PodIP}
 	for _, c := range pod.Status.Conditions {
@@ -362,20 +469,20 @@ func endpointRelevantChange(oldObj, newObj any) bool {
 }
 
 // endpointSources lists the endpoint pods of a watch's map, by name.
-func endpointSources(pods map[string]*endpointPod) []datastore.EndpointSource {
-	out := make([]datastore.EndpointSource, 0, len(pods))
+func endpointSources(pods map[string]*endpointPod) []sourcePod {
+	out := make([]sourcePod, 0, len(pods))
 	for _, pod := range pods {
 		if !pod.isEndpoint() {
 			continue
 		}
-		out = append(out, datastore.EndpointSource{
+		out = append(out, sourcePod{EndpointSource: datastore.EndpointSource{
 			Pod:    datastore.PoolKey{Namespace: pod.Namespace, Name: pod.Name},
 			UID:    pod.UID,
 			IP:     pod.IP,
 			Labels: pod.Labels,
-		})
+		}, created: pod.CreationTimestamp.Time})
 	}
-	slices.SortFunc(out, func(a, b datastore.EndpointSource) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
+	slices.SortFunc(out, func(a, b sourcePod) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
 	return out
 }
 
@@ -403,7 +510,7 @@ func (ps *Sources) runWatch(w *podWatch) {
 	if ps.closed {
 		return // stopping: its context is done already
 	}
-	w.log.V(2).Info("starting pod watch")
+	w.log.V(4).Info("starting pod watch")
 	ps.metrics.liveWatches.Inc()
 	ps.watches.Go(func() {
 		defer ps.metrics.liveWatches.Dec()
@@ -434,20 +541,47 @@ func (w *podWatch) run(ctx context.Context) {
 		pods    map[string]*endpointPod
 		rv      string
 		backoff = watchRetryInitial
+		// failingSince is when the sink was first told of the failure
+		// under way (zero: none); stale, that it was told the pods
+		// expired.
+		failingSince time.Time
+		stale        bool
 	)
 	retry := func(what string, err error) bool {
 		log.V(2).Info("pod "+what+" failed; retrying", "after", backoff, "err", err.Error())
 		if !errors.Is(err, errWatchEnded) {
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
 			w.sink.failed(w, what, err)
 		}
 		t := time.NewTimer(wait.Jitter(backoff, 0.2))
 		defer t.Stop()
 		backoff = min(2*backoff, watchRetryMax)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
+		for {
+			var expiry <-chan time.Time
+			if !failingSince.IsZero() && !stale {
+				e := time.NewTimer(time.Until(failingSince.Add(ps.staleAfter)))
+				defer e.Stop()
+				expiry = e.C
+			}
+			select {
+			case <-ctx.Done():
+				return false
+			case <-t.C:
+				return true
+			case <-expiry:
+				// What the watch holds is too old to resume from: the
+				// next attempt lists afresh.
+				stale, rv = true, ""
+				w.sink.expired(w)
+			}
+		}
+	}
+	healthy := func() {
+		if !failingSince.IsZero() {
+			failingSince, stale = time.Time{}, false
+			w.sink.recovered(w)
 		}
 	}
 	listed := func() {
@@ -455,6 +589,7 @@ func (w *podWatch) run(ctx context.Context) {
 		w.view = pods
 		w.mu.Unlock()
 		w.sink.listed(w, pods)
+		healthy()
 	}
 	for ctx.Err() == nil {
 		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds())
@@ -496,11 +631,15 @@ func (w *podWatch) run(ctx context.Context) {
 			}
 			continue
 		}
-		var healthy bool
-		rv, healthy = w.follow(ctx, events, pods, rv, streaming, listed, log)
+		if !streaming {
+			// Watching again from what the watch holds.
+			healthy()
+		}
+		var ok bool
+		rv, ok = w.follow(ctx, events, pods, rv, streaming, listed, log)
 		events.stop()
 		switch {
-		case healthy:
+		case ok:
 			backoff = watchRetryInitial
 			w.sink.recovered(w)
 		case ctx.Err() == nil:
@@ -537,8 +676,9 @@ func (w *podWatch) list(ctx context.Context) (map[string]*endpointPod, string, e
 		}
 		for i := range list.Items {
 			p, _ := stripPod(&list.Items[i])
-			ep := p.(*endpointPod)
-			pods[ep.Name] = ep
+			if ep := p.(*endpointPod); keepPod(ep) {
+				pods[ep.Name] = ep
+			}
 		}
 		if list.Continue == "" {
 			return pods, list.ResourceVersion, nil
@@ -586,21 +726,23 @@ func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[stri
 			p, _ := stripPod(pod)
 			ep := p.(*endpointPod)
 			old, had := pods[ep.Name]
+			// Only endpoints are kept (see keepPod): a pod that is not one
+			// is as good as deleted until an update makes it one.
+			keep := ev.Type != watch.Deleted && keepPod(ep)
 			// Once complete, pods is the view others read.
 			if complete {
 				w.mu.Lock()
 			}
-			if ev.Type == watch.Deleted {
-				delete(pods, ep.Name)
-			} else {
+			if keep {
 				pods[ep.Name] = ep
+			} else {
+				delete(pods, ep.Name)
 			}
 			if complete {
 				w.mu.Unlock()
 			}
 			// Before the list is complete the sink gets it whole.
-			if complete && (ev.Type == watch.Deleted && had && old.isEndpoint() ||
-				ev.Type != watch.Deleted && (!had || endpointRelevantChange(old, ep))) {
+			if complete && (had && !keep || keep && (!had || endpointRelevantChange(old, ep))) {
 				note(ep.Name, old)
 			}
 		case watch.Bookmark:

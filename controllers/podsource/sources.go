@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,12 @@ const (
 	// threshold or fewer pools, so that a namespace hovering around the
 	// threshold does not switch back and forth.
 	DefaultNamespaceWatchThreshold = 10
+	// DefaultStaleEndpointsTimeout is how long a pool whose pods cannot be
+	// listed or watched keeps serving the endpoints it last listed. A
+	// minute rides out an API server restart or a short partition; much
+	// longer and a deleted pod's address may by then belong to another
+	// tenant's pod.
+	DefaultStaleEndpointsTimeout = time.Minute
 )
 
 // Options configure Sources. The zero value of each field is its documented
@@ -51,6 +58,11 @@ type Options struct {
 	// and a watch from its version, instead of one streaming list. Zero:
 	// streaming lists, where the API server offers them.
 	DisableStreamingLists bool
+	// StaleEndpointsTimeout is how long a pool whose pods cannot be listed
+	// or watched keeps serving the endpoints it last listed; then its
+	// requests are refused (503) until its pods are listed again. Zero:
+	// DefaultStaleEndpointsTimeout.
+	StaleEndpointsTimeout time.Duration
 	// CountServable estimates the pools of a namespace that will be served
 	// (the pool cache at start), so that PlanAuto plans a namespace by the
 	// pools it will have. Nil: the pools served so far.
@@ -76,6 +88,9 @@ func (o Options) Validate() error {
 	if o.Plan != "" {
 		errs = append(errs, o.Plan.Validate())
 	}
+	if o.StaleEndpointsTimeout < 0 {
+		errs = append(errs, fmt.Errorf("stale endpoints timeout %s: must not be negative", o.StaleEndpointsTimeout))
+	}
 	if o.NamespaceWatchThreshold < 0 {
 		errs = append(errs, fmt.Errorf("namespace watch threshold %d: must not be negative", o.NamespaceWatchThreshold))
 	}
@@ -98,8 +113,10 @@ type Sources struct {
 	events   func(ctx context.Context, key datastore.PoolKey, eventType, reason, note string)
 	// plan and threshold are Options.Plan and
 	// Options.NamespaceWatchThreshold, defaulted.
-	plan          Plan
-	threshold     int
+	plan      Plan
+	threshold int
+	// staleAfter is Options.StaleEndpointsTimeout, defaulted.
+	staleAfter    time.Duration
 	countServable func(ctx context.Context, namespace string) int
 	changed       func()
 
@@ -118,6 +135,9 @@ type Sources struct {
 	// way).
 	plans     map[string]*namespacePlan
 	nsWatches map[string]*namespaceWatch
+
+	// addresses knows which pools' pods hold each pod IP.
+	addresses addressBook
 
 	// noStreamingList is set once the API server refused a streaming list.
 	noStreamingList atomic.Bool
@@ -141,6 +161,9 @@ func New(cfg *rest.Config, opts Options) (*Sources, error) {
 	if opts.NamespaceWatchThreshold == 0 {
 		opts.NamespaceWatchThreshold = DefaultNamespaceWatchThreshold
 	}
+	if opts.StaleEndpointsTimeout == 0 {
+		opts.StaleEndpointsTimeout = DefaultStaleEndpointsTimeout
+	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
@@ -154,7 +177,7 @@ func New(cfg *rest.Config, opts Options) (*Sources, error) {
 	}
 	ps := &Sources{
 		registry: opts.Registry, pods: pods, metrics: met, log: opts.Logger, events: opts.Events,
-		plan: opts.Plan, threshold: opts.NamespaceWatchThreshold,
+		plan: opts.Plan, threshold: opts.NamespaceWatchThreshold, staleAfter: opts.StaleEndpointsTimeout,
 		countServable: opts.CountServable, changed: opts.Changed,
 		served:    map[datastore.PoolKey]*servedPool{},
 		plans:     map[string]*namespacePlan{},

@@ -23,6 +23,9 @@ type engine struct {
 	hasLoRA    bool
 	now        func() time.Time
 
+	// pub, when set, publishes the cache's events (KVEventsOptions).
+	pub *kvPublisher
+
 	mu      sync.Mutex
 	kv      *kvCache
 	waiting list.List // of *sequence, oldest first
@@ -47,6 +50,7 @@ type sequence struct {
 	model        string
 	adapter      string
 	hashes       []blockHash
+	meta         *blockMeta
 	promptTokens int
 	totalBlocks  int
 
@@ -165,7 +169,8 @@ func (e *engine) schedule() {
 			el = next
 			continue
 		}
-		alloc, ok := e.kv.allocate(seq.hashes, seq.promptTokens, seq.totalBlocks)
+		alloc, ok := e.kv.allocate(seq.hashes, seq.meta, seq.promptTokens, seq.totalBlocks)
+		e.flushEvents()
 		if !ok {
 			return
 		}
@@ -193,6 +198,14 @@ func (e *engine) schedule() {
 		e.stats.PeakRunning = max(e.stats.PeakRunning, e.running)
 		close(seq.admitted)
 		el = next
+	}
+}
+
+// flushEvents hands the cache's recorded events to the publisher.
+func (e *engine) flushEvents() {
+	if e.pub != nil && len(e.kv.events) > 0 {
+		e.pub.publish(e.kv.events)
+		e.kv.events = nil
 	}
 }
 

@@ -6,6 +6,7 @@ package modelsim
 import (
 	"container/list"
 	"encoding/binary"
+	"slices"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -55,6 +56,17 @@ type kvCache struct {
 	// idle lists hashed blocks no request holds, most recently released at
 	// the front; eviction takes from the back.
 	idle list.List
+	// record makes allocate note its stores and evictions in events, for
+	// the server's KV-event publisher.
+	record bool
+	events []kvEvent
+}
+
+// blockMeta is what a BlockStored event says of a prompt's blocks beyond
+// their hashes.
+type blockMeta struct {
+	tokens   []uint32
+	loraName string
 }
 
 type cachedBlock struct {
@@ -101,7 +113,8 @@ func (c *kvCache) cachedPrefixBlocks(hashes []blockHash, promptTokens int) int {
 // have the given hashes (nil: no prefix caching), reusing the cached prefix.
 // It reports false, changing nothing, when the cache cannot hold the request
 // even after evicting every idle block.
-func (c *kvCache) allocate(hashes []blockHash, promptTokens, totalBlocks int) (allocation, bool) {
+// meta, when the cache records events, gives the blocks' tokens.
+func (c *kvCache) allocate(hashes []blockHash, meta *blockMeta, promptTokens, totalBlocks int) (allocation, bool) {
 	hits := c.cachedPrefixBlocks(hashes, promptTokens)
 	idleHits := 0
 	for _, h := range hashes[:hits] {
@@ -115,7 +128,7 @@ func (c *kvCache) allocate(hashes []blockHash, promptTokens, totalBlocks int) (a
 	for _, h := range hashes[:hits] {
 		c.hold(c.cached[h])
 	}
-	for _, h := range hashes[hits:] {
+	for i, h := range hashes[hits:] {
 		if b, ok := c.cached[h]; ok {
 			// A later block survived although an earlier one was evicted.
 			c.hold(b)
@@ -123,6 +136,9 @@ func (c *kvCache) allocate(hashes []blockHash, promptTokens, totalBlocks int) (a
 		}
 		c.makeRoom()
 		c.cached[h] = &cachedBlock{hash: h, refs: 1}
+		if c.record && meta != nil {
+			c.noteStored(hashes, hits+i, meta)
+		}
 	}
 	anon := totalBlocks - len(hashes)
 	for range anon {
@@ -150,6 +166,28 @@ func (c *kvCache) makeRoom() {
 	b := back.Value.(*cachedBlock)
 	c.idle.Remove(back)
 	delete(c.cached, b.hash)
+	if c.record {
+		c.events = append(c.events, kvEvent{hashes: []blockHash{b.hash}})
+	}
+}
+
+// noteStored records block i of hashes as stored: appended to the previous
+// event when that stored block i-1, as one BlockStored of several blocks.
+func (c *kvCache) noteStored(hashes []blockHash, i int, meta *blockMeta) {
+	tokens := meta.tokens[i*c.blockTokens : (i+1)*c.blockTokens]
+	if n := len(c.events); n > 0 && c.events[n-1].stored && i > 0 {
+		last := &c.events[n-1]
+		if last.hashes[len(last.hashes)-1] == hashes[i-1] {
+			last.hashes = append(last.hashes, hashes[i])
+			last.tokens = append(last.tokens, tokens...)
+			return
+		}
+	}
+	ev := kvEvent{stored: true, hashes: []blockHash{hashes[i]}, tokens: slices.Clone(tokens), loraName: meta.loraName}
+	if i > 0 {
+		ev.parent = hashes[i-1]
+	}
+	c.events = append(c.events, ev)
 }
 
 // release returns a request's blocks. Its hashed blocks stay cached; they are

@@ -102,7 +102,7 @@ func TestKVCache(t *testing.T) {
 				} else {
 					tokens := (len(s.prompt) + BytesPerToken - 1) / BytesPerToken
 					total := (tokens+bt-1)/bt + s.outputBlocks
-					a, ok := c.allocate(promptBlockHashes("m", s.prompt, bt, BytesPerToken), tokens, total)
+					a, ok := c.allocate(promptBlockHashes("m", s.prompt, bt, BytesPerToken), nil, tokens, total)
 					if ok != s.wantOK {
 						t.Fatalf("%s: allocate ok=%v, want %v", s.name, ok, s.wantOK)
 					}

@@ -108,6 +108,10 @@ type Options struct {
 	// histograms a real vLLM exports. Zero: 32 KiB; negative: gauges and one
 	// label set of histograms only.
 	MetricsPageBytes int
+	// KVEvents, when set, makes the server publish its KV-cache events and
+	// key its prompt blocks by token ids as llm-d does (see
+	// KVEventsOptions). Nil: no events, blocks keyed by prompt bytes.
+	KVEvents *KVEventsOptions
 	// Name identifies the server in responses (header x-modelsim-server) and
 	// logs. Empty: the listening address.
 	Name string

@@ -20,6 +20,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/poolpicker/poolpicker/internal/vllmpage"
+	"github.com/poolpicker/poolpicker/kvevents"
 )
 
 // HeaderServer is the response header naming the server that answered
@@ -51,6 +52,8 @@ type Server struct {
 	served chan struct{}
 	// done is closed when the server has stopped.
 	done chan struct{}
+	// hasher keys prompt blocks when KV events are on.
+	hasher *kvevents.Hasher
 }
 
 // New checks the options and builds a server; it does not listen yet.
@@ -61,9 +64,20 @@ func New(opts Options) (*Server, error) {
 	}
 	opts.LoRAAdapters = slices.Clone(opts.LoRAAdapters)
 	s := &Server{opts: opts, eng: newEngine(&opts), done: make(chan struct{})}
+	if opts.KVEvents != nil {
+		h, err := kvevents.NewHasher(opts.BlockSizeTokens, opts.KVEvents.HashSeed, kvevents.HashCBORFNV)
+		if err != nil {
+			return nil, err
+		}
+		s.hasher = h
+		s.eng.kv.record = true
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/completions", s.method(http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, false) }))
 	mux.HandleFunc("/v1/chat/completions", s.method(http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, true) }))
+	mux.HandleFunc("/tokenize", s.method(http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.serveTokens(w, r, "", "tokens") }))
+	mux.HandleFunc("/v1/completions/render", s.method(http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.serveTokens(w, r, "completion", "token_ids") }))
+	mux.HandleFunc("/v1/chat/completions/render", s.method(http.MethodPost, func(w http.ResponseWriter, r *http.Request) { s.serveTokens(w, r, "chat", "token_ids") }))
 	mux.HandleFunc("/v1/models", s.method(http.MethodGet, s.serveModels))
 	mux.HandleFunc("/metrics", s.method(http.MethodGet, s.serveMetrics))
 	mux.HandleFunc("/health", s.method(http.MethodGet, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
@@ -95,6 +109,17 @@ func (s *Server) Start(ctx context.Context) error {
 		s.opts.Name = ln.Addr().String()
 	}
 	base, cancel := context.WithCancel(context.Background())
+	if o := s.opts.KVEvents; o != nil {
+		pub, err := startKVPublisher(base, *o, s.opts.BlockSizeTokens, "kv@"+ln.Addr().String()+"@"+s.opts.Model)
+		if err != nil {
+			cancel()
+			if s.opts.Listener == nil {
+				_ = ln.Close()
+			}
+			return err
+		}
+		s.eng.pub = pub
+	}
 	s.started, s.ln, s.baseCancel = true, ln, cancel
 	s.srv = &http.Server{
 		Handler:           http.HandlerFunc(s.track),
@@ -159,6 +184,9 @@ func (s *Server) Stop() {
 	s.baseCancel()
 	<-s.served
 	s.handlers.Wait()
+	if s.eng.pub != nil {
+		<-s.eng.pub.done
+	}
 	close(s.done)
 }
 
@@ -175,6 +203,71 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	err := srv.Shutdown(ctx)
 	s.Stop()
 	return err
+}
+
+// KVEventsAddr is the address the KV-event PUB socket listens on, and
+// KVReplayAddr its replay socket's ("" when none or before Start).
+func (s *Server) KVEventsAddr() string {
+	if s.eng.pub == nil {
+		return ""
+	}
+	return s.eng.pub.addr()
+}
+
+// KVEventBatches is the number of KV-event batches the server published
+// (the last sequence number), 0 without KV events.
+func (s *Server) KVEventBatches() uint64 {
+	if s.eng.pub == nil {
+		return 0
+	}
+	s.eng.pub.mu.Lock()
+	defer s.eng.pub.mu.Unlock()
+	return s.eng.pub.seq
+}
+
+// KVReplayAddr: see KVEventsAddr.
+func (s *Server) KVReplayAddr() string {
+	if s.eng.pub == nil {
+		return ""
+	}
+	return s.eng.pub.replayAddr()
+}
+
+// serveTokens answers vLLM's /tokenize (kind "": a completion prompt or chat
+// messages, tokens under "tokens") and render endpoints (kind "completion"
+// or "chat", tokens under "token_ids") with the simulator's token ids of
+// the prompt the inference endpoint would read.
+func (s *Server) serveTokens(w http.ResponseWriter, r *http.Request, kind, field string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		writeError(w, badRequest("reading the request body: %v", err))
+		return
+	}
+	chat := kind == "chat"
+	if kind == "" {
+		var probe struct {
+			Messages json.RawMessage `json:"messages"`
+		}
+		_ = json.Unmarshal(body, &probe)
+		chat = len(probe.Messages) > 0 && string(probe.Messages) != "null"
+	}
+	req, apiErr := parseRequest(body, chat, s.opts.DefaultMaxTokens)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	if _, ok := s.adapterOf(req.model); !ok {
+		writeError(w, &apiError{code: http.StatusNotFound, typ: "NotFoundError", msg: fmt.Sprintf("The model `%s` does not exist.", req.model)})
+		return
+	}
+	tokens := promptTokenIDs(req.prompt, s.opts.PromptBytesPerToken)
+	out := map[string]any{field: tokens}
+	if field == "tokens" {
+		out["count"] = len(tokens)
+		out["max_model_len"] = s.opts.MaxModelLenTokens
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
 }
 
 // Options returns the server's options, defaults filled in.
@@ -304,7 +397,15 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, chat boo
 		promptTokens: req.promptTokens,
 		totalBlocks:  (req.promptTokens + req.maxTokens + s.opts.BlockSizeTokens - 1) / s.opts.BlockSizeTokens,
 	}
-	if !s.opts.DisablePrefixCaching {
+	switch {
+	case s.opts.DisablePrefixCaching:
+	case s.hasher != nil:
+		tokens := promptTokenIDs(req.prompt, s.opts.PromptBytesPerToken)
+		for _, k := range s.hasher.Keys(nil, s.hasher.Root(req.model), tokens) {
+			seq.hashes = append(seq.hashes, blockHash(k))
+		}
+		seq.meta = &blockMeta{tokens: tokens, loraName: adapter}
+	default:
 		seq.hashes = promptBlockHashes(req.model, req.prompt, s.opts.BlockSizeTokens, s.opts.PromptBytesPerToken)
 	}
 	ctx := r.Context()

@@ -90,7 +90,7 @@ var Rules = []Rule{
 	{Group: "inference.networking.k8s.io", Resource: "inferencepools", Verbs: []string{"get", "list", "watch"},
 		Why: "find the pools to serve (the controllers' cache lists and watches them; an objective of an unserved pool reads its pool's metadata)"},
 	{Group: "inference.networking.k8s.io", Resource: "inferencepools", Verbs: []string{"patch"},
-		Why: "claim a served pool (annotation poolpicker.io/served-by) so that no other deployment serves it too, and release the claim; mark a pool whose requests wait for its first ready endpoint (annotation poolpicker.io/requests-waiting, flow control)"},
+		Why: "claim a served pool (annotation poolpicker.io/served-by) so that no other deployment serves it too, and release the claim; mark a pool whose requests wait for its first ready endpoint (annotation poolpicker.io/requests-waiting, written by the leader from each replica's own `requests-waiting.poolpicker.io/<replica>` signal, flow control)"},
 	{Group: "events.k8s.io", Resource: "events", Verbs: []string{"create", "patch"},
 		Why: "report on a pool what stops it from serving (pods not listable, a claim or picker Service conflict)"},
 	{Group: "", Resource: "pods", Verbs: []string{"list", "watch"},

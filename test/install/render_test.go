@@ -38,7 +38,7 @@ var kustomizations = []struct {
 
 // baseKinds: the picker's ClusterRole and binding, the token reviews'
 // ClusterRole and binding, the metrics-reader ClusterRole, and the rest.
-var baseKinds = []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}
+var baseKinds = []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 // chartVariants are values the chart is linted, rendered and dry-run with.
 var chartVariants = []struct {
@@ -47,7 +47,7 @@ var chartVariants = []struct {
 	// kinds rendered (sorted, with repeats).
 	kinds []string
 }{
-	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
+	{name: "defaults", kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "everything", values: `
 image: {repository: registry.example/poolpicker, tag: v9.9.9, pullPolicy: Always}
 imagePullSecrets: [regcred]
@@ -78,13 +78,13 @@ podAnnotations: {prometheus.io/scrape: "false"}
 nodeSelector: {kubernetes.io/os: linux}
 tolerations: [{key: dedicated, operator: Exists, effect: NoSchedule}]
 `, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition", "Deployment", "NetworkPolicy",
-		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"}},
+		"PodDisruptionBudget", "Role", "RoleBinding", "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "single pool, plaintext, no PDB", values: `
 poolName: chat
 poolNamespace: install-team-a
 tls: {enabled: false}
 podDisruptionBudget: {enabled: false}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "RoleBinding", "Secret", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "leader election, provisioning and peer sync off", values: `
 leaderElection: {enabled: false}
 provisionPickerServices: {enabled: false}
@@ -98,12 +98,12 @@ networkPolicy: {enabled: true}
 `, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
 	{name: "metrics endpoint auth off", values: `
 metrics: {serviceMonitor: {enabled: true}, endpointAuth: {enabled: false}}
-`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "metrics endpoint auth with a reader", values: `
 metrics:
   serviceMonitor: {enabled: true}
   endpointAuth: {readers: [{name: prometheus-k8s, namespace: monitoring}]}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "monitoring, scheduler config, tracing, JSON logs", values: `
 metrics: {serviceMonitor: {enabled: true}, prometheusRule: {enabled: true}, dashboards: {enabled: true}}
 scheduler: {config: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"}
@@ -114,14 +114,14 @@ podAntiAffinity: soft
 env: [{name: GOMEMLIMIT, value: 1200MiB}]
 extraVolumes: [{name: scratch, emptyDir: {}}]
 extraVolumeMounts: [{name: scratch, mountPath: /scratch}]
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "ConfigMap", "Deployment", "PodDisruptionBudget", "PrometheusRule", "Role", "RoleBinding", "Secret", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "ConfigMap", "Deployment", "PodDisruptionBudget", "PrometheusRule", "Role", "RoleBinding", "Secret", "Secret", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 	{name: "leader election only", values: `
 provisionPickerServices: {enabled: false}
 peerSync: {enabled: false}
 `, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"}},
 	{name: "client CA from a Secret", values: `
 tls: {clientCA: {secretName: gateway-ca}, minVersion: VersionTLS13}
-`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount"}},
+`, kinds: []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}},
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -258,12 +258,17 @@ func TestChartMatchesKustomize(t *testing.T) {
 				t.Errorf("chart renders no %s %s", b.GetKind(), b.GetName())
 				continue
 			}
-			if c.GetNamespace() != b.GetNamespace() {
+			// kustomize does not know the admission policy's kinds to be
+			// cluster-scoped and gives them its namespace, which the API
+			// server drops.
+			clusterScoped := strings.HasPrefix(b.GetKind(), "ValidatingAdmissionPolicy")
+			if c.GetNamespace() != b.GetNamespace() && !clusterScoped {
 				t.Errorf("%s %s: namespace %q in the chart, %q in kustomize %s", b.GetKind(), b.GetName(), c.GetNamespace(), b.GetNamespace(), kustomize.name)
 			}
 			for _, field := range [][]string{{"rules"}, {"roleRef"}, {"subjects"}, {"spec", "ports"}, {"spec", "minAvailable"},
 				{"spec", "replicas"}, {"spec", "template", "spec", "containers"}, {"spec", "template", "spec", "securityContext"},
-				{"spec", "template", "spec", "terminationGracePeriodSeconds"}, {"spec", "template", "spec", "serviceAccountName"}} {
+				{"spec", "template", "spec", "terminationGracePeriodSeconds"}, {"spec", "template", "spec", "serviceAccountName"},
+				{"spec", "matchConstraints"}, {"spec", "matchConditions"}, {"spec", "validations"}, {"spec", "validationActions"}} {
 				bv, bok, _ := unstructured.NestedFieldNoCopy(b.Object, field...)
 				cv, cok, _ := unstructured.NestedFieldNoCopy(c.Object, field...)
 				if bok != cok || fmt.Sprint(bv) != fmt.Sprint(cv) {

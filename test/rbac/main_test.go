@@ -146,8 +146,9 @@ func run(m *testing.M) int {
 	return code
 }
 
-// renderedRBAC is the Namespace, ServiceAccount, ClusterRoles, Role and
-// bindings of config/deploy/base as kustomize renders them: the picker's
+// renderedRBAC is the Namespace, ServiceAccount, ClusterRoles, Role,
+// bindings and admission policy (with its binding) of config/deploy/base as
+// kustomize renders them: the picker's
 // own and, since its metrics port wants a token by default, the token
 // reviews' and the metrics reader's.
 func renderedRBAC(ctx context.Context, tool *deploytest.Tool) ([]*unstructured.Unstructured, error) {
@@ -156,7 +157,8 @@ func renderedRBAC(ctx context.Context, tool *deploytest.Tool) ([]*unstructured.U
 		return nil, err
 	}
 	var out []*unstructured.Unstructured
-	kinds := []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+	kinds := []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 	for _, kind := range kinds {
 		n := 0
 		for _, o := range objs {

@@ -36,6 +36,8 @@ func bindPodWatchFlags(fs *pflag.FlagSet, o *controllers.Options) {
 		podsource.PlanPerPool, podsource.PlanNamespace, podsource.PlanAuto, podsource.PlanNamespace, podsource.PlanPerPool))
 	fs.IntVar(&o.NamespaceWatchThreshold, "pod-watch-namespace-threshold", controllers.DefaultNamespaceWatchThreshold,
 		"With --pod-watch-plan=auto, the number of served pools from which a namespace's pods are watched once for all its pools.")
+	fs.DurationVar(&o.StaleEndpointsTimeout, "stale-endpoints-timeout", podsource.DefaultStaleEndpointsTimeout,
+		"How long a pool whose pods cannot be listed or watched keeps serving the endpoints it last listed; then its requests are answered 503 until its pods are listed again (a deleted pod's address may by then be another pool's).")
 }
 
 // podWatchPlanValue refuses an unknown plan when the flag is parsed.

@@ -1,0 +1,346 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+package kvevents_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/poolpicker/poolpicker/internal/modelsim"
+	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/internal/promtest"
+	"github.com/poolpicker/poolpicker/kvevents"
+)
+
+func TestMain(m *testing.M) {
+	// go-zeromq/zmq4's PUB socket never stops its writer goroutine on
+	// Close; the simulators' publishers leave one each.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
+}
+
+const model = "base-model"
+
+// nextIP hands out a loopback address per simulated pod.
+var nextIP atomic.Int32
+
+func init() { nextIP.Store(40) }
+
+func podIP() string { return "127.0.0." + strconv.Itoa(int(nextIP.Add(1))) }
+
+// freePort is a port free on ip now.
+func freePort(t *testing.T, ip string) int {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func port(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// sim starts a model server on its own loopback IP publishing KV events.
+func sim(t *testing.T, ev modelsim.KVEventsOptions, opts modelsim.Options) *modelsim.Server {
+	t.Helper()
+	ip := podIP()
+	if ev.Endpoint == "" {
+		ev.Endpoint = "tcp://" + ip + ":0"
+	}
+	if ev.ReplayEndpoint == "replay" {
+		ev.ReplayEndpoint = "tcp://" + ip + ":0"
+	}
+	opts.Addr, opts.Model, opts.KVEvents = ip+":0", model, &ev
+	if opts.BlockSizeTokens == 0 {
+		opts.BlockSizeTokens = 4
+	}
+	opts.PrefillPerToken, opts.DecodePerToken, opts.DefaultMaxTokens = -1, -1, 1
+	s, err := modelsim.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func manager(t *testing.T, opts kvevents.Options) (*kvevents.Manager, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	if opts.Hasher == nil {
+		h, err := kvevents.NewHasher(4, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Hasher = h
+	}
+	opts.Registerer = reg
+	m, err := kvevents.NewManager(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := m.Start(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); m.Wait() })
+	return m, reg
+}
+
+// complete sends a completion to s and returns its cached prompt tokens.
+func complete(t *testing.T, s *modelsim.Server, prompt string) int {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":1}`, model, prompt)
+	resp, err := http.Post("http://"+s.Addr()+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Usage struct {
+			Details struct {
+				Cached int `json:"cached_tokens"`
+			} `json:"prompt_tokens_details"`
+		} `json:"usage"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("completion: %d %v", resp.StatusCode, err)
+	}
+	return out.Usage.Details.Cached
+}
+
+// keys are the prompt's block keys from the server's own tokenization.
+func keys(t *testing.T, s *modelsim.Server, h *kvevents.Hasher, prompt string) []uint64 {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"prompt":%q}`, model, prompt)
+	resp, err := http.Post("http://"+s.Addr()+"/tokenize", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Tokens []uint32 `json:"tokens"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return h.Keys(nil, h.Root(model), out.Tokens)
+}
+
+// prompt is n blocks of 4 tokens of 4 bytes, distinct per tag.
+func prompt(tag string, n int) string {
+	return strings.Repeat(fmt.Sprintf("%-16s", tag), n)
+}
+
+// held awaits the event index of s's endpoint holding exactly want of the
+// prompt's leading keys.
+func held(t *testing.T, m *kvevents.Manager, s *modelsim.Server, k []uint64, want int) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, fmt.Sprintf("the event index holding %d blocks of the prompt", want), func() bool {
+		ep := m.Endpoint(s.Addr())
+		n, ok := ep.Match(k)
+		return ok && n == want
+	})
+}
+
+func TestSubscriptionFollowsServer(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		t.Run(fmt.Sprintf("named fields %v", named), func(t *testing.T) {
+			h, _ := kvevents.NewHasher(4, "7", "")
+			s := sim(t, modelsim.KVEventsOptions{HashSeed: "7", NamedFields: named, ReplayEndpoint: "replay"}, modelsim.Options{NumGPUBlocks: 24})
+			m, reg := manager(t, kvevents.Options{Hasher: h, SocketPort: port(t, s.KVEventsAddr()), ReplayPort: port(t, s.KVReplayAddr())})
+			m.Add("ns", "pool", s.Addr())
+			a := prompt("a", 10)
+			ka := keys(t, s, h, a)
+			if got := complete(t, s, a); got != 0 {
+				t.Fatalf("first request cached %d tokens", got)
+			}
+			held(t, m, s, ka, 10)
+			// The server confirms what the index holds (less the last
+			// token, which it always computes).
+			if got := complete(t, s, a); got != 9*4 {
+				t.Errorf("second request cached %d tokens, want 36", got)
+			}
+			// A prompt that fills the cache evicts a's blocks; the index
+			// learns it from the BlockRemoved events.
+			b := prompt("b", 20)
+			complete(t, s, b)
+			held(t, m, s, keys(t, s, h, b), 20)
+			n, _ := m.Endpoint(s.Addr()).Match(ka)
+			if got := complete(t, s, a); got != min(n, 9)*4 {
+				t.Errorf("after eviction the index predicts %d blocks, the server cached %d tokens", n, got)
+			}
+			if v := promtest.Value(reg, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()}); v < 2 {
+				t.Errorf("%s = %v, want at least 2", kvevents.MetricLLMDMessages, v)
+			}
+			m.Remove(s.Addr())
+			if m.Endpoint(s.Addr()) != nil {
+				t.Error("a removed endpoint is still indexed")
+			}
+		})
+	}
+}
+
+// connected sends distinct prompts to s until m has received a message of
+// its stream, and returns how many it sent.
+func connected(t *testing.T, m *kvevents.Manager, reg *prometheus.Registry, s *modelsim.Server) int {
+	t.Helper()
+	n := 0
+	poll.Until(t, 10*time.Second, "a first KV event message", func() bool {
+		n++
+		complete(t, s, prompt(fmt.Sprintf("warm%d", n), 2))
+		return promtest.Value(reg, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()}) > 0
+	})
+	return n
+}
+
+func TestGaps(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		replay bool
+		listen bool
+	}{
+		{name: "healed by replay", replay: true},
+		{name: "healed by replay, the server dials the picker", replay: true, listen: true},
+		{name: "without replay the endpoint restarts unconfirmed"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h, _ := kvevents.NewHasher(4, "", "")
+			drop := atomic.Uint64{}
+			drop.Store(^uint64(0))
+			ev := modelsim.KVEventsOptions{DropLive: func(seq uint64) bool { return seq == drop.Load() }}
+			if tt.replay {
+				ev.ReplayEndpoint = "replay"
+			}
+			opts := kvevents.Options{Hasher: h}
+			if tt.listen {
+				ip := podIP()
+				opts.ListenEndpoint = fmt.Sprintf("tcp://%s:%d", ip, freePort(t, ip))
+				ev.Endpoint, ev.Dial = opts.ListenEndpoint, true
+			}
+			// The server first: a dialing publisher retries until the
+			// picker listens.
+			s := sim(t, ev, modelsim.Options{})
+			if !tt.listen {
+				opts.SocketPort = port(t, s.KVEventsAddr())
+			}
+			if tt.replay {
+				opts.ReplayPort = port(t, s.KVReplayAddr())
+			}
+			m, reg := manager(t, opts)
+			m.Add("ns", "pool", s.Addr())
+			sent := connected(t, m, reg, s)
+			// The batch after the next is lost on the way.
+			drop.Store(uint64(sent) + 2)
+			prompts := []string{prompt("p1", 3), prompt("p2", 3), prompt("p3", 3)}
+			for _, p := range prompts {
+				complete(t, s, p)
+			}
+			poll.Until(t, 10*time.Second, "the gap seen", func() bool {
+				return promtest.PoolSum(reg, kvevents.MetricGaps, "ns", "pool") == 1
+			})
+			if tt.replay {
+				for _, p := range prompts {
+					held(t, m, s, keys(t, s, h, p), 3)
+				}
+				if v := promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool"); v != 0 {
+					t.Errorf("%s = %v after a replayed gap", kvevents.MetricResyncs, v)
+				}
+				return
+			}
+			if v := promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool"); v != 1 {
+				t.Errorf("%s = %v, want 1", kvevents.MetricResyncs, v)
+			}
+			if _, ok := m.Endpoint(s.Addr()).Match(keys(t, s, h, prompts[2])); ok {
+				t.Error("after a gap without replay the endpoint's index is still trusted")
+			}
+			if v := promtest.PoolSum(reg, kvevents.MetricUnconfirmed, "ns", "pool"); v != 1 {
+				t.Errorf("%s = %v, want 1", kvevents.MetricUnconfirmed, v)
+			}
+		})
+	}
+}
+
+func TestBounds(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		opts   kvevents.Options
+		reason string
+		check  func(t *testing.T, ep *kvevents.Endpoint)
+	}{
+		{name: "blocks per endpoint", opts: kvevents.Options{MaxBlocksPerEndpoint: 5}, reason: kvevents.DropBlocks,
+			check: func(t *testing.T, ep *kvevents.Endpoint) {
+				if n := ep.Blocks(); n > 5 {
+					t.Errorf("%d blocks indexed, the bound is 5", n)
+				}
+			}},
+		{name: "process budget", opts: kvevents.Options{Budget: &budget{left: 3}}, reason: kvevents.DropBudget,
+			check: func(t *testing.T, ep *kvevents.Endpoint) {
+				if n := ep.Blocks(); n > 3 {
+					t.Errorf("%d blocks indexed, the budget is 3", n)
+				}
+			}},
+		{name: "message bytes", opts: kvevents.Options{MaxMessageBytes: 8}, reason: kvevents.DropSize},
+		{name: "events per second", opts: kvevents.Options{EventsPerSecond: 1}, reason: kvevents.DropRate},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := sim(t, modelsim.KVEventsOptions{ReplayEndpoint: "replay"}, modelsim.Options{})
+			tt.opts.SocketPort, tt.opts.ReplayPort = port(t, s.KVEventsAddr()), port(t, s.KVReplayAddr())
+			m, reg := manager(t, tt.opts)
+			m.Add("ns", "pool", s.Addr())
+			poll.Until(t, 10*time.Second, "events refused for "+tt.reason, func() bool {
+				complete(t, s, prompt(fmt.Sprintf("%d", time.Now().UnixNano()), 10))
+				return promtest.Value(reg, kvevents.MetricDropped, map[string]string{"namespace": "ns", "pool": "pool", "reason": tt.reason}) > 0
+			})
+			if tt.check != nil {
+				tt.check(t, m.Endpoint(s.Addr()))
+			}
+		})
+	}
+}
+
+// budget is a process-wide block budget of a fixed size.
+type budget struct {
+	mu   sync.Mutex
+	left int
+}
+
+func (b *budget) Reserve(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n > b.left {
+		return false
+	}
+	b.left -= n
+	return true
+}
+
+func (b *budget) Release(n int) {
+	b.mu.Lock()
+	b.left += n
+	b.mu.Unlock()
+}

@@ -1,0 +1,432 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+package prefix
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/kvevents"
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/tokenize"
+)
+
+// PreciseType is the precise prefix-cache scorer's type name, llm-d's.
+const PreciseType = "precise-prefix-cache-scorer"
+
+// Defaults of the precise scorer's parameters (llm-d's where it has them).
+const (
+	DefaultPreciseBlockSize  = 16
+	DefaultKVEventsPort      = 5557
+	DefaultMaxPromptBytes    = 1 << 20
+	DefaultMaxPreciseBlocks  = 1 << 13
+	defaultTokenizerBackend  = TokenizerRender
+	TokenizerRender          = "render"
+	TokenizerEstimate        = "estimate"
+	MetricTokenizeFallbacks  = "poolpicker_prefix_cache_tokenize_fallbacks_total"
+	maxPreciseBlockSize      = 1 << 12
+	maxPreciseTokenizerTimer = time.Second
+)
+
+// PreciseParams are the precise scorer's parameters: llm-d's
+// precise-prefix-cache-scorer's (tokenProcessorConfig, kvEventsConfig,
+// indexerConfig, speculativeIndexing) with the same meaning, and
+// poolpicker's own (tokenizer, approximate, the bounds).
+type PreciseParams struct {
+	TokenProcessorConfig *struct {
+		// BlockSize and BlockSizeTokens (its newer name) are the tokens per
+		// block, as the model servers' --block-size. Zero: 16.
+		BlockSize       int `json:"blockSize"`
+		BlockSizeTokens int `json:"blockSizeTokens"`
+		// HashSeed is the servers' --hash-seed (vLLM's PYTHONHASHSEED).
+		HashSeed string `json:"hashSeed"`
+		// HashAlgorithm is "cbor-fnv" (empty) or "xxh64".
+		HashAlgorithm string `json:"hashAlgorithm"`
+	} `json:"tokenProcessorConfig"`
+	KVEventsConfig *struct {
+		// ZMQEndpoint, when set, is where the picker binds a SUB socket for
+		// servers that dial it (e.g. "tcp://*:5557").
+		ZMQEndpoint string `json:"zmqEndpoint"`
+		// TopicFilter is the topic prefix subscribed to. Empty: "kv@".
+		TopicFilter string `json:"topicFilter"`
+		// Concurrency is accepted; each endpoint has its own reader.
+		Concurrency int `json:"concurrency"`
+		// EngineType is "vllm" (empty) or "sglang": the same format.
+		EngineType string `json:"engineType"`
+		// DiscoverPods dials each served endpoint's publisher at
+		// PodDiscoveryConfig.SocketPort. Absent: true.
+		DiscoverPods       *bool `json:"discoverPods"`
+		PodDiscoveryConfig *struct {
+			// PodLabelSelector and PodNamespace are accepted: the pool's
+			// endpoints are the pods subscribed to.
+			PodLabelSelector string `json:"podLabelSelector"`
+			PodNamespace     string `json:"podNamespace"`
+			// SocketPort is the publishers' port. Zero: 5557.
+			SocketPort int `json:"socketPort"`
+			// ReplaySocketPort is the replay sockets' port. Zero: no
+			// replay.
+			ReplaySocketPort int `json:"replaySocketPort"`
+		} `json:"podDiscoveryConfig"`
+	} `json:"kvEventsConfig"`
+	// IndexerConfig is accepted; poolpicker's index is in memory and
+	// bounded by the parameters below.
+	IndexerConfig json.RawMessage `json:"indexerConfig"`
+	// SpeculativeIndexing and SpeculativeTTL are accepted: the learned
+	// index (Approximate) stands in for an endpoint until its events do.
+	SpeculativeIndexing bool   `json:"speculativeIndexing"`
+	SpeculativeTTL      string `json:"speculativeTTL"`
+
+	// Tokenizer says how a prompt becomes token ids.
+	Tokenizer *struct {
+		// Backend is "render" (the default: the model server's render
+		// endpoint) or "estimate" (no tokens: the learned index alone).
+		Backend string `json:"backend"`
+		// URL is the render server. Empty: the candidate endpoint.
+		URL string `json:"url"`
+		// Timeout bounds the round trip; past it the pick scores from the
+		// learned index ("50ms"). Empty: 50ms, at most 1s.
+		Timeout string `json:"timeout"`
+		// CacheEntries is how many prompts' tokens are cached. Zero: 4096.
+		CacheEntries int `json:"cacheEntries"`
+	} `json:"tokenizer"`
+	// Approximate are the parameters of the learned index (a
+	// prefix-cache-scorer's) that scores endpoints without events.
+	Approximate json.RawMessage `json:"approximate"`
+	// MaxBlocksPerEndpoint bounds the blocks indexed per endpoint. Zero:
+	// 1<<20.
+	MaxBlocksPerEndpoint int `json:"maxBlocksPerEndpoint"`
+	// MaxMessageBytes bounds a KV-event message. Zero: 4 MiB.
+	MaxMessageBytes int `json:"maxMessageBytes"`
+	// EventsPerSecond bounds the events applied per endpoint per second.
+	// Zero: 20000.
+	EventsPerSecond float64 `json:"eventsPerSecond"`
+	// MaxPromptBytes is the longest prompt tokenized. Zero: 1 MiB.
+	MaxPromptBytes int `json:"maxPromptBytes"`
+}
+
+// Precise scores an endpoint by the share of the prompt's leading token
+// blocks its model server holds according to its KV-cache events (package
+// kvevents): the prompt is tokenized by a model server's render endpoint
+// and keyed as the servers key their blocks. An endpoint whose events are
+// not (yet) its server's whole history (none published, a gap that could not
+// be replayed), and every endpoint when the prompt cannot be tokenized in
+// time, is scored by the learned index of an approximate Scorer, which keeps
+// learning from picks all along.
+type Precise struct {
+	name      framework.TypedName
+	key       framework.StateKey
+	approx    *Scorer
+	hasher    *kvevents.Hasher
+	events    *kvevents.Manager
+	tokenizer *tokenize.Renderer
+	renderURL string
+	maxPrompt int
+	maxBlocks int
+	agreement agreement
+	fallbacks *prometheus.CounterVec
+
+	// start starts the subscriptions' manager when the first endpoint
+	// arrives, under the handle's context: a config is also built once to
+	// check it, and that instance must not bind or dial anything.
+	start func()
+
+	mu    sync.Mutex
+	pools map[datastore.PoolKey]map[string]struct{} // endpoint addresses
+}
+
+var (
+	_ framework.Scorer                  = (*Precise)(nil)
+	_ framework.PostPicker              = (*Precise)(nil)
+	_ framework.PromptReader            = (*Precise)(nil)
+	_ framework.CachePredictionObserver = (*Precise)(nil)
+	_ framework.PoolObserver            = (*Precise)(nil)
+	_ framework.PeerLearner             = (*Precise)(nil)
+	_ framework.PeerForgetter           = (*Precise)(nil)
+)
+
+// NewPrecise is the factory of precise-prefix-cache-scorer.
+func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin, error) {
+	var p PreciseParams
+	if err := framework.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	blockSize, seed, alg := DefaultPreciseBlockSize, "", ""
+	if t := p.TokenProcessorConfig; t != nil {
+		blockSize = max(t.BlockSizeTokens, 0)
+		if blockSize == 0 {
+			blockSize = t.BlockSize
+		}
+		if blockSize == 0 {
+			blockSize = DefaultPreciseBlockSize
+		}
+		seed, alg = t.HashSeed, t.HashAlgorithm
+	}
+	if blockSize < 1 || blockSize > maxPreciseBlockSize {
+		return nil, fmt.Errorf("parameters: tokenProcessorConfig.blockSize %d must be between 1 and %d", blockSize, maxPreciseBlockSize)
+	}
+	hasher, err := kvevents.NewHasher(blockSize, seed, alg)
+	if err != nil {
+		return nil, fmt.Errorf("parameters: tokenProcessorConfig: %w", err)
+	}
+	approxName := name + "-approximate"
+	a, err := New(approxName, p.Approximate, h)
+	if err != nil {
+		return nil, fmt.Errorf("parameters: approximate: %w", err)
+	}
+	ag, err := newAgreement(h.MetricsRegisterer(), name)
+	if err != nil {
+		return nil, err
+	}
+	fb := prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricTokenizeFallbacks,
+		Help: "Picks scored from the learned index because the prompt could not be tokenized in time (reason: error, timeout, too_long)."}, []string{"plugin", "reason"})
+	c, err := registerShared(h.MetricsRegisterer(), fb)
+	if err != nil {
+		return nil, err
+	}
+	s := &Precise{name: framework.TypedName{Type: PreciseType, Name: name}, key: framework.StateKey(PreciseType + "/" + name),
+		approx: a.(*Scorer), hasher: hasher, agreement: ag, fallbacks: c.(*prometheus.CounterVec),
+		maxPrompt: p.MaxPromptBytes, maxBlocks: DefaultMaxPreciseBlocks, pools: map[datastore.PoolKey]map[string]struct{}{}}
+	if s.maxPrompt <= 0 {
+		s.maxPrompt = DefaultMaxPromptBytes
+	}
+	backend, timeout, cacheEntries := defaultTokenizerBackend, time.Duration(0), 0
+	if t := p.Tokenizer; t != nil {
+		if t.Backend != "" {
+			backend = t.Backend
+		}
+		s.renderURL, cacheEntries = t.URL, t.CacheEntries
+		if t.Timeout != "" {
+			if timeout, err = time.ParseDuration(t.Timeout); err != nil {
+				return nil, fmt.Errorf("parameters: tokenizer.timeout: %w", err)
+			}
+		}
+	}
+	if timeout < 0 || timeout > maxPreciseTokenizerTimer {
+		return nil, fmt.Errorf("parameters: tokenizer.timeout %v must be between 0 and %v", timeout, maxPreciseTokenizerTimer)
+	}
+	switch backend {
+	case TokenizerEstimate:
+		return s, nil
+	case TokenizerRender:
+	default:
+		return nil, fmt.Errorf("parameters: tokenizer.backend %q: want %q or %q", backend, TokenizerRender, TokenizerEstimate)
+	}
+	if s.tokenizer, err = tokenize.New(tokenize.Options{Timeout: timeout, CacheEntries: cacheEntries}); err != nil {
+		return nil, err
+	}
+	opts := kvevents.Options{Hasher: hasher, MaxBlocksPerEndpoint: p.MaxBlocksPerEndpoint, MaxMessageBytes: p.MaxMessageBytes,
+		EventsPerSecond: p.EventsPerSecond, Registerer: h.MetricsRegisterer(), Logger: h.Logger(), SocketPort: DefaultKVEventsPort}
+	if k := p.KVEventsConfig; k != nil {
+		switch k.EngineType {
+		case "", "vllm", "sglang":
+		default:
+			return nil, fmt.Errorf("parameters: kvEventsConfig.engineType %q: want \"vllm\" or \"sglang\"", k.EngineType)
+		}
+		opts.ListenEndpoint, opts.TopicFilter = k.ZMQEndpoint, k.TopicFilter
+		if k.DiscoverPods != nil && !*k.DiscoverPods {
+			opts.SocketPort = 0
+		}
+		if d := k.PodDiscoveryConfig; d != nil {
+			if d.SocketPort != 0 && opts.SocketPort != 0 {
+				opts.SocketPort = d.SocketPort
+			}
+			opts.ReplayPort = d.ReplaySocketPort
+		}
+	}
+	if opts.ListenEndpoint == "" && opts.SocketPort == 0 {
+		return nil, fmt.Errorf("parameters: kvEventsConfig: discoverPods is false and no zmqEndpoint is given: no events would arrive")
+	}
+	if s.events, err = kvevents.NewManager(opts); err != nil {
+		return nil, fmt.Errorf("parameters: kvEventsConfig: %w", err)
+	}
+	s.start = sync.OnceFunc(func() {
+		if err := s.events.Start(h.Context()); err != nil {
+			h.Logger().Error(err, "KV events: endpoints are scored from the learned index")
+		}
+	})
+	return s, nil
+}
+
+func registerShared(r prometheus.Registerer, c prometheus.Collector) (prometheus.Collector, error) {
+	if err := r.Register(c); err != nil {
+		var dup prometheus.AlreadyRegisteredError
+		if errors.As(err, &dup) {
+			return dup.ExistingCollector, nil
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// TypedName is the plugin's type and name in its profile.
+func (s *Precise) TypedName() framework.TypedName { return s.name }
+
+// PromptBytes implements framework.PromptReader: the whole prompt, up to
+// MaxPromptBytes, for the render endpoint.
+func (s *Precise) PromptBytes() int { return max(s.maxPrompt, s.approx.PromptBytes()) }
+
+// preciseCycle is the scorer's state for one request.
+type preciseCycle struct {
+	keys []uint64
+	// matched are the blocks each candidate (by address) holds according to
+	// its events; absent: scored from the learned index.
+	matched      map[string]int
+	promptTokens int
+}
+
+// Score scores from the learned index, then, for the candidates whose
+// events are their servers' whole history, from the events.
+func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
+	s.approx.Score(ctx, cs, req, c, scores)
+	st, _ := cs.Reuse(s.key).(*preciseCycle)
+	if st == nil {
+		st = &preciseCycle{matched: map[string]int{}}
+	}
+	clear(st.matched)
+	st.keys, st.promptTokens = st.keys[:0], 0
+	cs.Write(s.key, st)
+	if s.events == nil {
+		return
+	}
+	eps := make([]*kvevents.Endpoint, len(c))
+	render := ""
+	for i := range c {
+		if ep := s.events.Endpoint(c[i].Endpoint.Address()); ep != nil && ep.Confirmed() {
+			eps[i] = ep
+			if render == "" {
+				render = "http://" + c[i].Endpoint.Address()
+			}
+		}
+	}
+	if render == "" {
+		return
+	}
+	if s.renderURL != "" {
+		render = s.renderURL
+	}
+	if len(req.Prompt) >= s.maxPrompt {
+		s.fallbacks.WithLabelValues(s.name.Name, "too_long").Inc()
+		return
+	}
+	tokens, err := s.tokenizer.Tokens(ctx, render, cs.TargetModel, req.Prompt)
+	if err != nil {
+		reason := "error"
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			reason = "timeout"
+		}
+		s.fallbacks.WithLabelValues(s.name.Name, reason).Inc()
+		return
+	}
+	bs := s.hasher.BlockSize()
+	tokens = tokens[:min(len(tokens), s.maxBlocks*bs)]
+	st.keys = s.hasher.Keys(st.keys, s.hasher.Root(cs.TargetModel), tokens)
+	st.promptTokens = len(tokens)
+	if len(st.keys) == 0 {
+		return
+	}
+	total := float64(len(st.keys))
+	for i, ep := range eps {
+		if ep == nil {
+			continue
+		}
+		n, ok := ep.Match(st.keys)
+		if !ok {
+			continue
+		}
+		st.matched[c[i].Endpoint.Address()] = n
+		scores[i] = float64(n) / total
+	}
+}
+
+// PostPick leaves on the Result what the events predicted on the primary
+// endpoint, then lets the learned index record the pick.
+func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *framework.Request, res *framework.Result) {
+	if v, ok := cs.Read(s.key); ok && len(res.Endpoints) > 0 {
+		st := v.(*preciseCycle)
+		if n, ok := st.matched[res.Endpoints[0].Address()]; ok {
+			bs := s.hasher.BlockSize()
+			// The server computes at least the prompt's last token.
+			n = min(n, (st.promptTokens-1)/bs)
+			res.Predict(framework.CachePrediction{Observer: s, PredictedTokens: n * bs, PromptTokens: st.promptTokens})
+		}
+	}
+	s.approx.PostPick(ctx, cs, req, res)
+}
+
+// ObserveCachedTokens counts the server's report against the events'
+// prediction.
+func (s *Precise) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens int) {
+	if cachedTokens < 0 {
+		return
+	}
+	s.agreement.observed.Inc()
+	s.agreement.predictedTokens.Add(float64(p.PredictedTokens))
+	s.agreement.confirmedTokens.Add(float64(min(cachedTokens, p.PredictedTokens)))
+	if cachedTokens < p.PredictedTokens {
+		s.agreement.overPredicted.Inc()
+	}
+}
+
+// EndpointsChanged implements framework.PoolObserver: an endpoint's
+// subscription starts and stops with it.
+func (s *Precise) EndpointsChanged(pool framework.Pool, added, removed []framework.Endpoint) {
+	s.approx.EndpointsChanged(pool, added, removed)
+	if s.events == nil {
+		return
+	}
+	s.start()
+	key := pool.Key()
+	s.mu.Lock()
+	set := s.pools[key]
+	if set == nil {
+		set = map[string]struct{}{}
+		s.pools[key] = set
+	}
+	for _, e := range removed {
+		delete(set, e.Address())
+	}
+	for _, e := range added {
+		set[e.Address()] = struct{}{}
+	}
+	s.mu.Unlock()
+	for _, e := range removed {
+		s.events.Remove(e.Address())
+	}
+	for _, e := range added {
+		s.events.Add(key.Namespace, key.Name, e.Address())
+	}
+}
+
+// PoolRemoved implements framework.PoolObserver: the pool's subscriptions
+// stop.
+func (s *Precise) PoolRemoved(pool framework.Pool) {
+	s.approx.PoolRemoved(pool)
+	if s.events == nil {
+		return
+	}
+	s.mu.Lock()
+	set := s.pools[pool.Key()]
+	delete(s.pools, pool.Key())
+	s.mu.Unlock()
+	for addr := range set {
+		s.events.Remove(addr)
+	}
+}
+
+// LearnPeerBlocks implements framework.PeerLearner for the learned index.
+func (s *Precise) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	s.approx.LearnPeerBlocks(pool, e, blocks)
+}
+
+// ForgetPeerBlocks implements framework.PeerForgetter for the learned index.
+func (s *Precise) ForgetPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	s.approx.ForgetPeerBlocks(pool, e, blocks)
+}

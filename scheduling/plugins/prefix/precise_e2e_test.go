@@ -1,0 +1,261 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+package prefix_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/extproc"
+	"github.com/poolpicker/poolpicker/internal/eppclient"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
+	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/internal/promtest"
+	"github.com/poolpicker/poolpicker/kvevents"
+	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
+)
+
+// preciseConfig is llm-d's precise-prefix-cache-scorer configuration, as
+// an llm-d user would write it, with the servers' ports.
+const preciseConfig = `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-scorer
+  parameters:
+    tokenProcessorConfig:
+      blockSize: 16
+      hashSeed: "42"
+    kvEventsConfig:
+      topicFilter: "kv@"
+      discoverPods: true
+      podDiscoveryConfig:
+        socketPort: %d
+        replaySocketPort: %d
+    indexerConfig:
+      kvBlockIndexConfig:
+        enableMetrics: true
+    tokenizer:
+      timeout: 1s
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: precise-prefix-cache-scorer
+    weight: 3
+  - pluginRef: queue-scorer
+    weight: 1
+  - pluginRef: max-score-picker
+`
+
+// freeOn is a port free on each of ips now.
+func freeOn(t testing.TB, ips []string) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		ls := []net.Listener{l}
+		ok := true
+		for _, ip := range ips[1:] {
+			l2, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p)))
+			if err != nil {
+				ok = false
+				break
+			}
+			ls = append(ls, l2)
+		}
+		for _, l := range ls {
+			_ = l.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no port free on every address")
+	return 0
+}
+
+// precisePool is a picker (the scheduler of config, its ext_proc over
+// gRPC) of a pool of model servers publishing their KV events over ZMQ,
+// each on its own loopback IP: send routes a completion through the picker,
+// forwards it to the endpoint picked and reports the answer back.
+type precisePool struct {
+	sims  []*modelsim.Server
+	sched *scheduling.Scheduler
+	pool  *datastore.Pool
+	prom  *prometheus.Registry
+	send  func(body []byte)
+}
+
+func newPrecisePool(t testing.TB, ips []string, config string) *precisePool {
+	t.Helper()
+	httpPort, pubPort, replayPort := freeOn(t, ips), freeOn(t, ips), freeOn(t, ips)
+	pp := &precisePool{prom: prometheus.NewRegistry()}
+	for _, ip := range ips {
+		s, err := modelsim.New(modelsim.Options{Addr: net.JoinHostPort(ip, strconv.Itoa(httpPort)), Model: "m",
+			BlockSizeTokens: 16, NumGPUBlocks: 160, MaxNumSeqs: 4, DefaultMaxTokens: 1, PrefillPerToken: -1, DecodePerToken: -1,
+			KVEvents: &modelsim.KVEventsOptions{HashSeed: "42",
+				Endpoint:       fmt.Sprintf("tcp://%s:%d", ip, pubPort),
+				ReplayEndpoint: fmt.Sprintf("tcp://%s:%d", ip, replayPort)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		pp.sims = append(pp.sims, s)
+	}
+	reg := datastore.NewRegistry()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if strings.Contains(config, "%d") {
+		config = fmt.Sprintf(config, pubPort, replayPort)
+	}
+	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: config, Registerer: pp.prom, BaseContext: func() context.Context { return ctx }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp.sched = sched
+	reg.AddObserver(sched)
+	key := types.NamespacedName{Namespace: "ns", Name: "pool"}
+	pool := reg.Upsert(key, &datastore.PoolSpec{Selector: map[string]string{"app": "m"}, TargetPorts: []int32{int32(httpPort)}, PickerService: "epp", PickerPort: 9002})
+	var srcs []datastore.EndpointSource
+	for i, ip := range ips {
+		srcs = append(srcs, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("pod-%d", i)}, UID: types.UID(fmt.Sprint(i)), IP: ip})
+	}
+	pool.SetPods(srcs)
+	pool.SetSynced(true)
+	for _, e := range pool.Endpoints().Endpoints {
+		e.SetMetrics(&datastore.Metrics{KVCacheUsage: 0.1, ScrapedAt: time.Now().Add(time.Hour)})
+	}
+	pp.pool = pool
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hlis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := extproc.New(reg, sched, extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	client := eppclient.New(lis.Addr().String(), eppclient.Options{})
+	t.Cleanup(func() { _ = client.Close() })
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	httpc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	pp.send = func(body []byte) {
+		t.Helper()
+		_, err := client.Do(context.Background(), eppclient.Request{Authority: "epp.ns.svc:9002", Body: body, Chunks: 2,
+			Forward: func(ctx context.Context, res *eppclient.Result) (*eppclient.Response, error) {
+				resp, err := httpc.Post("http://"+res.Endpoints()[0]+"/v1/completions", "application/json", bytes.NewReader(body))
+				if err != nil {
+					return nil, err
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				return &eppclient.Response{Status: resp.StatusCode, Body: b, ServedPrimary: true}, err
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pp
+}
+
+// followed awaits every server's event stream being followed.
+func (pp *precisePool) followed(t testing.TB) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, "every endpoint's event index confirmed", func() bool {
+		pp.send(completionBody(fmt.Sprintf("warm-up %d", time.Now().UnixNano()), 1))
+		return promtest.PoolSum(pp.prom, kvevents.MetricUnconfirmed, "ns", "pool") == 0 &&
+			promtest.Value(pp.prom, kvevents.MetricLLMDActive, nil) == float64(len(pp.sims))
+	})
+}
+
+// TestPreciseEndToEnd runs llm-d's precise configuration through the
+// picker's ext_proc over gRPC against model servers publishing their KV
+// events over ZMQ: the servers confirm at least 0.98 of the cached tokens
+// the event index predicts, in a workload whose prefixes do not all fit.
+func TestPreciseEndToEnd(t *testing.T) {
+	pp := newPrecisePool(t, []string{"127.0.91.2", "127.0.91.3", "127.0.91.4"}, preciseConfig)
+	send, prom, sims := pp.send, pp.prom, pp.sims
+	pp.followed(t)
+	// 9 prefixes of 40 blocks over 3 servers of 160 blocks: not all fit.
+	// Each request is picked once the events of the one before arrived:
+	// what is measured is the index, not the events' time on the wire.
+	received := func(s *modelsim.Server) float64 {
+		return promtest.Value(prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
+	}
+	// The batches published before a subscription connected were replayed,
+	// not received live.
+	missed := make([]float64, len(sims))
+	for i, s := range sims {
+		missed[i] = float64(s.KVEventBatches()) - received(s)
+	}
+	inSync := func() bool {
+		for i, s := range sims {
+			if float64(s.KVEventBatches())-received(s) > missed[i] {
+				return false
+			}
+		}
+		return true
+	}
+	for round := range 6 {
+		for p := range 9 {
+			send(completionBody(fmt.Sprintf("prefix %d round %d", p, round), 40))
+			poll.Until(t, 10*time.Second, "the servers' events received", inSync)
+		}
+	}
+	labels := map[string]string{"plugin": "precise-prefix-cache-scorer"}
+	observed := promtest.Value(prom, prefix.MetricPredictions, labels)
+	predicted := promtest.Value(prom, prefix.MetricPredictedTokens, labels)
+	confirmed := promtest.Value(prom, prefix.MetricConfirmedTokens, labels)
+	if observed < 40 || predicted == 0 {
+		t.Fatalf("%v reports of %v predicted tokens: the event index predicted too little", observed, predicted)
+	}
+	if r := confirmed / predicted; r < 0.98 {
+		t.Errorf("servers confirmed %v of %v predicted cached tokens (%.3f), want at least 0.98", confirmed, predicted, r)
+	}
+	var hits, queries int
+	for _, s := range sims {
+		st := s.Stats()
+		hits, queries = hits+st.CachedPromptTokens, queries+st.PromptTokens
+	}
+	t.Logf("predictions %v, confirmed %.3f of predicted tokens, servers' hit rate %.3f", observed, confirmed/predicted, float64(hits)/float64(queries))
+}
+
+// completionBody is a completion whose prompt is a prefix of blocks
+// 16-token blocks (4 bytes a token) named by the part of tag before
+// " round", then a suffix unique to tag.
+func completionBody(tag string, blocks int) []byte {
+	name, _, _ := strings.Cut(tag, " round")
+	b, _ := json.Marshal(map[string]any{"model": "m", "max_tokens": 1,
+		"prompt": strings.Repeat(fmt.Sprintf("%-64s", name), blocks) + " question " + tag})
+	return b
+}

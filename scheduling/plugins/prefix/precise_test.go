@@ -1,0 +1,52 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+package prefix_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
+)
+
+func TestNewPreciseParameters(t *testing.T) {
+	for _, tt := range []struct {
+		name, params, wantErr string
+	}{
+		{name: "llm-d's defaults: dial each endpoint at 5557", params: `{}`},
+		{name: "llm-d's simulator dials the picker", params: `{"tokenProcessorConfig":{"blockSizeTokens":16,"hashSeed":"42"},"kvEventsConfig":{"zmqEndpoint":"tcp://127.0.0.1:0","discoverPods":false}}`},
+		{name: "indexer and speculative settings read past", params: `{"indexerConfig":{"kvBlockIndexConfig":{"enableMetrics":true}},"speculativeIndexing":true,"speculativeTTL":"2s","kvEventsConfig":{"engineType":"sglang","concurrency":4}}`},
+		{name: "estimate backend", params: `{"tokenizer":{"backend":"estimate"}}`},
+		{name: "block size too big", params: `{"tokenProcessorConfig":{"blockSize":100000}}`, wantErr: "blockSize 100000"},
+		{name: "unknown hash", params: `{"tokenProcessorConfig":{"hashAlgorithm":"sha256"}}`, wantErr: `hash algorithm "sha256"`},
+		{name: "unknown backend", params: `{"tokenizer":{"backend":"hf"}}`, wantErr: `tokenizer.backend "hf"`},
+		{name: "timeout too long", params: `{"tokenizer":{"timeout":"5s"}}`, wantErr: "tokenizer.timeout 5s"},
+		{name: "unknown engine", params: `{"kvEventsConfig":{"engineType":"trt"}}`, wantErr: `engineType "trt"`},
+		{name: "no source of events", params: `{"kvEventsConfig":{"discoverPods":false}}`, wantErr: "no events would arrive"},
+		{name: "unknown field", params: `{"blockSize":16}`, wantErr: "unknown field"},
+		{name: "bad approximate parameters", params: `{"approximate":{"hashBlockSize":-1}}`, wantErr: "approximate"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p, err := prefix.NewPrecise("p", []byte(tt.params), framework.NewHandle(ctx, logr.Discard(), nil))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.TypedName(); got.Type != prefix.PreciseType || got.Name != "p" {
+				t.Errorf("TypedName = %v", got)
+			}
+		})
+	}
+}
