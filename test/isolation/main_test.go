@@ -1,0 +1,344 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+package isolation_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"k8s.io/apimachinery/pkg/types"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
+
+	"github.com/poolpicker/poolpicker/internal/localstack"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
+	"github.com/poolpicker/poolpicker/internal/testenv"
+)
+
+var full = flag.Bool("isolation.full", false, "run the isolation suite's full mode: longer windows, and tenant B's pick and metric-age p99 held to 1.2x of the baseline and reported in a table")
+
+// The picker's limits in this suite: small enough that tenant A reaches
+// each of them with a few hundred streams, deadlines long enough that A's
+// stalled streams stay stalled for a whole window.
+const (
+	staleness        = 2 * time.Second
+	maxStreams       = 200
+	heldBudget       = 32 << 20
+	maxBodyBytes     = 4 << 20
+	bodyStartTimeout = 2 * time.Minute
+	bodyTimeout      = 2 * time.Minute
+	pickerReplicas   = 2
+	// adapters is how many model names tenant A's servers serve: more than
+	// the default --max-model-labels (64).
+	adapters = 100
+)
+
+// firstPickerIP is the first replica's loopback IP; localstack gives the
+// next replicas the next addresses.
+const firstPickerIP = "127.0.121.2"
+
+// The tenants: pool a in namespace iso-a (the misbehaving one), pool b in
+// iso-b (the one that must not notice).
+var (
+	poolA = tenant{ns: "iso-a", name: "a", host: "a.iso.example", model: "tenant-a/base", deploy: types.NamespacedName{Namespace: "iso-a", Name: "a-vllm"}}
+	poolB = tenant{ns: "iso-b", name: "b", host: "b.iso.example", model: "tenant-b/base", deploy: types.NamespacedName{Namespace: "iso-b", Name: "b-vllm"}}
+)
+
+type tenant struct {
+	ns, name, host, model string
+	deploy                types.NamespacedName
+}
+
+// authority is the ext_proc :authority a gateway sends for the pool: its
+// picker Service.
+func (p tenant) authority() string { return "epp-" + p.name + "." + p.ns + ".svc:9002" }
+
+var (
+	stack    *localstack.Stack
+	grpcPort int
+	// peerSyncPort is every replica's peer-sync port.
+	peerSyncPort int
+	httpClient   = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 2 * time.Minute}
+	// scrapesOfB times the scrapes of tenant B's servers, by server address.
+	scrapesOfB = newScrapeClocks()
+	// memoryLimit is the chart's memory limit of the picker container.
+	memoryLimit int64
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ports, err := localstack.FreePorts(4)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := filepath.Abs(".artifacts")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_ = os.RemoveAll(dir)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if memoryLimit, err = chartMemoryLimit(filepath.Join(root, "charts", "poolpicker", "values.yaml")); err != nil {
+		fmt.Fprintln(os.Stderr, "isolation:", err)
+		return 1
+	}
+	grpcPort, peerSyncPort = ports[0], ports[3]
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The replicas authenticate each other with a key both read, as the
+	// chart mounts its Secret.
+	key := filepath.Join(dir, "peer-sync-key")
+	if err := os.WriteFile(key, []byte("the isolation suite's peer-sync key, more than sixteen bytes"), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The replicas' loopback IPs, as localstack assigns them from
+	// FirstPickerIP: each lists both as its peers.
+	var peers []string
+	for i := range pickerReplicas {
+		peers = append(peers, net.JoinHostPort(fmt.Sprintf("127.0.121.%d", 2+i), strconv.Itoa(ports[3])))
+	}
+	// Built without -race: the suite measures the process's memory against
+	// the chart's limit.
+	s, err := localstack.Start(context.Background(), localstack.Options{
+		Dir:            dir,
+		SampleDir:      filepath.Join(root, "test", "isolation", "testdata", "samples"),
+		FirstIP:        "127.0.120.2", // a range of its own: other packages start pods at the same time
+		PickerReplicas: pickerReplicas,
+		FirstPickerIP:  firstPickerIP,
+		GatewayAddr:    "127.0.0.1:0",
+		GRPCPort:       ports[0], HealthPort: ports[1], MetricsPort: ports[2],
+		PickerArgs: []string{
+			"--metrics-staleness-threshold=" + staleness.String(),
+			fmt.Sprintf("--max-concurrent-streams=%d", maxStreams),
+			fmt.Sprintf("--max-held-request-body-bytes=%d", heldBudget),
+			fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
+			"--request-body-start-timeout=" + bodyStartTimeout.String(),
+			"--request-body-timeout=" + bodyTimeout.String(),
+			// One watch of each namespace's pods for all its pools: the plan
+			// that sees every pod a tenant creates, its pools' or not.
+			"--pod-watch-plan=namespace",
+			"--peer-sync", fmt.Sprintf("--peer-sync-port=%d", ports[3]), "--peer-sync-peers=" + strings.Join(peers, ","), "--peer-sync-key-file=" + key,
+		},
+		Sim: func(d types.NamespacedName, o *modelsim.Options) {
+			if d == poolB.deploy {
+				ln, err := net.Listen("tcp", o.Addr)
+				if err != nil {
+					panic(err) // the address is the stack's own; nothing else binds it
+				}
+				o.Listener = scrapesOfB.listen(o.Addr, ln)
+			}
+		},
+		Logger: funcr.New(func(p, a string) { fmt.Fprintln(os.Stderr, p, a) }, funcr.Options{Verbosity: 0}),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "isolation: starting the local stack:", err)
+		return 1
+	}
+	stack = s
+	if err := applyTenants(root); err != nil {
+		fmt.Fprintln(os.Stderr, "isolation: the tenants:", err)
+		_ = s.Stop()
+		return 1
+	}
+	code := m.Run()
+	httpClient.CloseIdleConnections()
+	closeConns()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "isolation: stopping the local stack:", err)
+		code = 1
+	}
+	if code == 0 {
+		if err := testenv.LeakedGoroutines(); err != nil {
+			fmt.Fprintln(os.Stderr, "isolation: goroutines left behind:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// applyTenants creates both tenants' namespaces, servers, pools and routes.
+func applyTenants(root string) error {
+	b, err := os.ReadFile(filepath.Join(root, "test", "isolation", "testdata", "tenants.yaml"))
+	if err != nil {
+		return err
+	}
+	names := make([]string, adapters)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-a/adapter-%03d", i)
+	}
+	return stack.Apply(context.Background(), bytes.ReplaceAll(b, []byte("{{adapters}}"), []byte(strings.Join(names, ","))))
+}
+
+// chartMemoryLimit reads resources.limits.memory of the chart's values.
+func chartMemoryLimit(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	var v struct {
+		Resources struct {
+			Limits struct {
+				Memory string `json:"memory"`
+			} `json:"limits"`
+		} `json:"resources"`
+	}
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	m := v.Resources.Limits.Memory
+	for suffix, unit := range map[string]int64{"Gi": 1 << 30, "Mi": 1 << 20} {
+		if n, ok := strings.CutSuffix(m, suffix); ok {
+			x, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: resources.limits.memory %q: %w", path, m, err)
+			}
+			return x * unit, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: resources.limits.memory %q is not in Mi or Gi", path, m)
+}
+
+// rss is a process's resident set size, from /proc/PID/status.
+func rss(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// peakRSS samples every replica's resident memory until done is closed
+// and returns the largest it saw.
+func peakRSS(done <-chan struct{}) <-chan int64 {
+	out := make(chan int64, 1)
+	go func() {
+		var peak int64
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for _, r := range stack.Replicas() {
+				if pid, err := r.Process.Running(); err == nil {
+					if n, err := rss(pid); err == nil {
+						peak = max(peak, n)
+					}
+				}
+			}
+			select {
+			case <-done:
+				out <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
+}
+
+// metricSum is the sum over the replicas of a picker metric's series whose
+// labels include match.
+func metricSum(t *testing.T, name string, match map[string]string) float64 {
+	t.Helper()
+	var sum float64
+	for _, r := range stack.Replicas() {
+		resp, err := httpClient.Get("http://" + r.MetricsAddr + "/metrics")
+		if err != nil {
+			t.Fatalf("replica %s: %v", r.Pod, err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := parser.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("parse picker metrics: %v", err)
+		}
+	series:
+		for _, m := range fams[name].GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range match {
+				if labels[k] != v {
+					continue series
+				}
+			}
+			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// conns keeps one gRPC connection per replica and :authority, as a gateway
+// keeps one per picker Service endpoint.
+var conns = struct {
+	sync.Mutex
+	m map[string]*grpc.ClientConn
+}{m: map[string]*grpc.ClientConn{}}
+
+func conn(t *testing.T, replicaIP, authority string) *grpc.ClientConn {
+	t.Helper()
+	conns.Lock()
+	defer conns.Unlock()
+	key := replicaIP + "/" + authority
+	if c, ok := conns.m[key]; ok {
+		return c
+	}
+	c, err := grpc.NewClient(net.JoinHostPort(replicaIP, strconv.Itoa(grpcPort)),
+		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})), // the picker's certificate is self-signed, as gateways accept
+		grpc.WithAuthority(authority),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns.m[key] = c
+	return c
+}
+
+func closeConns() {
+	conns.Lock()
+	defer conns.Unlock()
+	for k, c := range conns.m {
+		c.Close()
+		delete(conns.m, k)
+	}
+}
