@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
+	"github.com/poolpicker/poolpicker/requestcontrol"
 )
 
 // Defaults of Options.
@@ -265,6 +265,4 @@ func (o *Options) setDefaults() {
 
 // InFlightObserver hears of changes of this replica's requests in flight
 // on an endpoint (Options.InFlight).
-type InFlightObserver interface {
-	InFlightChanged(pool *datastore.Pool, e *datastore.Endpoint)
-}
+type InFlightObserver = requestcontrol.InFlightObserver

@@ -24,24 +24,13 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/poolpicker/poolpicker/datastore"
-	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/requestcontrol"
 )
 
 // Scheduler picks endpoints for a request in a pool; *scheduling.Scheduler
-// satisfies it, and the server uses nothing else of it.
-type Scheduler interface {
-	// PromptBytes is how many leading bytes of Request.Prompt the scheduler
-	// reads at most; zero when it reads none. The server hands it no more
-	// and only skims the rest of the body. Asked once, by New.
-	PromptBytes() int
-	// ScheduleDeferred picks the endpoints for req in pool. A
-	// *scheduling.Error is answered with its HTTP code. What the scheduler
-	// learns from the pick waits for Result.Commit, which the server calls
-	// once it has answered, before req (and the body its Prompt aliases)
-	// goes; then Result.ObserveCachedTokens if the model server reports
-	// them.
-	ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
-}
+// satisfies it. The request controller (package requestcontrol) is its one
+// caller.
+type Scheduler = requestcontrol.Scheduler
 
 // Health service names served on the health port. Liveness is SERVING while
 // the process runs; the others follow readiness (Ready, and NOT_SERVING once
@@ -73,9 +62,11 @@ type Server struct {
 	// draining is set when Start's context ends: readiness is NOT_SERVING
 	// from then on, whatever the pools say.
 	draining atomic.Bool
-	sched    Scheduler
-	// promptLimit is the most prompt bytes sched reads (PromptBytes); the
-	// body parser validates no more (it skims the rest).
+	// requests runs each request's life once the stream has read it:
+	// admission, scheduling, in-flight accounting.
+	requests *requestcontrol.Controller
+	// promptLimit is the most prompt bytes the scheduler reads
+	// (PromptBytes); the body parser validates no more (it skims the rest).
 	promptLimit int
 	// flowHeader is FlowControl's flow header (lower case), read with the
 	// request headers; empty when none.
@@ -102,12 +93,12 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	// Series of pools and endpoints that go are deleted with them.
 	reg.AddObserver(m)
 	reg.AddObserver(l)
-	s := &Server{opts: opts, reg: reg, sched: sched, metrics: m, limits: l, log: opts.Logger,
-		health: health.NewServer(), promptLimit: max(sched.PromptBytes(), 0)}
-	if opts.FlowControl != nil {
-		s.flowHeader = opts.FlowControl.FlowHeader()
+	rc, err := requestcontrol.New(sched, requestcontrol.Options{FlowControl: opts.FlowControl, InFlight: opts.InFlight})
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	return &Server{opts: opts, reg: reg, requests: rc, metrics: m, limits: l, log: opts.Logger,
+		health: health.NewServer(), promptLimit: rc.PromptBytes(), flowHeader: rc.FlowHeader()}, nil
 }
 
 // Ready reports readiness as served on the health port. With

@@ -335,9 +335,6 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	cs.Priority, _ = policy.Priority(req.Objective)
 
 	now := time.Now()
-	// The first request after an idle spell has the scraper refresh the
-	// pool's servers; this one is picked on what is known meanwhile.
-	pool.NoteRequest(now)
 	saturated := 0
 	load := 0.0
 	cs.Endpoints = framework.EndpointSetOf(eps)

@@ -155,6 +155,7 @@ func TestArchitectureRules(t *testing.T) {
 		{"scheduling/plugins/load", framework, "a built-in plugin sees only the framework"},
 		{"scheduling/plugins/lora", framework, "a built-in plugin sees only the framework"},
 		{"scheduling/plugins/picker", framework, "a built-in plugin sees only the framework"},
+		{"extproc", notScheduling, "the protocol reaches the scheduler only through the request controller"},
 	} {
 		deps, ok := g[r.pkg]
 		if !ok {
@@ -174,7 +175,7 @@ func TestArchitectureRules(t *testing.T) {
 			if strings.HasPrefix(d, "cmd/") && !strings.HasPrefix(pkg, "cmd/") {
 				t.Errorf("%s imports %s: only the command assembles the process", pkg, d)
 			}
-			if strings.HasPrefix(pkg, "extproc") && strings.HasPrefix(d, "controllers") {
+			if (strings.HasPrefix(pkg, "extproc") || strings.HasPrefix(pkg, "requestcontrol")) && strings.HasPrefix(d, "controllers") {
 				t.Errorf("%s imports %s: the request path never waits on the controllers", pkg, d)
 			}
 		}
@@ -212,6 +213,9 @@ func (g graph) block() string {
 func none(string) bool { return false }
 
 func framework(dep string) bool { return dep == "scheduling/framework" }
+
+// notScheduling allows every import but the scheduler and its parts.
+func notScheduling(dep string) bool { return !strings.HasPrefix(dep, "scheduling") }
 
 func orNone(deps []string) string {
 	if len(deps) == 0 {

@@ -1,46 +1,40 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package extproc
+package requestcontrol
 
 import (
+	"context"
 	"errors"
 	"hash/maphash"
-
-	"google.golang.org/grpc/status"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 
-// awaitEndpoints holds the stream's request in its pool's waiting room
-// while the pool has no ready endpoint, before the scheduler is asked. done
-// means the request was refused (503) or its client went away.
-func (st *stream) awaitEndpoints() (done bool, err error) {
-	if st.pool.Endpoints().Len() > 0 {
-		return false, nil
+// awaitEndpoints holds the request in its pool's waiting room while the
+// pool has no ready endpoint, before the scheduler is asked. An error means
+// the request was refused (a *Refusal, 503) or its client went away.
+func (r *Request) awaitEndpoints(ctx context.Context, w Waiter) error {
+	if r.Pool.Endpoints().Len() > 0 {
+		return nil
 	}
-	prev := st.state
-	st.state = stateQueued
-	st.releaseHeld() // the waiting room counts the body against --flow-control-max-queued-bytes
-	err = st.s.opts.FlowControl.AwaitEndpoints(st.ctx, st.pool, st.flowRequest())
-	st.state = prev
-	if err != nil {
-		return true, st.refuse(err)
-	}
-	return false, nil
+	w.Waiting() // the waiting room counts the body against --flow-control-max-queued-bytes
+	err := r.c.opts.FlowControl.AwaitEndpoints(ctx, r.Pool, r.flowRequest())
+	w.Resumed()
+	return refusal(err)
 }
 
-// admit holds the stream's request in its pool's flow-control queue. With
+// admit holds the request in its pool's flow-control queue. With
 // per-endpoint queues (res, the scheduler's pick), until the endpoint it
 // prefers or an idle one may take it, and puts that endpoint first in res;
 // else (res nil, the scheduler asked after) until any endpoint of the pool
 // has a free slot. affinity is the request's flowcontrol.Request.Affinity.
-// The stream holds its answer meanwhile. done means the request was
-// refused (answered 429 or 503) or its client went away.
-func (st *stream) admit(res *scheduling.Result, affinity uint64) (done bool, err error) {
-	req := st.flowRequest()
+// The stream holds its answer meanwhile. An error means the request was
+// refused (a *Refusal, 429 or 503) or its client went away.
+func (r *Request) admit(ctx context.Context, w Waiter, res *scheduling.Result, affinity uint64) error {
+	req := r.flowRequest()
 	if res != nil {
 		req.Endpoints, req.Affinity = res.Endpoints, affinity
 		// A request that waits teaches the scheduler its pick at once: the
@@ -48,19 +42,27 @@ func (st *stream) admit(res *scheduling.Result, affinity uint64) (done bool, err
 		// the endpoint it waits for, instead of scattering the prefix.
 		req.Queued = res.Commit
 	}
-	prev := st.state
-	st.state = stateQueued
-	st.releaseHeld() // the queue counts the body against --flow-control-max-queued-bytes
-	t, err := st.s.opts.FlowControl.Admit(st.ctx, st.pool, req)
-	st.state = prev
+	w.Waiting() // the queue counts the body against --flow-control-max-queued-bytes
+	t, err := r.c.opts.FlowControl.Admit(ctx, r.Pool, req)
+	w.Resumed()
 	if err != nil {
-		return true, st.refuse(err)
+		return refusal(err)
 	}
-	st.ticket = t
+	r.ticket = t
 	if to := t.Endpoint(); res != nil && to != nil && to.Key() != res.Endpoints[0].Key() {
 		res.Endpoints = firstOf(res.Endpoints, to)
 	}
-	return false, nil
+	return nil
+}
+
+// refusal is flow control's refusal as a *Refusal; other errors (the
+// client went away) as they are.
+func refusal(err error) error {
+	var fe *flowcontrol.Error
+	if errors.As(err, &fe) {
+		return &Refusal{Code: fe.Code, Reason: fe.Reason, Message: fe.Message}
+	}
+	return err
 }
 
 // affinityPromptBytes is how much of a prompt names its prefix for flow
@@ -84,23 +86,13 @@ func affinity(model string, prompt []byte) uint64 {
 	return max(h.Sum64(), 1)
 }
 
-func (st *stream) flowRequest() flowcontrol.Request {
-	priority, _ := st.pool.Policy().Priority(st.objective)
-	flow := st.objective
-	if st.s.flowHeader != "" {
-		flow = st.flow
+func (r *Request) flowRequest() flowcontrol.Request {
+	priority, _ := r.Pool.Policy().Priority(r.Objective)
+	flow := r.Objective
+	if r.c.flowHeader != "" {
+		flow = r.Flow
 	}
-	return flowcontrol.Request{ID: st.requestID, Flow: flow, Priority: priority, Bytes: int64(st.bodyBytes)}
-}
-
-// refuse answers a request flow control refused, or ends the stream of one
-// whose client went away.
-func (st *stream) refuse(err error) error {
-	var fe *flowcontrol.Error
-	if errors.As(err, &fe) {
-		return st.fail(&httpError{code: fe.Code, reason: fe.Reason, msg: fe.Message})
-	}
-	return status.FromContextError(err).Err()
+	return flowcontrol.Request{ID: r.ID, Flow: flow, Priority: priority, Bytes: int64(r.Bytes)}
 }
 
 // firstOf is eps with e first, the others after it in their order, as

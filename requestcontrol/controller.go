@@ -1,0 +1,80 @@
+// Copyright 2026 The poolpicker Authors.
+// Licensed under the Apache License, Version 2.0; see the LICENSE file.
+
+package requestcontrol
+
+import (
+	"context"
+	"errors"
+
+	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/flowcontrol"
+	"github.com/poolpicker/poolpicker/scheduling"
+)
+
+// Scheduler picks endpoints for a request in a pool; *scheduling.Scheduler
+// satisfies it, and the controller uses nothing else of it.
+type Scheduler interface {
+	// PromptBytes is how many leading bytes of Request.Prompt the scheduler
+	// reads at most; zero when it reads none. The server hands it no more
+	// and only skims the rest of the body. Asked once, by New.
+	PromptBytes() int
+	// ScheduleDeferred picks the endpoints for req in pool. A
+	// *scheduling.Error is answered with its HTTP code. What the scheduler
+	// learns from the pick waits for Result.Commit, which the controller
+	// calls once the answer is sent (Request.Sent), before req (and the
+	// body its Prompt aliases) goes; then Result.ObserveCachedTokens if the
+	// model server reports them.
+	ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
+}
+
+// InFlightObserver hears of changes of this replica's requests in flight
+// on an endpoint (Options.InFlight).
+type InFlightObserver interface {
+	InFlightChanged(pool *datastore.Pool, e *datastore.Endpoint)
+}
+
+// Options configure a Controller. The zero value is no flow control and no
+// observer.
+type Options struct {
+	// FlowControl, when set, holds each request in its pool's queue while
+	// the pool is saturated (or, with a waiting room, has no endpoint) and
+	// releases it by priority band and flow. Nil: no flow control; a
+	// saturated pool sheds sheddable requests only.
+	FlowControl *flowcontrol.Controller
+	// InFlight, when set, hears each time a request's count on an endpoint
+	// changes (committed, moved to the endpoint that served it, finished).
+	// Called on the stream's goroutine; it must not block.
+	InFlight InFlightObserver
+}
+
+// Controller runs the life of every request of one ext_proc server.
+type Controller struct {
+	sched Scheduler
+	opts  Options
+	// promptBytes is sched's PromptBytes, asked once.
+	promptBytes int
+	// flowHeader is FlowControl's flow header (lower case); empty when none.
+	flowHeader string
+}
+
+// New returns a controller scheduling with sched.
+func New(sched Scheduler, opts Options) (*Controller, error) {
+	if sched == nil {
+		return nil, errors.New("requestcontrol: a scheduler is required")
+	}
+	c := &Controller{sched: sched, opts: opts, promptBytes: max(sched.PromptBytes(), 0)}
+	if opts.FlowControl != nil {
+		c.flowHeader = opts.FlowControl.FlowHeader()
+	}
+	return c, nil
+}
+
+// PromptBytes is how many leading prompt bytes the scheduler reads; the
+// body parser validates no more.
+func (c *Controller) PromptBytes() int { return c.promptBytes }
+
+// FlowHeader is the request header (lower case) whose value names a
+// request's flow (Request.Flow); empty when flow control keys flows by
+// objective.
+func (c *Controller) FlowHeader() string { return c.flowHeader }
