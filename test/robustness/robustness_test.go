@@ -101,6 +101,10 @@ func run(m *testing.M) int {
 			fmt.Sprintf("--max-concurrent-streams=%d", maxStreams),
 			fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
 			fmt.Sprintf("--max-held-request-body-bytes=%d", heldBudget),
+			// No reserve: the idle streams fill each pool's fair share of
+			// --max-concurrent-streams exactly, so that the streams past
+			// it meet the process-wide limit itself (idleStreams).
+			"--fair-share-reserve-percent=-1",
 		},
 		Logger: funcr.New(func(p, a string) { fmt.Fprintln(os.Stderr, p, a) }, funcr.Options{Verbosity: 0}),
 	})
@@ -447,9 +451,14 @@ func idleStreams(t *testing.T) {
 			s.cancel()
 		}
 	}()
+	// The streams go to the pools in proportion to their fair shares of
+	// the limit (team-a's two pools share their namespace's half, team-b's
+	// one pool has the other half), so that every pool stays within its
+	// share until the process-wide limit is reached.
+	inShare := []int{0, 2, 1, 2}
 	openIdle := func(n int) (refused []error) {
 		for i := 0; i < n; i++ {
-			s, err := open(t, pools[i%len(pools)].authority)
+			s, err := open(t, pools[inShare[i%len(inShare)]].authority)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,7 +23,7 @@ func TestBindScrapeFlags(t *testing.T) {
 			name: "defaults",
 			want: scrape.Options{
 				RefreshInterval: 50 * time.Millisecond, IdleRefreshInterval: 30 * time.Second, StalenessThreshold: scrape.DefaultStalenessThreshold, Timeout: scrape.DefaultTimeout,
-				MaxBodyBytes: scrape.DefaultMaxBodyBytes, MaxIdleConns: scrape.DefaultMaxIdleConns, Path: "/metrics", Scheme: "http",
+				MaxBodyBytes: scrape.DefaultMaxBodyBytes, MaxIdleConns: scrape.DefaultMaxIdleConns, MaxServerCPUShare: scrape.DefaultMaxServerCPUShare, Path: "/metrics", Scheme: "http",
 				MetricNames: scrape.MetricNameOverrides{
 					TotalQueuedRequests: "vllm:num_requests_waiting", TotalRunningRequests: "vllm:num_requests_running",
 					KVCacheUsagePercentage: "vllm:kv_cache_usage_perc", LoRAInfo: "vllm:lora_requests_info", CacheInfo: "vllm:cache_config_info",
@@ -41,7 +41,7 @@ func TestBindScrapeFlags(t *testing.T) {
 			},
 			want: scrape.Options{
 				RefreshInterval: 100 * time.Millisecond, IdleRefreshInterval: 10 * time.Second, StalenessThreshold: 5 * time.Second, Timeout: 300 * time.Millisecond,
-				MaxBodyBytes: 1000, MaxIdleConns: 10, Path: "/m", Port: 9090, Scheme: "https", VerifyServerCertificates: true,
+				MaxBodyBytes: 1000, MaxIdleConns: 10, MaxServerCPUShare: scrape.DefaultMaxServerCPUShare, Path: "/m", Port: 9090, Scheme: "https", VerifyServerCertificates: true,
 				MetricNames: scrape.MetricNameOverrides{TotalQueuedRequests: "q", TotalRunningRequests: "r", KVCacheUsagePercentage: "kv", LoRAInfo: "l", CacheInfo: "c"},
 			},
 		},
@@ -52,7 +52,7 @@ func TestBindScrapeFlags(t *testing.T) {
 			args: []string{"--idle-refresh-metrics-interval=0"},
 			want: scrape.Options{
 				RefreshInterval: 50 * time.Millisecond, IdleRefreshInterval: -1, StalenessThreshold: scrape.DefaultStalenessThreshold, Timeout: scrape.DefaultTimeout,
-				MaxBodyBytes: scrape.DefaultMaxBodyBytes, MaxIdleConns: scrape.DefaultMaxIdleConns, Path: "/metrics", Scheme: "http",
+				MaxBodyBytes: scrape.DefaultMaxBodyBytes, MaxIdleConns: scrape.DefaultMaxIdleConns, MaxServerCPUShare: scrape.DefaultMaxServerCPUShare, Path: "/metrics", Scheme: "http",
 				MetricNames: scrape.MetricNameOverrides{
 					TotalQueuedRequests: "vllm:num_requests_waiting", TotalRunningRequests: "vllm:num_requests_running",
 					KVCacheUsagePercentage: "vllm:kv_cache_usage_perc", LoRAInfo: "vllm:lora_requests_info", CacheInfo: "vllm:cache_config_info",
