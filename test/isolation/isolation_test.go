@@ -177,8 +177,17 @@ func assertUnharmed(t *testing.T, w window) {
 	if len(w.failed) > 0 {
 		t.Errorf("%s: %d of tenant B's %d requests not served by its servers, first: %s", w.name, len(w.failed), w.requests, w.failed[0])
 	}
-	if w.ageP99 >= staleness {
-		t.Errorf("%s: tenant B's metric age p99 %s, at or past the staleness threshold %s", w.name, w.ageP99, staleness)
+	// The short mode runs beside other packages' tests on a shared
+	// machine, where a starved core alone can delay a scrape past the
+	// threshold; it bounds B's staleness at twice the threshold (the
+	// hostile servers held B's scrapes for 15-94 s before their fixes),
+	// and the full mode holds it at the threshold.
+	bound := 2 * staleness
+	if *full {
+		bound = staleness
+	}
+	if w.ageP99 >= bound {
+		t.Errorf("%s: tenant B's metric age p99 %s, at or past %s (the staleness threshold is %s)", w.name, w.ageP99, bound, staleness)
 	}
 	if w.ageP99 == 0 {
 		t.Errorf("%s: no scrape of tenant B's servers seen", w.name)
