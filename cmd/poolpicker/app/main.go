@@ -60,26 +60,27 @@ var defaultProcs = runtime.GOMAXPROCS(0)
 
 // options is everything the flags set.
 type options struct {
-	kubeconfig   string
-	printVersion bool
-	kubeAPIQPS   float32
-	kubeAPIBurst int
-	metricsPort  int
-	metricNames  metricNames
-	controllers  controllers.Options
-	extproc      extproc.Options
-	scrape       scrape.Options
-	scheduling   scheduling.Options
-	flowControl  flowControlOptions
-	peerSync     peerSyncOptions
-	ha           haOptions
-	logging      loggingOptions
-	compat       compatOptions
+	kubeconfig    string
+	printVersion  bool
+	kubeAPIQPS    float32
+	kubeAPIBurst  int
+	metricsPort   int
+	metricNames   metricNames
+	controllers   controllers.Options
+	extproc       extproc.Options
+	scrape        scrape.Options
+	scheduling    scheduling.Options
+	flowControl   flowControlOptions
+	peerSync      peerSyncOptions
+	ha            haOptions
+	logging       loggingOptions
+	observability observabilityOptions
+	compat        compatOptions
 }
 
 // flagGroups are the sections of --help, in order: one per component that
 // owns the options its flags set, as kube-scheduler's --help reads.
-var flagGroups = []string{"general", "pools and pod watches", "request path (ext_proc)", "TLS", "model-server metrics", "scheduling", "flow control", "high availability", "peer sync", "logging", "upstream compatibility and observability"}
+var flagGroups = []string{"general", "pools and pod watches", "request path (ext_proc)", "TLS", "model-server metrics", "scheduling", "flow control", "high availability", "peer sync", "logging", "observability", "upstream compatibility"}
 
 func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	var groups cliflag.NamedFlagSets
@@ -103,7 +104,8 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	bindHAFlags(groups.FlagSet("high availability"), &o.controllers, &o.ha)
 	bindPeerSyncFlags(groups.FlagSet("peer sync"), &o.peerSync)
 	bindLoggingFlags(groups.FlagSet("logging"), &o.logging)
-	bindCompatFlags(groups.FlagSet("upstream compatibility and observability"), &o.compat)
+	bindObservabilityFlags(groups.FlagSet("observability"), &o.observability)
+	bindCompatFlags(groups.FlagSet("upstream compatibility"), &o.compat)
 
 	fs := pflag.NewFlagSet("poolpicker", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -342,10 +344,10 @@ func (cs *components) metricsServer(cfg *rest.Config, o *options, log logr.Logge
 	// controller-runtime's own metrics (reconciles, work queues, client
 	// requests) live in its global registry; serve both on one endpoint.
 	gatherers := renamingGatherer{g: prometheus.Gatherers{cs.metrics, crmetrics.Registry}, names: o.metricNames}
-	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.compat.enablePprof, log: log,
+	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.observability.enablePprof, log: log,
 		debug: debugview.Handler(debugview.Options{Registry: cs.reg, Decisions: cs.sched.RecentDecisions})}
 	ms.tls = metricsTLSFrom(o)
-	if o.compat.metricsEndpointAuth {
+	if o.observability.metricsEndpointAuth {
 		var err error
 		if ms.filter, err = metricsAuthFilter(cfg); err != nil {
 			return nil, err
