@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -34,6 +35,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
@@ -618,7 +620,7 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 		return
 	}
 	defer conn.Close()
-	backoff := 50 * time.Millisecond
+	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 2 * time.Second, Steps: math.MaxInt32}
 	for ctx.Err() == nil {
 		err := x.stream(ctx, conn, p)
 		if ctx.Err() != nil {
@@ -640,15 +642,15 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 			<-ctx.Done()
 			return
 		}
-		x.opts.Logger.V(2).Info("peer sync stream ended; retrying", "peer", p.addr, "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
+		retry := backoff.Step()
+		x.opts.Logger.V(2).Info("peer sync stream ended; retrying", "peer", p.addr, "err", err, "backoff", retry)
+		t := time.NewTimer(retry)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

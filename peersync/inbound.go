@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -80,10 +81,9 @@ func newInbound() inbound {
 // hostState is one address's connections, streams and record budget.
 type hostState struct {
 	conns, streams int
-	// tokens and last are a token bucket of MaxRecordsPerSecond, as deep,
-	// shared by the address's streams.
-	tokens float64
-	last   time.Time
+	// records admits MaxRecordsPerSecond records, as deep a burst, shared
+	// by the address's streams.
+	records *rate.Limiter
 	// gone is closed when the address leaves the peer list: its streams
 	// end.
 	gone chan struct{}
@@ -127,7 +127,7 @@ func (x *Exchange) hostLocked(host string) *hostState {
 	in := &x.in
 	hs := in.hosts[host]
 	if hs == nil {
-		hs = &hostState{tokens: float64(x.opts.MaxRecordsPerSecond), last: time.Now(), gone: make(chan struct{})}
+		hs = &hostState{records: rate.NewLimiter(rate.Limit(x.opts.MaxRecordsPerSecond), x.opts.MaxRecordsPerSecond), gone: make(chan struct{})}
 		in.hosts[host] = hs
 	}
 	return hs
@@ -490,16 +490,7 @@ func (x *Exchange) take(host string) bool {
 	in := &x.in
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	hs := x.hostLocked(host)
-	now := time.Now()
-	rate := float64(x.opts.MaxRecordsPerSecond)
-	hs.tokens = min(rate, hs.tokens+now.Sub(hs.last).Seconds()*rate)
-	hs.last = now
-	if hs.tokens < 1 {
-		return false
-	}
-	hs.tokens--
-	return true
+	return x.hostLocked(host).records.Allow()
 }
 
 // apply applies a record of the replica id's, from host.
