@@ -20,12 +20,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/peersync/internal/wirepb"
 )
-
-const pushMethod = "/poolpicker.peersync.v1.PeerSync/Push"
 
 // idHeader carries the sending exchange's id.
 const idHeader = "poolpicker-peer-sync-id"
@@ -45,17 +43,14 @@ const maxIDBytes = 64
 // otherHost labels the metrics of an address that is no peer's.
 const otherHost = "other"
 
-// pushServer is the service's handler type.
-type pushServer interface {
-	serve(grpc.ServerStream) error
+// pushService serves the PeerSync service of wirepb.
+type pushService struct {
+	wirepb.UnimplementedPeerSyncServer
+	x *Exchange
 }
 
-var serviceDesc = grpc.ServiceDesc{
-	ServiceName: "poolpicker.peersync.v1.PeerSync",
-	HandlerType: (*pushServer)(nil),
-	Streams: []grpc.StreamDesc{{StreamName: "Push", ClientStreams: true,
-		Handler: func(srv any, s grpc.ServerStream) error { return srv.(pushServer).serve(s) }}},
-	Metadata: "peersync",
+func (p pushService) Push(s grpc.ClientStreamingServer[wirepb.Sealed, wirepb.Sealed]) error {
+	return p.x.serve(s)
 }
 
 // inbound is what the peers' streams have brought and the limits they are
@@ -312,7 +307,7 @@ func (x *Exchange) serve(s grpc.ServerStream) (err error) {
 	go func() {
 		defer x.wg.Done()
 		for {
-			var m wrapperspb.BytesValue
+			var m wirepb.Sealed
 			if err := s.RecvMsg(&m); err != nil {
 				errs <- err
 				return
@@ -386,7 +381,7 @@ func (x *Exchange) ended(s grpc.ServerStream, err error) error {
 	switch {
 	case errors.Is(err, io.EOF):
 		// The sender closed its side: the one message the method answers.
-		return s.SendMsg(&wrapperspb.BytesValue{})
+		return s.SendMsg(&wirepb.Sealed{})
 	case errors.Is(err, errSilent):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, errGone):
