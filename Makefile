@@ -21,8 +21,9 @@ help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code of the API types.
+generate: ## Regenerate deepcopy code of the API types and the Go code of the .proto files.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	hack/generate-proto.sh
 
 .PHONY: manifests
 manifests: generate ## Regenerate the CRD manifests under config/crd/bases.

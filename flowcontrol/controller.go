@@ -192,9 +192,8 @@ func (c *Controller) queue(pool *datastore.Pool) *poolQueue {
 		return nil
 	}
 	name := pool.Key.String()
-	v, loaded := c.pools.LoadOrStore(pool, &poolQueue{c: c, pool: pool, name: name, room: map[*roomWaiter]struct{}{},
-		bytes:     c.bytes.Party(pool.Key.Namespace, pool.Key.Name),
-		roomGauge: c.m.waitingRoom.WithLabelValues(pool.Key.Namespace, pool.Key.Name)})
+	v, loaded := c.pools.LoadOrStore(pool, &poolQueue{c: c, pool: pool, name: name, room: newWaitingRoom(c.m.waitingRoom.WithLabelValues(pool.Key.Namespace, pool.Key.Name)),
+		bytes: c.bytes.Party(pool.Key.Namespace, pool.Key.Name)})
 	if !loaded && pool.Removed() {
 		// PoolRemoved may have run before the store: keep nothing for a
 		// pool that is gone.

@@ -51,6 +51,13 @@
 // requests wait there until the pool's endpoint set is no longer empty, then
 // go on as any other request.
 //
+// Each policy has a file of its own: queue.go admits, dispatches and
+// removes; bands.go orders by band and flow; slots.go says which endpoints
+// may take a request (preferred, idle, stolen, started at once);
+// affinity.go keeps the prefixes sent to each endpoint; waitingroom.go
+// holds the requests of a pool without endpoints. They share the pool
+// queue's one mutex, so a release decision sees every policy's state at once.
+//
 // Lock order: a pool queue's mutex is the only lock of the package, and an
 // endpoint's held count (datastore.Endpoint.AddHeld, a lock that takes
 // nothing else) is adjusted under it; the process-wide byte count is an

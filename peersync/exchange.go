@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -33,9 +34,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/peersync/internal/wirepb"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
 
@@ -333,7 +335,7 @@ func (x *Exchange) Start(ctx context.Context) error {
 			grpc.MaxConcurrentStreams(uint32(x.opts.MaxStreamsPerPeer)), grpc.WaitForHandlers(true),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: x.opts.PeerTimeout, Timeout: x.opts.PeerTimeout}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: DefaultHeartbeatInterval, PermitWithoutStream: true}))
-		srv.RegisterService(&serviceDesc, x)
+		wirepb.RegisterPeerSyncServer(srv, pushService{x: x})
 		lis := &limitedListener{Listener: x.opts.Listener, x: x}
 		wg.Add(1)
 		go func() {
@@ -550,16 +552,16 @@ func (x *Exchange) encode(recs []record) [][]byte {
 		}
 		start := len(b)
 		if b == nil {
-			b = append(b, frameVersion)
-			start = 1
+			b = append(b, frameHeader...)
+			start = len(frameHeader)
 		}
 		b = appendRecord(b, &recs[i])
-		if len(b) > x.opts.MaxFrameBytes && start > 1 {
+		if len(b) > x.opts.MaxFrameBytes && start > len(frameHeader) {
 			frames = append(frames, b[:start:start])
-			b = append([]byte{frameVersion}, b[start:]...)
+			b = append(append([]byte{}, frameHeader...), b[start:]...)
 		}
 	}
-	if len(b) > 1 {
+	if len(b) > len(frameHeader) {
 		frames = append(frames, b)
 	}
 	x.metrics.sent.Add(float64(len(recs)))
@@ -618,7 +620,7 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 		return
 	}
 	defer conn.Close()
-	backoff := 50 * time.Millisecond
+	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 2 * time.Second, Steps: math.MaxInt32}
 	for ctx.Err() == nil {
 		err := x.stream(ctx, conn, p)
 		if ctx.Err() != nil {
@@ -640,15 +642,15 @@ func (x *Exchange) send(ctx context.Context, p *peer) {
 			<-ctx.Done()
 			return
 		}
-		x.opts.Logger.V(2).Info("peer sync stream ended; retrying", "peer", p.addr, "err", err, "backoff", backoff)
-		t := time.NewTimer(backoff)
+		retry := backoff.Step()
+		x.opts.Logger.V(2).Info("peer sync stream ended; retrying", "peer", p.addr, "err", err, "backoff", retry)
+		t := time.NewTimer(retry)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
@@ -664,7 +666,7 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 		return err
 	}
 	sctx = metadata.AppendToOutgoingContext(sctx, idHeader, x.id, keyHeader, x.keyPrint, nonceHeader, nonce)
-	s, err := conn.NewStream(sctx, &serviceDesc.Streams[0], pushMethod, grpc.WaitForReady(true))
+	s, err := wirepb.NewPeerSyncClient(conn).Push(sctx, grpc.WaitForReady(true))
 	if err != nil {
 		return err
 	}
@@ -676,7 +678,7 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 	}
 	if md == nil {
 		// Trailers only: the server refused; RecvMsg says why.
-		return s.RecvMsg(&wrapperspb.BytesValue{})
+		return s.RecvMsg(&wirepb.Sealed{})
 	}
 	sess, err := x.verifyReceiver(s.Context(), md, nonce)
 	if err != nil {
@@ -685,7 +687,7 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 		return err
 	}
 	forget := slices.Contains(md.Get(forgetHeader), "1")
-	if err := s.SendMsg(&wrapperspb.BytesValue{Value: sess.proof(roleDialler)}); err != nil {
+	if err := s.SendMsg(&wirepb.Sealed{Value: sess.proof(roleDialler)}); err != nil {
 		return err
 	}
 	x.mu.Lock()
@@ -695,7 +697,7 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 	}
 	x.mu.Unlock()
 	for _, f := range x.encode(recs) {
-		if err := s.SendMsg(&wrapperspb.BytesValue{Value: sess.seal(f)}); err != nil {
+		if err := s.SendMsg(&wirepb.Sealed{Value: sess.seal(f)}); err != nil {
 			return err
 		}
 	}
@@ -713,7 +715,7 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 				sent = false
 				continue
 			}
-			if err := s.SendMsg(&wrapperspb.BytesValue{Value: sess.seal([]byte{frameVersion})}); err != nil {
+			if err := s.SendMsg(&wirepb.Sealed{Value: sess.seal(frameHeader)}); err != nil {
 				return err
 			}
 			sent = true
@@ -721,7 +723,7 @@ func (x *Exchange) stream(ctx context.Context, conn *grpc.ClientConn, p *peer) e
 			if f.forget && !forget {
 				continue // a peer of the release before: it would refuse the frame
 			}
-			if err := s.SendMsg(&wrapperspb.BytesValue{Value: sess.seal(f.b)}); err != nil {
+			if err := s.SendMsg(&wirepb.Sealed{Value: sess.seal(f.b)}); err != nil {
 				return err
 			}
 			sent = true

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -238,12 +240,14 @@ func TestHostilePeer(t *testing.T) {
 		frame []byte
 	}{
 		{"empty", []byte{}},
-		{"other version", []byte{frameVersion + 1}},
-		{"unknown kind", append(encodeFrame(), 9)},
-		{"truncated name", append(encodeFrame(), kindBlocks, 5, 'n')},
-		{"too many blocks", append(encodeFrame(blocks)[:1+1+3+5+15], 0xff, 0xff, 0x7f)},
+		{"other version", protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1)},
+		{"not a frame", []byte{0xff, 0xff, 0xff}},
+		{"unknown kind", encodeFrame(record{kind: 9, pool: poolKey, addr: "127.0.0.3:8000"})},
+		{"truncated record", append(encodeFrame(), 0x12, 5, 'n')},
+		{"name longer than the API server allows", encodeFrame(record{kind: kindBlocks, pool: types.NamespacedName{Namespace: "ns", Name: strings.Repeat("n", 300)}, addr: "127.0.0.3:8000", blocks: []uint64{9}})},
+		{"too many blocks", encodeFrame(record{kind: kindBlocks, pool: poolKey, addr: "127.0.0.3:8000", blocks: make([]uint64, MaxBlocksPerRecord+1)})},
 		{"truncated blocks", encodeFrame(blocks)[:len(encodeFrame(blocks))-1]},
-		{"too many blocks forgotten", append(encodeFrame(forget)[:1+1+3+5+15], 0xff, 0xff, 0x7f)},
+		{"too many blocks forgotten", encodeFrame(record{kind: kindForget, pool: poolKey, addr: "127.0.0.3:8000", blocks: make([]uint64, MaxBlocksPerRecord+1)})},
 		{"truncated blocks forgotten", encodeFrame(forget)[:len(encodeFrame(forget))-1]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

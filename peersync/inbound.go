@@ -14,17 +14,16 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/peersync/internal/wirepb"
 )
-
-const pushMethod = "/poolpicker.peersync.v1.PeerSync/Push"
 
 // idHeader carries the sending exchange's id.
 const idHeader = "poolpicker-peer-sync-id"
@@ -44,17 +43,14 @@ const maxIDBytes = 64
 // otherHost labels the metrics of an address that is no peer's.
 const otherHost = "other"
 
-// pushServer is the service's handler type.
-type pushServer interface {
-	serve(grpc.ServerStream) error
+// pushService serves the PeerSync service of wirepb.
+type pushService struct {
+	wirepb.UnimplementedPeerSyncServer
+	x *Exchange
 }
 
-var serviceDesc = grpc.ServiceDesc{
-	ServiceName: "poolpicker.peersync.v1.PeerSync",
-	HandlerType: (*pushServer)(nil),
-	Streams: []grpc.StreamDesc{{StreamName: "Push", ClientStreams: true,
-		Handler: func(srv any, s grpc.ServerStream) error { return srv.(pushServer).serve(s) }}},
-	Metadata: "peersync",
+func (p pushService) Push(s grpc.ClientStreamingServer[wirepb.Sealed, wirepb.Sealed]) error {
+	return p.x.serve(s)
 }
 
 // inbound is what the peers' streams have brought and the limits they are
@@ -80,10 +76,9 @@ func newInbound() inbound {
 // hostState is one address's connections, streams and record budget.
 type hostState struct {
 	conns, streams int
-	// tokens and last are a token bucket of MaxRecordsPerSecond, as deep,
-	// shared by the address's streams.
-	tokens float64
-	last   time.Time
+	// records admits MaxRecordsPerSecond records, as deep a burst, shared
+	// by the address's streams.
+	records *rate.Limiter
 	// gone is closed when the address leaves the peer list: its streams
 	// end.
 	gone chan struct{}
@@ -127,7 +122,7 @@ func (x *Exchange) hostLocked(host string) *hostState {
 	in := &x.in
 	hs := in.hosts[host]
 	if hs == nil {
-		hs = &hostState{tokens: float64(x.opts.MaxRecordsPerSecond), last: time.Now(), gone: make(chan struct{})}
+		hs = &hostState{records: rate.NewLimiter(rate.Limit(x.opts.MaxRecordsPerSecond), x.opts.MaxRecordsPerSecond), gone: make(chan struct{})}
 		in.hosts[host] = hs
 	}
 	return hs
@@ -312,7 +307,7 @@ func (x *Exchange) serve(s grpc.ServerStream) (err error) {
 	go func() {
 		defer x.wg.Done()
 		for {
-			var m wrapperspb.BytesValue
+			var m wirepb.Sealed
 			if err := s.RecvMsg(&m); err != nil {
 				errs <- err
 				return
@@ -386,7 +381,7 @@ func (x *Exchange) ended(s grpc.ServerStream, err error) error {
 	switch {
 	case errors.Is(err, io.EOF):
 		// The sender closed its side: the one message the method answers.
-		return s.SendMsg(&wrapperspb.BytesValue{})
+		return s.SendMsg(&wirepb.Sealed{})
 	case errors.Is(err, errSilent):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, errGone):
@@ -490,16 +485,7 @@ func (x *Exchange) take(host string) bool {
 	in := &x.in
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	hs := x.hostLocked(host)
-	now := time.Now()
-	rate := float64(x.opts.MaxRecordsPerSecond)
-	hs.tokens = min(rate, hs.tokens+now.Sub(hs.last).Seconds()*rate)
-	hs.last = now
-	if hs.tokens < 1 {
-		return false
-	}
-	hs.tokens--
-	return true
+	return x.hostLocked(host).records.Allow()
 }
 
 // apply applies a record of the replica id's, from host.

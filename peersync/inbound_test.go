@@ -26,16 +26,16 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/poll"
+	"github.com/poolpicker/poolpicker/peersync/internal/wirepb"
 )
 
 // frame encodes records as a sender does.
 func encodeFrame(recs ...record) []byte {
-	out := []byte{frameVersion}
+	out := append([]byte{}, frameHeader...)
 	for i := range recs {
 		out = appendRecord(out, &recs[i])
 	}
@@ -80,7 +80,7 @@ func openStreamWith(ctx context.Context, conn *grpc.ClientConn, secret []byte, i
 		return &peerStream{err: err}
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, idHeader, id, keyHeader, keyPrint, nonceHeader, nonce)
-	s, err := conn.NewStream(ctx, &serviceDesc.Streams[0], pushMethod)
+	s, err := conn.NewStream(ctx, &wirepb.PeerSync_ServiceDesc.Streams[0], wirepb.PeerSync_Push_FullMethodName)
 	if err != nil {
 		return &peerStream{err: err}
 	}
@@ -89,7 +89,7 @@ func openStreamWith(ctx context.Context, conn *grpc.ClientConn, secret []byte, i
 		return &peerStream{err: err}
 	}
 	if md == nil {
-		return &peerStream{err: s.RecvMsg(&wrapperspb.BytesValue{})}
+		return &peerStream{err: s.RecvMsg(&wirepb.Sealed{})}
 	}
 	dialler := &Exchange{opts: Options{Secret: secret}, id: id}
 	sess, err := dialler.verifyReceiver(s.Context(), md, nonce)
@@ -98,24 +98,24 @@ func openStreamWith(ctx context.Context, conn *grpc.ClientConn, secret []byte, i
 	}
 	ps := &peerStream{s: s, sess: sess}
 	if prove {
-		ps.err = s.SendMsg(&wrapperspb.BytesValue{Value: sess.proof(roleDialler)})
+		ps.err = s.SendMsg(&wirepb.Sealed{Value: sess.proof(roleDialler)})
 	}
 	return ps
 }
 
 func (ps *peerStream) send(f []byte) error {
-	return ps.s.SendMsg(&wrapperspb.BytesValue{Value: ps.sess.seal(f)})
+	return ps.s.SendMsg(&wirepb.Sealed{Value: ps.sess.seal(f)})
 }
 
 // answer waits for the receiver to end the stream, and returns its answer.
-func (ps *peerStream) answer() error { return ps.s.RecvMsg(&wrapperspb.BytesValue{}) }
+func (ps *peerStream) answer() error { return ps.s.RecvMsg(&wirepb.Sealed{}) }
 
 // finish ends the stream and returns the receiver's answer.
 func (ps *peerStream) finish() error {
 	if err := ps.s.CloseSend(); err != nil {
 		return err
 	}
-	err := ps.s.RecvMsg(&wrapperspb.BytesValue{})
+	err := ps.s.RecvMsg(&wirepb.Sealed{})
 	if errors.Is(err, io.EOF) {
 		return nil
 	}
@@ -147,23 +147,23 @@ func TestAuthentication(t *testing.T) {
 		open func(ctx context.Context) error
 	}{
 		{"no key, nonce or id", func(ctx context.Context) error {
-			s, err := conn.NewStream(ctx, &serviceDesc.Streams[0], pushMethod)
+			s, err := conn.NewStream(ctx, &wirepb.PeerSync_ServiceDesc.Streams[0], wirepb.PeerSync_Push_FullMethodName)
 			if err != nil {
 				return err
 			}
-			_ = s.SendMsg(&wrapperspb.BytesValue{Value: inFlight})
+			_ = s.SendMsg(&wirepb.Sealed{Value: inFlight})
 			_ = s.CloseSend()
-			return s.RecvMsg(&wrapperspb.BytesValue{})
+			return s.RecvMsg(&wirepb.Sealed{})
 		}},
 		{"a key's fingerprint but no nonce", func(ctx context.Context) error {
 			ctx = metadata.AppendToOutgoingContext(ctx, idHeader, "x", keyHeader, keyPrint)
-			s, err := conn.NewStream(ctx, &serviceDesc.Streams[0], pushMethod)
+			s, err := conn.NewStream(ctx, &wirepb.PeerSync_ServiceDesc.Streams[0], wirepb.PeerSync_Push_FullMethodName)
 			if err != nil {
 				return err
 			}
-			_ = s.SendMsg(&wrapperspb.BytesValue{Value: inFlight})
+			_ = s.SendMsg(&wirepb.Sealed{Value: inFlight})
 			_ = s.CloseSend()
-			return s.RecvMsg(&wrapperspb.BytesValue{})
+			return s.RecvMsg(&wirepb.Sealed{})
 		}},
 		{"another secret", func(ctx context.Context) error {
 			// The dialler cannot check the receiver's proof either.
@@ -177,7 +177,7 @@ func TestAuthentication(t *testing.T) {
 				return ps.err
 			}
 			wrong := newSession([]byte("another key of sixteen bytes or more"), "", "", "", "", nil)
-			_ = ps.s.SendMsg(&wrapperspb.BytesValue{Value: wrong.proof(roleDialler)})
+			_ = ps.s.SendMsg(&wirepb.Sealed{Value: wrong.proof(roleDialler)})
 			_ = ps.send(inFlight)
 			return ps.finish()
 		}},
@@ -186,7 +186,7 @@ func TestAuthentication(t *testing.T) {
 			if ps.err != nil {
 				return ps.err
 			}
-			_ = ps.s.SendMsg(&wrapperspb.BytesValue{Value: recorded})
+			_ = ps.s.SendMsg(&wirepb.Sealed{Value: recorded})
 			_ = ps.send(inFlight)
 			return ps.finish()
 		}},
@@ -195,7 +195,7 @@ func TestAuthentication(t *testing.T) {
 			if ps.err != nil {
 				return ps.err
 			}
-			_ = ps.s.SendMsg(&wrapperspb.BytesValue{Value: append(make([]byte, tagBytes), inFlight...)})
+			_ = ps.s.SendMsg(&wirepb.Sealed{Value: append(make([]byte, tagBytes), inFlight...)})
 			return ps.finish()
 		}},
 		{"a frame replayed", func(ctx context.Context) error {
@@ -203,9 +203,9 @@ func TestAuthentication(t *testing.T) {
 			if ps.err != nil {
 				return ps.err
 			}
-			heartbeat := ps.sess.seal([]byte{frameVersion})
-			_ = ps.s.SendMsg(&wrapperspb.BytesValue{Value: heartbeat})
-			_ = ps.s.SendMsg(&wrapperspb.BytesValue{Value: heartbeat})
+			heartbeat := ps.sess.seal(frameHeader)
+			_ = ps.s.SendMsg(&wirepb.Sealed{Value: heartbeat})
+			_ = ps.s.SendMsg(&wirepb.Sealed{Value: heartbeat})
 			_ = ps.send(inFlight)
 			return ps.finish()
 		}},
@@ -281,7 +281,7 @@ func TestRelayIsRefused(t *testing.T) {
 	relayed := make(chan int, 16)
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(selfSigned(t))), grpc.UnknownServiceHandler(func(_ any, in grpc.ServerStream) error {
 		md, _ := metadata.FromIncomingContext(in.Context())
-		out, err := upstream.NewStream(metadata.NewOutgoingContext(in.Context(), md), &serviceDesc.Streams[0], pushMethod)
+		out, err := upstream.NewStream(metadata.NewOutgoingContext(in.Context(), md), &wirepb.PeerSync_ServiceDesc.Streams[0], wirepb.PeerSync_Push_FullMethodName)
 		if err != nil {
 			return err
 		}
@@ -300,7 +300,7 @@ func TestRelayIsRefused(t *testing.T) {
 			}
 		}()
 		for {
-			var m wrapperspb.BytesValue
+			var m wirepb.Sealed
 			if err := in.RecvMsg(&m); err != nil {
 				return nil
 			}

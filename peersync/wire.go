@@ -4,27 +4,24 @@
 package peersync
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/peersync/internal/wirepb"
 )
 
-// frameVersion is the first byte of every frame: a receiver refuses a
-// frame of another version (a peer of another release) whole, rather than
-// reading records it would misparse.
-const frameVersion = 1
-
-// Record kinds.
+// Record kinds, as the wire names them (wirepb.Record_Kind).
 const (
-	kindBlocks   = 1 // the endpoint now caches these prompt blocks
-	kindInFlight = 2 // the sender has this many requests in flight there
+	kindBlocks   = byte(wirepb.Record_BLOCKS)    // the endpoint now caches these prompt blocks
+	kindInFlight = byte(wirepb.Record_IN_FLIGHT) // the sender has this many requests in flight there
 	// kindForget: the endpoint no longer caches these prompt blocks (its
 	// server reported a miss). Sent only on streams whose receiver said it
-	// reads them (forgetHeader): a receiver of the release before refuses a
-	// frame with a kind it does not know.
-	kindForget = 3
+	// reads them (forgetHeader).
+	kindForget = byte(wirepb.Record_FORGET)
 )
 
 // Bounds of what a record may carry: beyond them a frame is refused.
@@ -50,25 +47,24 @@ type record struct {
 	inFlight int64    // kindInFlight
 }
 
-// appendRecord appends r's encoding: kind, the pool's namespace and name
-// and the endpoint's address (each a length byte and the bytes), then the
-// blocks (a uvarint count and 8 little-endian bytes each) or the count in
-// flight (a uvarint). A forget record is laid out as a blocks record.
+// frameHeader begins every frame: its version (wirepb.Frame.version), so
+// that a receiver refuses a frame of another release whole rather than
+// misread it. Alone it is a heartbeat.
+var frameHeader = slices.Clip(protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), uint64(wirepb.FrameVersion_FRAME_VERSION)))
+
+// appendRecord appends r as one of a wirepb.Frame's records, so that a
+// frame is built record by record up to its size bound.
 func appendRecord(b []byte, r *record) []byte {
-	b = append(b, r.kind)
-	for _, s := range []string{r.pool.Namespace, r.pool.Name, r.addr} {
-		b = append(b, byte(len(s)))
-		b = append(b, s...)
-	}
+	m := wirepb.Record{Kind: wirepb.Record_Kind(r.kind), Namespace: r.pool.Namespace, Name: r.pool.Name, Address: r.addr}
 	switch r.kind {
 	case kindBlocks, kindForget:
-		b = binary.AppendUvarint(b, uint64(len(r.blocks)))
-		for _, h := range r.blocks {
-			b = binary.LittleEndian.AppendUint64(b, h)
-		}
+		m.Blocks = r.blocks
 	case kindInFlight:
-		b = binary.AppendUvarint(b, uint64(max(r.inFlight, 0)))
+		m.InFlight = uint32(min(max(r.inFlight, 0), MaxInFlightBound))
 	}
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(proto.Size(&m)))
+	b, _ = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, &m) // a Record always marshals
 	return b
 }
 
@@ -80,60 +76,33 @@ func validRecord(r *record) bool {
 		len(r.blocks) <= MaxBlocksPerRecord
 }
 
-var errTruncated = errors.New("truncated record")
-
-// decodeFrame calls fn for each record of frame, in order; it stops at the
-// first malformed record and returns why. The blocks fn gets alias a
-// buffer reused for the next record.
+// decodeFrame calls fn for each record of frame, in order, once the whole
+// frame has parsed; it stops at the first record beyond the wire's bounds
+// and returns why. The record fn gets is reused for the next.
 func decodeFrame(frame []byte, fn func(*record)) error {
-	if len(frame) == 0 {
-		return errors.New("empty frame")
+	var f wirepb.Frame
+	if err := proto.Unmarshal(frame, &f); err != nil {
+		return fmt.Errorf("malformed frame: %w", err)
 	}
-	if frame[0] != frameVersion {
-		return fmt.Errorf("frame version %d, want %d", frame[0], frameVersion)
+	if f.Version != uint32(wirepb.FrameVersion_FRAME_VERSION) {
+		return fmt.Errorf("frame version %d, want %d", f.Version, wirepb.FrameVersion_FRAME_VERSION)
 	}
-	b := frame[1:]
 	var r record
-	var blocks []uint64
-	for len(b) > 0 {
-		r.kind, b = b[0], b[1:]
-		if r.kind != kindBlocks && r.kind != kindInFlight && r.kind != kindForget {
-			return fmt.Errorf("unknown record kind %d", r.kind)
-		}
-		var fields [3]string
-		for i, limit := range []int{maxNameBytes, maxNameBytes, maxAddrBytes} {
-			if len(b) == 0 {
-				return errTruncated
-			}
-			n := int(b[0])
-			if n > limit || len(b) < 1+n {
-				return fmt.Errorf("field of %d bytes: %w", n, errTruncated)
-			}
-			fields[i], b = string(b[1:1+n]), b[1+n:]
-		}
-		r.pool = datastore.PoolKey{Namespace: fields[0], Name: fields[1]}
-		r.addr = fields[2]
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return errTruncated
-		}
-		b = b[n:]
+	for _, m := range f.Records {
+		r = record{kind: byte(m.Kind), pool: datastore.PoolKey{Namespace: m.Namespace, Name: m.Name}, addr: m.Address}
 		switch r.kind {
 		case kindBlocks, kindForget:
-			if v > MaxBlocksPerRecord {
-				return fmt.Errorf("%d blocks in a record, at most %d", v, MaxBlocksPerRecord)
-			}
-			if uint64(len(b)) < 8*v {
-				return errTruncated
-			}
-			blocks = blocks[:0]
-			for i := uint64(0); i < v; i++ {
-				blocks = append(blocks, binary.LittleEndian.Uint64(b[8*i:]))
-			}
-			b = b[8*v:]
-			r.blocks, r.inFlight = blocks, 0
+			r.blocks = m.Blocks
 		case kindInFlight:
-			r.blocks, r.inFlight = nil, int64(min(v, MaxInFlightBound))
+			r.inFlight = int64(min(m.InFlight, MaxInFlightBound))
+		default:
+			return fmt.Errorf("unknown record kind %d", m.Kind)
+		}
+		if len(r.blocks) > MaxBlocksPerRecord {
+			return fmt.Errorf("%d blocks in a record, at most %d", len(r.blocks), MaxBlocksPerRecord)
+		}
+		if !validRecord(&r) {
+			return fmt.Errorf("a record's names are longer than the API server allows (%d, %d and %d bytes)", len(m.Namespace), len(m.Name), len(m.Address))
 		}
 		fn(&r)
 	}

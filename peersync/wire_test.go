@@ -14,7 +14,8 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(encodeFrame(record{kind: kindBlocks, pool: poolKey, addr: "10.0.0.1:8000", blocks: []uint64{1, 2}},
 		record{kind: kindInFlight, pool: poolKey, addr: "10.0.0.1:8000", inFlight: 7},
 		record{kind: kindForget, pool: poolKey, addr: "10.0.0.1:8000", blocks: []uint64{3}}))
-	f.Add([]byte{frameVersion, kindInFlight, 2, 'n', 's', 4, 'p', 'o', 'o', 'l', 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Add(encodeFrame(record{kind: kindInFlight, pool: poolKey, addr: "10.0.0.1:8000", inFlight: 1 << 40}))
+	f.Add(encodeFrame(record{kind: kindBlocks, pool: poolKey, addr: "10.0.0.1:8000", blocks: make([]uint64, MaxBlocksPerRecord+1)}))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = decodeFrame(b, func(r *record) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -528,6 +529,13 @@ const (
 	minWatchTimeout = 5 * time.Minute
 )
 
+// newWatchBackoff paces a failing watch's retries: doubling from
+// watchRetryInitial up to watchRetryMax, up to a fifth longer at random so
+// that watches failing together drift apart.
+func newWatchBackoff() wait.Backoff {
+	return wait.Backoff{Duration: watchRetryInitial, Factor: 2, Jitter: 0.2, Cap: watchRetryMax, Steps: math.MaxInt32}
+}
+
 // run gets the pods, then watches from their resource version, re-watching
 // from the last version seen when a watch ends and starting afresh when that
 // version has expired, until ctx is cancelled. The pods come from a
@@ -540,7 +548,7 @@ func (w *podWatch) run(ctx context.Context) {
 	var (
 		pods    map[string]*endpointPod
 		rv      string
-		backoff = watchRetryInitial
+		backoff = newWatchBackoff()
 		// failingSince is when the sink was first told of the failure
 		// under way (zero: none); stale, that it was told the pods
 		// expired.
@@ -548,16 +556,16 @@ func (w *podWatch) run(ctx context.Context) {
 		stale        bool
 	)
 	retry := func(what string, err error) bool {
-		log.V(2).Info("pod "+what+" failed; retrying", "after", backoff, "err", err.Error())
+		after := backoff.Step()
+		log.V(2).Info("pod "+what+" failed; retrying", "after", after, "err", err.Error())
 		if !errors.Is(err, errWatchEnded) {
 			if failingSince.IsZero() {
 				failingSince = time.Now()
 			}
 			w.sink.failed(w, what, err)
 		}
-		t := time.NewTimer(wait.Jitter(backoff, 0.2))
+		t := time.NewTimer(after)
 		defer t.Stop()
-		backoff = min(2*backoff, watchRetryMax)
 		for {
 			var expiry <-chan time.Time
 			if !failingSince.IsZero() && !stale {
@@ -640,7 +648,7 @@ func (w *podWatch) run(ctx context.Context) {
 		events.stop()
 		switch {
 		case ok:
-			backoff = watchRetryInitial
+			backoff = newWatchBackoff()
 			w.sink.recovered(w)
 		case ctx.Err() == nil:
 			// Ended at once, or with an error: do not hammer the server.

@@ -25,9 +25,8 @@ const shutdownMargin = 10 * time.Second
 
 // derive sets the values one component's options take from another's, or
 // from a setting several components share, so that one setting never has
-// two knobs that could disagree. It is the one place where the command
-// writes a component's options from anything but its own flags, and it is
-// pure: no flag set, file or cluster. It returns the warnings to log.
+// two knobs that could disagree: the last step of complete, pure as it is.
+// It returns the warnings to log.
 func derive(o *options, in deriveInputs) (warnings []string) {
 	c := &o.controllers
 	// Serving is opt-in: a deployment given no rule of its own
@@ -61,5 +60,8 @@ func derive(o *options, in deriveInputs) (warnings []string) {
 	if o.peerSync.enabled && len(o.peerSync.peers) == 0 {
 		c.PeerPort = int32(o.peerSync.port)
 	}
+	// One share rule for every process-wide limit: flow control's queued
+	// bytes are shared as the streams and held bodies are.
+	o.flowControl.opts.FairShareReservePercent = o.extproc.FairShareReservePercent
 	return warnings
 }

@@ -34,12 +34,7 @@ type compatOptions struct {
 	healthChecking                   bool
 	emitEndpointScores               bool
 	enableGRPCStreamMetrics          bool
-	metricsClientCAFile              string
-	metricsCertDir                   string
 	allowExperimentalPlugins         bool
-	tracing                          bool // startTracing
-	enablePprof                      bool // metricsServer
-	metricsEndpointAuth              bool // metricsAuthFilter
 	grpcMaxRecvMsgSize               string
 	grpcMaxSendMsgSize               string
 }
@@ -61,20 +56,8 @@ func bindCompatFlags(fs *pflag.FlagSet, o *compatOptions) {
 		"Add to each decision's envoy.lb dynamic metadata the key x-gateway-destination-endpoint-scores: a struct of every endpoint the scheduler scored (ip:port) to its weighted total score, picked or not.")
 	fs.BoolVar(&o.enableGRPCStreamMetrics, "enable-grpc-stream-metrics", false,
 		"llm-d router's ext_proc stream metrics. No effect (poolpicker's request metrics are always on); accepted with a warning when true.")
-	fs.StringVar(&o.metricsClientCAFile, "metrics-client-ca-file", "",
-		"PEM file of CA certificates: clients of the metrics port must present a certificate signed by one of them (mutual TLS). Needs --metrics-cert-dir.")
-	fs.StringVar(&o.metricsCertDir, "metrics-cert-dir", "",
-		"Directory holding tls.crt and tls.key: the metrics port serves HTTPS with them (reloaded when they change), with --tls-min-version and --tls-cipher-suites. Needs --metrics-endpoint-auth or --metrics-client-ca-file. Empty: plain HTTP.")
 	fs.BoolVar(&o.allowExperimentalPlugins, "allow-experimental-plugins", false,
 		"llm-d router's switch for alpha plugins. No effect: every plugin poolpicker has is available; accepted with a warning when true.")
-	fs.BoolVar(&o.tracing, "tracing", true,
-		"Export an OpenTelemetry span per request, configured by the standard OTEL_* environment: OTEL_TRACES_EXPORTER (otlp, console, none; unset: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set, else nothing is exported), OTEL_EXPORTER_OTLP_ENDPOINT (gRPC), OTEL_SERVICE_NAME (default poolpicker), OTEL_TRACES_SAMPLER and _ARG (default parentbased_traceidratio, 0.1).")
-	// Off by default, unlike upstream's: profiles show every tenant's
-	// requests in flight, and a profile costs the shared process CPU.
-	fs.BoolVar(&o.enablePprof, "enable-pprof", false,
-		"Serve Go's pprof profiles under /debug/pprof/ on the metrics port, behind the same authentication as /metrics (--metrics-endpoint-auth; authorized as get on the profile's path). Off by default (upstream's default is on).")
-	fs.BoolVar(&o.metricsEndpointAuth, "metrics-endpoint-auth", true,
-		"Require on the metrics port a bearer token (checked with a TokenReview) whose user may get the path (/metrics: a SubjectAccessReview on that non-resource URL); no token 401, no permission 403. Needs create on tokenreviews and subjectaccessreviews. False: metrics are served to anyone who reaches the port.")
 	fs.StringVar(&o.grpcMaxRecvMsgSize, "grpc-max-recv-msg-size", "",
 		"Largest gRPC message the ext_proc server takes (e.g. 20MiB, 25MB, 1048576). A BUFFERED gateway sends a whole request body in one message. Empty: --max-request-body-bytes plus 64 KiB.")
 	fs.StringVar(&o.grpcMaxSendMsgSize, "grpc-max-send-msg-size", "",

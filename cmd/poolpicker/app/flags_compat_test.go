@@ -20,7 +20,7 @@ func TestCompatFlags(t *testing.T) {
 		check     func(t *testing.T, o *options)
 	}{
 		{name: "defaults", check: func(t *testing.T, o *options) {
-			if o.compat.poolGroup != "inference.networking.k8s.io" || !o.compat.tracing || o.compat.enablePprof || !o.compat.metricsEndpointAuth ||
+			if o.compat.poolGroup != "inference.networking.k8s.io" || !o.observability.tracing || o.observability.enablePprof || !o.observability.metricsEndpointAuth ||
 				o.logging.verbosity != 2 || o.extproc.HealthOnGRPCPort {
 				t.Errorf("defaults %+v %+v", o.compat, o.logging)
 			}

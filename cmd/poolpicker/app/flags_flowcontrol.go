@@ -21,8 +21,6 @@ import (
 type flowControlOptions struct {
 	enabled bool
 	opts    flowcontrol.Options
-	// given reports whether a flag was given on the command line.
-	given func(name string) bool
 }
 
 // Flow-control flag names, also the culprits of their errors.
@@ -40,7 +38,6 @@ const (
 // bindFlowControlFlags binds the flow-control flags to o; --help shows the
 // controller's defaults.
 func bindFlowControlFlags(fs *pflag.FlagSet, o *flowControlOptions) {
-	o.given = fs.Changed
 	fs.BoolVar(&o.enabled, flagFlowControl, false,
 		"Queue requests in the picker while their pool is saturated (see --saturation-queue-depth-threshold), in bands by objective priority, fairly between the flows of a band, instead of forwarding them into the model servers' queues. Also set by the config's flowControl.enabled.")
 	fs.DurationVar(&o.opts.QueueTTL, flagFlowControlQueueTTL, flowcontrol.DefaultQueueTTL,
@@ -61,11 +58,11 @@ func bindFlowControlFlags(fs *pflag.FlagSet, o *flowControlOptions) {
 
 // applyFlowControlConfig takes the config's flowControl section for every
 // flag not given on the command line.
-func applyFlowControlConfig(o *flowControlOptions, c *scheduling.FlowControlConfig) {
+func applyFlowControlConfig(o *flowControlOptions, c *scheduling.FlowControlConfig, given func(flag string) bool) {
 	if c == nil {
 		return
 	}
-	unset := func(name string) bool { return o.given == nil || !o.given(name) }
+	unset := func(name string) bool { return !given(name) }
 	if c.Enabled != nil && unset(flagFlowControl) {
 		o.enabled = *c.Enabled
 	}
@@ -92,23 +89,32 @@ func applyFlowControlConfig(o *flowControlOptions, c *scheduling.FlowControlConf
 
 // newFlowController checks the flow-control options and builds the
 // controller over sched's saturation detector; nil when flow control is off.
+// validateFlowControl checks the flow-control values, from the flags or
+// the config, when flow control is on.
+func validateFlowControl(o *flowControlOptions) error {
+	if !o.enabled {
+		return nil
+	}
+	switch {
+	case o.opts.QueueTTL <= 0:
+		return fmt.Errorf("--%s %v: must be positive", flagFlowControlQueueTTL, o.opts.QueueTTL)
+	case o.opts.NoEndpointTTL < 0:
+		return fmt.Errorf("--%s %v: must not be negative", flagFlowControlNoEndpointTTL, o.opts.NoEndpointTTL)
+	case o.opts.MaxBandRequests < 1:
+		return fmt.Errorf("--%s %d: must be at least 1", flagFlowControlBandRequests, o.opts.MaxBandRequests)
+	case o.opts.MaxBandBytes < 1:
+		return fmt.Errorf("--%s %d: must be at least 1", flagFlowControlBandBytes, o.opts.MaxBandBytes)
+	case o.opts.MaxQueuedBytes < 1:
+		return fmt.Errorf("--%s %d: must be at least 1", flagFlowControlQueuedBytes, o.opts.MaxQueuedBytes)
+	}
+	return nil
+}
+
 func newFlowController(o *flowControlOptions, sched *scheduling.Scheduler, metrics prometheus.Registerer, log logr.Logger, waiting, drained func(*datastore.Pool)) (*flowcontrol.Controller, error) {
 	if !o.enabled {
 		return nil, nil
 	}
 	fo := o.opts
-	switch {
-	case fo.QueueTTL <= 0:
-		return nil, fmt.Errorf("--%s %v: must be positive", flagFlowControlQueueTTL, fo.QueueTTL)
-	case fo.NoEndpointTTL < 0:
-		return nil, fmt.Errorf("--%s %v: must not be negative", flagFlowControlNoEndpointTTL, fo.NoEndpointTTL)
-	case fo.MaxBandRequests < 1:
-		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlBandRequests, fo.MaxBandRequests)
-	case fo.MaxBandBytes < 1:
-		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlBandBytes, fo.MaxBandBytes)
-	case fo.MaxQueuedBytes < 1:
-		return nil, fmt.Errorf("--%s %d: must be at least 1", flagFlowControlQueuedBytes, fo.MaxQueuedBytes)
-	}
 	fo.EndpointSaturated, fo.EndpointStartsAtOnce = sched.EndpointSaturated, sched.EndpointStartsAtOnce
 	fo.Registerer, fo.Logger = metrics, log
 	fo.Waiting, fo.Drained = waiting, drained

@@ -57,10 +57,10 @@ func completeTLS(o *options) error {
 	if o.extproc.Insecure && o.extproc.ClientCAFile != "" {
 		return errors.New("--client-ca-file needs --secure-serving (it is false): client certificates are a part of TLS")
 	}
-	if o.compat.metricsClientCAFile != "" && o.compat.metricsCertDir == "" {
+	if o.observability.metricsClientCAFile != "" && o.observability.metricsCertDir == "" {
 		return errors.New("--metrics-client-ca-file needs --metrics-cert-dir: client certificates are a part of TLS")
 	}
-	if o.compat.metricsCertDir != "" && o.compat.metricsClientCAFile == "" && !o.compat.metricsEndpointAuth {
+	if o.observability.metricsCertDir != "" && o.observability.metricsClientCAFile == "" && !o.observability.metricsEndpointAuth {
 		return errors.New("--metrics-cert-dir with --metrics-endpoint-auth=false serves metrics over TLS to anyone: set --metrics-client-ca-file or leave --metrics-endpoint-auth on")
 	}
 	return nil
@@ -68,10 +68,10 @@ func completeTLS(o *options) error {
 
 // metricsTLSFrom is the metrics port's TLS the flags ask for; nil: plain HTTP.
 func metricsTLSFrom(o *options) *metricsTLS {
-	if o.compat.metricsCertDir == "" {
+	if o.observability.metricsCertDir == "" {
 		return nil
 	}
-	return &metricsTLS{certDir: o.compat.metricsCertDir, clientCAFile: o.compat.metricsClientCAFile,
+	return &metricsTLS{certDir: o.observability.metricsCertDir, clientCAFile: o.observability.metricsClientCAFile,
 		minVersion: o.extproc.TLSMinVersion, cipherSuites: o.extproc.TLSCipherSuites}
 }
 

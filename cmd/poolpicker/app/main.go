@@ -15,13 +15,13 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -60,26 +60,27 @@ var defaultProcs = runtime.GOMAXPROCS(0)
 
 // options is everything the flags set.
 type options struct {
-	kubeconfig   string
-	printVersion bool
-	kubeAPIQPS   float32
-	kubeAPIBurst int
-	metricsPort  int
-	metricNames  metricNames
-	controllers  controllers.Options
-	extproc      extproc.Options
-	scrape       scrape.Options
-	scheduling   scheduling.Options
-	flowControl  flowControlOptions
-	peerSync     peerSyncOptions
-	ha           haOptions
-	logging      loggingOptions
-	compat       compatOptions
+	kubeconfig    string
+	printVersion  bool
+	kubeAPIQPS    float32
+	kubeAPIBurst  int
+	metricsPort   int
+	metricNames   metricNames
+	controllers   controllers.Options
+	extproc       extproc.Options
+	scrape        scrape.Options
+	scheduling    scheduling.Options
+	flowControl   flowControlOptions
+	peerSync      peerSyncOptions
+	ha            haOptions
+	logging       loggingOptions
+	observability observabilityOptions
+	compat        compatOptions
 }
 
 // flagGroups are the sections of --help, in order: one per component that
 // owns the options its flags set, as kube-scheduler's --help reads.
-var flagGroups = []string{"general", "pools and pod watches", "request path (ext_proc)", "TLS", "model-server metrics", "scheduling", "flow control", "high availability", "peer sync", "logging", "upstream compatibility and observability"}
+var flagGroups = []string{"general", "pools and pod watches", "request path (ext_proc)", "TLS", "model-server metrics", "scheduling", "flow control", "high availability", "peer sync", "logging", "observability", "upstream compatibility"}
 
 func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	var groups cliflag.NamedFlagSets
@@ -103,7 +104,8 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	bindHAFlags(groups.FlagSet("high availability"), &o.controllers, &o.ha)
 	bindPeerSyncFlags(groups.FlagSet("peer sync"), &o.peerSync)
 	bindLoggingFlags(groups.FlagSet("logging"), &o.logging)
-	bindCompatFlags(groups.FlagSet("upstream compatibility and observability"), &o.compat)
+	bindObservabilityFlags(groups.FlagSet("observability"), &o.observability)
+	bindCompatFlags(groups.FlagSet("upstream compatibility"), &o.compat)
 
 	fs := pflag.NewFlagSet("poolpicker", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -143,14 +145,14 @@ func run(ctx context.Context, args []string, stderr io.Writer, plugins *framewor
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("unexpected arguments %q: poolpicker takes flags only", fs.Args()))
 	}
-	if err := completeCompat(&o, os.Getenv); err != nil {
-		return usageError(err)
-	}
 	schedCfg, err := o.scheduling.LoadConfig()
 	if err != nil {
 		return usageError(fmt.Errorf("scheduler: %w", err))
 	}
-	deriveWarnings := derive(&o, deriveInputs{poolSelectorSet: fs.Changed("pool-selector"), conformancePlugins: schedCfg.UsesConformanceTestPlugins()})
+	completeWarnings, err := complete(&o, completeInputs{getenv: os.Getenv, given: fs.Changed, config: schedCfg})
+	if err != nil {
+		return usageError(err)
+	}
 	if err := validate(&o); err != nil {
 		return usageError(err)
 	}
@@ -159,7 +161,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, plugins *framewor
 	defer klog.Flush()
 	ctrl.SetLogger(log)
 	logCompatWarnings(log, fs)
-	for _, w := range deriveWarnings {
+	for _, w := range completeWarnings {
 		log.Info("WARNING: "+w, "warning", true)
 	}
 	stopTracing, err := startTracing(ctx, &o, log)
@@ -227,6 +229,9 @@ func validate(o *options) error {
 	if err := validatePeerSync(o); err != nil {
 		return err
 	}
+	if err := validateFlowControl(&o.flowControl); err != nil {
+		return err
+	}
 	if o.kubeAPIQPS <= 0 || o.kubeAPIBurst < 1 {
 		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d must be positive", o.kubeAPIQPS, o.kubeAPIBurst)
 	}
@@ -289,8 +294,6 @@ func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, er
 	if sched, err = scheduling.New(cfg, o.scheduling); err != nil {
 		return nil, fmt.Errorf("scheduler: %w", err)
 	}
-	applyFlowControlConfig(&o.flowControl, cfg.FlowControl)
-	o.flowControl.opts.FairShareReservePercent = o.extproc.FairShareReservePercent // one share rule for every limit
 	fc, err := newFlowController(&o.flowControl, sched, metrics, log.WithName("flowcontrol"), cs.poolWaiting, cs.poolDrained)
 	if err != nil {
 		return nil, fmt.Errorf("flow control: %w", err)
@@ -342,10 +345,10 @@ func (cs *components) metricsServer(cfg *rest.Config, o *options, log logr.Logge
 	// controller-runtime's own metrics (reconciles, work queues, client
 	// requests) live in its global registry; serve both on one endpoint.
 	gatherers := renamingGatherer{g: prometheus.Gatherers{cs.metrics, crmetrics.Registry}, names: o.metricNames}
-	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.compat.enablePprof, log: log,
+	ms := &metricsServer{addr: net.JoinHostPort(o.ha.bindAddress, strconv.Itoa(o.metricsPort)), gatherer: gatherers, pprof: o.observability.enablePprof, log: log,
 		debug: debugview.Handler(debugview.Options{Registry: cs.reg, Decisions: cs.sched.RecentDecisions})}
 	ms.tls = metricsTLSFrom(o)
-	if o.compat.metricsEndpointAuth {
+	if o.observability.metricsEndpointAuth {
 		var err error
 		if ms.filter, err = metricsAuthFilter(cfg); err != nil {
 			return nil, err
@@ -394,27 +397,22 @@ func (cs *components) serve(ctx context.Context, cfg *rest.Config, o *options, m
 	}
 	grace.Stop()
 
-	errs := make(chan error, 4)
-	var serving sync.WaitGroup
+	// The data plane: its parts start together; the first to fail stops
+	// the others, and a start-up still waiting for the API server.
+	var data errgroup.Group
 	runnables := []manager.Runnable{cs.scraper, cs.server, ms}
 	if cs.peers != nil {
 		runnables = append(runnables, cs.peers)
 	}
 	for _, r := range runnables {
-		serving.Add(1)
-		go func() {
-			defer serving.Done()
-			if err := r.Start(servingCtx); err != nil {
-				errs <- err
+		data.Go(func() error {
+			err := r.Start(servingCtx)
+			if err != nil {
 				stopServing()
 			}
-		}()
+			return err
+		})
 	}
-	served := make(chan struct{})
-	go func() {
-		serving.Wait()
-		close(served)
-	}()
 
 	if conn == nil {
 		r := <-connected
@@ -422,26 +420,22 @@ func (cs *components) serve(ctx context.Context, cfg *rest.Config, o *options, m
 	}
 	if conn.err != nil || conn.c == nil {
 		stopServing()
-		<-served
-		return errors.Join(conn.err, firstError(errs))
+		return errors.Join(conn.err, data.Wait())
 	}
 	cs.connected.Store(true)
-	ctrlDone := make(chan error, 1)
-	go func() { ctrlDone <- conn.c.Start(controllersCtx) }()
-	var ctrlErr error
-	ctrlEnded := false
-	select {
-	case <-servingCtx.Done():
-	case ctrlErr = <-ctrlDone:
-		ctrlEnded = true
-		stopServing()
-	}
-	<-served
+	// The controllers: once they end, for whatever reason, so does the
+	// data plane, whose pools they no longer keep fresh.
+	var ctrl errgroup.Group
+	ctrl.Go(func() error {
+		defer stopServing()
+		return conn.c.Start(controllersCtx)
+	})
+	// Stop in order: the data plane drains while the controllers keep its
+	// pools fresh, then the controllers stop.
+	<-servingCtx.Done()
+	dataErr := data.Wait()
 	stopControllers()
-	if !ctrlEnded {
-		ctrlErr = <-ctrlDone
-	}
-	return errors.Join(firstError(errs), ctrlErr)
+	return errors.Join(dataErr, ctrl.Wait())
 }
 
 // peerAddresses are the replicas the controllers found for peer sync
@@ -451,16 +445,6 @@ func (cs *components) peerAddresses() []string {
 		return p.Peers.Addresses()
 	}
 	return nil
-}
-
-// firstError is the error in errs, if any, without waiting.
-func firstError(errs <-chan error) error {
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
 }
 
 // poolWaiting records on the pool that requests wait for its first ready

@@ -45,7 +45,7 @@ func (cs *components) connect(ctx context.Context, cfg *rest.Config, o *options,
 	backoff := connectBackoff
 	since := time.Now()
 	for attempt := 1; ; attempt++ {
-		err := checkPermissions(ctx, cfg, &o.controllers, o.compat.metricsEndpointAuth)
+		err := checkPermissions(ctx, cfg, &o.controllers, o.observability.metricsEndpointAuth)
 		var c *controllerProcess
 		if err == nil {
 			c, err = cs.newControllers(cfg, o, log)

@@ -21,7 +21,7 @@ const tracingShutdownTimeout = 5 * time.Second
 // OTEL_* environment names an exporter, and gives the ext_proc server its
 // tracer. The returned stop flushes buffered spans; it is never nil.
 func startTracing(ctx context.Context, o *options, log logr.Logger) (stop func(), err error) {
-	if !o.compat.tracing {
+	if !o.observability.tracing {
 		return func() {}, nil
 	}
 	p, warnings, err := tracing.New(ctx, tracing.Config{Version: version.Get().Version})
