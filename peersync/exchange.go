@@ -114,6 +114,8 @@ func (x *Exchange) ForgetBlocks(pool framework.Pool, e framework.Endpoint, block
 	x.queueBlocks(kindForget, pool, e, blocks)
 }
 
+var _ datastore.LoadObserver = (*Exchange)(nil)
+
 // InFlightChanged tells the exchange that this replica's count of
 // requests in flight on e (of pool) changed: the count as it is when the
 // records are sent goes to the peers, so changes in between coalesce.
