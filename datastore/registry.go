@@ -154,6 +154,9 @@ type Registry struct {
 	// notifications, which run under a pool's lock, never take mu: Upsert
 	// holds mu while a target-port change rebuilds a pool's endpoints.
 	observers atomic.Pointer[[]Observer]
+	// loadObservers hear of every lease's change (AddLoadObserver), copy
+	// on write as observers.
+	loadObservers atomic.Pointer[[]LoadObserver]
 	// byAddress maps an endpoint address to the pools holding it
 	// (value: []*Pool, replaced whole), for resolving subset hints.
 	byAddress sync.Map

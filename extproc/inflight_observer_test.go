@@ -24,13 +24,14 @@ func (l *inFlightLog) InFlightChanged(pool *datastore.Pool, e *datastore.Endpoin
 	l.calls = append(l.calls, pool.Key.Name+" "+e.Address+" "+string(rune('0'+e.OwnInFlight())))
 }
 
-// TestInFlightObserver: Options.InFlight hears of the request's count
-// going up on its pick and down when its response ends, with the count
-// already changed.
+// TestInFlightObserver: the registry's load observers hear of the
+// request's count going up on its pick and down when its response ends,
+// with the count already changed.
 func TestInFlightObserver(t *testing.T) {
 	f := newPools(t, 1, 2)
 	log := &inFlightLog{}
-	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true, InFlight: log})
+	f.reg.AddLoadObserver(log)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true})
 	g := ts.open(t, authorityOf(0), nil)
 	g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
 	g.send(reqBody(completionBody("m", 10), true))

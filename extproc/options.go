@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/poolpicker/poolpicker/flowcontrol"
-	"github.com/poolpicker/poolpicker/requestcontrol"
 )
 
 // Defaults of Options.
@@ -202,11 +201,6 @@ type Options struct {
 	// releases it by priority band and flow. Nil: no flow control; a
 	// saturated pool sheds sheddable requests only.
 	FlowControl *flowcontrol.Controller
-	// InFlight, when set, hears each time a request's count on an endpoint
-	// changes (picked, moved to the endpoint that served it, finished):
-	// peer sync sends this replica's counts to its peers. Called on the
-	// stream's goroutine; it must not block.
-	InFlight InFlightObserver
 	// Tracer starts one span per request (see tracing.go). Nil: no spans,
 	// and the pick path does no tracing work at all.
 	Tracer trace.Tracer
@@ -262,7 +256,3 @@ func (o *Options) setDefaults() {
 		o.Logger = logr.Discard()
 	}
 }
-
-// InFlightObserver hears of changes of this replica's requests in flight
-// on an endpoint (Options.InFlight).
-type InFlightObserver = requestcontrol.InFlightObserver

@@ -93,7 +93,7 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 	// Series of pools and endpoints that go are deleted with them.
 	reg.AddObserver(m)
 	reg.AddObserver(l)
-	rc, err := requestcontrol.New(sched, requestcontrol.Options{FlowControl: opts.FlowControl, InFlight: opts.InFlight})
+	rc, err := requestcontrol.New(sched, requestcontrol.Options{FlowControl: opts.FlowControl})
 	if err != nil {
 		return nil, err
 	}

@@ -150,7 +150,7 @@ func (b *band) push(w *waiter) {
 	b.series.bytes.Add(float64(w.req.Bytes))
 	if len(w.req.Endpoints) > 0 {
 		// The scheduler weighs it as load on the endpoint it waits for.
-		w.req.Endpoints[0].AddHeld(w.req.Priority, 1)
+		w.hold = w.req.Endpoints[0].Hold(w.req.Priority)
 	}
 }
 
@@ -263,9 +263,7 @@ func (b *band) taken(w *waiter) {
 	b.bytes -= w.req.Bytes
 	b.series.size.Dec()
 	b.series.bytes.Sub(float64(w.req.Bytes))
-	if len(w.req.Endpoints) > 0 {
-		w.req.Endpoints[0].AddHeld(w.req.Priority, -1)
-	}
+	w.hold.Release()
 }
 
 // drop forgets the flow at ring index i, now empty.

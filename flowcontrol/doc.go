@@ -21,7 +21,7 @@
 // once that endpoint has a free slot, so that the model servers' own
 // first-come queues stay short and a request of a high band does not wait
 // in them behind one of a low band. While it waits it counts as held load
-// on that endpoint (datastore.Endpoint.AddHeld), which the scheduler's
+// on that endpoint (a datastore.Hold), which the scheduler's
 // load scorers weigh for requests of its priority and below. An idle
 // endpoint (fewer than Options.StealBelow requests in flight) takes a
 // request waiting for a busy one, and so does any endpoint with a
@@ -59,8 +59,8 @@
 // queue's one mutex, so a release decision sees every policy's state at once.
 //
 // Lock order: a pool queue's mutex is the only lock of the package, and an
-// endpoint's held count (datastore.Endpoint.AddHeld, a lock that takes
-// nothing else) is adjusted under it; the process-wide byte count is an
+// endpoint's held count (datastore.Hold, a lock that takes nothing
+// else) is adjusted under it; the process-wide byte count is an
 // atomic. The saturation detector and Options.Waiting are
 // called with the queue's mutex held and must not call back into the
 // Controller.

@@ -42,7 +42,7 @@ type Options struct {
 	EndpointStartsAtOnce func(e *datastore.Endpoint) bool
 	// PerEndpoint has a request scheduled before it waits, and wait for the
 	// endpoint picked for it (Request.Endpoints), counted as load there
-	// (datastore.Endpoint.AddHeld) for the requests scheduled meanwhile.
+	// (datastore.Hold) for the requests scheduled meanwhile.
 	// False: a request waits until any endpoint of its pool has a free
 	// slot, and is scheduled then (Request.Endpoints empty).
 	PerEndpoint bool

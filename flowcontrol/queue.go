@@ -76,6 +76,9 @@ type waiter struct {
 	// skipped counts the releases that passed it over for a warm request
 	// (affinity order).
 	skipped int
+	// hold counts it as load on its preferred endpoint while it waits
+	// (nil: it prefers none).
+	hold *datastore.Hold
 }
 
 // admit returns at once when nobody waits and an endpoint may take req

@@ -28,24 +28,13 @@ type Scheduler interface {
 	ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
 }
 
-// InFlightObserver hears of changes of this replica's requests in flight
-// on an endpoint (Options.InFlight).
-type InFlightObserver interface {
-	InFlightChanged(pool *datastore.Pool, e *datastore.Endpoint)
-}
-
-// Options configure a Controller. The zero value is no flow control and no
-// observer.
+// Options configure a Controller. The zero value is no flow control.
 type Options struct {
 	// FlowControl, when set, holds each request in its pool's queue while
 	// the pool is saturated (or, with a waiting room, has no endpoint) and
 	// releases it by priority band and flow. Nil: no flow control; a
 	// saturated pool sheds sheddable requests only.
 	FlowControl *flowcontrol.Controller
-	// InFlight, when set, hears each time a request's count on an endpoint
-	// changes (committed, moved to the endpoint that served it, finished).
-	// Called on the stream's goroutine; it must not block.
-	InFlight InFlightObserver
 }
 
 // Controller runs the life of every request of one ext_proc server.

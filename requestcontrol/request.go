@@ -51,7 +51,8 @@ type Request struct {
 	res      *scheduling.Result  // the scheduler's answer, taught on Sent
 	learn    bool                // res is to be committed on Sent
 	ticket   *flowcontrol.Ticket // flow control's hold, told of the pick and the end
-	counted  *datastore.Endpoint // endpoint holding this request's in-flight count
+	lease    *datastore.Lease    // the request's in-flight count, from Commit to Finish
+	counted  *datastore.Endpoint // the endpoint it is (or was last) counted on
 	finished bool
 }
 
@@ -170,7 +171,7 @@ func (r *Request) Pick(ctx context.Context, w Waiter) (d Decision, err error) {
 // down once.
 func (r *Request) Commit() {
 	r.counted = r.res.Endpoints[0]
-	r.addInFlight(r.counted, 1)
+	r.lease = r.Pool.Acquire(r.counted)
 	r.ticket.Picked()
 }
 
@@ -191,8 +192,7 @@ func (r *Request) Served(address string) {
 		return
 	}
 	if e, ok := r.Pool.Endpoints().Get(address); ok {
-		r.addInFlight(e, 1)
-		r.addInFlight(r.counted, -1)
+		r.lease.Move(e)
 		r.counted = e
 	}
 }
@@ -210,9 +210,7 @@ func (r *Request) Finish() {
 		return
 	}
 	r.finished = true
-	if r.counted != nil {
-		r.addInFlight(r.counted, -1)
-	}
+	r.lease.Release()
 	r.ticket.Done()
 }
 
@@ -221,14 +219,5 @@ func (r *Request) Finish() {
 func (r *Request) ObserveCachedTokens(cached, prompt int) {
 	if r.counted != nil {
 		r.res.ObserveCachedTokens(cached, prompt)
-	}
-}
-
-// addInFlight counts the request on e (delta +1) or no longer (-1), and
-// tells Options.InFlight.
-func (r *Request) addInFlight(e *datastore.Endpoint, delta int64) {
-	e.AddInFlight(delta)
-	if o := r.c.opts.InFlight; o != nil {
-		o.InFlightChanged(r.Pool, e)
 	}
 }

@@ -16,10 +16,15 @@ import (
 	"github.com/poolpicker/poolpicker/scheduling"
 )
 
-// pool is a served, synced pool of n pods in a fresh registry.
-func pool(t *testing.T, n int) *datastore.Pool {
+// pool is a served, synced pool of n pods in a fresh registry whose load
+// observers are observers.
+func pool(t *testing.T, n int, observers ...datastore.LoadObserver) *datastore.Pool {
 	t.Helper()
-	p := datastore.NewRegistry().Upsert(types.NamespacedName{Namespace: "ns", Name: "pool"}, &datastore.PoolSpec{
+	reg := datastore.NewRegistry()
+	for _, o := range observers {
+		reg.AddLoadObserver(o)
+	}
+	p := reg.Upsert(types.NamespacedName{Namespace: "ns", Name: "pool"}, &datastore.PoolSpec{
 		Selector: map[string]string{"app": "pool"}, TargetPorts: []int32{8000}, PickerService: "epp", PickerPort: 9002,
 	})
 	var srcs []datastore.EndpointSource
@@ -32,7 +37,7 @@ func pool(t *testing.T, n int) *datastore.Pool {
 	return p
 }
 
-// counts records every in-flight change the controller reports.
+// counts records every in-flight change the ledger reports.
 type counts map[string]int64
 
 func (c counts) InFlightChanged(_ *datastore.Pool, e *datastore.Endpoint) {
@@ -71,8 +76,9 @@ func TestRequestLife(t *testing.T) {
 		{name: "served by an address not in the pool", served: "127.9.9.9:8000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, seen := pool(t, 2), counts{}
-			c := controller(t, Options{InFlight: seen})
+			seen := counts{}
+			p := pool(t, 2, seen)
+			c := controller(t, Options{})
 			r := c.Request()
 			r.Pool, r.ID, r.ModelRewrite = p, "req-1", "rewritten"
 			r.SetBody("asked", []byte("a prompt"))

@@ -170,6 +170,7 @@ func newPeerSync(o *options, reg *datastore.Registry, sched **scheduling.Schedul
 	if err != nil {
 		return nil, fmt.Errorf("peer sync: %w", err)
 	}
-	o.scheduling.Peers, o.extproc.InFlight = x, x
+	o.scheduling.Peers = x
+	reg.AddLoadObserver(x)
 	return x, nil
 }
