@@ -305,7 +305,7 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 	}
 	eo := extproc.Options{Insecure: true, GRPCListener: lis, HealthListener: hlis, FlowControl: fc}
 	if exchange != nil {
-		eo.InFlight = exchange
+		reg.AddLoadObserver(exchange)
 		xctx, xcancel := context.WithCancel(ctx)
 		synced := make(chan struct{})
 		go func() { _ = exchange.Start(xctx); close(synced) }()
