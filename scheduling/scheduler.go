@@ -17,6 +17,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 )
 
 // Defaults of Options.
@@ -321,8 +322,8 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 
 	cy := s.states.Get().(*cycle)
 	cs := &cy.CycleState
-	cs.Begin(pool, framework.Saturation{QueueDepth: s.opts.QueueDepthThreshold, KVCacheUtil: s.opts.KVCacheUtilThreshold}, s.opts.Rand)
-	cy.candidates, cy.picked = cy.candidates[:0], cy.picked[:0]
+	cs.Begin(dsview.Pool(pool), framework.Saturation{QueueDepth: s.opts.QueueDepthThreshold, KVCacheUtil: s.opts.KVCacheUtilThreshold}, s.opts.Rand)
+	cy.candidates, cy.picked, cy.statuses = cy.candidates[:0], cy.picked[:0], cy.statuses[:0]
 	committing := false
 	defer func() {
 		if !committing {
@@ -337,13 +338,13 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	now := time.Now()
 	saturated := 0
 	load := 0.0
-	cs.Endpoints = framework.EndpointSetOf(eps)
+	cs.Endpoints = dsview.EndpointSet(eps)
 	for i, e := range eps.Endpoints {
 		m := e.Metrics()
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
 		}
-		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(m), Index: i, Held: e.HeldAtOrAbove(cs.Priority)})
+		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: dsview.Endpoint(e), Metrics: dsview.Metrics(m), Index: i, Held: e.HeldAtOrAbove(cs.Priority)})
 		c := &cy.candidates[len(cy.candidates)-1]
 		if !c.Known() || cs.Saturated(c) {
 			saturated++
@@ -362,20 +363,35 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	}
 
 	prof := s.profileFor(pool)
+	record := s.opts.DecisionsPerPool > 0
 	cands := cy.candidates
 	for i, f := range prof.filters {
 		start := prof.timers.start()
-		cands = f.Filter(ctx, cs, req, cands)
+		before := len(cands)
+		var st *framework.Status
+		cands, st = f.Filter(ctx, cs, req, cands)
 		prof.timers.observe(prof.timers.filters, i, start)
-		if len(cands) == 0 {
-			return nil, NewNoEndpointsError("pool %s: filter %q left no endpoint (of %d) for the request", pool.Key, f.TypedName().Name, len(eps.Endpoints))
+		if !st.IsSuccess() {
+			cy.statuses = append(cy.statuses, pluginStatus{plugin: f.TypedName(), point: FilterExtensionPoint, status: st, dropped: before - len(cands)})
+		}
+		var err *Error
+		switch {
+		case st.Code() == framework.Failed:
+			err = NewNoEndpointsError("pool %s: filter %q failed: %s", pool.Key, f.TypedName().Name, st.Message())
+		case len(cands) == 0:
+			err = NewNoEndpointsError("pool %s: filter %q left no endpoint (of %d) for the request%s", pool.Key, f.TypedName().Name, len(eps.Endpoints), reasonsOf(st))
+		}
+		if err != nil {
+			if record {
+				s.decisionRing(pool).record(now, req, cs.TargetModel, prof, nil, nil, nil, nil, cy.statuses, err.Message)
+			}
+			return nil, err
 		}
 	}
 	known := partitionKnown(cands)
 
 	totals := grow(&cy.totals, len(cands))
 	scores := grow(&cy.scores, len(cands))
-	record := s.opts.DecisionsPerPool > 0
 	var perScorer []float64
 	if record {
 		perScorer = grow(&cy.perScorer, len(prof.scorers)*len(cands))
@@ -384,8 +400,13 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	for i, ws := range prof.scorers {
 		clear(scores)
 		start := prof.timers.start()
-		ws.Score(ctx, cs, req, cands, scores)
+		st := ws.Score(ctx, cs, req, cands, scores)
 		prof.timers.observe(prof.timers.scorers, i, start)
+		if !st.IsSuccess() {
+			// A scorer that could not score ranks no one.
+			cy.statuses = append(cy.statuses, pluginStatus{plugin: ws.TypedName(), point: ScorerExtensionPoint, status: st})
+			clear(scores)
+		}
 		for j, v := range scores {
 			v = clamp01(v)
 			totals[j] += ws.weight * v
@@ -434,6 +455,12 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	res.TargetModel, res.ModelRewrite = cs.TargetModel, cy.modelRewrite
 	res.Profile = prof.name
 	res.Priority = cs.Priority
+	if len(cy.statuses) > 0 {
+		res.Statuses = make([]PluginStatus, len(cy.statuses))
+		for i := range cy.statuses {
+			res.Statuses[i] = cy.statuses[i].export()
+		}
+	}
 	if req.Scores {
 		res.Scores = make(map[string]float64, len(cands))
 		for i := range cands {
@@ -445,7 +472,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		if record {
 			// Recorded at commit, once the decision is on its way: the
 			// cycle's buffers stay the scheduler's until then.
-			cy.decision = pendingDecision{pool: pool, at: now, prof: prof, cands: cands, totals: totals, perScorer: perScorer, picked: picked}
+			cy.decision = pendingDecision{pool: pool, at: now, prof: prof, cands: cands, totals: totals, perScorer: perScorer, picked: picked, statuses: cy.statuses}
 		}
 		res.pending = &box.commit
 		committing = true
@@ -471,6 +498,9 @@ type cycle struct {
 	// for the decision record.
 	perScorer []float64
 	picked    []int
+	// statuses are what the filters and scorers said when it was not a
+	// plain success, in the order they ran.
+	statuses []pluginStatus
 	// decision is the pick the commit records.
 	decision pendingDecision
 	// seen is the result as the post-pick plugins see it (views), built
@@ -483,6 +513,7 @@ func (s *Scheduler) recycle(cy *cycle) {
 	cy.modelRewrite = ""
 	cy.decision = pendingDecision{}
 	clear(cy.candidates[:cap(cy.candidates)])
+	clear(cy.statuses[:cap(cy.statuses)])
 	clear(cy.seen.Endpoints[:cap(cy.seen.Endpoints)])
 	cy.seen = framework.Result{Endpoints: cy.seen.Endpoints[:0]}
 	s.states.Put(cy)
@@ -508,6 +539,7 @@ type pendingDecision struct {
 	totals    []float64
 	perScorer []float64
 	picked    []int
+	statuses  []pluginStatus
 }
 
 // commit runs the post-pick plugins on r's view, then recycles the
@@ -518,7 +550,7 @@ func (p *pendingCommit) commit(r *Result) {
 	seen := &p.cy.seen
 	seen.Endpoints = seen.Endpoints[:0]
 	for _, e := range r.Endpoints {
-		seen.Endpoints = append(seen.Endpoints, framework.EndpointOf(e))
+		seen.Endpoints = append(seen.Endpoints, dsview.Endpoint(e))
 	}
 	seen.TargetModel, seen.ModelRewrite, seen.Profile, seen.Priority = r.TargetModel, r.ModelRewrite, r.Profile, r.Priority
 	for _, pp := range p.postPickers {
@@ -526,7 +558,7 @@ func (p *pendingCommit) commit(r *Result) {
 	}
 	r.prediction = seen.Prediction()
 	if d := &p.cy.decision; d.pool != nil {
-		p.s.decisionRing(d.pool).record(d.at, p.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked)
+		p.s.decisionRing(d.pool).record(d.at, p.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked, d.statuses, "")
 	}
 	p.s.recycle(p.cy)
 	// The Result outlives the commit (it hears the server's cached tokens
@@ -596,7 +628,7 @@ func (s *Scheduler) EndpointsChanged(pool *datastore.Pool, added, removed []*dat
 	if len(s.observers) == 0 {
 		return
 	}
-	p, a, r := framework.PoolOf(pool), endpointViews(added), endpointViews(removed)
+	p, a, r := dsview.Pool(pool), dsview.Endpoints(added), dsview.Endpoints(removed)
 	for _, o := range s.observers {
 		o.EndpointsChanged(p, a, r)
 	}
@@ -609,7 +641,7 @@ func (s *Scheduler) LearnPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint,
 	if len(s.learners) == 0 || pool == nil || e == nil {
 		return
 	}
-	p, ep := framework.PoolOf(pool), framework.EndpointOf(e)
+	p, ep := dsview.Pool(pool), dsview.Endpoint(e)
 	for _, l := range s.learners {
 		l.LearnPeerBlocks(p, ep, blocks)
 	}
@@ -622,7 +654,7 @@ func (s *Scheduler) ForgetPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint
 	if len(s.forgetters) == 0 || pool == nil || e == nil {
 		return
 	}
-	p, ep := framework.PoolOf(pool), framework.EndpointOf(e)
+	p, ep := dsview.Pool(pool), dsview.Endpoint(e)
 	for _, f := range s.forgetters {
 		f.ForgetPeerBlocks(p, ep, blocks)
 	}
@@ -632,19 +664,8 @@ func (s *Scheduler) ForgetPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint
 func (s *Scheduler) PoolRemoved(pool *datastore.Pool) {
 	s.pools.Delete(pool)
 	for _, o := range s.observers {
-		o.PoolRemoved(framework.PoolOf(pool))
+		o.PoolRemoved(dsview.Pool(pool))
 	}
-}
-
-func endpointViews(eps []*datastore.Endpoint) []framework.Endpoint {
-	if len(eps) == 0 {
-		return nil
-	}
-	out := make([]framework.Endpoint, len(eps))
-	for i, e := range eps {
-		out[i] = framework.EndpointOf(e)
-	}
-	return out
 }
 
 // partitionKnown moves candidates with known load before the others,

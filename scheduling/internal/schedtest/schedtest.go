@@ -18,6 +18,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 )
 
 // Saturation thresholds of the scheduler's defaults, for NewCycle.
@@ -109,7 +110,7 @@ func SeededRand(seed uint64) func() uint64 {
 
 // NewCycle is a CycleState as the scheduler prepares it, for plugin tests.
 func NewCycle(pool *datastore.Pool, model string, seed uint64) *framework.CycleState {
-	cs := framework.NewCycleState(pool, Saturation, SeededRand(seed))
+	cs := framework.NewCycleState(dsview.Pool(pool), Saturation, SeededRand(seed))
 	cs.TargetModel = model
 	return cs
 }
@@ -124,7 +125,7 @@ func Candidates(pool *datastore.Pool) []framework.Candidate {
 		if !m.Fresh(now, MetricsStaleness) {
 			m = nil
 		}
-		out = append(out, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(m), Index: i})
+		out = append(out, framework.Candidate{Endpoint: dsview.Endpoint(e), Metrics: dsview.Metrics(m), Index: i})
 	}
 	return out
 }
@@ -173,15 +174,7 @@ func Observer(o framework.PoolObserver) datastore.Observer { return observer{o} 
 type observer struct{ o framework.PoolObserver }
 
 func (a observer) EndpointsChanged(pool *datastore.Pool, added, removed []*datastore.Endpoint) {
-	a.o.EndpointsChanged(framework.PoolOf(pool), views(added), views(removed))
+	a.o.EndpointsChanged(dsview.Pool(pool), dsview.Endpoints(added), dsview.Endpoints(removed))
 }
 
-func (a observer) PoolRemoved(pool *datastore.Pool) { a.o.PoolRemoved(framework.PoolOf(pool)) }
-
-func views(eps []*datastore.Endpoint) []framework.Endpoint {
-	out := make([]framework.Endpoint, len(eps))
-	for i, e := range eps {
-		out[i] = framework.EndpointOf(e)
-	}
-	return out
-}
+func (a observer) PoolRemoved(pool *datastore.Pool) { a.o.PoolRemoved(dsview.Pool(pool)) }

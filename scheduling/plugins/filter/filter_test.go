@@ -40,7 +40,12 @@ func TestFilters(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cs := schedtest.NewCycle(tp.Pool, "", 1)
-			got := schedtest.Build(t, "test", c.factory, "").(framework.Filter).Filter(ctx, cs, &c.req, schedtest.Candidates(tp.Pool))
+			got, st := schedtest.Build(t, "test", c.factory, "").(framework.Filter).Filter(ctx, cs, &c.req, schedtest.Candidates(tp.Pool))
+			// A filter that dropped candidates says why; one that kept
+			// them all says nothing.
+			if dropped := len(got) < 4; dropped != (st.Code() == framework.Unschedulable) || dropped != (st.Message() != "") {
+				t.Fatalf("kept %d of 4 with status %v", len(got), st)
+			}
 			// Pool order is by address; compare as sets of addresses.
 			if len(got) != len(c.want) {
 				t.Fatalf("kept %d, want %d", len(got), len(c.want))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
 
@@ -64,7 +65,7 @@ func TestLoadScorers(t *testing.T) {
 			for i, e := range c.eps {
 				endpoint := tp.Ep(t, i+1)
 				endpoint.AddInFlight(e.inFlight)
-				cands[i] = framework.Candidate{Endpoint: framework.EndpointOf(endpoint), Metrics: framework.MetricsOf(e.m), Held: e.held}
+				cands[i] = framework.Candidate{Endpoint: dsview.Endpoint(endpoint), Metrics: dsview.Metrics(e.m), Held: e.held}
 			}
 			scores := make([]float64, len(cands))
 			schedtest.Build(t, "test", c.factory, c.params).(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, "m", 1), &framework.Request{}, cands, scores)

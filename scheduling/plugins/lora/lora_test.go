@@ -10,6 +10,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
 
@@ -40,7 +41,7 @@ func TestLoRAAffinityScorer(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tp := schedtest.NewPool(t, 1)
-			cands := []framework.Candidate{{Endpoint: framework.EndpointOf(tp.Ep(t, 1)), Metrics: framework.MetricsOf(c.m)}}
+			cands := []framework.Candidate{{Endpoint: dsview.Endpoint(tp.Ep(t, 1)), Metrics: dsview.Metrics(c.m)}}
 			scores := make([]float64, 1)
 			schedtest.Build(t, "test", NewAffinity, "").(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, c.model, 1), &framework.Request{}, cands, scores)
 			if scores[0] != c.want {
