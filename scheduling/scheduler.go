@@ -344,8 +344,9 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
 		}
-		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: dsview.Endpoint(e), Metrics: dsview.Metrics(m), Index: i, Held: e.HeldAtOrAbove(cs.Priority)})
+		cy.candidates = append(cy.candidates, framework.Candidate{})
 		c := &cy.candidates[len(cy.candidates)-1]
+		c.Endpoint, c.Metrics, c.Index, c.Held = dsview.Endpoint(e), dsview.Metrics(m), i, e.HeldAtOrAbove(cs.Priority)
 		if !c.Known() || cs.Saturated(c) {
 			saturated++
 		}
@@ -468,7 +469,8 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		}
 	}
 	if len(prof.postPickers) > 0 || record {
-		box.commit = pendingCommit{s: s, ctx: ctx, cy: cy, req: req, postPickers: prof.postPickers}
+		box.commit = pendingCommit{s: s, cy: cy}
+		cy.ctx, cy.req, cy.postPickers = ctx, req, prof.postPickers
 		if record {
 			// Recorded at commit, once the decision is on its way: the
 			// cycle's buffers stay the scheduler's until then.
@@ -501,6 +503,10 @@ type cycle struct {
 	// statuses are what the filters and scorers said when it was not a
 	// plain success, in the order they ran.
 	statuses []pluginStatus
+	// ctx, req and postPickers are the pick's, for its commit.
+	ctx         context.Context
+	req         *Request
+	postPickers []framework.PostPicker
 	// decision is the pick the commit records.
 	decision pendingDecision
 	// seen is the result as the post-pick plugins see it (views), built
@@ -512,6 +518,7 @@ func (s *Scheduler) recycle(cy *cycle) {
 	cy.End()
 	cy.modelRewrite = ""
 	cy.decision = pendingDecision{}
+	cy.ctx, cy.req, cy.postPickers = nil, nil, nil
 	clear(cy.candidates[:cap(cy.candidates)])
 	clear(cy.statuses[:cap(cy.statuses)])
 	clear(cy.seen.Endpoints[:cap(cy.seen.Endpoints)])
@@ -520,13 +527,11 @@ func (s *Scheduler) recycle(cy *cycle) {
 }
 
 // pendingCommit is the post-pick step of a ScheduleDeferred, run by
-// Result.Commit.
+// Result.Commit; what it needs of the pick waits in the cycle, so that
+// the Result, allocated per pick, stays small.
 type pendingCommit struct {
-	s           *Scheduler
-	ctx         context.Context
-	cy          *cycle
-	req         *Request
-	postPickers []framework.PostPicker
+	s  *Scheduler
+	cy *cycle
 }
 
 // pendingDecision is a pick to record at commit, over the cycle's buffers;
@@ -547,20 +552,21 @@ type pendingDecision struct {
 func (p *pendingCommit) commit(r *Result) {
 	// The views live in the recycled cycle, so they cost the pick no
 	// allocation; only the prediction outlives the commit.
-	seen := &p.cy.seen
+	cy := p.cy
+	seen := &cy.seen
 	seen.Endpoints = seen.Endpoints[:0]
 	for _, e := range r.Endpoints {
 		seen.Endpoints = append(seen.Endpoints, dsview.Endpoint(e))
 	}
 	seen.TargetModel, seen.ModelRewrite, seen.Profile, seen.Priority = r.TargetModel, r.ModelRewrite, r.Profile, r.Priority
-	for _, pp := range p.postPickers {
-		pp.PostPick(p.ctx, &p.cy.CycleState, p.req, seen)
+	for _, pp := range cy.postPickers {
+		pp.PostPick(cy.ctx, &cy.CycleState, cy.req, seen)
 	}
 	r.prediction = seen.Prediction()
-	if d := &p.cy.decision; d.pool != nil {
-		p.s.decisionRing(d.pool).record(d.at, p.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked, d.statuses, "")
+	if d := &cy.decision; d.pool != nil {
+		p.s.decisionRing(d.pool).record(d.at, cy.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked, d.statuses, "")
 	}
-	p.s.recycle(p.cy)
+	p.s.recycle(cy)
 	// The Result outlives the commit (it hears the server's cached tokens
 	// later): it must not pin the request.
 	*p = pendingCommit{}
