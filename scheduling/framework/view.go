@@ -5,7 +5,6 @@ package framework
 
 import (
 	"iter"
-	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -164,7 +163,19 @@ func (m Metrics) KVCacheUsage() float64 { return m.s.KVCacheUsage }
 // HasAdapter reports whether the LoRA adapter is running or waiting on the
 // server.
 func (m Metrics) HasAdapter(name string) (running, waiting bool) {
-	return slices.Contains(m.s.RunningAdapters, name), slices.Contains(m.s.WaitingAdapters, name)
+	for _, a := range m.s.RunningAdapters {
+		if a == name {
+			running = true
+			break
+		}
+	}
+	for _, a := range m.s.WaitingAdapters {
+		if a == name {
+			waiting = true
+			break
+		}
+	}
+	return running, waiting
 }
 
 // NumRunningAdapters is the number of LoRA adapters the server is running
