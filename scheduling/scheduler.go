@@ -344,6 +344,8 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
 		}
+		// Filled in place: appending a literal has the compiler build it
+		// on the stack and copy it, on every endpoint of every pick.
 		cy.candidates = append(cy.candidates, framework.Candidate{})
 		c := &cy.candidates[len(cy.candidates)-1]
 		c.Endpoint, c.Metrics, c.Index, c.Held = dsview.Endpoint(e), dsview.Metrics(m), i, e.HeldAtOrAbove(cs.Priority)
