@@ -107,6 +107,10 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 			// Each candidate's weighted total, by ip:port.
 			kv = append(kv, "scores", res.Scores)
 		}
+		if len(res.Statuses) > 0 {
+			// Why filters dropped candidates, why a scorer could not score.
+			kv = append(kv, "statuses", res.Statuses)
+		}
 		log.Info("picked", kv...)
 	}
 	st.state = stateForwarded

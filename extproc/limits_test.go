@@ -38,10 +38,11 @@ func (panicky) TypedName() framework.TypedName {
 	return framework.TypedName{Type: panickyType, Name: panickyType}
 }
 
-func (panicky) Score(_ context.Context, cs *framework.CycleState, _ *framework.Request, _ []framework.Candidate, _ []float64) {
+func (panicky) Score(_ context.Context, cs *framework.CycleState, _ *framework.Request, _ []framework.Candidate, _ []float64) *framework.Status {
 	if cs.TargetModel == "panic-pick" {
 		panic("test: a scorer panics")
 	}
+	return nil
 }
 
 func (panicky) PostPick(_ context.Context, cs *framework.CycleState, _ *framework.Request, _ *framework.Result) {

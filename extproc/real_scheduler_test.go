@@ -244,10 +244,11 @@ func (r *promptRecorder) TypedName() framework.TypedName {
 
 func (r *promptRecorder) PromptBytes() int { return r.limit }
 
-func (r *promptRecorder) Score(_ context.Context, _ *framework.CycleState, req *framework.Request, _ []framework.Candidate, _ []float64) {
+func (r *promptRecorder) Score(_ context.Context, _ *framework.CycleState, req *framework.Request, _ []framework.Candidate, _ []float64) *framework.Status {
 	r.mu.Lock()
 	r.prompts = append(r.prompts, string(req.Prompt))
 	r.mu.Unlock()
+	return nil
 }
 
 func (r *promptRecorder) PostPick(context.Context, *framework.CycleState, *framework.Request, *framework.Result) {

@@ -22,6 +22,7 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/framework/frameworktest"
 )
 
 var poolKey = types.NamespacedName{Namespace: "ns", Name: "pool"}
@@ -111,12 +112,13 @@ func TestExchange(t *testing.T) {
 	defer func() { stopA(); <-doneA }()
 
 	ea := a.endpoint(t, "127.0.0.2:8000")
-	a.x.ShareBlocks(framework.PoolOf(a.pool), framework.EndpointOf(ea), []uint64{1, 2, 3})
+	pool, ep := views(a.pool, ea)
+	a.x.ShareBlocks(pool, ep, []uint64{1, 2, 3})
 	got := <-b.learned
 	if got.addr != "127.0.0.2:8000" || !slices.Equal(got.blocks, []uint64{1, 2, 3}) || got.forget {
 		t.Fatalf("learned %+v, want 127.0.0.2:8000 [1 2 3]", got)
 	}
-	a.x.ForgetBlocks(framework.PoolOf(a.pool), framework.EndpointOf(ea), []uint64{3, 2})
+	a.x.ForgetBlocks(pool, ep, []uint64{3, 2})
 	if got := <-b.learned; got.addr != "127.0.0.2:8000" || !slices.Equal(got.blocks, []uint64{3, 2}) || !got.forget {
 		t.Fatalf("heard %+v, want 127.0.0.2:8000 [3 2] forgotten", got)
 	}
@@ -151,7 +153,7 @@ func TestExchange(t *testing.T) {
 func TestFramesKeepOrder(t *testing.T) {
 	s := newSide(t, Options{})
 	e := s.endpoint(t, "127.0.0.2:8000")
-	pool, ep := framework.PoolOf(s.pool), framework.EndpointOf(e)
+	pool, ep := views(s.pool, e)
 	s.x.ShareBlocks(pool, ep, []uint64{1})
 	s.x.ForgetBlocks(pool, ep, []uint64{1})
 	s.x.ForgetBlocks(pool, ep, []uint64{2})
@@ -191,7 +193,7 @@ func TestForgetNotSentToPreviousRelease(t *testing.T) {
 	b.start(t)
 	a.start(t)
 	ea := a.endpoint(t, "127.0.0.2:8000")
-	pool, e := framework.PoolOf(a.pool), framework.EndpointOf(ea)
+	pool, e := views(a.pool, ea)
 	a.x.ShareBlocks(pool, e, []uint64{1})
 	if got := <-b.learned; !slices.Equal(got.blocks, []uint64{1}) || got.forget {
 		t.Fatalf("learned %+v, want [1]", got)
@@ -357,7 +359,8 @@ func TestKeyMismatch(t *testing.T) {
 	ea := a.endpoint(t, "127.0.0.2:8000")
 	ea.AddInFlight(1)
 	a.x.InFlightChanged(a.pool, ea)
-	a.x.ShareBlocks(framework.PoolOf(a.pool), framework.EndpointOf(ea), []uint64{1})
+	pool, ep := views(a.pool, ea)
+	a.x.ShareBlocks(pool, ep, []uint64{1})
 	if n := testutil.ToFloat64(b.x.metrics.streams); n != 0 {
 		t.Fatalf("%s %v, want 0", MetricStreams, n)
 	}
@@ -383,7 +386,8 @@ func TestSelfIsNoPeer(t *testing.T) {
 	e := s.endpoint(t, "127.0.0.2:8000")
 	e.AddInFlight(1)
 	s.x.InFlightChanged(s.pool, e)
-	s.x.ShareBlocks(framework.PoolOf(s.pool), framework.EndpointOf(e), []uint64{1})
+	pool, ep := views(s.pool, e)
+	s.x.ShareBlocks(pool, ep, []uint64{1})
 	if n := testutil.ToFloat64(s.x.metrics.received.WithLabelValues("in-flight")) + testutil.ToFloat64(s.x.metrics.received.WithLabelValues("blocks")); n != 0 {
 		t.Fatalf("%v records received from itself", n)
 	}
@@ -437,4 +441,12 @@ func mustMetrics(t *testing.T) *metrics {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// views are the pool and endpoint as the scheduler's plugins hand them to
+// peer sync (framework.Peers): all it reads of them is the pool's key and
+// the endpoint's address.
+func views(p *datastore.Pool, e *datastore.Endpoint) (framework.Pool, framework.Endpoint) {
+	ep := frameworktest.NewEndpoint(e.Address, e.Labels)
+	return frameworktest.NewPool(p.Key.Namespace, p.Key.Name, ep), ep
 }

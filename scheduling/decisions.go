@@ -38,6 +38,12 @@ type Decision struct {
 	// highest totals of the rest, at most 8 (the picked ones alone when
 	// the profile has no scorer).
 	Candidates []ScoredCandidate `json:"candidates"`
+	// Statuses are what filters and scorers said when it was not a plain
+	// success (Result.Statuses).
+	Statuses []PluginStatus `json:"statuses,omitempty"`
+	// Error is why the request was refused when a filter left no endpoint
+	// or failed; Picked and Candidates are then empty.
+	Error string `json:"error,omitempty"`
 }
 
 // ScoredCandidate is one endpoint's scores in a Decision.
@@ -77,12 +83,17 @@ type decisionSlot struct {
 	// positions of the highest totals among the rest, highest first.
 	taken []bool
 	best  []int
+	// statuses are the cycle's plugin statuses; err the refusal's message.
+	statuses []pluginStatus
+	err      string
 }
 
 // record copies a decision into the oldest slot. cands and totals are the
 // cycle's candidates and weighted totals, perScorer their scores by scorer
-// (scorer-major), picked the result's candidate positions.
-func (r *decisionRing) record(at time.Time, req *Request, targetModel string, prof *profile, cands []framework.Candidate, totals, perScorer []float64, picked []int) {
+// (scorer-major), picked the result's candidate positions, statuses the
+// plugins' statuses; err is the refusal's message of a request refused
+// (then there are no candidates).
+func (r *decisionRing) record(at time.Time, req *Request, targetModel string, prof *profile, cands []framework.Candidate, totals, perScorer []float64, picked []int, statuses []pluginStatus, err string) {
 	if !r.mu.TryLock() {
 		return
 	}
@@ -90,7 +101,8 @@ func (r *decisionRing) record(at time.Time, req *Request, targetModel string, pr
 	s := &r.slots[r.next]
 	r.next = (r.next + 1) % len(r.slots)
 	r.filled = min(r.filled+1, len(r.slots))
-	s.at, s.request, s.targetModel, s.prof, s.picked = at, req.ID, targetModel, prof, len(picked)
+	s.at, s.request, s.targetModel, s.prof, s.picked, s.err = at, req.ID, targetModel, prof, len(picked), err
+	s.statuses = append(s.statuses[:0], statuses...)
 	s.addrs, s.totals, s.scores = s.addrs[:0], s.totals[:0], s.scores[:0]
 	s.taken = slices.Grow(s.taken[:0], len(cands))[:len(cands)]
 	clear(s.taken)
@@ -139,7 +151,10 @@ func (r *decisionRing) decisions() []Decision {
 	for k := 1; k <= r.filled; k++ {
 		s := &r.slots[(r.next-k+len(r.slots))%len(r.slots)]
 		d := Decision{At: s.at, Request: s.request, Profile: s.prof.name, TargetModel: s.targetModel,
-			Picked: slices.Clone(s.addrs[:s.picked])}
+			Picked: slices.Clone(s.addrs[:s.picked]), Error: s.err}
+		for i := range s.statuses {
+			d.Statuses = append(d.Statuses, s.statuses[i].export())
+		}
 		for _, ws := range s.prof.scorers {
 			d.Scorers = append(d.Scorers, ws.TypedName().String())
 			d.Weights = append(d.Weights, ws.weight)

@@ -173,10 +173,10 @@ func TestRecordingAllocatesNothing(t *testing.T) {
 	req := &Request{ID: "r"}
 	ring := s.decisionRing(tp.Pool)
 	for range 8 {
-		ring.record(time.Now(), req, "m", prof, cands, totals, perScorer, picked)
+		ring.record(time.Now(), req, "m", prof, cands, totals, perScorer, picked, nil, "")
 	}
 	if n := testing.AllocsPerRun(200, func() {
-		s.decisionRing(tp.Pool).record(time.Now(), req, "m", prof, cands, totals, perScorer, picked)
+		s.decisionRing(tp.Pool).record(time.Now(), req, "m", prof, cands, totals, perScorer, picked, nil, "")
 	}); n != 0 {
 		t.Errorf("recording a decision allocates %v times", n)
 	}

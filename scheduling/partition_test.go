@@ -8,6 +8,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
 
@@ -19,7 +20,7 @@ func TestPartitionKnown(t *testing.T) {
 	for i := range c {
 		c[i].Metrics = framework.Metrics{}
 		if known[i] {
-			c[i].Metrics = framework.MetricsOf(m)
+			c[i].Metrics = dsview.Metrics(m)
 		}
 	}
 	orig := append([]framework.Candidate{}, c...)

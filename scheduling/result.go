@@ -30,6 +30,11 @@ type Result struct {
 	// candidate the filters left, picked or not) to its total: the sum of
 	// each scorer's score (0..1) times its weight. Only when Request.Scores.
 	Scores map[string]float64
+	// Statuses are what the profile's filters and scorers said when it was
+	// not a plain success (why a filter dropped candidates, why a scorer
+	// could not score), in the order they ran; nil when every one
+	// succeeded.
+	Statuses []PluginStatus
 
 	// pending is the post-pick step left to Commit.
 	pending *pendingCommit

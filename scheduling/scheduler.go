@@ -17,6 +17,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 )
 
 // Defaults of Options.
@@ -321,8 +322,8 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 
 	cy := s.states.Get().(*cycle)
 	cs := &cy.CycleState
-	cs.Begin(pool, framework.Saturation{QueueDepth: s.opts.QueueDepthThreshold, KVCacheUtil: s.opts.KVCacheUtilThreshold}, s.opts.Rand)
-	cy.candidates, cy.picked = cy.candidates[:0], cy.picked[:0]
+	cs.Begin(dsview.Pool(pool), framework.Saturation{QueueDepth: s.opts.QueueDepthThreshold, KVCacheUtil: s.opts.KVCacheUtilThreshold}, s.opts.Rand)
+	cy.candidates, cy.picked, cy.statuses = cy.candidates[:0], cy.picked[:0], cy.statuses[:0]
 	committing := false
 	defer func() {
 		if !committing {
@@ -337,14 +338,17 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	now := time.Now()
 	saturated := 0
 	load := 0.0
-	cs.Endpoints = framework.EndpointSetOf(eps)
+	cs.Endpoints = dsview.EndpointSet(eps)
 	for i, e := range eps.Endpoints {
 		m := e.Metrics()
 		if !m.Fresh(now, s.opts.MetricsStaleness) {
 			m = nil
 		}
-		cy.candidates = append(cy.candidates, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(m), Index: i, Held: e.HeldAtOrAbove(cs.Priority)})
+		// Filled in place: appending a literal has the compiler build it
+		// on the stack and copy it, on every endpoint of every pick.
+		cy.candidates = append(cy.candidates, framework.Candidate{})
 		c := &cy.candidates[len(cy.candidates)-1]
+		c.Endpoint, c.Metrics, c.Index, c.Held = dsview.Endpoint(e), dsview.Metrics(m), i, e.HeldAtOrAbove(cs.Priority)
 		if !c.Known() || cs.Saturated(c) {
 			saturated++
 		}
@@ -362,20 +366,35 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	}
 
 	prof := s.profileFor(pool)
+	record := s.opts.DecisionsPerPool > 0
 	cands := cy.candidates
 	for i, f := range prof.filters {
 		start := prof.timers.start()
-		cands = f.Filter(ctx, cs, req, cands)
+		before := len(cands)
+		var st *framework.Status
+		cands, st = f.Filter(ctx, cs, req, cands)
 		prof.timers.observe(prof.timers.filters, i, start)
-		if len(cands) == 0 {
-			return nil, NewNoEndpointsError("pool %s: filter %q left no endpoint (of %d) for the request", pool.Key, f.TypedName().Name, len(eps.Endpoints))
+		if !st.IsSuccess() {
+			cy.statuses = append(cy.statuses, pluginStatus{plugin: f.TypedName(), point: FilterExtensionPoint, status: st, dropped: before - len(cands)})
+		}
+		var err *Error
+		switch {
+		case st.Code() == framework.Failed:
+			err = NewNoEndpointsError("pool %s: filter %q failed: %s", pool.Key, f.TypedName().Name, st.Message())
+		case len(cands) == 0:
+			err = NewNoEndpointsError("pool %s: filter %q left no endpoint (of %d) for the request%s", pool.Key, f.TypedName().Name, len(eps.Endpoints), reasonsOf(st))
+		}
+		if err != nil {
+			if record {
+				s.decisionRing(pool).record(now, req, cs.TargetModel, prof, nil, nil, nil, nil, cy.statuses, err.Message)
+			}
+			return nil, err
 		}
 	}
 	known := partitionKnown(cands)
 
 	totals := grow(&cy.totals, len(cands))
 	scores := grow(&cy.scores, len(cands))
-	record := s.opts.DecisionsPerPool > 0
 	var perScorer []float64
 	if record {
 		perScorer = grow(&cy.perScorer, len(prof.scorers)*len(cands))
@@ -384,8 +403,13 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	for i, ws := range prof.scorers {
 		clear(scores)
 		start := prof.timers.start()
-		ws.Score(ctx, cs, req, cands, scores)
+		st := ws.Score(ctx, cs, req, cands, scores)
 		prof.timers.observe(prof.timers.scorers, i, start)
+		if !st.IsSuccess() {
+			// A scorer that could not score ranks no one.
+			cy.statuses = append(cy.statuses, pluginStatus{plugin: ws.TypedName(), point: ScorerExtensionPoint, status: st})
+			clear(scores)
+		}
 		for j, v := range scores {
 			v = clamp01(v)
 			totals[j] += ws.weight * v
@@ -434,6 +458,12 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	res.TargetModel, res.ModelRewrite = cs.TargetModel, cy.modelRewrite
 	res.Profile = prof.name
 	res.Priority = cs.Priority
+	if len(cy.statuses) > 0 {
+		res.Statuses = make([]PluginStatus, len(cy.statuses))
+		for i := range cy.statuses {
+			res.Statuses[i] = cy.statuses[i].export()
+		}
+	}
 	if req.Scores {
 		res.Scores = make(map[string]float64, len(cands))
 		for i := range cands {
@@ -441,11 +471,12 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		}
 	}
 	if len(prof.postPickers) > 0 || record {
-		box.commit = pendingCommit{s: s, ctx: ctx, cy: cy, req: req, postPickers: prof.postPickers}
+		box.commit = pendingCommit{s: s, cy: cy}
+		cy.ctx, cy.req, cy.postPickers = ctx, req, prof.postPickers
 		if record {
 			// Recorded at commit, once the decision is on its way: the
 			// cycle's buffers stay the scheduler's until then.
-			cy.decision = pendingDecision{pool: pool, at: now, prof: prof, cands: cands, totals: totals, perScorer: perScorer, picked: picked}
+			cy.decision = pendingDecision{pool: pool, at: now, prof: prof, cands: cands, totals: totals, perScorer: perScorer, picked: picked, statuses: cy.statuses}
 		}
 		res.pending = &box.commit
 		committing = true
@@ -471,6 +502,13 @@ type cycle struct {
 	// for the decision record.
 	perScorer []float64
 	picked    []int
+	// statuses are what the filters and scorers said when it was not a
+	// plain success, in the order they ran.
+	statuses []pluginStatus
+	// ctx, req and postPickers are the pick's, for its commit.
+	ctx         context.Context
+	req         *Request
+	postPickers []framework.PostPicker
 	// decision is the pick the commit records.
 	decision pendingDecision
 	// seen is the result as the post-pick plugins see it (views), built
@@ -482,20 +520,20 @@ func (s *Scheduler) recycle(cy *cycle) {
 	cy.End()
 	cy.modelRewrite = ""
 	cy.decision = pendingDecision{}
+	cy.ctx, cy.req, cy.postPickers = nil, nil, nil
 	clear(cy.candidates[:cap(cy.candidates)])
+	clear(cy.statuses[:cap(cy.statuses)])
 	clear(cy.seen.Endpoints[:cap(cy.seen.Endpoints)])
 	cy.seen = framework.Result{Endpoints: cy.seen.Endpoints[:0]}
 	s.states.Put(cy)
 }
 
 // pendingCommit is the post-pick step of a ScheduleDeferred, run by
-// Result.Commit.
+// Result.Commit; what it needs of the pick waits in the cycle, so that
+// the Result, allocated per pick, stays small.
 type pendingCommit struct {
-	s           *Scheduler
-	ctx         context.Context
-	cy          *cycle
-	req         *Request
-	postPickers []framework.PostPicker
+	s  *Scheduler
+	cy *cycle
 }
 
 // pendingDecision is a pick to record at commit, over the cycle's buffers;
@@ -508,6 +546,7 @@ type pendingDecision struct {
 	totals    []float64
 	perScorer []float64
 	picked    []int
+	statuses  []pluginStatus
 }
 
 // commit runs the post-pick plugins on r's view, then recycles the
@@ -515,20 +554,21 @@ type pendingDecision struct {
 func (p *pendingCommit) commit(r *Result) {
 	// The views live in the recycled cycle, so they cost the pick no
 	// allocation; only the prediction outlives the commit.
-	seen := &p.cy.seen
+	cy := p.cy
+	seen := &cy.seen
 	seen.Endpoints = seen.Endpoints[:0]
 	for _, e := range r.Endpoints {
-		seen.Endpoints = append(seen.Endpoints, framework.EndpointOf(e))
+		seen.Endpoints = append(seen.Endpoints, dsview.Endpoint(e))
 	}
 	seen.TargetModel, seen.ModelRewrite, seen.Profile, seen.Priority = r.TargetModel, r.ModelRewrite, r.Profile, r.Priority
-	for _, pp := range p.postPickers {
-		pp.PostPick(p.ctx, &p.cy.CycleState, p.req, seen)
+	for _, pp := range cy.postPickers {
+		pp.PostPick(cy.ctx, &cy.CycleState, cy.req, seen)
 	}
 	r.prediction = seen.Prediction()
-	if d := &p.cy.decision; d.pool != nil {
-		p.s.decisionRing(d.pool).record(d.at, p.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked)
+	if d := &cy.decision; d.pool != nil {
+		p.s.decisionRing(d.pool).record(d.at, cy.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked, d.statuses, "")
 	}
-	p.s.recycle(p.cy)
+	p.s.recycle(cy)
 	// The Result outlives the commit (it hears the server's cached tokens
 	// later): it must not pin the request.
 	*p = pendingCommit{}
@@ -596,7 +636,7 @@ func (s *Scheduler) EndpointsChanged(pool *datastore.Pool, added, removed []*dat
 	if len(s.observers) == 0 {
 		return
 	}
-	p, a, r := framework.PoolOf(pool), endpointViews(added), endpointViews(removed)
+	p, a, r := dsview.Pool(pool), dsview.Endpoints(added), dsview.Endpoints(removed)
 	for _, o := range s.observers {
 		o.EndpointsChanged(p, a, r)
 	}
@@ -609,7 +649,7 @@ func (s *Scheduler) LearnPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint,
 	if len(s.learners) == 0 || pool == nil || e == nil {
 		return
 	}
-	p, ep := framework.PoolOf(pool), framework.EndpointOf(e)
+	p, ep := dsview.Pool(pool), dsview.Endpoint(e)
 	for _, l := range s.learners {
 		l.LearnPeerBlocks(p, ep, blocks)
 	}
@@ -622,7 +662,7 @@ func (s *Scheduler) ForgetPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint
 	if len(s.forgetters) == 0 || pool == nil || e == nil {
 		return
 	}
-	p, ep := framework.PoolOf(pool), framework.EndpointOf(e)
+	p, ep := dsview.Pool(pool), dsview.Endpoint(e)
 	for _, f := range s.forgetters {
 		f.ForgetPeerBlocks(p, ep, blocks)
 	}
@@ -632,19 +672,8 @@ func (s *Scheduler) ForgetPeerBlocks(pool *datastore.Pool, e *datastore.Endpoint
 func (s *Scheduler) PoolRemoved(pool *datastore.Pool) {
 	s.pools.Delete(pool)
 	for _, o := range s.observers {
-		o.PoolRemoved(framework.PoolOf(pool))
+		o.PoolRemoved(dsview.Pool(pool))
 	}
-}
-
-func endpointViews(eps []*datastore.Endpoint) []framework.Endpoint {
-	if len(eps) == 0 {
-		return nil
-	}
-	out := make([]framework.Endpoint, len(eps))
-	for i, e := range eps {
-		out[i] = framework.EndpointOf(e)
-	}
-	return out
 }
 
 // partitionKnown moves candidates with known load before the others,

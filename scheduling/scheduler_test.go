@@ -659,12 +659,13 @@ type pinScorer struct {
 
 func (p *pinScorer) TypedName() TypedName { return p.name }
 
-func (p *pinScorer) Score(_ context.Context, _ *framework.CycleState, _ *Request, c []framework.Candidate, scores []float64) {
+func (p *pinScorer) Score(_ context.Context, _ *framework.CycleState, _ *Request, c []framework.Candidate, scores []float64) *framework.Status {
 	for i := range c {
 		if c[i].Endpoint.Address() == p.address {
 			scores[i] = 1
 		}
 	}
+	return nil
 }
 
 // pickCounter is a plugin that only hears of picks, and counts them in a

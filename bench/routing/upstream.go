@@ -12,7 +12,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
@@ -56,8 +55,8 @@ type upstreamPrefix struct {
 	key  framework.StateKey
 
 	mu      sync.Mutex
-	holders map[uint64]map[datastore.EndpointKey]struct{}
-	lrus    map[datastore.EndpointKey]*simplelru.LRU[uint64, struct{}]
+	holders map[uint64]map[framework.EndpointKey]struct{}
+	lrus    map[framework.EndpointKey]*simplelru.LRU[uint64, struct{}]
 }
 
 func newUpstreamPrefix(name string, params json.RawMessage, _ framework.Handle) (framework.Plugin, error) {
@@ -65,7 +64,7 @@ func newUpstreamPrefix(name string, params json.RawMessage, _ framework.Handle) 
 		return nil, err
 	}
 	return &upstreamPrefix{name: framework.TypedName{Type: upstreamPrefixType, Name: name}, key: framework.StateKey(upstreamPrefixType + "/" + name),
-		holders: map[uint64]map[datastore.EndpointKey]struct{}{}, lrus: map[datastore.EndpointKey]*simplelru.LRU[uint64, struct{}]{}}, nil
+		holders: map[uint64]map[framework.EndpointKey]struct{}{}, lrus: map[framework.EndpointKey]*simplelru.LRU[uint64, struct{}]{}}, nil
 }
 
 func (p *upstreamPrefix) TypedName() framework.TypedName { return p.name }
@@ -76,7 +75,7 @@ func (p *upstreamPrefix) PromptBytes() int {
 	return upstreamMaxBlocks * upstreamBlockTokens * upstreamCharsPerToken
 }
 
-func (p *upstreamPrefix) Score(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
+func (p *upstreamPrefix) Score(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	blockTokens := upstreamBlockTokens
 	if len(c) > 0 && !c[0].Metrics.IsZero() && c[0].Metrics.BlockSize() > 0 {
 		blockTokens = c[0].Metrics.BlockSize()
@@ -99,9 +98,9 @@ func (p *upstreamPrefix) Score(_ context.Context, cs *framework.CycleState, req 
 	}
 	cs.Write(p.key, hashes)
 	if len(hashes) == 0 {
-		return
+		return nil
 	}
-	matched := map[datastore.EndpointKey]int{}
+	matched := map[framework.EndpointKey]int{}
 	p.mu.Lock()
 	for _, h := range hashes {
 		hs := p.holders[h]
@@ -116,6 +115,7 @@ func (p *upstreamPrefix) Score(_ context.Context, cs *framework.CycleState, req 
 	for i := range c {
 		scores[i] = float64(matched[c[i].Endpoint.Key()]) / float64(len(hashes))
 	}
+	return nil
 }
 
 // PostPick adds the prompt's blocks to the primary endpoint's LRU, first to
@@ -150,7 +150,7 @@ func (p *upstreamPrefix) PostPick(_ context.Context, cs *framework.CycleState, _
 	for _, h := range hashes {
 		hs := p.holders[h]
 		if hs == nil {
-			hs = map[datastore.EndpointKey]struct{}{}
+			hs = map[framework.EndpointKey]struct{}{}
 			p.holders[h] = hs
 		}
 		hs[key] = struct{}{}

@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/framework/frameworktest"
 )
 
 // TestUpstreamPrefix checks the reference's approximate prefix cache as the
@@ -22,35 +21,23 @@ import (
 // server's block size, and an LRU of the server's block count that loses a
 // prompt from its first block.
 func TestUpstreamPrefix(t *testing.T) {
-	reg := datastore.NewRegistry()
-	pool := reg.Upsert(types.NamespacedName{Namespace: "ns", Name: "pool"}, &datastore.PoolSpec{Selector: map[string]string{"app": "m"}, TargetPorts: []int32{8000}})
-	pool.SetPods([]datastore.EndpointSource{
-		{Pod: types.NamespacedName{Namespace: "ns", Name: "a"}, UID: "a", IP: "127.0.9.1"},
-		{Pod: types.NamespacedName{Namespace: "ns", Name: "b"}, UID: "b", IP: "127.0.9.2"},
-	})
-	pool.SetSynced(true)
-	eps := pool.Endpoints().Endpoints
+	// Blocks of 8 tokens (32 characters); 10 of them per server.
+	eps := []*frameworktest.Endpoint{frameworktest.NewEndpoint("127.0.9.1:8000", nil), frameworktest.NewEndpoint("127.0.9.2:8000", nil)}
 	for _, e := range eps {
-		// Blocks of 8 tokens (32 characters); 10 of them per server.
-		e.SetMetrics(&datastore.Metrics{BlockSize: 8, NumBlocks: 10, ScrapedAt: time.Now()})
+		e.SetScrape(&framework.Scrape{BlockSize: 8, NumBlocks: 10, ScrapedAt: time.Now()})
 	}
+	pool := frameworktest.NewPool("ns", "pool", eps...)
 	p, err := newUpstreamPrefix("prefix", nil, framework.NewHandle(t.Context(), logr.Discard(), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := p.(*upstreamPrefix)
 	prompt := func(tag string, blocks int) []byte { return []byte(strings.Repeat(fmt.Sprintf("%-31s|", tag), blocks)) }
-	score := func(pr []byte, record *datastore.Endpoint) []float64 {
-		cs := framework.NewCycleState(pool, framework.Saturation{}, func() uint64 { return 1 })
-		cs.TargetModel = "m"
-		var c []framework.Candidate
-		for i, e := range eps {
-			c = append(c, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(e.Metrics()), Index: i})
-		}
-		scores := make([]float64, len(c))
-		s.Score(context.Background(), cs, &framework.Request{Prompt: pr}, c, scores)
+	score := func(pr []byte, record *frameworktest.Endpoint) []float64 {
+		cs := frameworktest.NewCycle(pool, "m", 1)
+		scores, _ := frameworktest.Score(t, s, cs, &framework.Request{Prompt: pr}, frameworktest.Candidates(cs))
 		if record != nil {
-			s.PostPick(context.Background(), cs, &framework.Request{Prompt: pr}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(record)}})
+			s.PostPick(context.Background(), cs, &framework.Request{Prompt: pr}, &framework.Result{Endpoints: []framework.Endpoint{record}})
 		}
 		return scores
 	}

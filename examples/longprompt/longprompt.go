@@ -82,11 +82,12 @@ func (s *Scorer) TypedName() framework.TypedName { return s.name }
 func (s *Scorer) PromptBytes() int { return s.params.MinPromptBytes }
 
 // Score implements framework.Scorer.
-func (s *Scorer) Score(_ context.Context, _ *framework.CycleState, req *framework.Request, candidates []framework.Candidate, scores []float64) {
+func (s *Scorer) Score(_ context.Context, _ *framework.CycleState, req *framework.Request, candidates []framework.Candidate, scores []float64) *framework.Status {
 	long := len(req.Prompt) >= s.params.MinPromptBytes
 	for i, c := range candidates {
 		if (c.Endpoint.Labels()[s.params.Label] == "true") == long {
 			scores[i] = 1
 		}
 	}
+	return nil
 }

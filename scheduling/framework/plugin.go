@@ -3,11 +3,7 @@
 
 package framework
 
-import (
-	"context"
-
-	"github.com/poolpicker/poolpicker/datastore"
-)
+import "context"
 
 // TypedName identifies a plugin instance: its registered type and the
 // instance name a profile refers to (the type when the config gives none).
@@ -71,8 +67,13 @@ func (c *Candidate) Known() bool { return !c.Metrics.IsZero() }
 type Filter interface {
 	Plugin
 	// Filter returns the candidates that may serve req, in their order. It
-	// may compact candidates in place and return a prefix of it.
-	Filter(ctx context.Context, cs *CycleState, req *Request, candidates []Candidate) []Candidate
+	// may compact candidates in place and return a prefix of it. Its
+	// status says why: nil when it dropped none, or none it need explain;
+	// Unschedulable with the reason it dropped candidates (the scheduler
+	// goes on with those returned, and answers 503 with the reason when
+	// none are left); Failed when it could not decide, which refuses the
+	// request with a 503 naming the plugin and the reason.
+	Filter(ctx context.Context, cs *CycleState, req *Request, candidates []Candidate) ([]Candidate, *Status)
 }
 
 // Scorer ranks candidates; the profile multiplies its scores by its weight.
@@ -80,8 +81,11 @@ type Scorer interface {
 	Plugin
 	// Score writes into scores[i] a value in [0,1] for candidates[i], higher
 	// meaning better; len(scores) == len(candidates) and scores start at 0.
-	// Values outside [0,1] are clamped, NaN counts as 0.
-	Score(ctx context.Context, cs *CycleState, req *Request, candidates []Candidate, scores []float64)
+	// Values outside [0,1] are clamped, NaN counts as 0. A non-nil status
+	// says the scorer could not score this request: its scores count 0
+	// for every candidate (a scorer ranks, it does not exclude), and the
+	// status shows in the decision and the logs.
+	Score(ctx context.Context, cs *CycleState, req *Request, candidates []Candidate, scores []float64) *Status
 }
 
 // Picker chooses endpoints from scored candidates.
@@ -162,20 +166,21 @@ type CycleState struct {
 
 // NewCycleState returns a state ready for one cycle over pool's current
 // endpoints, as a scheduler prepares it; rand must be safe for concurrent
-// use. Schedulers recycle states with Begin; plugin tests use this.
-func NewCycleState(pool *datastore.Pool, sat Saturation, rand func() uint64) *CycleState {
+// use. Schedulers recycle states with Begin; plugin tests use this (or
+// package frameworktest).
+func NewCycleState(pool Pool, sat Saturation, rand func() uint64) *CycleState {
 	cs := &CycleState{}
 	cs.Begin(pool, sat, rand)
-	cs.Endpoints = cs.Pool.Endpoints()
+	cs.Endpoints = pool.Endpoints()
 	return cs
 }
 
 // Begin readies a recycled state for a new cycle over pool: what earlier
 // cycles wrote is no longer Read, only Reuse'd. The caller sets Endpoints,
 // TargetModel and Priority.
-func (cs *CycleState) Begin(pool *datastore.Pool, sat Saturation, rand func() uint64) {
+func (cs *CycleState) Begin(pool Pool, sat Saturation, rand func() uint64) {
 	cs.cycle++
-	cs.Pool = PoolOf(pool)
+	cs.Pool = pool
 	cs.TargetModel = ""
 	cs.Priority = 0
 	cs.saturation = sat
@@ -185,8 +190,8 @@ func (cs *CycleState) Begin(pool *datastore.Pool, sat Saturation, rand func() ui
 // End drops the cycle's references to request data, so a recycled state
 // pins nothing.
 func (cs *CycleState) End() {
-	cs.Pool = Pool{}
-	cs.Endpoints = EndpointSet{}
+	cs.Pool = nil
+	cs.Endpoints = nil
 	cs.TargetModel = ""
 }
 

@@ -139,8 +139,8 @@ func TestArchitecturePageImports(t *testing.T) {
 }
 
 // TestArchitectureRules checks the rules the page states in words, on the
-// real graph: imports flow one way, and the plugin API and the body reader
-// stand alone.
+// real graph: imports flow one way, and the plugin API, the datastore and
+// the body reader stand alone.
 func TestArchitectureRules(t *testing.T) {
 	root := repoRoot(t)
 	g := productGraph(t, root)
@@ -151,10 +151,12 @@ func TestArchitectureRules(t *testing.T) {
 	}{
 		{"requestbody", none, "the body reader imports nothing of poolpicker's"},
 		{"datastore", none, "the datastore imports nothing of poolpicker's"},
+		{"scheduling/framework", none, "the plugin API imports nothing of poolpicker's"},
 		{"scheduling/plugins/filter", framework, "a built-in plugin sees only the framework"},
 		{"scheduling/plugins/load", framework, "a built-in plugin sees only the framework"},
 		{"scheduling/plugins/lora", framework, "a built-in plugin sees only the framework"},
 		{"scheduling/plugins/picker", framework, "a built-in plugin sees only the framework"},
+		{"scheduling/plugins/prefix", notDatastore, "a plugin sees pools and endpoints only through the framework's views"},
 		{"extproc", notScheduling, "the protocol reaches the scheduler only through the request controller"},
 	} {
 		deps, ok := g[r.pkg]
@@ -213,6 +215,9 @@ func (g graph) block() string {
 func none(string) bool { return false }
 
 func framework(dep string) bool { return dep == "scheduling/framework" }
+
+// notDatastore allows every import but the datastore.
+func notDatastore(dep string) bool { return dep != "datastore" }
 
 // notScheduling allows every import but the scheduler and its parts.
 func notScheduling(dep string) bool { return !strings.HasPrefix(dep, "scheduling") }

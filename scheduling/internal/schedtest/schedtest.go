@@ -1,27 +1,28 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-// Package schedtest builds real pools, cycles and prompts for the tests of
-// the scheduler and its plugins.
+// Package schedtest builds real datastore pools, cycles over them and
+// prompts for the tests of the scheduler and of the plugins that need a
+// registry's events (the prefix index); it wraps frameworktest for what
+// needs no datastore.
 package schedtest
 
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/framework/frameworktest"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 )
 
 // Saturation thresholds of the scheduler's defaults, for NewCycle.
-var Saturation = framework.Saturation{QueueDepth: 5, KVCacheUtil: 0.8}
+var Saturation = frameworktest.Saturation
 
 // MetricsStaleness is the scheduler's default, for Candidates.
 const MetricsStaleness = 2 * time.Second
@@ -97,19 +98,11 @@ func Load(waiting int, kv float64) *datastore.Metrics {
 }
 
 // SeededRand is a deterministic source safe for concurrent use.
-func SeededRand(seed uint64) func() uint64 {
-	var mu sync.Mutex
-	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	return func() uint64 {
-		mu.Lock()
-		defer mu.Unlock()
-		return r.Uint64()
-	}
-}
+func SeededRand(seed uint64) func() uint64 { return frameworktest.SeededRand(seed) }
 
 // NewCycle is a CycleState as the scheduler prepares it, for plugin tests.
 func NewCycle(pool *datastore.Pool, model string, seed uint64) *framework.CycleState {
-	cs := framework.NewCycleState(pool, Saturation, SeededRand(seed))
+	cs := framework.NewCycleState(dsview.Pool(pool), Saturation, SeededRand(seed))
 	cs.TargetModel = model
 	return cs
 }
@@ -124,7 +117,7 @@ func Candidates(pool *datastore.Pool) []framework.Candidate {
 		if !m.Fresh(now, MetricsStaleness) {
 			m = nil
 		}
-		out = append(out, framework.Candidate{Endpoint: framework.EndpointOf(e), Metrics: framework.MetricsOf(m), Index: i})
+		out = append(out, framework.Candidate{Endpoint: dsview.Endpoint(e), Metrics: dsview.Metrics(m), Index: i})
 	}
 	return out
 }
@@ -142,15 +135,7 @@ func Prompt(s string, n int) []byte {
 // (empty: none), named after its type.
 func Build(t testing.TB, typ string, f framework.Factory, params string) framework.Plugin {
 	t.Helper()
-	var raw []byte
-	if params != "" {
-		raw = []byte(params)
-	}
-	p, err := f(typ, raw, framework.NewHandle(t.Context(), logr.Discard(), nil))
-	if err != nil {
-		t.Fatalf("%s: %v", typ, err)
-	}
-	return p
+	return frameworktest.Build(t, f, typ, params)
 }
 
 // ApproxEqual reports whether two score vectors agree within rounding.
@@ -173,15 +158,7 @@ func Observer(o framework.PoolObserver) datastore.Observer { return observer{o} 
 type observer struct{ o framework.PoolObserver }
 
 func (a observer) EndpointsChanged(pool *datastore.Pool, added, removed []*datastore.Endpoint) {
-	a.o.EndpointsChanged(framework.PoolOf(pool), views(added), views(removed))
+	a.o.EndpointsChanged(dsview.Pool(pool), dsview.Endpoints(added), dsview.Endpoints(removed))
 }
 
-func (a observer) PoolRemoved(pool *datastore.Pool) { a.o.PoolRemoved(framework.PoolOf(pool)) }
-
-func views(eps []*datastore.Endpoint) []framework.Endpoint {
-	out := make([]framework.Endpoint, len(eps))
-	for i, e := range eps {
-		out[i] = framework.EndpointOf(e)
-	}
-	return out
-}
+func (a observer) PoolRemoved(pool *datastore.Pool) { a.o.PoolRemoved(dsview.Pool(pool)) }

@@ -29,13 +29,16 @@ func NewConformanceTest(name string, params json.RawMessage, _ framework.Handle)
 
 func (f *conformanceTestFilter) TypedName() framework.TypedName { return f.name }
 
-func (f *conformanceTestFilter) Filter(_ context.Context, _ *framework.CycleState, req *framework.Request, c []framework.Candidate) []framework.Candidate {
+// notSelected is the conformance filter's reason for what it drops.
+var notSelected = framework.NewStatus(framework.Unschedulable, "not selected by the test-epp-endpoint-selection header")
+
+func (f *conformanceTestFilter) Filter(_ context.Context, _ *framework.CycleState, req *framework.Request, c []framework.Candidate) ([]framework.Candidate, *framework.Status) {
 	if req.CandidateIPs == nil {
-		return c
+		return c, nil
 	}
-	return filterInPlace(c, func(x *framework.Candidate) bool {
+	return dropped(c, filterInPlace(c, func(x *framework.Candidate) bool {
 		return conformanceSelects(req.CandidateIPs, x.Endpoint.IP(), x.Endpoint.Address())
-	})
+	}), notSelected)
 }
 
 // conformanceSelects reports whether one of the suite's tokens names the

@@ -4,19 +4,21 @@
 package filter
 
 import (
-	"context"
+	"fmt"
 	"testing"
 
 	"github.com/poolpicker/poolpicker/scheduling/framework"
-	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
+	"github.com/poolpicker/poolpicker/scheduling/framework/frameworktest"
 )
 
-var ctx = context.Background()
-
 func TestFilters(t *testing.T) {
-	tp := schedtest.NewPool(t, 4)
-	addr := func(i int) string { return tp.Ep(t, i).Address }
-	ip := func(i int) string { return tp.Ep(t, i).IP }
+	var eps []*frameworktest.Endpoint
+	for i := 1; i <= 4; i++ {
+		eps = append(eps, frameworktest.NewEndpoint(fmt.Sprintf("127.0.1.%d:8000", i), nil))
+	}
+	pool := frameworktest.NewPool("ns", "pool", eps...)
+	addr := func(i int) string { return eps[i-1].Address() }
+	ip := func(i int) string { return eps[i-1].IP() }
 	var many []string
 	for i := 0; i < 20; i++ {
 		many = append(many, "10.0.0.1:"+string(rune('a'+i)))
@@ -39,8 +41,14 @@ func TestFilters(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cs := schedtest.NewCycle(tp.Pool, "", 1)
-			got := schedtest.Build(t, "test", c.factory, "").(framework.Filter).Filter(ctx, cs, &c.req, schedtest.Candidates(tp.Pool))
+			cs := frameworktest.NewCycle(pool, "", 1)
+			f := frameworktest.Build(t, c.factory, "test", "").(framework.Filter)
+			got, st := frameworktest.Filter(t, f, cs, &c.req, frameworktest.Candidates(cs))
+			// A filter that dropped candidates says why; one that kept
+			// them all says nothing.
+			if dropped := len(got) < 4; dropped != (st.Code() == framework.Unschedulable) || dropped != (st.Message() != "") {
+				t.Fatalf("kept %d of 4 with status %v", len(got), st)
+			}
 			// Pool order is by address; compare as sets of addresses.
 			if len(got) != len(c.want) {
 				t.Fatalf("kept %d, want %d", len(got), len(c.want))

@@ -40,12 +40,16 @@ func (f *subsetFilter) TypedName() framework.TypedName { return f.name }
 // smallSubset is the hint length up to which a linear scan beats a set.
 const smallSubset = 8
 
-func (f *subsetFilter) Filter(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate) []framework.Candidate {
+// outsideSubset is the subset filter's reason for what it drops; made
+// once, so a filtered request costs no allocation.
+var outsideSubset = framework.NewStatus(framework.Unschedulable, "not in the gateway's subset hint (x-gateway-destination-endpoint-subset)")
+
+func (f *subsetFilter) Filter(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate) ([]framework.Candidate, *framework.Status) {
 	if req.Subset == nil {
-		return c
+		return c, nil
 	}
 	if len(req.Subset) <= smallSubset {
-		return filterInPlace(c, func(x *framework.Candidate) bool { return containsString(req.Subset, x.Endpoint.Address()) })
+		return dropped(c, filterInPlace(c, func(x *framework.Candidate) bool { return containsString(req.Subset, x.Endpoint.Address()) }), outsideSubset)
 	}
 	set, _ := cs.Reuse(f.key).(map[string]struct{})
 	if set == nil {
@@ -58,7 +62,16 @@ func (f *subsetFilter) Filter(_ context.Context, cs *framework.CycleState, req *
 	}
 	out := filterInPlace(c, func(x *framework.Candidate) bool { _, ok := set[x.Endpoint.Address()]; return ok })
 	clear(set) // the request's strings must not outlive it
-	return out
+	return dropped(c, out, outsideSubset)
+}
+
+// dropped is kept with why when the filter dropped candidates of in, with
+// no status when it kept them all.
+func dropped(in, kept []framework.Candidate, why *framework.Status) ([]framework.Candidate, *framework.Status) {
+	if len(kept) == len(in) {
+		return kept, nil
+	}
+	return kept, why
 }
 
 func filterInPlace(c []framework.Candidate, keep func(*framework.Candidate) bool) []framework.Candidate {

@@ -39,7 +39,7 @@ func NewQueue(name string, params json.RawMessage, _ framework.Handle) (framewor
 
 func (s *queueScorer) TypedName() framework.TypedName { return s.name }
 
-func (s *queueScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
+func (s *queueScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	for i := range c {
 		if m := c[i].Metrics; !m.IsZero() {
 			scores[i] = float64(int64(m.WaitingRequests()) + c[i].Held)
@@ -48,6 +48,7 @@ func (s *queueScorer) Score(_ context.Context, _ *framework.CycleState, _ *frame
 		}
 	}
 	normaliseLowerBetter(scores)
+	return nil
 }
 
 // runningRequestsScorer ranks by requests the model server is decoding.
@@ -64,7 +65,7 @@ func NewRunningRequests(name string, params json.RawMessage, _ framework.Handle)
 
 func (s *runningRequestsScorer) TypedName() framework.TypedName { return s.name }
 
-func (s *runningRequestsScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
+func (s *runningRequestsScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	for i := range c {
 		if m := c[i].Metrics; !m.IsZero() {
 			scores[i] = float64(m.RunningRequests())
@@ -73,6 +74,7 @@ func (s *runningRequestsScorer) Score(_ context.Context, _ *framework.CycleState
 		}
 	}
 	normaliseLowerBetter(scores)
+	return nil
 }
 
 // inFlightScorer ranks by the requests poolpicker itself sent to the
@@ -112,7 +114,7 @@ func NewInFlight(name string, params json.RawMessage, _ framework.Handle) (frame
 
 func (s *inFlightScorer) TypedName() framework.TypedName { return s.name }
 
-func (s *inFlightScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
+func (s *inFlightScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	for i := range c {
 		// Read once: the count moves while we score.
 		scores[i] = float64(max(c[i].Endpoint.InFlight(), 0) + c[i].Held)
@@ -121,6 +123,7 @@ func (s *inFlightScorer) Score(_ context.Context, _ *framework.CycleState, _ *fr
 		perCacheSize(c, scores)
 	}
 	normaliseLowerBetter(scores)
+	return nil
 }
 
 // perCacheSize divides each candidate's load by its server's KV-cache
@@ -164,12 +167,13 @@ func NewKVCacheUtilization(name string, params json.RawMessage, _ framework.Hand
 
 func (s *kvCacheScorer) TypedName() framework.TypedName { return s.name }
 
-func (s *kvCacheScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
+func (s *kvCacheScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	for i := range c {
 		if m := c[i].Metrics; !m.IsZero() {
 			scores[i] = 1 - m.KVCacheUsage()
 		}
 	}
+	return nil
 }
 
 // unknownLoad marks a candidate without a load value in normaliseLowerBetter.

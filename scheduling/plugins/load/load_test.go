@@ -4,28 +4,26 @@
 package load
 
 import (
-	"context"
+	"fmt"
 	"testing"
 	"time"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/framework/frameworktest"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
 
-var ctx = context.Background()
-
 func TestLoadScorers(t *testing.T) {
 	type ep struct {
-		m        *datastore.Metrics // nil: never scraped
+		m        *framework.Scrape // nil: never scraped
 		inFlight int64
 		held     int64 // held for it by flow control (Candidate.Held)
 	}
-	fresh := func(waiting, running int, kv float64) *datastore.Metrics {
-		return &datastore.Metrics{WaitingRequests: waiting, RunningRequests: running, KVCacheUsage: kv, ScrapedAt: time.Now()}
+	fresh := func(waiting, running int, kv float64) *framework.Scrape {
+		return &framework.Scrape{WaitingRequests: waiting, RunningRequests: running, KVCacheUsage: kv, ScrapedAt: time.Now()}
 	}
 	// sized is a fresh scrape of a server of the given KV cache.
-	sized := func(blocks int) *datastore.Metrics {
+	sized := func(blocks int) *framework.Scrape {
 		m := fresh(0, 0, 0)
 		m.NumBlocks, m.BlockSize = blocks, 16
 		return m
@@ -59,17 +57,19 @@ func TestLoadScorers(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tp := schedtest.NewPool(t, len(c.eps))
+			var eps []*frameworktest.Endpoint
 			cands := make([]framework.Candidate, len(c.eps))
 			for i, e := range c.eps {
-				endpoint := tp.Ep(t, i+1)
-				endpoint.AddInFlight(e.inFlight)
-				cands[i] = framework.Candidate{Endpoint: framework.EndpointOf(endpoint), Metrics: framework.MetricsOf(e.m), Held: e.held}
+				endpoint := frameworktest.NewEndpoint(fmt.Sprintf("127.0.1.%d:8000", i+1), nil)
+				endpoint.SetInFlight(e.inFlight)
+				eps = append(eps, endpoint)
+				cands[i] = framework.Candidate{Endpoint: endpoint, Metrics: framework.MetricsOf(e.m), Index: i, Held: e.held}
 			}
-			scores := make([]float64, len(cands))
-			schedtest.Build(t, "test", c.factory, c.params).(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, "m", 1), &framework.Request{}, cands, scores)
-			if !schedtest.ApproxEqual(scores, c.want) {
-				t.Fatalf("scores %v, want %v", scores, c.want)
+			cs := frameworktest.NewCycle(frameworktest.NewPool("ns", "pool", eps...), "m", 1)
+			s := frameworktest.Build(t, c.factory, "test", c.params).(framework.Scorer)
+			scores, st := frameworktest.Score(t, s, cs, &framework.Request{}, cands)
+			if st != nil || !schedtest.ApproxEqual(scores, c.want) {
+				t.Fatalf("scores %v, status %v; want %v and none", scores, st, c.want)
 			}
 		})
 	}

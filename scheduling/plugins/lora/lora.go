@@ -49,7 +49,7 @@ func NewAffinity(name string, params json.RawMessage, _ framework.Handle) (frame
 
 func (s *loraAffinityScorer) TypedName() framework.TypedName { return s.name }
 
-func (s *loraAffinityScorer) Score(_ context.Context, cs *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
+func (s *loraAffinityScorer) Score(_ context.Context, cs *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	model := cs.TargetModel
 	for i := range c {
 		if model == "" {
@@ -60,6 +60,7 @@ func (s *loraAffinityScorer) Score(_ context.Context, cs *framework.CycleState, 
 			scores[i] = loraScore(m, model)
 		}
 	}
+	return nil
 }
 
 func loraScore(m framework.Metrics, model string) float64 {

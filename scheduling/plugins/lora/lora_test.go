@@ -4,25 +4,21 @@
 package lora
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
-	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
+	"github.com/poolpicker/poolpicker/scheduling/framework/frameworktest"
 )
 
-var ctx = context.Background()
-
 func TestLoRAAffinityScorer(t *testing.T) {
-	m := func(running, waiting []string, max int) *datastore.Metrics {
-		return &datastore.Metrics{RunningAdapters: running, WaitingAdapters: waiting, MaxAdapters: max, ScrapedAt: time.Now()}
+	m := func(running, waiting []string, max int) *framework.Scrape {
+		return &framework.Scrape{RunningAdapters: running, WaitingAdapters: waiting, MaxAdapters: max, ScrapedAt: time.Now()}
 	}
 	cases := []struct {
 		name  string
 		model string
-		m     *datastore.Metrics
+		m     *framework.Scrape
 		want  float64
 	}{
 		{"running", "a", m([]string{"x", "a"}, nil, 2), loraRunning},
@@ -39,12 +35,13 @@ func TestLoRAAffinityScorer(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tp := schedtest.NewPool(t, 1)
-			cands := []framework.Candidate{{Endpoint: framework.EndpointOf(tp.Ep(t, 1)), Metrics: framework.MetricsOf(c.m)}}
-			scores := make([]float64, 1)
-			schedtest.Build(t, "test", NewAffinity, "").(framework.Scorer).Score(ctx, schedtest.NewCycle(tp.Pool, c.model, 1), &framework.Request{}, cands, scores)
-			if scores[0] != c.want {
-				t.Fatalf("score %v, want %v", scores[0], c.want)
+			e := frameworktest.NewEndpoint("127.0.1.1:8000", nil)
+			e.SetScrape(c.m)
+			cs := frameworktest.NewCycle(frameworktest.NewPool("ns", "pool", e), c.model, 1)
+			s := frameworktest.Build(t, NewAffinity, "test", "").(framework.Scorer)
+			scores, st := frameworktest.Score(t, s, cs, &framework.Request{}, frameworktest.Candidates(cs))
+			if st != nil || scores[0] != c.want {
+				t.Fatalf("score %v, status %v; want %v and none", scores[0], st, c.want)
 			}
 		})
 	}

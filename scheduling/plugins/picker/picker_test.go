@@ -4,19 +4,20 @@
 package picker
 
 import (
-	"context"
+	"fmt"
 	"math"
 	"testing"
 
 	"github.com/poolpicker/poolpicker/scheduling/framework"
-	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
+	"github.com/poolpicker/poolpicker/scheduling/framework/frameworktest"
 )
 
-var ctx = context.Background()
-
 func TestPickers(t *testing.T) {
-	tp := schedtest.NewPool(t, 5)
-	cands := schedtest.Candidates(tp.Pool)
+	var eps []*frameworktest.Endpoint
+	for i := 1; i <= 5; i++ {
+		eps = append(eps, frameworktest.NewEndpoint(fmt.Sprintf("127.0.1.%d:8000", i), nil))
+	}
+	pool := frameworktest.NewPool("ns", "pool", eps...)
 	const draws = 20000
 	cases := []struct {
 		name    string
@@ -76,12 +77,13 @@ func TestPickers(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p := schedtest.Build(t, "test", c.factory, "").(framework.Picker)
-			cs := schedtest.NewCycle(tp.Pool, "", 7)
+			p := frameworktest.Build(t, c.factory, "test", "").(framework.Picker)
+			cs := frameworktest.NewCycle(pool, "", 7)
+			cands := frameworktest.Candidates(cs)
 			first := make([]int, len(cands))
 			var one []int
 			for i := 0; i < draws; i++ {
-				one = p.Pick(ctx, cs, &framework.Request{}, cands, c.scores, c.n, nil)
+				one = frameworktest.Pick(t, p, cs, &framework.Request{}, cands, c.scores, c.n)
 				if len(one) != c.n {
 					t.Fatalf("picked %d, want %d", len(one), c.n)
 				}

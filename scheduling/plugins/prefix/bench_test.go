@@ -15,6 +15,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/internal/fairshare"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
 
@@ -40,13 +41,13 @@ func BenchmarkPrefixIndexBytesPerBlock(b *testing.B) {
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
-				x := s.index(framework.PoolOf(tp.Pool))
+				x := s.index(dsview.Pool(tp.Pool))
 				for i, e := range eps {
 					group := i / holders
 					for j := range hashes {
 						hashes[j] = uint64(group)<<32 | uint64(j)
 					}
-					pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(e), 1000000)
+					pe := x.endpointFor(dsview.Pool(tp.Pool), dsview.Endpoint(e), 1000000)
 					pe.record(hashes, 1000000, 0)
 				}
 				runtime.GC()
@@ -76,11 +77,11 @@ func BenchmarkPrefixDropEndpoint(b *testing.B) {
 		b.StopTimer()
 		s := build(b, "")
 		tp := schedtest.NewPool(b, 2)
-		x := s.index(framework.PoolOf(tp.Pool))
+		x := s.index(dsview.Pool(tp.Pool))
 		e := tp.Pool.Endpoints().Endpoints[0]
-		x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(e), DefaultLRUCapacityPerServer).record(hashes, DefaultLRUCapacityPerServer, 0)
+		x.endpointFor(dsview.Pool(tp.Pool), dsview.Endpoint(e), DefaultLRUCapacityPerServer).record(hashes, DefaultLRUCapacityPerServer, 0)
 		b.StartTimer()
-		x.drop([]framework.Endpoint{framework.EndpointOf(e)})
+		x.drop([]framework.Endpoint{dsview.Endpoint(e)})
 		b.StopTimer()
 		if x.blocks() != 0 {
 			b.Fatal("blocks left after drop")
@@ -115,7 +116,7 @@ func BenchmarkRecord(b *testing.B) {
 				// Under the default memory budget, as the scorer records.
 				budget := fairshare.New(fairshare.Options{Name: "bench", Capacity: DefaultMaxIndexBytes / indexBytesPerBlock})
 				x := newPrefixIndex(budget.Party("ns", "pool"))
-				pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), capacity)
+				pe := x.endpointFor(dsview.Pool(tp.Pool), dsview.Endpoint(tp.Pool.Endpoints().Endpoints[0]), capacity)
 				pe.record(randomBlocks(rnd, 20000), capacity, 0)
 				prompts := make([][]uint64, 64)
 				last := randomBlocks(rnd, blocks)
@@ -190,7 +191,7 @@ func BenchmarkScoreServerCounterAging(b *testing.B) {
 			for i := 1; i <= pods; i++ {
 				cs := schedtest.NewCycle(tp.Pool, "m", 1)
 				s.Score(ctx, cs, &framework.Request{Prompt: prompt}, cands, scores)
-				s.PostPick(ctx, cs, &framework.Request{Prompt: prompt}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(tp.Ep(b, i))}})
+				s.PostPick(ctx, cs, &framework.Request{Prompt: prompt}, &framework.Result{Endpoints: []framework.Endpoint{dsview.Endpoint(tp.Ep(b, i))}})
 			}
 			cs := schedtest.NewCycle(tp.Pool, "m", 1)
 			req := &framework.Request{Prompt: prompt}

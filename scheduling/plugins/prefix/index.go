@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/internal/fairshare"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
@@ -33,7 +32,7 @@ type prefixIndex struct {
 
 	// endpoints is an immutable map replaced whole under mu; reads are
 	// lock-free.
-	endpoints atomic.Pointer[map[datastore.EndpointKey]*prefixEndpoint]
+	endpoints atomic.Pointer[map[framework.EndpointKey]*prefixEndpoint]
 	// slots is the high-water mark of endpoint slot numbers.
 	slots atomic.Int32
 	// version counts changes of endpoints; aligned is the endpoint states
@@ -183,7 +182,7 @@ func (x *prefixIndex) statesFor(set framework.EndpointSet) []*prefixEndpoint {
 	// marked older than its contents, which the next call rebuilds.
 	m := *x.endpoints.Load()
 	v := &alignedView{set: set, version: version, states: make([]*prefixEndpoint, set.Len())}
-	for i, e := range set.All() {
+	for i, e := range framework.All(set) {
 		v.states[i] = m[e.Key()]
 	}
 	x.aligned.Store(v)
@@ -214,7 +213,7 @@ func (hs *holders) rest() []*prefixEndpoint {
 
 // prefixEndpoint is one endpoint's LRU of block hashes.
 type prefixEndpoint struct {
-	key datastore.EndpointKey
+	key framework.EndpointKey
 	// pool and endpoint name the endpoint to peer replicas (ForgetBlocks).
 	pool     framework.Pool
 	endpoint framework.Endpoint
@@ -358,13 +357,13 @@ func newPrefixIndex(share *fairshare.Party) *prefixIndex {
 	for i := range x.shards {
 		x.shards[i].m = make(map[uint64]holders)
 	}
-	empty := map[datastore.EndpointKey]*prefixEndpoint{}
+	empty := map[framework.EndpointKey]*prefixEndpoint{}
 	x.endpoints.Store(&empty)
 	return x
 }
 
 // lookup returns the endpoint's LRU state, or nil when it has none.
-func (x *prefixIndex) lookup(key datastore.EndpointKey) *prefixEndpoint {
+func (x *prefixIndex) lookup(key framework.EndpointKey) *prefixEndpoint {
 	return (*x.endpoints.Load())[key]
 }
 
@@ -400,7 +399,7 @@ func (x *prefixIndex) endpointFor(pool framework.Pool, e framework.Endpoint, cap
 		x.slots.Store(pe.slot + 1)
 	}
 	pe.lru = newBlockLRU(capacity, func(h uint64) { x.removeHolder(h, pe) })
-	next := make(map[datastore.EndpointKey]*prefixEndpoint, len(cur)+1)
+	next := make(map[framework.EndpointKey]*prefixEndpoint, len(cur)+1)
 	for k, v := range cur {
 		next[k] = v
 	}
@@ -428,7 +427,7 @@ func (x *prefixIndex) drop(removed []framework.Endpoint) {
 		x.mu.Unlock()
 		return
 	}
-	next := make(map[datastore.EndpointKey]*prefixEndpoint, len(cur))
+	next := make(map[framework.EndpointKey]*prefixEndpoint, len(cur))
 	for k, v := range cur {
 		next[k] = v
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
 
@@ -38,7 +39,7 @@ func TestIndexMemoryBudget(t *testing.T) {
 		t.Fatalf("pool A's index holds %d blocks, want at most its share %d (and the endpoints filled)", held, budgetBlocks*9/10)
 	}
 	for i := 1; i <= 5; i++ {
-		if n := f.index().lookup(f.tp.Ep(t, i).Key()).len(); n > 6000 {
+		if n := f.index().lookup(framework.EndpointKey(f.tp.Ep(t, i).Key())).len(); n > 6000 {
 			t.Fatalf("endpoint %d holds %d blocks, over maxLRUCapacityPerServer 6000 whatever its server reports", i, n)
 		}
 	}
@@ -54,9 +55,9 @@ func TestIndexMemoryBudget(t *testing.T) {
 		cs := schedtest.NewCycle(other, "m", 1)
 		cands := schedtest.Candidates(other)
 		f.s.Score(ctx, cs, &framework.Request{Prompt: prompt}, cands, make([]float64, len(cands)))
-		f.s.PostPick(ctx, cs, &framework.Request{Prompt: prompt}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(ep)}})
+		f.s.PostPick(ctx, cs, &framework.Request{Prompt: prompt}, &framework.Result{Endpoints: []framework.Endpoint{dsview.Endpoint(ep)}})
 	}
-	v, _ := f.s.indexes.Load(framework.PoolOf(other))
+	v, _ := f.s.indexes.Load(dsview.Pool(other))
 	if n := v.(*prefixIndex).blocks(); n != 64 {
 		t.Fatalf("tenant B's pool remembers %d blocks of its 64-block prompt while A holds its share", n)
 	}

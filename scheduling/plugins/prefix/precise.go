@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/kvevents"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 	"github.com/poolpicker/poolpicker/tokenize"
@@ -139,7 +138,7 @@ type Precise struct {
 	start func()
 
 	mu    sync.Mutex
-	pools map[datastore.PoolKey]map[string]struct{} // endpoint addresses
+	pools map[framework.PoolKey]map[string]struct{} // endpoint addresses
 }
 
 var (
@@ -193,7 +192,7 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	}
 	s := &Precise{name: framework.TypedName{Type: PreciseType, Name: name}, key: framework.StateKey(PreciseType + "/" + name),
 		approx: a.(*Scorer), hasher: hasher, agreement: ag, fallbacks: c.(*prometheus.CounterVec),
-		maxPrompt: p.MaxPromptBytes, maxBlocks: DefaultMaxPreciseBlocks, pools: map[datastore.PoolKey]map[string]struct{}{}}
+		maxPrompt: p.MaxPromptBytes, maxBlocks: DefaultMaxPreciseBlocks, pools: map[framework.PoolKey]map[string]struct{}{}}
 	if s.maxPrompt <= 0 {
 		s.maxPrompt = DefaultMaxPromptBytes
 	}
@@ -284,7 +283,7 @@ type preciseCycle struct {
 
 // Score scores from the learned index, then, for the candidates whose
 // events are their servers' whole history, from the events.
-func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
+func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	s.approx.Score(ctx, cs, req, c, scores)
 	st, _ := cs.Reuse(s.key).(*preciseCycle)
 	if st == nil {
@@ -294,7 +293,7 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	st.keys, st.promptTokens = st.keys[:0], 0
 	cs.Write(s.key, st)
 	if s.events == nil {
-		return
+		return nil
 	}
 	eps := make([]*kvevents.Endpoint, len(c))
 	render := ""
@@ -307,14 +306,14 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		}
 	}
 	if render == "" {
-		return
+		return nil
 	}
 	if s.renderURL != "" {
 		render = s.renderURL
 	}
 	if len(req.Prompt) >= s.maxPrompt {
 		s.fallbacks.WithLabelValues(s.name.Name, "too_long").Inc()
-		return
+		return nil
 	}
 	tokens, err := s.tokenizer.Tokens(ctx, render, cs.TargetModel, req.Prompt)
 	if err != nil {
@@ -323,14 +322,14 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 			reason = "timeout"
 		}
 		s.fallbacks.WithLabelValues(s.name.Name, reason).Inc()
-		return
+		return nil
 	}
 	bs := s.hasher.BlockSize()
 	tokens = tokens[:min(len(tokens), s.maxBlocks*bs)]
 	st.keys = s.hasher.Keys(st.keys, s.hasher.Root(cs.TargetModel), tokens)
 	st.promptTokens = len(tokens)
 	if len(st.keys) == 0 {
-		return
+		return nil
 	}
 	total := float64(len(st.keys))
 	for i, ep := range eps {
@@ -344,6 +343,7 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		st.matched[c[i].Endpoint.Address()] = n
 		scores[i] = float64(n) / total
 	}
+	return nil
 }
 
 // PostPick leaves on the Result what the events predicted on the primary

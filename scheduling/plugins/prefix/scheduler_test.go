@@ -19,6 +19,7 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
@@ -137,7 +138,7 @@ func TestSchedulePodLeavingMidTraffic(t *testing.T) {
 		t.Fatal("no request was scheduled after the removal")
 	}
 	// The prefix state of the departed endpoint is gone too.
-	if ps.Holds(framework.PoolOf(tp.Pool), framework.EndpointOf(leaving)) {
+	if ps.Holds(dsview.Pool(tp.Pool), dsview.Endpoint(leaving)) {
 		t.Fatal("prefix index still holds blocks of the removed endpoint")
 	}
 }
@@ -149,7 +150,7 @@ func TestSchedulePrefixStateDroppedWithPool(t *testing.T) {
 	if _, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: schedtest.Prompt("x", 1024)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := ps.IndexedBlocks(framework.PoolOf(tp.Pool)); got != 16 {
+	if got := ps.IndexedBlocks(dsview.Pool(tp.Pool)); got != 16 {
 		t.Fatalf("index holds %d blocks, want 16 (1 KB / 64 B)", got)
 	}
 	tp.Reg.Remove(tp.Pool.Key)
@@ -207,10 +208,10 @@ func TestSchedulePoolsAreIndependent(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if n := ps.IndexedBlocks(framework.PoolOf(a)); n != 0 {
+	if n := ps.IndexedBlocks(dsview.Pool(a)); n != 0 {
 		t.Fatalf("removed pool still indexes %d blocks", n)
 	}
-	if n := ps.IndexedBlocks(framework.PoolOf(b)); n != 16 {
+	if n := ps.IndexedBlocks(dsview.Pool(b)); n != 16 {
 		t.Fatalf("pool b indexes %d blocks, want 16", n)
 	}
 	// Pool a keeps answering (its last snapshot) without growing state.
@@ -238,7 +239,7 @@ func TestScheduleDeferredLearnsAtCommit(t *testing.T) {
 	if len(dropped.Endpoints) == 0 {
 		t.Fatal("no endpoint picked")
 	}
-	if got := ps.IndexedBlocks(framework.PoolOf(tp.Pool)); got != 0 {
+	if got := ps.IndexedBlocks(dsview.Pool(tp.Pool)); got != 0 {
 		t.Fatalf("index holds %d blocks before any commit, want 0", got)
 	}
 
@@ -247,14 +248,14 @@ func TestScheduleDeferredLearnsAtCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Commit()
-	if got := ps.IndexedBlocks(framework.PoolOf(tp.Pool)); got != 16 {
+	if got := ps.IndexedBlocks(dsview.Pool(tp.Pool)); got != 16 {
 		t.Fatalf("index holds %d blocks after commit, want 16 (1 KB / 64 B)", got)
 	}
-	if !ps.Holds(framework.PoolOf(tp.Pool), framework.EndpointOf(res.Endpoints[0])) {
+	if !ps.Holds(dsview.Pool(tp.Pool), dsview.Endpoint(res.Endpoints[0])) {
 		t.Fatalf("the primary %s did not learn the prompt", res.Endpoints[0].Address)
 	}
 	res.Commit() // a second commit is a no-op
-	if got := ps.IndexedBlocks(framework.PoolOf(tp.Pool)); got != 16 {
+	if got := ps.IndexedBlocks(dsview.Pool(tp.Pool)); got != 16 {
 		t.Fatalf("index holds %d blocks after a second commit, want 16", got)
 	}
 	// The learned prefix draws the next pick, as after Schedule.

@@ -358,7 +358,7 @@ type prefixCycle struct {
 
 // Score scores each candidate by the share of the request's prompt prefix
 // it is estimated to hold in its cache.
-func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
+func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	st, _ := cs.Reuse(s.key).(*prefixCycle)
 	if st == nil {
 		st = &prefixCycle{}
@@ -371,7 +371,7 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 	}
 	st.index = s.index(cs.Pool)
 	if len(st.hashes) == 0 || st.index == nil {
-		return
+		return nil
 	}
 	if s.params.ServerCounterAging {
 		s.ageByServers(st.index, cs.Endpoints, c)
@@ -396,6 +396,7 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 	if !slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {
 		s.rendezvous(cs, req, c, scores, st)
 	}
+	return nil
 }
 
 // ageByServers ages the candidates' LRUs by their servers' newest samples

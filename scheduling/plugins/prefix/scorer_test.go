@@ -18,6 +18,7 @@ import (
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/internal/dsview"
 	"github.com/poolpicker/poolpicker/scheduling/internal/schedtest"
 )
 
@@ -114,13 +115,13 @@ func (f *prefixFixture) score(p []byte, record int) []float64 {
 		}
 	}
 	if record > 0 {
-		f.s.PostPick(ctx, cs, &framework.Request{Prompt: p}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(f.tp.Ep(f.t, record))}})
+		f.s.PostPick(ctx, cs, &framework.Request{Prompt: p}, &framework.Result{Endpoints: []framework.Endpoint{dsview.Endpoint(f.tp.Ep(f.t, record))}})
 	}
 	return out
 }
 
 func (f *prefixFixture) index() *prefixIndex {
-	v, ok := f.s.indexes.Load(framework.PoolOf(f.tp.Pool))
+	v, ok := f.s.indexes.Load(dsview.Pool(f.tp.Pool))
 	if !ok {
 		return nil
 	}
@@ -251,7 +252,7 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 	if got := f.score(b, 0)[1]; got != 1 {
 		t.Fatalf("b scores %v, want 1", got)
 	}
-	pe := f.index().lookup(f.tp.Ep(t, 1).Key())
+	pe := f.index().lookup(framework.EndpointKey(f.tp.Ep(t, 1).Key()))
 	if n := pe.len(); n != 20 {
 		t.Fatalf("LRU holds %d blocks, want its capacity 20", n)
 	}
@@ -264,7 +265,7 @@ func TestPrefixLRUEvictionAndCapacity(t *testing.T) {
 	m := schedtest.Load(0, 0.1)
 	m.NumBlocks, m.BlockSize = 10, 16
 	f.tp.Ep(t, 1).SetMetrics(m)
-	if c := f.s.capacity(f.index(), framework.MetricsOf(m)); c != 10 {
+	if c := f.s.capacity(f.index(), dsview.Metrics(m)); c != 10 {
 		t.Fatalf("capacity %d, want 10", c)
 	}
 	f.score(b[:64], 1)
@@ -336,7 +337,7 @@ func TestPrefixServerCounterAging(t *testing.T) {
 				cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
 				req := &framework.Request{Prompt: c.own}
 				f.s.Score(ctx, cs, req, schedtest.Candidates(f.tp.Pool), make([]float64, 2))
-				res := &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(f.tp.Ep(t, 1))}}
+				res := &framework.Result{Endpoints: []framework.Endpoint{dsview.Endpoint(f.tp.Ep(t, 1))}}
 				f.s.PostPick(ctx, cs, req, res)
 				if c.report != 0 {
 					p := res.Prediction()
@@ -347,7 +348,7 @@ func TestPrefixServerCounterAging(t *testing.T) {
 			if got := f.score(a, 0)[1]; !schedtest.ApproxEqual([]float64{got}, []float64{c.want}) {
 				t.Fatalf("a scores %v, want %v", got, c.want)
 			}
-			pe := f.index().lookup(f.tp.Ep(t, 1).Key())
+			pe := f.index().lookup(framework.EndpointKey(f.tp.Ep(t, 1).Key()))
 			pe.mu.Lock()
 			held := pe.lru.len() + pe.lru.phantomBlocks
 			pe.mu.Unlock()
@@ -393,7 +394,7 @@ func TestPrefixCapacity(t *testing.T) {
 			if c.scale > 0 {
 				x.observeTokenScale(c.scale)
 			}
-			if got := s.capacity(x, framework.MetricsOf(c.m)); got != c.want {
+			if got := s.capacity(x, dsview.Metrics(c.m)); got != c.want {
 				t.Fatalf("capacity %d, want %d", got, c.want)
 			}
 		})
@@ -411,10 +412,10 @@ func TestPrefixDropsDepartedEndpoints(t *testing.T) {
 		t.Fatalf("index holds %d blocks, want 20", n)
 	}
 	gone := f.tp.Ep(t, 1)
-	slot := f.index().lookup(gone.Key()).slot
+	slot := f.index().lookup(framework.EndpointKey(gone.Key())).slot
 
 	f.tp.Pool.SetPods(f.tp.Pods[1:])
-	if f.index().lookup(gone.Key()) != nil {
+	if f.index().lookup(framework.EndpointKey(gone.Key())) != nil {
 		t.Fatal("departed endpoint still has an LRU")
 	}
 	if n := f.index().blocks(); n != 10 {
@@ -426,8 +427,8 @@ func TestPrefixDropsDepartedEndpoints(t *testing.T) {
 	// A pick of the departed endpoint recorded late creates nothing.
 	cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
 	f.s.Score(ctx, cs, &framework.Request{Prompt: shared}, schedtest.Candidates(f.tp.Pool), make([]float64, 2))
-	f.s.PostPick(ctx, cs, &framework.Request{Prompt: shared}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(gone)}})
-	if f.index().lookup(gone.Key()) != nil {
+	f.s.PostPick(ctx, cs, &framework.Request{Prompt: shared}, &framework.Result{Endpoints: []framework.Endpoint{dsview.Endpoint(gone)}})
+	if f.index().lookup(framework.EndpointKey(gone.Key())) != nil {
 		t.Fatal("late record of a departed endpoint created state")
 	}
 	// The endpoint comes back: it starts cold, in the reused slot.
@@ -438,7 +439,7 @@ func TestPrefixDropsDepartedEndpoints(t *testing.T) {
 		t.Fatalf("returning endpoint scores %v, want 0", got[1])
 	}
 	f.score(schedtest.Prompt("new", 640), 1)
-	if pe := f.index().lookup(back.Key()); pe == nil || pe.slot != slot {
+	if pe := f.index().lookup(framework.EndpointKey(back.Key())); pe == nil || pe.slot != slot {
 		t.Fatalf("returning endpoint state %+v, want slot %d reused", pe, slot)
 	}
 
@@ -454,12 +455,12 @@ func TestPrefixCycleStateReuse(t *testing.T) {
 	cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
 	cands := schedtest.Candidates(f.tp.Pool)
 	f.s.Score(ctx, cs, &framework.Request{Prompt: schedtest.Prompt("a", 640)}, cands, make([]float64, 2))
-	cs.Begin(f.tp.Pool, schedtest.Saturation, schedtest.SeededRand(1))
+	cs.Begin(dsview.Pool(f.tp.Pool), schedtest.Saturation, schedtest.SeededRand(1))
 	if _, ok := cs.Read(f.s.key); ok {
 		t.Fatal("state of the previous cycle readable after reset")
 	}
 	// No Score this cycle (e.g. the profile has no prompt): PostPick records nothing.
-	f.s.PostPick(ctx, cs, &framework.Request{}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(f.tp.Ep(t, 1))}})
+	f.s.PostPick(ctx, cs, &framework.Request{}, &framework.Result{Endpoints: []framework.Endpoint{dsview.Endpoint(f.tp.Ep(t, 1))}})
 	if n := f.index().blocks(); n != 0 {
 		t.Fatalf("index holds %d blocks from a stale cycle", n)
 	}
@@ -579,7 +580,7 @@ func TestIndexMatch(t *testing.T) {
 func TestRecordKeepsPrefixes(t *testing.T) {
 	tp := schedtest.NewPool(t, 1)
 	x := newPrefixIndex(nil)
-	pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), 100)
+	pe := x.endpointFor(dsview.Pool(tp.Pool), dsview.Endpoint(tp.Pool.Endpoints().Endpoints[0]), 100)
 	rnd := rand.New(rand.NewPCG(3, 4))
 	var prompts [][]uint64
 	for i := 0; i < 40; i++ {
@@ -621,7 +622,7 @@ func TestRecordAgainstTouchingEachBlock(t *testing.T) {
 	const capacity = 64
 	tp := schedtest.NewPool(t, 1)
 	x := newPrefixIndex(nil)
-	pe := x.endpointFor(framework.PoolOf(tp.Pool), framework.EndpointOf(tp.Pool.Endpoints().Endpoints[0]), capacity)
+	pe := x.endpointFor(dsview.Pool(tp.Pool), dsview.Endpoint(tp.Pool.Endpoints().Endpoints[0]), capacity)
 	ref, _ := simplelru.NewLRU[uint64, struct{}](capacity, nil)
 	rnd := rand.New(rand.NewPCG(7, 8))
 	var prompts [][]uint64
@@ -894,7 +895,7 @@ func (f *prefixFixture) pickAndReport(prompt []byte, cached, reported int) {
 	cs := schedtest.NewCycle(f.tp.Pool, "m", 1)
 	req := &framework.Request{Prompt: prompt}
 	f.s.Score(ctx, cs, req, schedtest.Candidates(f.tp.Pool), make([]float64, len(f.tp.Pods)))
-	res := &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(f.tp.Ep(f.t, 1))}}
+	res := &framework.Result{Endpoints: []framework.Endpoint{dsview.Endpoint(f.tp.Ep(f.t, 1))}}
 	f.s.PostPick(ctx, cs, req, res)
 	p := res.Prediction()
 	if p.Observer == nil {

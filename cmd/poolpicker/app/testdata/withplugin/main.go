@@ -46,13 +46,14 @@ func (r *viewRecorder) TypedName() framework.TypedName {
 	return framework.TypedName{Type: viewRecorderType, Name: viewRecorderType}
 }
 
-func (r *viewRecorder) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) {
+func (r *viewRecorder) Score(_ context.Context, _ *framework.CycleState, _ *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	for i := range c {
 		scores[i] = 1
 		if m := c[i].Endpoint.Metrics(); !m.IsZero() {
 			r.waiting.WithLabelValues(c[i].Endpoint.Address()).Set(float64(m.WaitingRequests()))
 		}
 	}
+	return nil
 }
 
 func (r *viewRecorder) PostPick(_ context.Context, _ *framework.CycleState, _ *framework.Request, res *framework.Result) {
