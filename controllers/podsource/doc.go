@@ -6,11 +6,11 @@
 // shared by the namespace's pools) and publishes each pool's endpoints into
 // the datastore.
 //
-// The pod-event path: a pod event arrives on a watch's protobuf stream
-// (watchstream.go), which podWatch.run and follow (podwatch.go) decode and
-// strip to an endpointPod; after each burst the watch hands its pods to its
-// sink: a pool's own watch (poolWatch, the per-pool plan) publishes them
-// all, a namespace's watch (namespaceWatch, nswatch.go, the namespace plan)
+// The pod-event path: a pod event arrives on a watch's protobuf stream,
+// which the lean reflector of internal/podwatch decodes and strips to a
+// podwatch.Pod on the watch's own goroutine; after each burst the watch
+// hands its pods to its sink: a pool's own watch (poolWatch, the per-pool
+// plan) publishes them all, a namespace's watch (namespaceWatch, nswatch.go, the namespace plan)
 // filters them by each subscribed pool's selector. Either way the pool's
 // servedPool.update publishes them with datastore.Pool.SetPods, whose
 // observers (scheduler, flow control, scraper) see the new endpoint set.
@@ -24,7 +24,7 @@
 //
 //	Sources.mu
 //	  → namespaceWatch.mu
-//	    → podWatch.mu (its view) or servedPool.mu
+//	    → a podwatch.Watch's view lock (EachPod) or servedPool.mu
 //	      → the datastore's locks (Pool.SetPods and its observers: the
 //	        scheduler, flow control and the scraper, which take only their
 //	        own locks and never call back here)

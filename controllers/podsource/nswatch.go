@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/poolpicker/poolpicker/controllers/podsource/internal/podwatch"
 )
 
 // namespaceWatch is the namespace plan's one watch of every pod of a
@@ -61,7 +63,7 @@ type nsSub struct {
 	// indexLabel is the selector label the subscription is indexed by.
 	indexLabel string
 	// members are the namespace's pods the selector matches, by name.
-	members map[string]*endpointPod
+	members map[string]*podwatch.Pod
 }
 
 func (s *nsSub) serves(selector string, namespace bool) bool {
@@ -78,7 +80,7 @@ func (s *nsSub) stop() {
 }
 
 // matches reports whether the subscription's selector selects pod.
-func (s *nsSub) matches(pod *endpointPod) bool {
+func (s *nsSub) matches(pod *podwatch.Pod) bool {
 	if pod == nil {
 		return false
 	}
@@ -120,16 +122,14 @@ func (ps *Sources) subscribe(sub *nsSub) {
 		ns.bySelectorLabel[sub.indexLabel] = idx
 	}
 	idx[sub] = struct{}{}
-	sub.members = map[string]*endpointPod{}
+	sub.members = map[string]*podwatch.Pod{}
 	var replaced podSource
 	if ns.hasListed {
-		ns.watch.mu.Lock()
-		for name, pod := range ns.watch.view {
+		ns.watch.EachPod(func(name string, pod *podwatch.Pod) {
 			if sub.matches(pod) {
 				sub.members[name] = pod
 			}
-		}
-		ns.watch.mu.Unlock()
+		})
 		replaced = sub.owner.update(sub, endpointSources(sub.members))
 	}
 	if ns.failure != nil {
@@ -214,7 +214,7 @@ func (ns *namespaceWatch) candidates(lbls map[string]string, into map[*nsSub]str
 // listed recomputes every subscription's pods from a complete list and
 // publishes them: a pending subscription's pool swaps to them in one
 // publish, and the source it replaces stops.
-func (ns *namespaceWatch) listed(_ *podWatch, pods map[string]*endpointPod) {
+func (ns *namespaceWatch) Listed(_ *podwatch.Watch, pods map[string]*podwatch.Pod) {
 	var replaced []podSource
 	ns.mu.Lock()
 	if ns.closed {
@@ -223,7 +223,7 @@ func (ns *namespaceWatch) listed(_ *podWatch, pods map[string]*endpointPod) {
 	}
 	ns.hasListed, ns.failure = true, nil
 	for sub := range ns.subs {
-		sub.members = map[string]*endpointPod{}
+		sub.members = map[string]*podwatch.Pod{}
 	}
 	into := map[*nsSub]struct{}{}
 	for name, pod := range pods {
@@ -244,7 +244,7 @@ func (ns *namespaceWatch) listed(_ *podWatch, pods map[string]*endpointPod) {
 
 // changed re-filters the pods of a burst and republishes the pools whose
 // endpoints they change.
-func (ns *namespaceWatch) changed(_ *podWatch, pods map[string]*endpointPod, before map[string]*endpointPod) {
+func (ns *namespaceWatch) Changed(_ *podwatch.Watch, pods map[string]*podwatch.Pod, before map[string]*podwatch.Pod) {
 	var replaced []podSource
 	ns.mu.Lock()
 	if ns.closed {
@@ -266,12 +266,12 @@ func (ns *namespaceWatch) changed(_ *podWatch, pods map[string]*endpointPod, bef
 			switch {
 			case sub.matches(cur):
 				sub.members[name] = cur
-				if !was || endpointRelevantChange(prev, cur) {
+				if !was || podwatch.RelevantChange(prev, cur) {
 					dirty[sub] = struct{}{}
 				}
 			case was:
 				delete(sub.members, name)
-				if prev.isEndpoint() {
+				if prev.IsEndpoint() {
 					dirty[sub] = struct{}{}
 				}
 			}
@@ -287,7 +287,7 @@ func (ns *namespaceWatch) changed(_ *podWatch, pods map[string]*endpointPod, bef
 
 // failed tells every pool of the namespace: each is refused (or keeps its
 // last endpoints) and reported on its own, as with per-pool watches.
-func (ns *namespaceWatch) failed(_ *podWatch, what string, err error) {
+func (ns *namespaceWatch) Failed(_ *podwatch.Watch, what string, err error) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	ns.failure = &watchFailure{what: what, err: err}
@@ -298,7 +298,7 @@ func (ns *namespaceWatch) failed(_ *podWatch, what string, err error) {
 
 // expired tells every pool of the namespace that the pods it holds are
 // too old to serve; a pool subscribing meanwhile waits for the next list.
-func (ns *namespaceWatch) expired(*podWatch) {
+func (ns *namespaceWatch) Expired(*podwatch.Watch) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	ns.hasListed = false
@@ -307,7 +307,7 @@ func (ns *namespaceWatch) expired(*podWatch) {
 	}
 }
 
-func (ns *namespaceWatch) recovered(*podWatch) {
+func (ns *namespaceWatch) Recovered(*podwatch.Watch) {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	ns.failure = nil

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/poolpicker/poolpicker/datastore"
+
+	"github.com/poolpicker/poolpicker/controllers/podsource/internal/podwatch"
 )
 
 // refusingProxy is a loopback HTTP proxy in front of the test API server
@@ -163,7 +165,7 @@ func checkRefusalsPaced(t *testing.T, plan Plan, plainList bool) {
 			t.Errorf("selector %q: answers %v, want %v (each refusal retried once, no more)", sel, statuses, want[sel])
 			continue
 		}
-		backoff := watchRetryInitial
+		backoff := podwatch.RetryInitial
 		for i := 1; i < len(got); i++ {
 			gap := got[i].at.Sub(got[i-1].at)
 			var least time.Duration

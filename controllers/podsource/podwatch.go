@@ -5,11 +5,7 @@ package podsource
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
-	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -17,17 +13,9 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 
+	"github.com/poolpicker/poolpicker/controllers/podsource/internal/podwatch"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -340,140 +328,48 @@ type poolWatch struct {
 }
 
 func (p *poolWatch) serves(selector string, namespace bool) bool {
-	return !namespace && p.selector == selector
+	return !namespace && p.Selector() == selector
 }
-func (p *poolWatch) describe() string     { return fmt.Sprintf("with selector %q", p.selector) }
+func (p *poolWatch) describe() string     { return fmt.Sprintf("with selector %q", p.Selector()) }
 func (p *poolWatch) startedAt() time.Time { return p.started }
 func (p *poolWatch) stop()                { p.cancel() }
 
-func (p *poolWatch) listed(_ *podWatch, pods map[string]*endpointPod) {
+// Listed implements podwatch.Sink.
+func (p *poolWatch) Listed(_ *podwatch.Watch, pods map[string]*podwatch.Pod) {
 	p.publish(pods)
 }
 
-func (p *poolWatch) changed(_ *podWatch, pods map[string]*endpointPod, _ map[string]*endpointPod) {
+// Changed implements podwatch.Sink.
+func (p *poolWatch) Changed(_ *podwatch.Watch, pods map[string]*podwatch.Pod, _ map[string]*podwatch.Pod) {
 	p.publish(pods)
 }
 
-func (p *poolWatch) publish(pods map[string]*endpointPod) {
+func (p *poolWatch) publish(pods map[string]*podwatch.Pod) {
 	if old := p.owner.update(p, endpointSources(pods)); old != nil {
 		old.stop()
 	}
 }
 
-func (p *poolWatch) failed(_ *podWatch, what string, err error) { p.owner.failed(p, what, err) }
-func (p *poolWatch) recovered(*podWatch)                        { p.owner.recovered(p) }
-func (p *poolWatch) expired(*podWatch)                          { p.owner.expire(p) }
-
-// watchSink receives what a pod watch sees. Its calls come from the
-// watch's goroutine, one at a time; pods is the watch's map, which only
-// that goroutine writes.
-type watchSink interface {
-	// listed: pods are complete, from the first list or a re-list.
-	listed(w *podWatch, pods map[string]*endpointPod)
-	// changed: a burst of events changed the pods named in before, whose
-	// values are what the pods were before (nil: they are new).
-	changed(w *podWatch, pods map[string]*endpointPod, before map[string]*endpointPod)
-	failed(w *podWatch, what string, err error)
-	// recovered: the watch lists or watches again after failing.
-	recovered(w *podWatch)
-	// expired: the watch has failed for longer than
-	// Options.StaleEndpointsTimeout; its pods are no longer to be trusted,
-	// and it lists afresh when it can.
-	expired(w *podWatch)
+// Failed, Recovered and Expired implement podwatch.Sink.
+func (p *poolWatch) Failed(_ *podwatch.Watch, what string, err error) {
+	p.owner.failed(p, what, err)
 }
+func (p *poolWatch) Recovered(*podwatch.Watch) { p.owner.recovered(p) }
+func (p *poolWatch) Expired(*podwatch.Watch)   { p.owner.expire(p) }
 
-// podWatch is one list+watch of the pods of one namespace (those matching
-// selector; all of them when selector is empty), with its objects stripped
-// to what an endpoint needs. It is one goroutine, which also decodes the
-// stream (plus the HTTP/2 stream's writer): the pods are a map owned by that
-// goroutine, handed to the sink after each burst of events.
+// podWatch is a running podwatch.Watch and what podsource keeps of it.
 type podWatch struct {
-	src       *Sources
-	namespace string
-	selector  string
-	sink      watchSink
-	log       logr.Logger
-	pods      corev1client.PodInterface
-	rest      rest.Interface
-	cancel    context.CancelFunc
-	started   time.Time
-
-	// mu guards view, the last complete pods, for readers on other
-	// goroutines (a pool subscribing to a namespace's watch): the watch
-	// changes view's pods under mu, and replaces view at each re-list.
-	mu   sync.Mutex
-	view map[string]*endpointPod
-}
-
-// endpointPod is what a pod watch keeps of a pod: name, namespace, UID,
-// labels, deletion state, IP and readiness. It weighs about 300 bytes
-// where a corev1.Pod, even emptied, weighs 1.2 KB.
-type endpointPod struct {
-	metav1.TypeMeta
-	metav1.ObjectMeta
-	IP    string
-	Ready bool
-}
-
-func (p *endpointPod) DeepCopyObject() runtime.Object {
-	cp := *p
-	p.ObjectMeta.DeepCopyInto(&cp.ObjectMeta) //nolint:staticcheck // QF1008: the selector says that only the metadata is copied deep
-	return &cp
-}
-
-// isEndpoint: Ready, not terminating, and addressable.
-func (p *endpointPod) isEndpoint() bool {
-	return p.DeletionTimestamp == nil && p.IP != "" && p.Ready
-}
-
-// keepPod reports whether a watch keeps pod: only endpoints are. A
-// Pending, unready or terminating pod is never routed to, and a namespace
-// may hold thousands of them (a deployment waiting for GPUs) with large
-// label sets; it is kept again when an update makes it an endpoint, which
-// every update carries whole.
-func keepPod(pod *endpointPod) bool { return pod.isEndpoint() }
-
-// stripPod is the pod watch's transform: a full pod is several kilobytes
-// (spec, status, managed fields), of which an endpoint needs a few fields.
-func stripPod(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil // already stripped (tombstones, re-lists)
-	}
-	out := &endpointPod{ObjectMeta: metav1.ObjectMeta{
-		Name:              pod.Name,
-		Namespace:         pod.Namespace,
-		UID:               pod.UID,
-		Labels:            pod.Labels,
-		CreationTimestamp: pod.CreationTimestamp,
-		DeletionTimestamp: pod.DeletionTimestamp,
-	}, IP: pod.Status.PodIP}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			out.Ready = c.Status == corev1.ConditionTrue
-			break
-		}
-	}
-	return out, nil
-}
-
-// endpointRelevantChange reports whether an update can change the endpoint
-// set: other status churn (restart counts, conditions other than Ready) is
-// dropped by the transform and must not rebuild the set.
-func endpointRelevantChange(oldObj, newObj any) bool {
-	o, ok1 := oldObj.(*endpointPod)
-	n, ok2 := newObj.(*endpointPod)
-	if !ok1 || !ok2 {
-		return true
-	}
-	return o.UID != n.UID || o.IP != n.IP || o.isEndpoint() != n.isEndpoint() || !maps.Equal(o.Labels, n.Labels)
+	*podwatch.Watch
+	log     logr.Logger
+	cancel  context.CancelFunc
+	started time.Time
 }
 
 // endpointSources lists the endpoint pods of a watch's map, by name.
-func endpointSources(pods map[string]*endpointPod) []sourcePod {
+func endpointSources(pods map[string]*podwatch.Pod) []sourcePod {
 	out := make([]sourcePod, 0, len(pods))
 	for _, pod := range pods {
-		if !pod.isEndpoint() {
+		if !pod.IsEndpoint() {
 			continue
 		}
 		out = append(out, sourcePod{EndpointSource: datastore.EndpointSource{
@@ -498,9 +394,9 @@ func (ps *Sources) startPoolWatch(sp *servedPool, selector string) *poolWatch {
 
 // newWatch makes a watch of the namespace's pods matching selector (all of
 // them when empty), reporting to sink; runWatch starts it.
-func (ps *Sources) newWatch(namespace, selector string, sink watchSink, log logr.Logger) *podWatch {
-	return &podWatch{src: ps, namespace: namespace, selector: selector, sink: sink, log: log,
-		pods: ps.pods.Pods(namespace), rest: ps.pods.RESTClient(), started: time.Now()}
+func (ps *Sources) newWatch(namespace, selector string, sink podwatch.Sink, log logr.Logger) *podWatch {
+	return &podWatch{log: log, started: time.Now(), Watch: podwatch.New(podwatch.Config{Namespace: namespace, Selector: selector,
+		Client: ps.pods, StaleAfter: ps.staleAfter, Capabilities: &ps.caps, Sink: sink, Log: log})}
 }
 
 func (ps *Sources) runWatch(w *podWatch) {
@@ -515,275 +411,6 @@ func (ps *Sources) runWatch(w *podWatch) {
 	ps.metrics.liveWatches.Inc()
 	ps.watches.Go(func() {
 		defer ps.metrics.liveWatches.Dec()
-		w.run(ctx)
+		w.Run(ctx)
 	})
-}
-
-// Retry pacing of a pod watch whose list or watch fails.
-const (
-	watchRetryInitial = 500 * time.Millisecond
-	watchRetryMax     = 30 * time.Second
-	// minWatchTimeout is the shortest server-side timeout of a watch
-	// request; each request draws one in [1, 2) times it, as client-go's
-	// reflector does, so that thousands of watches do not all end at once.
-	minWatchTimeout = 5 * time.Minute
-)
-
-// newWatchBackoff paces a failing watch's retries: doubling from
-// watchRetryInitial up to watchRetryMax, up to a fifth longer at random so
-// that watches failing together drift apart.
-func newWatchBackoff() wait.Backoff {
-	return wait.Backoff{Duration: watchRetryInitial, Factor: 2, Jitter: 0.2, Cap: watchRetryMax, Steps: math.MaxInt32}
-}
-
-// run gets the pods, then watches from their resource version, re-watching
-// from the last version seen when a watch ends and starting afresh when that
-// version has expired, until ctx is cancelled. The pods come from a
-// streaming list (a watch that first sends every matching pod, then a
-// bookmark): one request instead of a list and a watch, which halves what a
-// thousand pools cost a rate-limited client at start. A server without
-// streaming lists gets a plain list.
-func (w *podWatch) run(ctx context.Context) {
-	ps, log := w.src, w.log
-	var (
-		pods    map[string]*endpointPod
-		rv      string
-		backoff = newWatchBackoff()
-		// failingSince is when the sink was first told of the failure
-		// under way (zero: none); stale, that it was told the pods
-		// expired.
-		failingSince time.Time
-		stale        bool
-	)
-	retry := func(what string, err error) bool {
-		after := backoff.Step()
-		log.V(2).Info("pod "+what+" failed; retrying", "after", after, "err", err.Error())
-		if !errors.Is(err, errWatchEnded) {
-			if failingSince.IsZero() {
-				failingSince = time.Now()
-			}
-			w.sink.failed(w, what, err)
-		}
-		t := time.NewTimer(after)
-		defer t.Stop()
-		for {
-			var expiry <-chan time.Time
-			if !failingSince.IsZero() && !stale {
-				e := time.NewTimer(time.Until(failingSince.Add(ps.staleAfter)))
-				defer e.Stop()
-				expiry = e.C
-			}
-			select {
-			case <-ctx.Done():
-				return false
-			case <-t.C:
-				return true
-			case <-expiry:
-				// What the watch holds is too old to resume from: the
-				// next attempt lists afresh.
-				stale, rv = true, ""
-				w.sink.expired(w)
-			}
-		}
-	}
-	healthy := func() {
-		if !failingSince.IsZero() {
-			failingSince, stale = time.Time{}, false
-			w.sink.recovered(w)
-		}
-	}
-	listed := func() {
-		w.mu.Lock()
-		w.view = pods
-		w.mu.Unlock()
-		w.sink.listed(w, pods)
-		healthy()
-	}
-	for ctx.Err() == nil {
-		timeout := int64((minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))).Seconds())
-		opts := metav1.ListOptions{LabelSelector: w.selector, ResourceVersion: rv, AllowWatchBookmarks: true, TimeoutSeconds: &timeout}
-		streaming := rv == "" && !ps.noStreamingList.Load()
-		if streaming {
-			pods = map[string]*endpointPod{}
-			opts.SendInitialEvents = ptr.To(true)
-			opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
-		} else if rv == "" {
-			var err error
-			pods, rv, err = w.list(ctx)
-			if err != nil {
-				if ctx.Err() != nil || !retry("list", err) {
-					return
-				}
-				continue
-			}
-			listed()
-			opts.ResourceVersion = rv
-		}
-		events, err := w.open(ctx, opts)
-		if err != nil {
-			switch {
-			case ctx.Err() != nil:
-				return
-			case errors.Is(err, errNotProtobuf):
-				log.Info("the API server answered a protobuf watch in another encoding; decoding watches with client-go instead")
-				ps.noProtobufWatch.Store(true)
-			case streaming && (apierrors.IsBadRequest(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) && strings.Contains(err.Error(), "sendInitialEvents")):
-				log.Info("the API server does not offer streaming lists; listing instead", "err", err.Error())
-				ps.noStreamingList.Store(true)
-			case expired(err):
-				rv = ""
-			default:
-				if !retry("watch", err) {
-					return
-				}
-			}
-			continue
-		}
-		if !streaming {
-			// Watching again from what the watch holds.
-			healthy()
-		}
-		var ok bool
-		rv, ok = w.follow(ctx, events, pods, rv, streaming, listed, log)
-		events.stop()
-		switch {
-		case ok:
-			backoff = newWatchBackoff()
-			w.sink.recovered(w)
-		case ctx.Err() == nil:
-			// Ended at once, or with an error: do not hammer the server.
-			if !retry("watch", errWatchEnded) {
-				return
-			}
-		}
-	}
-}
-
-// open starts a watch with opts: decoded on this goroutine unless the API
-// server does not answer in protobuf.
-func (w *podWatch) open(ctx context.Context, opts metav1.ListOptions) (eventSource, error) {
-	if !w.src.noProtobufWatch.Load() {
-		return openStreamEvents(ctx, w.rest, w.namespace, opts)
-	}
-	wi, err := w.pods.Watch(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return chanEvents{wi}, nil
-}
-
-// list reads the pods matching the selector, in pages, and returns them
-// stripped, keyed by name, with the list's resource version.
-func (w *podWatch) list(ctx context.Context) (map[string]*endpointPod, string, error) {
-	pods := map[string]*endpointPod{}
-	opts := metav1.ListOptions{LabelSelector: w.selector, Limit: 500}
-	for {
-		list, err := w.pods.List(ctx, opts)
-		if err != nil {
-			return nil, "", err
-		}
-		for i := range list.Items {
-			p, _ := stripPod(&list.Items[i])
-			if ep := p.(*endpointPod); keepPod(ep) {
-				pods[ep.Name] = ep
-			}
-		}
-		if list.Continue == "" {
-			return pods, list.ResourceVersion, nil
-		}
-		opts.Continue = list.Continue
-	}
-}
-
-// follow applies a watch's events to pods, publishing after each burst,
-// until the watch ends. When initial, the watch is a streaming list: pods
-// start empty and are complete (listed is called) at the bookmark that
-// ends the initial events. It returns the resource version to resume from
-// ("" to start afresh: expired, or a streaming list cut short) and whether
-// the watch was healthy: it delivered events and did not end on an error.
-func (w *podWatch) follow(ctx context.Context, events eventSource, pods map[string]*endpointPod, rv string,
-	initial bool, listed func(), log logr.Logger) (string, bool) {
-	complete := !initial
-	restart := func(rv string) string {
-		if !complete {
-			return "" // a partial list is no list
-		}
-		return rv
-	}
-	// changed holds what each pod changed since the last hand-over was
-	// before it (nil: new), for the sink's fan-out.
-	changed, got := map[string]*endpointPod{}, false
-	note := func(name string, before *endpointPod) {
-		if _, seen := changed[name]; !seen {
-			changed[name] = before
-		}
-	}
-	for {
-		ev, more, ok := events.next(ctx)
-		if !ok || ctx.Err() != nil {
-			return restart(rv), got
-		}
-		got = true
-		switch ev.Type {
-		case watch.Added, watch.Modified, watch.Deleted:
-			pod, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			rv = pod.ResourceVersion
-			p, _ := stripPod(pod)
-			ep := p.(*endpointPod)
-			old, had := pods[ep.Name]
-			// Only endpoints are kept (see keepPod): a pod that is not one
-			// is as good as deleted until an update makes it one.
-			keep := ev.Type != watch.Deleted && keepPod(ep)
-			// Once complete, pods is the view others read.
-			if complete {
-				w.mu.Lock()
-			}
-			if keep {
-				pods[ep.Name] = ep
-			} else {
-				delete(pods, ep.Name)
-			}
-			if complete {
-				w.mu.Unlock()
-			}
-			// Before the list is complete the sink gets it whole.
-			if complete && (had && !keep || keep && (!had || endpointRelevantChange(old, ep))) {
-				note(ep.Name, old)
-			}
-		case watch.Bookmark:
-			o, err := meta.Accessor(ev.Object)
-			if err != nil {
-				continue
-			}
-			rv = o.GetResourceVersion()
-			if !complete && o.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-				complete = true
-				listed()
-			}
-		case watch.Error:
-			err := apierrors.FromObject(ev.Object)
-			if expired(err) {
-				return "", got
-			}
-			log.V(2).Info("pod watch ended with an error; resuming", "err", err.Error())
-			return restart(rv), false
-		}
-		// Publish once the burst is drained: a restart of many pods costs
-		// one endpoint-set rebuild, not one per event.
-		if complete && len(changed) > 0 && !more {
-			w.sink.changed(w, pods, changed)
-			changed = map[string]*endpointPod{}
-		}
-	}
-}
-
-var errWatchEnded = errors.New("watch ended without events or with an error")
-
-// expired reports an error that means the resource version is too old (or
-// too new) to watch from: only a new list helps.
-func expired(err error) bool {
-	return apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)
 }

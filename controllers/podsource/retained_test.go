@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/poolpicker/poolpicker/datastore"
+
+	"github.com/poolpicker/poolpicker/controllers/podsource/internal/podwatch"
 )
 
 // retained is what a namespace's watch holds: its pods and their label
@@ -23,14 +25,12 @@ func (s *Sources) retained(ns string) (pods, labelBytes int) {
 	if w == nil {
 		return 0, 0
 	}
-	w.watch.mu.Lock()
-	defer w.watch.mu.Unlock()
-	for _, p := range w.watch.view {
+	w.watch.EachPod(func(_ string, p *podwatch.Pod) {
 		pods++
 		for k, v := range p.Labels {
 			labelBytes += len(k) + len(v)
 		}
-	}
+	})
 	return pods, labelBytes
 }
 

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,6 +16,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/poolpicker/poolpicker/controllers/podsource/internal/podwatch"
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
@@ -139,11 +139,9 @@ type Sources struct {
 	// addresses knows which pools' pods hold each pod IP.
 	addresses addressBook
 
-	// noStreamingList is set once the API server refused a streaming list.
-	noStreamingList atomic.Bool
-	// noProtobufWatch is set once the API server answered a protobuf watch
-	// in another encoding.
-	noProtobufWatch atomic.Bool
+	// caps are what the API server was found not to offer, shared by the
+	// watches.
+	caps podwatch.Capabilities
 }
 
 // New makes the Sources of the pods of the API server at cfg. No watch runs
@@ -184,7 +182,7 @@ func New(cfg *rest.Config, opts Options) (*Sources, error) {
 		nsWatches: map[string]*namespaceWatch{},
 	}
 	ps.watchCtx, ps.cancel = context.WithCancel(context.Background())
-	ps.noStreamingList.Store(opts.DisableStreamingLists)
+	ps.caps.NoStreamingList.Store(opts.DisableStreamingLists)
 	return ps, nil
 }
 

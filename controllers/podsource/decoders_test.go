@@ -40,7 +40,7 @@ func TestWatchDecoders(t *testing.T) {
 			// The fallback is taken as if the API server had answered the
 			// first watch in JSON.
 			r := start(t, nil, Options{Plan: tc.plan})
-			r.s.noProtobufWatch.Store(tc.clientGo)
+			r.s.caps.NoProtobufWatch.Store(tc.clientGo)
 			key := datastore.PoolKey{Namespace: ns, Name: "pool"}
 			r.serve(t, key, sel, 8000)
 			r.waitEndpoints(t, key, "10.14.0.1:8000")

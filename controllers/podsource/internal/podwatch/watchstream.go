@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package podsource
+package podwatch
 
 import (
 	"bufio"

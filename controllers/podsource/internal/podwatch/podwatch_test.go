@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-package podsource
+package podwatch
 
 import (
 	"errors"
@@ -21,34 +21,34 @@ func TestStripPod(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Labels: map[string]string{"a": "b"},
 			Annotations: map[string]string{"big": "x"}, DeletionTimestamp: &now, ResourceVersion: "7",
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
-		Spec: podSpec(),
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai:v0.10.0", Args: []string{"--model", "m", "--port", "8000"}, Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8000}}}}},
 		Status: corev1.PodStatus{PodIP: "10.0.0.1", Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{
 			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
 			{Type: corev1.PodReady, Status: corev1.ConditionTrue, Message: "long text"},
 		}},
 	}
-	out, err := stripPod(full)
+	out, err := Strip(full)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &endpointPod{
+	want := &Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u", Labels: map[string]string{"a": "b"}, DeletionTimestamp: &now},
 		IP:         "10.0.0.1", Ready: true,
 	}
 	if !reflect.DeepEqual(out, want) {
 		t.Fatalf("stripped pod\n%+v\nwant\n%+v", out, want)
 	}
-	if again, _ := stripPod(out); again != out {
+	if again, _ := Strip(out); again != out {
 		t.Fatal("an already stripped pod was changed")
 	}
-	cp := want.DeepCopyObject().(*endpointPod)
+	cp := want.DeepCopyObject().(*Pod)
 	cp.Labels["a"] = "changed"
 	if want.Labels["a"] != "b" {
 		t.Fatal("DeepCopyObject shares the labels")
 	}
 
-	pod := func(ip string, ready, deleting bool) *endpointPod {
-		p := &endpointPod{IP: ip, Ready: ready}
+	pod := func(ip string, ready, deleting bool) *Pod {
+		p := &Pod{IP: ip, Ready: ready}
 		if deleting {
 			p.DeletionTimestamp = &now
 		}
@@ -56,7 +56,7 @@ func TestStripPod(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		pod  *endpointPod
+		pod  *Pod
 		want bool
 	}{
 		{"ready with IP", pod("10.0.0.1", true, false), true},
@@ -65,18 +65,18 @@ func TestStripPod(t *testing.T) {
 		{"terminating", pod("10.0.0.1", true, true), false},
 	}
 	for _, tc := range cases {
-		if got := tc.pod.isEndpoint(); got != tc.want {
-			t.Errorf("%s: isEndpoint = %v, want %v", tc.name, got, tc.want)
+		if got := tc.pod.IsEndpoint(); got != tc.want {
+			t.Errorf("%s: IsEndpoint = %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	noReady, _ := stripPod(&corev1.Pod{Status: corev1.PodStatus{PodIP: "10.0.0.1"}})
-	if noReady.(*endpointPod).isEndpoint() {
+	noReady, _ := Strip(&corev1.Pod{Status: corev1.PodStatus{PodIP: "10.0.0.1"}})
+	if noReady.(*Pod).IsEndpoint() {
 		t.Error("a pod without a Ready condition is an endpoint")
 	}
-	if endpointRelevantChange(pod("10.0.0.1", true, false), pod("10.0.0.1", true, false)) {
+	if RelevantChange(pod("10.0.0.1", true, false), pod("10.0.0.1", true, false)) {
 		t.Error("an unchanged pod counted as a change")
 	}
-	if !endpointRelevantChange(pod("10.0.0.1", true, false), pod("10.0.0.1", false, false)) {
+	if !RelevantChange(pod("10.0.0.1", true, false), pod("10.0.0.1", false, false)) {
 		t.Error("a readiness change was missed")
 	}
 }
