@@ -76,7 +76,7 @@ func ManagerOptions(opts Options) (manager.Options, error) {
 			}
 			return stripManagedFields(obj)
 		},
-		ByObject:         map[client.Object]cache.ByObject{&v1.InferencePool{}: poolObject},
+		ByObject: map[client.Object]cache.ByObject{&v1.InferencePool{}: poolObject},
 	}
 	for obj, by := range writerCacheObjects(opts) {
 		cacheOpts.ByObject[obj] = by
