@@ -65,7 +65,8 @@ type httpRouteList struct {
 
 func (r *httpRoute) DeepCopyObject() runtime.Object {
 	out := &httpRoute{TypeMeta: r.TypeMeta}
-	r.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	meta := &r.ObjectMeta
+	meta.DeepCopyInto(&out.ObjectMeta)
 	out.Spec.Rules = make([]httpRouteRule, len(r.Spec.Rules))
 	for i, rule := range r.Spec.Rules {
 		out.Spec.Rules[i].BackendRefs = append([]httpBackendRef(nil), rule.BackendRefs...)
@@ -75,7 +76,8 @@ func (r *httpRoute) DeepCopyObject() runtime.Object {
 
 func (l *httpRouteList) DeepCopyObject() runtime.Object {
 	out := &httpRouteList{TypeMeta: l.TypeMeta}
-	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	meta := &l.ListMeta
+	meta.DeepCopyInto(&out.ListMeta)
 	out.Items = make([]httpRoute, len(l.Items))
 	for i := range l.Items {
 		out.Items[i] = *l.Items[i].DeepCopyObject().(*httpRoute)
