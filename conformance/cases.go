@@ -93,24 +93,19 @@ func Cases() []Case {
 			return nil
 		}},
 		{Name: "subset hint restricts the pick", Part: Protocol, Run: func(ctx context.Context, e *Env) error {
-			want := addr(e.pods[2], primaryPort)
-			res, err := e.do(ctx, eppclient.Request{Authority: e.authority(PrimaryService), Body: completion(), Subset: []string{want}})
-			if err != nil {
-				return err
-			}
-			return routedTo(res, []string{e.pods[2]}, primaryPort)
+			return e.eachSelection(ctx, 1, func(sel []string, prompt int) eppclient.Request {
+				return eppclient.Request{Authority: e.authority(PrimaryService), Body: completionOf(prompt), Subset: []string{addr(sel[0], primaryPort)}}
+			})
 		}},
 		{Name: "subset hint with comma-joined entries inside one list entry", Part: Interop, Run: func(ctx context.Context, e *Env) error {
-			joined := addr(e.pods[0], primaryPort) + "," + addr(e.pods[1], primaryPort)
-			res, err := e.do(ctx, eppclient.Request{Authority: e.authority(PrimaryService), Body: completion(), Subset: []string{joined}})
-			if err != nil {
-				return err
-			}
-			return routedTo(res, e.pods[:2], primaryPort)
+			return e.eachSelection(ctx, 2, func(sel []string, prompt int) eppclient.Request {
+				joined := addr(sel[0], primaryPort) + "," + addr(sel[1], primaryPort)
+				return eppclient.Request{Authority: e.authority(PrimaryService), Body: completionOf(prompt), Subset: []string{joined}}
+			})
 		}},
 		{Name: "subset hint with nothing eligible answered 503", Part: Protocol, Run: func(ctx context.Context, e *Env) error {
 			res, err := e.do(ctx, eppclient.Request{Authority: e.authority(PrimaryService), Body: completion(), Subset: []string{"192.0.2.1:8000"}})
-			return refused(res, err, 503)
+			return answeredStatus(res, err, 503)
 		}},
 		{Name: "served endpoint metadata accepted on the response path", Part: Protocol, Run: func(ctx context.Context, e *Env) error {
 			r := okResponse()
@@ -139,13 +134,10 @@ func Cases() []Case {
 	for n, ips := range []string{"one IP", "two IPs", "three IPs"} {
 		n++
 		cs = append(cs, Case{Name: "test-epp-endpoint-selection with " + ips, Part: SuiteBehaviour, Run: func(ctx context.Context, e *Env) error {
-			sel := e.pods[3-n:]
-			res, err := e.do(ctx, eppclient.Request{Authority: e.authority(PrimaryService), Body: completion(),
-				Headers: []eppclient.Header{{Key: eppclient.HeaderTestSelection, Value: strings.Join(sel, ",")}}})
-			if err != nil {
-				return err
-			}
-			return routedTo(res, sel, primaryPort)
+			return e.eachSelection(ctx, n, func(sel []string, prompt int) eppclient.Request {
+				return eppclient.Request{Authority: e.authority(PrimaryService), Body: completionOf(prompt),
+					Headers: []eppclient.Header{{Key: eppclient.HeaderTestSelection, Value: strings.Join(sel, ",")}}}
+			})
 		}})
 	}
 	cs = append(cs,
@@ -279,7 +271,7 @@ func Cases() []Case {
 			}
 			return ""
 		}, Run: func(ctx context.Context, e *Env) error {
-			return eppclient.WaitServing(ctx, e.opts.HealthAddr, svc)
+			return eppclient.CheckServing(ctx, e.opts.HealthAddr, svc)
 		}})
 	}
 	return cs
@@ -300,6 +292,46 @@ var authorityForms = []struct {
 	}},
 	{"NGINX Gateway Fabric", func(svc, ns string, port int, _ string) string { return fmt.Sprintf("%s.%s:%d", svc, ns, port) }},
 	{"Kubvernor", func(_, ns string, _ int, pool string) string { return fmt.Sprintf("chat_route-extsvc-%s.%s", ns, pool) }},
+}
+
+// selectionRepeats is how many requests eachSelection sends per selection.
+const selectionRepeats = 3
+
+// eachSelection checks that a constraint to n of the primary pool's pods
+// holds: for each window of n consecutive pods (in a ring, so every pod is
+// selected), it sends selectionRepeats requests of distinct prompts made by
+// req and expects each routed into the window. One request could land
+// there by chance, or because a prefix-affine picker stays where an
+// earlier case sent the same prompt; every pod in turn, with fresh
+// prompts, cannot.
+func (e *Env) eachSelection(ctx context.Context, n int, req func(sel []string, prompt int) eppclient.Request) error {
+	prompt := 0
+	for first := range e.pods {
+		var sel []string
+		for i := range n {
+			sel = append(sel, e.pods[(first+i)%len(e.pods)])
+		}
+		for range selectionRepeats {
+			prompt++
+			res, err := e.do(ctx, req(sel, prompt))
+			if err != nil {
+				return err
+			}
+			if err := routedTo(res, sel, primaryPort); err != nil {
+				return fmt.Errorf("selecting %v (request %d): %w", sel, prompt, err)
+			}
+		}
+		if n == len(e.pods) {
+			break // one window is every pod
+		}
+	}
+	return nil
+}
+
+// completionOf is a completion request whose prompt is numbered n, so that
+// requests of distinct n share no prefix a picker could follow.
+func completionOf(n int) []byte {
+	return []byte(fmt.Sprintf(`{"model":"m","prompt":"%d selection %d"}`, n, n))
 }
 
 func (e *Env) do(ctx context.Context, req eppclient.Request) (*eppclient.Result, error) {
@@ -337,8 +369,22 @@ func routedTo(res *eppclient.Result, ips []string, port int) error {
 	return nil
 }
 
-// refused checks an ImmediateResponse with code and a JSON error body.
+// refused checks an ImmediateResponse with code and a JSON error body
+// (poolpicker's answers; the protocol asks for the status only, see
+// answeredStatus).
 func refused(res *eppclient.Result, err error, code int) error {
+	if err := answeredStatus(res, err, code); err != nil {
+		return err
+	}
+	if b := bytes.TrimSpace(res.Immediate.GetBody()); len(b) == 0 || b[0] != '{' {
+		return fmt.Errorf("%d body %q is not a JSON error", code, res.Immediate.GetBody())
+	}
+	return nil
+}
+
+// answeredStatus checks an ImmediateResponse with code, whatever its body:
+// what the protocol document asks of a picker that does not route.
+func answeredStatus(res *eppclient.Result, err error, code int) error {
 	if err != nil {
 		if s, ok := status.FromError(errors.Unwrap(err)); ok && s.Code() != codes.OK {
 			return fmt.Errorf("stream ended with %v, want an ImmediateResponse %d", s, code)
@@ -350,9 +396,6 @@ func refused(res *eppclient.Result, err error, code int) error {
 	}
 	if got := int(res.Immediate.GetStatus().GetCode()); got != code {
 		return fmt.Errorf("answered %d (%s), want %d", got, res.Immediate.GetBody(), code)
-	}
-	if b := bytes.TrimSpace(res.Immediate.GetBody()); len(b) == 0 || b[0] != '{' {
-		return fmt.Errorf("%d body %q is not a JSON error", code, res.Immediate.GetBody())
 	}
 	return nil
 }

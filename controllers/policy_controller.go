@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -56,9 +58,15 @@ type PolicyReconciler struct {
 	apiReader client.Reader
 	registry  *datastore.Registry
 	groups    policyGroups
+	// routes: the API server serves HTTPRoutes, whose pool backendRefs
+	// are read for the Warning on a pool that no picker serves.
+	routes bool
+	// selection says which namespaces the caches cover: a route's pool
+	// elsewhere is not looked at.
+	selection *selection
 	leader    *Leadership
-	// events records the Warning on a pool that objectives refer to but
-	// that no picker serves.
+	// events records the Warning on a pool that objectives or HTTPRoutes
+	// refer to but that no picker serves.
 	events *PoolEvents
 	// pools carries the pools that started or stopped being served, and
 	// those a new leader looks at again.
@@ -70,7 +78,8 @@ type PolicyReconciler struct {
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
 	groups := r.groups
-	mgr.GetLogger().Info("reading InferenceObjectives and InferenceModelRewrites", v1alpha2.GroupVersion.Group, groups.xk8s, llmdv1alpha2.GroupVersion.Group, groups.llmd)
+	mgr.GetLogger().Info("reading InferenceObjectives and InferenceModelRewrites", v1alpha2.GroupVersion.Group, groups.xk8s, llmdv1alpha2.GroupVersion.Group, groups.llmd,
+		"httpRoutes", r.routes)
 	idx := mgr.GetFieldIndexer()
 	indexes := map[client.Object]client.IndexerFunc{}
 	if groups.xk8s {
@@ -94,9 +103,23 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return fmt.Errorf("controllers: indexing %T: %w", obj, err)
 		}
 	}
+	if r.routes {
+		if err := idx.IndexField(ctx, &httpRoute{}, routePoolIndex, routePoolIndexValues); err != nil {
+			return fmt.Errorf("controllers: indexing HTTPRoutes: %w", err)
+		}
+	}
 	toPool := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		var names []string
 		switch o := o.(type) {
+		case *httpRoute:
+			// A route may send traffic to pools of other namespaces.
+			var reqs []reconcile.Request
+			for _, key := range routedPools(o) {
+				if r.selection.watchesNamespace(key.Namespace) {
+					reqs = append(reqs, reconcile.Request{NamespacedName: key})
+				}
+			}
+			return reqs
 		case *v1alpha2.InferenceObjective:
 			names = poolRefName(o.Spec.PoolRef)
 		case *v1alpha2.InferenceModelRewrite:
@@ -120,13 +143,19 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	for obj := range indexes {
 		b = b.Watches(obj, toPool)
 	}
+	if r.routes {
+		// A route's status, which gateways write, changes no backendRef.
+		b = b.Watches(&httpRoute{}, toPool, builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	}
 	return b.WatchesRawSource(source.Channel(r.pools, toPool)).Complete(r)
 }
 
 // Reconcile publishes the objectives and rewrites of one pool and, on
 // the leader, sets their Accepted condition: True when this picker serves
 // the pool, False (PoolNotFound) when no such pool exists. A pool that
-// exists but is served by another picker is that picker's to report on.
+// exists but is served by another picker is that picker's to report on;
+// one that no picker serves gets a Warning naming the objectives and
+// HTTPRoutes that refer to it (warnUnserved).
 func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	key := req.NamespacedName
 	objectives, rewrites, objs, err := r.listPolicy(ctx, key)
@@ -148,12 +177,19 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		cond = metav1.Condition{Type: v1alpha2.ConditionAccepted, Status: metav1.ConditionTrue, Reason: v1alpha2.ReasonAccepted,
 			Message: fmt.Sprintf("InferencePool %s is served", key.Name)}
 	} else {
-		if len(objs) == 0 || !leader {
+		if !leader {
+			return reconcile.Result{}, nil
+		}
+		routes, err := r.listRoutes(ctx, key)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if len(objs) == 0 && len(routes) == 0 {
 			return reconcile.Result{}, nil
 		}
 		meta := &metav1.PartialObjectMetadata{}
 		meta.SetGroupVersionKind(v1.GroupVersion.WithKind("InferencePool"))
-		err := r.apiReader.Get(ctx, key, meta)
+		err = r.apiReader.Get(ctx, key, meta)
 		switch {
 		case apierrors.IsNotFound(err):
 			cond = metav1.Condition{Type: v1alpha2.ConditionAccepted, Status: metav1.ConditionFalse, Reason: v1alpha2.ReasonPoolNotFound,
@@ -161,7 +197,7 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 		case err != nil:
 			return reconcile.Result{}, err
 		default:
-			r.warnUnserved(meta, objs)
+			r.warnUnserved(meta, objs, routes)
 			return reconcile.Result{}, nil
 		}
 	}
@@ -276,24 +312,60 @@ func (r *PolicyReconciler) requeue(ctx context.Context) error {
 			add(r.Namespace, poolRefNameLLMD(r.Spec.PoolRef))
 		}
 	}
+	if r.routes {
+		var routes httpRouteList
+		if err := c.List(ctx, &routes); err != nil {
+			return err
+		}
+		for i := range routes.Items {
+			for _, key := range routedPools(&routes.Items[i]) {
+				if r.selection.watchesNamespace(key.Namespace) {
+					keys[key] = true
+				}
+			}
+		}
+	}
 	for key := range keys {
 		wakePolicy(ctx, r.pools, key)
 	}
 	return nil
 }
 
-// warnUnserved records a Warning Event on a pool that objects refer to but
-// that did not opt in to any picker (no PickerLabel) and that no picker has
-// claimed: such a pool is served by nobody, which its owner sees nowhere
-// else. A pool served by another picker is that picker's to report on.
-func (r *PolicyReconciler) warnUnserved(pool *metav1.PartialObjectMetadata, objs []policyObject) {
+// listRoutes lists the HTTPRoutes (of any watched namespace) whose rules
+// send traffic to the pool key; none when HTTPRoutes are not served.
+func (r *PolicyReconciler) listRoutes(ctx context.Context, key datastore.PoolKey) ([]httpRoute, error) {
+	if !r.routes {
+		return nil, nil
+	}
+	var routes httpRouteList
+	if err := r.client.List(ctx, &routes, client.MatchingFields{routePoolIndex: key.String()}); err != nil {
+		return nil, err
+	}
+	return routes.Items, nil
+}
+
+// warnUnserved records a Warning Event on a pool that objects or HTTPRoutes
+// refer to but that did not opt in to any picker (no PickerLabel) and that
+// no picker has claimed: such a pool is served by nobody, which its owner
+// sees nowhere else. A pool served by another picker is that picker's to
+// report on. Repeats on the same pool join one Event series (the events
+// recorder keys them by pool and reason).
+func (r *PolicyReconciler) warnUnserved(pool *metav1.PartialObjectMetadata, objs []policyObject, routes []httpRoute) {
 	if r.events == nil || pool.GetLabels()[PickerLabel] != "" || pool.GetAnnotations()[ClaimAnnotation] != "" {
 		return
 	}
-	names := make([]string, 0, len(objs))
+	names := make([]string, 0, len(routes)+len(objs))
+	for _, rt := range routes {
+		name := rt.Name
+		if rt.Namespace != pool.GetNamespace() {
+			name = rt.Namespace + "/" + rt.Name
+		}
+		names = append(names, "HTTPRoute "+name)
+	}
 	for _, o := range objs {
 		names = append(names, policyKind(o.obj)+" "+o.obj.GetName())
 	}
+	slices.Sort(names)
 	r.events.recorder.Eventf(pool, nil, corev1.EventTypeWarning, "PoolNotServed", "Serve",
 		"InferencePool %s is referred to by %s but no poolpicker serves it: it lacks the opt-in label %s "+
 			"(kubectl label inferencepool %s %s=<picker name>, by default %s=%s)",

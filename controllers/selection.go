@@ -38,6 +38,14 @@ func newSelection(opts Options) *selection {
 	return s
 }
 
+// watchesNamespace says whether the picker's caches cover namespace ns.
+func (s *selection) watchesNamespace(ns string) bool {
+	if s.poolName != "" {
+		return ns == s.poolNamespace
+	}
+	return len(s.namespaces) == 0 || slices.Contains(s.namespaces, ns)
+}
+
 // serves says whether this picker serves the pool, and if not, why: the
 // pool is for it (servesSpec) and no other deployment claimed it.
 func (s *selection) serves(pool *v1.InferencePool) (bool, string) {

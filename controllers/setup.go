@@ -28,11 +28,11 @@ import (
 	"github.com/poolpicker/poolpicker/datastore"
 )
 
-// Scheme returns the scheme the reconcilers read: core types and
-// poolpicker's API types.
+// Scheme returns the scheme the reconcilers read: core types, poolpicker's
+// API types and the part of the Gateway API's HTTPRoute it reads.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme, v1alpha2.AddToScheme, llmdv1alpha2.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1.AddToScheme, v1alpha2.AddToScheme, llmdv1alpha2.AddToScheme, addHTTPRouteToScheme} {
 		if err := add(s); err != nil {
 			panic(err) // static registration; cannot fail
 		}
@@ -44,7 +44,8 @@ func Scheme() *runtime.Scheme {
 // Setup adds the reconcilers to: Scheme, and a cache that holds
 // InferencePools (filtered on the API server by namespace, PoolSelector
 // and, in single-pool mode, name), InferenceObjectives,
-// InferenceModelRewrites and the objects this deployment provisioned; never
+// InferenceModelRewrites, HTTPRoutes (their pool backendRefs only) and the
+// objects this deployment provisioned; never
 // pods, which package podsource watches on its own. Its metrics and probe
 // servers are off: the process serves its own.
 func ManagerOptions(opts Options) (manager.Options, error) {
@@ -64,9 +65,18 @@ func ManagerOptions(opts Options) (manager.Options, error) {
 	} else {
 		namespaces = opts.Namespaces
 	}
+	stripManagedFields := cache.TransformStripManagedFields()
 	cacheOpts := cache.Options{
-		DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject:         map[client.Object]cache.ByObject{&v1.InferencePool{}: poolObject},
+		// HTTPRoutes (when their CRD is served) keep only their pool
+		// backendRefs; a ByObject entry for them would fail the cache on a
+		// cluster without the CRD.
+		DefaultTransform: func(obj any) (any, error) {
+			if _, ok := obj.(*httpRoute); ok {
+				return leanRoute(obj)
+			}
+			return stripManagedFields(obj)
+		},
+		ByObject: map[client.Object]cache.ByObject{&v1.InferencePool{}: poolObject},
 	}
 	for obj, by := range writerCacheObjects(opts) {
 		cacheOpts.ByObject[obj] = by
@@ -138,8 +148,8 @@ func (p *Parts) Runnables() []manager.Runnable {
 // ClaimReconciler and, with provisioning, ProvisionReconciler) to mgr, a
 // manager made with ManagerOptions(opts), filling opts.Registry, and
 // returns the parts they share, whose Runnables the caller adds to mgr.
-// It asks the API server one question (which policy API groups it
-// serves) before it registers anything, so that a Setup that failed on an
+// It asks the API server which policy API groups it serves and whether it
+// serves HTTPRoutes before it registers anything, so that a Setup that failed on an
 // API server not answering can be tried again on a new manager.
 func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	if opts.Registry == nil {
@@ -152,6 +162,13 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	groups, err := detectPolicyGroups(mgr.GetRESTMapper())
 	if err != nil {
 		return nil, err
+	}
+	routes, err := servesHTTPRoutes(mgr.GetRESTMapper())
+	if err != nil {
+		return nil, err
+	}
+	if !routes {
+		opts.Logger.Info("the API server serves no HTTPRoutes (gateway.networking.k8s.io/v1): a pool that no picker serves is reported for its objectives only; restart poolpicker once the Gateway API CRDs are installed")
 	}
 	met, err := newMetrics(opts.Registerer)
 	if err != nil {
@@ -182,7 +199,7 @@ func Setup(mgr manager.Manager, opts Options) (*Parts, error) {
 	cf := &conflicts{metrics: met, events: p.Events, byKey: map[conflictKey]string{}}
 	policyEvents := make(chan event.GenericEvent, 1024)
 	policy := &PolicyReconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), registry: opts.Registry,
-		groups: groups, leader: p.Leader, events: p.Events, pools: policyEvents}
+		groups: groups, routes: routes, selection: sel, leader: p.Leader, events: p.Events, pools: policyEvents}
 	p.Leader.onElected = append(p.Leader.onElected, func(ctx context.Context) {
 		if err := policy.requeue(ctx); err != nil && ctx.Err() == nil {
 			// The conditions are then written as objectives and pools next

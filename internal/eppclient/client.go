@@ -21,10 +21,12 @@ import (
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -324,6 +326,13 @@ func (st *stream) request(req Request) error {
 		}
 		first.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespaceHint: hint}}
 	}
+	// Envoy forwards the filter metadata on every message of the request,
+	// its body chunks too: a picker may read it from any of them.
+	body := func(b []byte, eos bool) *extprocv3.ProcessingRequest {
+		m := bodyMessage(b, eos)
+		m.MetadataContext = first.MetadataContext
+		return m
+	}
 	if err := st.send(first); err != nil {
 		return err
 	}
@@ -337,13 +346,13 @@ func (st *stream) request(req Request) error {
 		if _, err := st.recv("request_headers"); err != nil || st.res.Immediate != nil {
 			return err
 		}
-		if err := st.send(bodyMessage(req.Body, true)); err != nil {
+		if err := st.send(body(req.Body, true)); err != nil {
 			return err
 		}
 		_, err := st.recv("request_body")
 		return err
 	case NGF:
-		if err := st.send(bodyMessage(req.Body, true)); err != nil {
+		if err := st.send(body(req.Body, true)); err != nil {
 			return err
 		}
 		if err := st.s.CloseSend(); err != nil {
@@ -364,7 +373,7 @@ func (st *stream) request(req Request) error {
 	size := (len(req.Body) + n - 1) / n
 	for off := 0; off < len(req.Body); off += size {
 		end := min(off+size, len(req.Body))
-		if err := st.send(bodyMessage(req.Body[off:end], end == len(req.Body))); err != nil {
+		if err := st.send(body(req.Body[off:end], end == len(req.Body))); err != nil {
 			return err
 		}
 	}
@@ -422,7 +431,9 @@ func (st *stream) response(r *Response) error {
 	if _, err := st.recv("response_headers"); err != nil || len(r.Body) == 0 {
 		return err
 	}
-	b := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: r.Body, EndOfStream: true}}}
+	// As on the request path, the metadata comes with the body too.
+	b := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: r.Body, EndOfStream: true}},
+		MetadataContext: m.MetadataContext}
 	if err := st.send(b); err != nil {
 		return err
 	}
@@ -468,6 +479,37 @@ func requestHeaders(req Request) *corev3.HeaderMap {
 		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: h.Key, RawValue: []byte(h.Value)})
 	}
 	return hm
+}
+
+// CheckServing asks the gRPC health service svc at addr (plaintext, as
+// pickers serve health) with Check, the call Kubernetes' gRPC probes and
+// gateways' health checks make, until it reports SERVING or ctx ends. A
+// server that does not know svc (NotFound) fails at once: it will not
+// learn it later. Check pushes nothing, so the answer is polled, backing
+// off to 200ms.
+func CheckServing(ctx context.Context, addr, svc string) error {
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc}, grpc.WaitForReady(true))
+		switch {
+		case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING:
+			return nil
+		case err == nil:
+			err = fmt.Errorf("status %s", resp.GetStatus())
+		case status.Code(err) == codes.NotFound:
+			return fmt.Errorf("health service %q at %s: %w", svc, addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("health service %q at %s: %w", svc, addr, err)
+		case <-time.After(wait):
+		}
+	}
 }
 
 // WaitServing watches the gRPC health service svc at addr (plaintext, as

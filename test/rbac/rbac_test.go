@@ -195,7 +195,7 @@ func TestWholeFlowWithoutForbidden(t *testing.T) {
 	// The audit log saw the work, so zero forbidden means something. (Lists
 	// are streaming lists, audited as watches, where the API server offers
 	// them; the list verb covers the fallback to plain lists.)
-	for _, want := range []string{"watch pods", "watch inferencepools", "watch inferenceobjectives", "watch inferencemodelrewrites",
+	for _, want := range []string{"watch pods", "watch inferencepools", "watch inferenceobjectives", "watch inferencemodelrewrites", "watch httproutes",
 		"patch inferenceobjectives/status", "patch inferencemodelrewrites/status", "create selfsubjectaccessreviews",
 		"create leases", "update leases", "watch services", "create services", "watch endpointslices", "create endpointslices"} {
 		if !seen[want] {
