@@ -78,7 +78,7 @@ func (s *Scheduler) EndpointStartsAtOnce(e *datastore.Endpoint) bool {
 func (s *Scheduler) saturated(n, atScrape int64, m *datastore.Metrics, now time.Time) bool {
 	inFlight := int(n)
 	if !m.Fresh(now, s.opts.MetricsStaleness) {
-		return inFlight >= s.opts.QueueDepthThreshold
+		return s.saturation().Saturated(inFlight, 0)
 	}
 	// Each request of this picker's that finished since the scrape took one
 	// of the requests it saw waiting into the slot it left, or left a slot
@@ -88,7 +88,11 @@ func (s *Scheduler) saturated(n, atScrape int64, m *datastore.Metrics, now time.
 	waiting := max(m.WaitingRequests-finished, inFlight-m.RunningRequests)
 	// The KV-cache use the scrape saw included the blocks of the requests
 	// that finished since.
-	return waiting >= s.opts.QueueDepthThreshold || (finished == 0 && m.KVCacheUsage >= s.opts.KVCacheUtilThreshold)
+	kvCacheUse := m.KVCacheUsage
+	if finished > 0 {
+		kvCacheUse = 0
+	}
+	return s.saturation().Saturated(waiting, kvCacheUse)
 }
 
 // endpointLoad is c's load relative to the saturation thresholds, for
@@ -100,5 +104,11 @@ func (s *Scheduler) endpointLoad(c *framework.Candidate) float64 {
 	if !c.Known() {
 		return 1
 	}
-	return max(float64(c.Metrics.WaitingRequests())/float64(s.opts.QueueDepthThreshold), c.Metrics.KVCacheUsage()/s.opts.KVCacheUtilThreshold)
+	return s.saturation().Load(c.Metrics.WaitingRequests(), c.Metrics.KVCacheUsage())
+}
+
+// saturation is the rule every judgement of saturation applies
+// (framework.Saturation), with the scheduler's thresholds.
+func (s *Scheduler) saturation() framework.Saturation {
+	return framework.Saturation{QueueDepth: s.opts.QueueDepthThreshold, KVCacheUtil: s.opts.KVCacheUtilThreshold}
 }

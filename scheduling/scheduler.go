@@ -322,7 +322,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 
 	cy := s.states.Get().(*cycle)
 	cs := &cy.CycleState
-	cs.Begin(dsview.Pool(pool), framework.Saturation{QueueDepth: s.opts.QueueDepthThreshold, KVCacheUtil: s.opts.KVCacheUtilThreshold}, s.opts.Rand)
+	cs.Begin(dsview.Pool(pool), s.saturation(), s.opts.Rand)
 	cy.candidates, cy.picked, cy.statuses = cy.candidates[:0], cy.picked[:0], cy.statuses[:0]
 	committing := false
 	defer func() {

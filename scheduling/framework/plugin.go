@@ -134,14 +134,6 @@ type stateEntry struct {
 	cycle uint64
 }
 
-// Saturation is when an endpoint's known load counts as saturated
-// (CycleState.Saturated): at or over either threshold.
-type Saturation struct {
-	// QueueDepth is the waiting requests at which an endpoint is saturated.
-	QueueDepth int
-	// KVCacheUtil is the KV-cache use (0..1) at which it is saturated.
-	KVCacheUtil float64
-}
 
 // CycleState carries what one scheduling cycle knows and what plugins hand
 // to each other within it (a scorer's prompt hashes, read again after the
@@ -229,13 +221,16 @@ func (cs *CycleState) Reuse(key StateKey) any {
 	return nil
 }
 
-// Saturated reports whether the candidate's known load is at or over the
-// scheduler's saturation thresholds (waiting requests or KV-cache use);
-// false when its load is unknown.
+// Saturated reports whether the candidate's known load is saturated by the
+// scheduler's rule (Saturation); false when its load is unknown.
 func (cs *CycleState) Saturated(c *Candidate) bool {
 	m := c.Metrics
-	return !m.IsZero() && (m.WaitingRequests() >= cs.saturation.QueueDepth || m.KVCacheUsage() >= cs.saturation.KVCacheUtil)
+	return !m.IsZero() && cs.saturation.Saturated(m.WaitingRequests(), m.KVCacheUsage())
 }
+
+// Saturation is the scheduler's rule of saturation, for plugins that weigh
+// load against it.
+func (cs *CycleState) Saturation() Saturation { return cs.saturation }
 
 // Rand returns a uniformly random uint64 from the scheduler's source, for
 // tie-breaks and weighted choices.
