@@ -313,8 +313,28 @@ func refusedPastShare(limit string) func(t *testing.T, w window) {
 // blocks, and A sends them prompts that share nothing, each 16 KiB
 // (256 blocks of the servers' 16 tokens).
 func inflatedCaches(t *testing.T) (func(), <-chan struct{}) {
+	return uniquePrompts(t, "a-inflated", 1<<30)
+}
+
+// uniquePromptsFloor: the same traffic of tenant A as inflatedCaches, to
+// two more servers that report a true cache size (the simulator's). It is
+// what A's traffic alone costs tenant B on the suite's machine, where the
+// load generator, the gateway and the servers share the picker's cores:
+// the floor the inflated caches are measured against (full mode).
+func uniquePromptsFloor(t *testing.T) (func(), <-chan struct{}) {
+	return uniquePrompts(t, "a-unique", 0)
+}
+
+// uniquePrompts runs two more servers of tenant A in a Deployment of that
+// name, reporting blocks KV-cache blocks (zero: the simulator's default),
+// and sends A's pool prompts that share nothing, each 16 KiB.
+func uniquePrompts(t *testing.T, name string, blocks int) (func(), <-chan struct{}) {
 	ctx := context.Background()
-	deploy := types.NamespacedName{Namespace: poolA.ns, Name: "a-inflated"}
+	deploy := types.NamespacedName{Namespace: poolA.ns, Name: name}
+	cache := ""
+	if blocks > 0 {
+		cache = fmt.Sprintf(`"--num-gpu-blocks=%d", `, blocks)
+	}
 	manifest := fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -333,8 +353,8 @@ spec:
       containers:
       - name: vllm
         image: vllm/vllm-openai:latest
-        args: ["--model=%s", "--port=8000", "--num-gpu-blocks=%d", "--max-num-seqs=64", "--time-per-output-token=-1ns", "--prefill-time-per-token=-1ns", "--metrics-page-bytes=-1"]
-`, deploy.Name, deploy.Namespace, poolA.deploy.Name, poolA.deploy.Name, poolA.model, 1<<30)
+        args: ["--model=%s", "--port=8000", %s"--max-num-seqs=64", "--time-per-output-token=-1ns", "--prefill-time-per-token=-1ns", "--metrics-page-bytes=-1"]
+`, deploy.Name, deploy.Namespace, poolA.deploy.Name, poolA.deploy.Name, poolA.model, cache)
 	if stack.Deployment(deploy) == nil {
 		if err := stack.Apply(ctx, []byte(manifest)); err != nil {
 			t.Fatal(err)

@@ -248,6 +248,33 @@ func rss(pid int) (int64, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
+// pickerCPU is the CPU time the replicas have used, from
+// /proc/PID/stat (user and system, in the kernel's clock ticks of 10 ms).
+func pickerCPU() time.Duration {
+	var total time.Duration
+	for _, r := range stack.Replicas() {
+		pid, err := r.Process.Running()
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's closing parenthesis: utime and
+		// stime are the 12th and 13th.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		for _, v := range f[11:13] {
+			ticks, _ := strconv.ParseInt(v, 10, 64)
+			total += time.Duration(ticks) * 10 * time.Millisecond
+		}
+	}
+	return total
+}
+
 // peakRSS samples every replica's resident memory until done is closed
 // and returns the largest it saw.
 func peakRSS(done <-chan struct{}) <-chan int64 {
