@@ -114,8 +114,8 @@ func (a *askCounter) Read(p []byte) (int, error) {
 }
 
 // readyPod creates a Running, Ready pod with the given IP, as a kubelet
-// would report it.
-func readyPod(t *testing.T, name types.NamespacedName, ip string, labels map[string]string) {
+// would report it, and returns its creation time.
+func readyPod(t *testing.T, name types.NamespacedName, ip string, labels map[string]string) time.Time {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
@@ -137,6 +137,7 @@ func readyPod(t *testing.T, name types.NamespacedName, ip string, labels map[str
 	if err := stack.Client().Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
+	return pod.CreationTimestamp.Time
 }
 
 // readRequest reads one request head; false when the connection ended.
