@@ -308,6 +308,7 @@ func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, er
 	}
 	applyFlowControlConfig(&o.flowControl, cfg.FlowControl)
 	o.flowControl.opts.FairShareReservePercent = o.extproc.FairShareReservePercent // one share rule for every limit
+	o.scrape.FairShareReservePercent = o.extproc.FairShareReservePercent
 	fc, err := newFlowController(&o.flowControl, sched, metrics, log.WithName("flowcontrol"), cs.poolWaiting, cs.poolDrained)
 	if err != nil {
 		return nil, fmt.Errorf("flow control: %w", err)
