@@ -171,7 +171,7 @@ func NewManager(opts Options) (*Manager, error) {
 			// it could send the picker anywhere.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		slots:   make(chan struct{}, opts.MaxConcurrentScrapes),
+		slots: make(chan struct{}, opts.MaxConcurrentScrapes),
 		share: fairshare.New(fairshare.Options{Name: LimitInFlightScrapes, Flag: "metrics-max-concurrent-scrapes", Unit: "scrapes",
 			Capacity: int64(opts.MaxConcurrentScrapes), ReservePercent: opts.FairShareReservePercent}),
 		budget:  newBudget(opts.CPUBudget),
