@@ -52,6 +52,7 @@ const (
 	maxBodyBytes     = 4 << 20
 	bodyStartTimeout = 2 * time.Minute
 	bodyTimeout      = 2 * time.Minute
+	staleEndpoints   = 10 * time.Minute
 	pickerReplicas   = 2
 	// adapters is how many model names tenant A's servers serve: more than
 	// the default --max-model-labels (64).
@@ -152,6 +153,9 @@ func run(m *testing.M) int {
 			fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
 			"--request-body-start-timeout=" + bodyStartTimeout.String(),
 			"--request-body-timeout=" + bodyTimeout.String(),
+			// Long enough that tenant A's pool serves its other endpoints
+			// through the IP-reuse case however slow the machine.
+			"--stale-endpoints-timeout=" + staleEndpoints.String(),
 			// One watch of each namespace's pods for all its pools: the plan
 			// that sees every pod a tenant creates, its pools' or not.
 			"--pod-watch-plan=namespace",
