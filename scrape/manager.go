@@ -120,8 +120,10 @@ type Manager struct {
 type poolSubs struct {
 	pool *datastore.Pool
 	subs map[datastore.EndpointKey]*sub
-	// slots is the pool's account of the scrapes in flight (Manager.share).
-	slots *fairshare.Party
+	// slots is the pool's account of the scrapes in flight (Manager.share);
+	// starved is set while it is in Manager.starved.
+	slots   *fairshare.Party
+	starved bool
 	// inflight counts the pool's servers being scraped, at most
 	// MaxConcurrentScrapesPerPool; parked are its servers due meanwhile.
 	inflight int
@@ -424,7 +426,8 @@ func (m *Manager) fullPoolLocked(s *server) *poolSubs {
 				c.slots.Release(1)
 			}
 			s.counted = s.counted[:0]
-			if ps.inflight == 0 && !slices.Contains(m.starved, ps) {
+			if ps.inflight == 0 && !ps.starved {
+				ps.starved = true
 				m.starved = append(m.starved, ps)
 			}
 			return ps
@@ -462,6 +465,7 @@ func (m *Manager) releaseLocked(s *server) {
 		ps := m.starved[0]
 		m.starved[0] = nil
 		m.starved = m.starved[1:]
+		ps.starved = false
 		if m.pools[ps.pool.Key] == ps && len(ps.parked) > 0 {
 			m.unparkLocked(ps, 1)
 			break
