@@ -57,12 +57,9 @@ func TestProcessMemoryBudget(t *testing.T) {
 	tp.SetAll(func() *datastore.Metrics { return schedtest.Load(0, 0.1) })
 	for _, s := range []*Scorer{a, b} {
 		tp.Reg.AddObserver(schedtest.Observer(s))
+		f := &prefixFixture{t: t, tp: tp, s: s}
 		before := m.Total()
-		prompt := schedtest.Prompt(s.name.Name, 64*64)
-		cs := schedtest.NewCycle(tp.Pool, "m", 1)
-		cands := schedtest.Candidates(tp.Pool)
-		s.Score(ctx, cs, &framework.Request{Prompt: prompt}, cands, make([]float64, len(cands)))
-		s.PostPick(ctx, cs, &framework.Request{Prompt: prompt}, &framework.Result{Endpoints: []framework.Endpoint{framework.EndpointOf(tp.Ep(t, 1))}})
+		f.score(schedtest.Prompt(s.name.Name, 64*64), 1)
 		if m.Total() <= before {
 			t.Errorf("instance %s recorded a prompt, and the process's budget was charged nothing (%d before, %d after)", s.name.Name, before, m.Total())
 		}
