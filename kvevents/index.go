@@ -15,6 +15,13 @@ type Budget interface {
 	Release(n int)
 }
 
+// PoolBudget is a Budget shared fairly between pools: each endpoint
+// reserves its blocks from its pool's account, ForPool's.
+type PoolBudget interface {
+	Budget
+	ForPool(namespace, pool string) Budget
+}
+
 // Drop reasons, the values of the dropped-events metric's reason label.
 const (
 	DropBlocks        = "endpoint_blocks"

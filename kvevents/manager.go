@@ -62,7 +62,7 @@ type Options struct {
 	// beyond it are refused. Zero: 1<<20.
 	MaxBlocksPerEndpoint int
 	// Budget, when set, is the process-wide bound the blocks are reserved
-	// from.
+	// from; a PoolBudget's, from each endpoint's pool's share.
 	Budget Budget
 	// ReplayTimeout bounds a replay. Zero: 2s.
 	ReplayTimeout time.Duration
@@ -190,7 +190,11 @@ func (m *Manager) Add(namespace, pool, address string) {
 	}
 	s := &stream{address: address, ns: namespace, pool: pool, ip: ip,
 		limiter: rate.NewLimiter(rate.Limit(m.opts.EventsPerSecond), int(max(m.opts.EventsPerSecond, 1)))}
-	s.ep = newEndpoint(m.opts.Hasher, m.opts.MaxBlocksPerEndpoint, m.opts.Budget, func(reason string, n int) {
+	budget := m.opts.Budget
+	if pb, ok := budget.(PoolBudget); ok {
+		budget = pb.ForPool(namespace, pool)
+	}
+	s.ep = newEndpoint(m.opts.Hasher, m.opts.MaxBlocksPerEndpoint, budget, func(reason string, n int) {
 		m.metrics.dropped.WithLabelValues(namespace, pool, reason).Add(float64(n))
 	})
 	m.streams[address] = s

@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/poolpicker/poolpicker/datastore"
+	"github.com/poolpicker/poolpicker/internal/fairshare"
 	"github.com/poolpicker/poolpicker/scrape/internal/fetch"
 )
 
@@ -55,8 +56,14 @@ type Manager struct {
 	// every pool's endpoint (tests).
 	onScrape func(pool datastore.PoolKey, address string, err error)
 
-	// slots bounds the scrapes in flight; inflight counts them.
+	// slots bounds the scrapes in flight; inflight counts them. share
+	// divides them fairly between namespaces and pools (a server several
+	// pools hold is charged to each); starved are the pools with servers
+	// waiting aside and none in flight, which a slot freed anywhere may
+	// serve.
 	slots    chan struct{}
+	share    *fairshare.Limit
+	starved  []*poolSubs
 	inflight sync.WaitGroup
 	// pollers run the scrapes of pollable servers (Start's); polling
 	// counts their goroutines; nextPoller is the poller of the next new
@@ -113,6 +120,10 @@ type Manager struct {
 type poolSubs struct {
 	pool *datastore.Pool
 	subs map[datastore.EndpointKey]*sub
+	// slots is the pool's account of the scrapes in flight (Manager.share);
+	// starved is set while it is in Manager.starved.
+	slots   *fairshare.Party
+	starved bool
 	// inflight counts the pool's servers being scraped, at most
 	// MaxConcurrentScrapesPerPool; parked are its servers due meanwhile.
 	inflight int
@@ -162,7 +173,9 @@ func NewManager(opts Options) (*Manager, error) {
 			// it could send the picker anywhere.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		slots:   make(chan struct{}, opts.MaxConcurrentScrapes),
+		slots: make(chan struct{}, opts.MaxConcurrentScrapes),
+		share: fairshare.New(fairshare.Options{Name: LimitInFlightScrapes, Flag: "metrics-max-concurrent-scrapes", Unit: "scrapes",
+			Capacity: int64(opts.MaxConcurrentScrapes), ReservePercent: opts.FairShareReservePercent}),
 		budget:  newBudget(opts.CPUBudget),
 		wake:    make(chan struct{}, 1),
 		pools:   map[datastore.PoolKey]*poolSubs{},
@@ -189,6 +202,9 @@ func NewManager(opts Options) (*Manager, error) {
 	m.stats = newStatsCollector(m)
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(m.stats); err != nil {
+			return nil, err
+		}
+		if err := opts.Registerer.Register(m.share); err != nil {
 			return nil, err
 		}
 	}
@@ -394,7 +410,10 @@ func (m *Manager) dueLocked(now time.Time) time.Duration {
 }
 
 // fullPoolLocked returns a pool of s that has its share of the slots in
-// flight, after noting s's pools in s.counted.
+// flight (MaxConcurrentScrapesPerPool, or its fair share of
+// MaxConcurrentScrapes, which others hold the rest of), after charging a
+// slot to each of s's pools and noting them in s.counted; when one is
+// full nothing is charged.
 func (m *Manager) fullPoolLocked(s *server) *poolSubs {
 	s.counted = s.counted[:0]
 	for sb := range s.subs {
@@ -402,7 +421,15 @@ func (m *Manager) fullPoolLocked(s *server) *poolSubs {
 		if ps == nil || ps.pool != sb.pool || slices.Contains(s.counted, ps) {
 			continue
 		}
-		if ps.inflight >= m.opts.MaxConcurrentScrapesPerPool {
+		if ps.inflight >= m.opts.MaxConcurrentScrapesPerPool || ps.slots.Acquire(1) != nil {
+			for _, c := range s.counted {
+				c.slots.Release(1)
+			}
+			s.counted = s.counted[:0]
+			if ps.inflight == 0 && !ps.starved {
+				ps.starved = true
+				m.starved = append(m.starved, ps)
+			}
 			return ps
 		}
 		s.counted = append(s.counted, ps)
@@ -427,9 +454,26 @@ func (m *Manager) passOnLocked(s *server, full *poolSubs) {
 func (m *Manager) releaseLocked(s *server) {
 	for _, ps := range s.counted {
 		ps.inflight--
+		ps.slots.Release(1)
 		m.unparkLocked(ps, 1)
 	}
 	s.counted = s.counted[:0]
+	// A pool refused a slot with none in flight has no scrape of its own
+	// whose end would queue its servers again: the slot freed here may be
+	// its share.
+	for len(m.starved) > 0 {
+		ps := m.starved[0]
+		m.starved[0] = nil
+		m.starved = m.starved[1:]
+		ps.starved = false
+		if m.pools[ps.pool.Key] == ps && len(ps.parked) > 0 {
+			m.unparkLocked(ps, 1)
+			break
+		}
+	}
+	if len(m.starved) == 0 {
+		m.starved = nil
+	}
 }
 
 // unparkLocked queues up to n of the servers waiting for ps's slots again
@@ -927,7 +971,7 @@ func (m *Manager) EndpointsChanged(pool *datastore.Pool, added, removed []*datas
 			}
 			m.unparkLocked(ps, -1)
 		}
-		ps = &poolSubs{pool: pool, subs: map[datastore.EndpointKey]*sub{}}
+		ps = &poolSubs{pool: pool, subs: map[datastore.EndpointKey]*sub{}, slots: m.share.Party(pool.Key.Namespace, pool.Key.Name)}
 		m.pools[pool.Key] = ps
 	}
 	// Removals first: an endpoint can leave and come back under the same key
@@ -949,6 +993,7 @@ func (m *Manager) EndpointsChanged(pool *datastore.Pool, added, removed []*datas
 	if len(ps.subs) == 0 {
 		delete(m.pools, pool.Key)
 		m.unparkLocked(ps, -1)
+		m.share.Forget(pool.Key.Namespace, pool.Key.Name)
 	}
 	m.mu.Unlock()
 	for _, done := range ending {
@@ -971,6 +1016,7 @@ func (m *Manager) PoolRemoved(pool *datastore.Pool) {
 		}
 		m.unparkLocked(ps, -1)
 	}
+	m.share.Forget(pool.Key.Namespace, pool.Key.Name)
 	m.mu.Unlock()
 	for _, done := range ending {
 		<-done

@@ -35,6 +35,10 @@ const (
 	// DefaultMaxIdleConnsPerHost keeps an https server's connection, and one
 	// more for a server reached under two metrics paths.
 	DefaultMaxIdleConnsPerHost = 2
+	// LimitInFlightScrapes names the slots of MaxConcurrentScrapes in the
+	// fair-share metrics (poolpicker_fair_share_*{limit="in_flight_scrapes"}):
+	// each pool's scrapes in flight and its guaranteed share.
+	LimitInFlightScrapes = "in_flight_scrapes"
 	// DefaultMaxConcurrentScrapes bounds the scrapes in flight: enough for
 	// thousands of servers at 50 ms over a cluster network, where a scrape
 	// takes a few milliseconds, while servers that hang until the timeout
@@ -105,8 +109,17 @@ type Options struct {
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// MaxConcurrentScrapes bounds the scrapes in flight at once; a due
-	// scrape waits for a free slot. Zero means DefaultMaxConcurrentScrapes.
+	// scrape waits for a free slot. The slots are shared fairly between
+	// namespaces and their pools (internal/fairshare, the rule of every
+	// process-wide limit, FairShareReservePercent kept for pools with none
+	// in flight): a pool may borrow the slots others leave idle, but a
+	// tenant whose servers hang until the timeout never holds another's
+	// guaranteed share. Zero means DefaultMaxConcurrentScrapes.
 	MaxConcurrentScrapes int
+	// FairShareReservePercent is the part of MaxConcurrentScrapes kept for
+	// pools with no scrape in flight (fairshare.Options.ReservePercent).
+	// Zero: fairshare's default; negative: none.
+	FairShareReservePercent int
 	// CPUBudget is the CPU the scrapes may use, in cores: scrapes are
 	// admitted at the rate it pays for (their mean cost, by the thread's
 	// CPU clock), and they run on one poller per whole core (at least

@@ -41,13 +41,24 @@ type Outage struct {
 // test ends.
 func (e *Env) OutageProxy(t testing.TB) *Outage {
 	t.Helper()
-	u, err := url.Parse(e.Config.Host)
+	o, err := e.StartOutage()
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(o.Close)
+	return o
+}
+
+// StartOutage starts an Outage in front of e's API server, for a caller
+// without a test (a TestMain); it closes it.
+func (e *Env) StartOutage() (*Outage, error) {
+	u, err := url.Parse(e.Config.Host)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	thawed := make(chan struct{})
 	close(thawed)
@@ -56,8 +67,18 @@ func (e *Env) OutageProxy(t testing.TB) *Outage {
 	o.Config.Host = (&url.URL{Scheme: u.Scheme, Host: ln.Addr().String(), Path: u.Path}).String()
 	o.wg.Add(1)
 	go o.accept()
-	t.Cleanup(o.Close)
-	return o
+	return o, nil
+}
+
+// Cut closes every connection open through the proxy, as a network blip
+// or an API server restart does: every watch through it ends, and the
+// clients connect again through it.
+func (o *Outage) Cut() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for c := range o.conns {
+		c.Close()
+	}
 }
 
 // Freeze stops every byte from passing until Resume.

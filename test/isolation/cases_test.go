@@ -114,8 +114,8 @@ func (a *askCounter) Read(p []byte) (int, error) {
 }
 
 // readyPod creates a Running, Ready pod with the given IP, as a kubelet
-// would report it.
-func readyPod(t *testing.T, name types.NamespacedName, ip string, labels map[string]string) {
+// would report it, and returns its creation time.
+func readyPod(t *testing.T, name types.NamespacedName, ip string, labels map[string]string) time.Time {
 	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
@@ -137,6 +137,7 @@ func readyPod(t *testing.T, name types.NamespacedName, ip string, labels map[str
 	if err := stack.Client().Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
+	return pod.CreationTimestamp.Time
 }
 
 // readRequest reads one request head; false when the connection ended.
@@ -313,8 +314,28 @@ func refusedPastShare(limit string) func(t *testing.T, w window) {
 // blocks, and A sends them prompts that share nothing, each 16 KiB
 // (256 blocks of the servers' 16 tokens).
 func inflatedCaches(t *testing.T) (func(), <-chan struct{}) {
+	return uniquePrompts(t, "a-inflated", 1<<30)
+}
+
+// uniquePromptsFloor: the same traffic of tenant A as inflatedCaches, to
+// two more servers that report a true cache size (the simulator's). It is
+// what A's traffic alone costs tenant B on the suite's machine, where the
+// load generator, the gateway and the servers share the picker's cores:
+// the floor the inflated caches are measured against (full mode).
+func uniquePromptsFloor(t *testing.T) (func(), <-chan struct{}) {
+	return uniquePrompts(t, "a-unique", 0)
+}
+
+// uniquePrompts runs two more servers of tenant A in a Deployment of that
+// name, reporting blocks KV-cache blocks (zero: the simulator's default),
+// and sends A's pool prompts that share nothing, each 16 KiB.
+func uniquePrompts(t *testing.T, name string, blocks int) (func(), <-chan struct{}) {
 	ctx := context.Background()
-	deploy := types.NamespacedName{Namespace: poolA.ns, Name: "a-inflated"}
+	deploy := types.NamespacedName{Namespace: poolA.ns, Name: name}
+	cache := ""
+	if blocks > 0 {
+		cache = fmt.Sprintf(`"--num-gpu-blocks=%d", `, blocks)
+	}
 	manifest := fmt.Sprintf(`apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -333,8 +354,8 @@ spec:
       containers:
       - name: vllm
         image: vllm/vllm-openai:latest
-        args: ["--model=%s", "--port=8000", "--num-gpu-blocks=%d", "--max-num-seqs=64", "--time-per-output-token=-1ns", "--prefill-time-per-token=-1ns", "--metrics-page-bytes=-1"]
-`, deploy.Name, deploy.Namespace, poolA.deploy.Name, poolA.deploy.Name, poolA.model, 1<<30)
+        args: ["--model=%s", "--port=8000", %s"--max-num-seqs=64", "--time-per-output-token=-1ns", "--prefill-time-per-token=-1ns", "--metrics-page-bytes=-1"]
+`, deploy.Name, deploy.Namespace, poolA.deploy.Name, poolA.deploy.Name, poolA.model, cache)
 	if stack.Deployment(deploy) == nil {
 		if err := stack.Apply(ctx, []byte(manifest)); err != nil {
 			t.Fatal(err)

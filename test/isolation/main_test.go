@@ -26,7 +26,12 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
@@ -47,6 +52,7 @@ const (
 	maxBodyBytes     = 4 << 20
 	bodyStartTimeout = 2 * time.Minute
 	bodyTimeout      = 2 * time.Minute
+	staleEndpoints   = 10 * time.Minute
 	pickerReplicas   = 2
 	// adapters is how many model names tenant A's servers serve: more than
 	// the default --max-model-labels (64).
@@ -147,9 +153,15 @@ func run(m *testing.M) int {
 			fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
 			"--request-body-start-timeout=" + bodyStartTimeout.String(),
 			"--request-body-timeout=" + bodyTimeout.String(),
+			// Long enough that tenant A's pool serves its other endpoints
+			// through the IP-reuse case however slow the machine.
+			"--stale-endpoints-timeout=" + staleEndpoints.String(),
 			// One watch of each namespace's pods for all its pools: the plan
 			// that sees every pod a tenant creates, its pools' or not.
 			"--pod-watch-plan=namespace",
+			// The tenants' namespaces, each of which grants the picker
+			// its pods (pickerIdentity).
+			"--watch-namespaces=" + poolA.ns + "," + poolB.ns,
 			"--peer-sync", fmt.Sprintf("--peer-sync-port=%d", ports[3]), "--peer-sync-peers=" + strings.Join(peers, ","), "--peer-sync-key-file=" + key,
 		},
 		Sim: func(d types.NamespacedName, o *modelsim.Options) {
@@ -162,9 +174,18 @@ func run(m *testing.M) int {
 			}
 		},
 		Logger: funcr.New(func(p, a string) { fmt.Fprintln(os.Stderr, p, a) }, funcr.Options{Verbosity: 0}),
+		// The replicas reach the API server through a proxy whose
+		// connections the IP-reuse case cuts, as a ServiceAccount that
+		// lists each tenant's pods by that tenant's RoleBinding.
+		PickerKubeconfig: func(ctx context.Context, env *testenv.Env) (string, error) {
+			return pickerIdentity(ctx, env, filepath.Join(dir, "picker.kubeconfig"))
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "isolation: starting the local stack:", err)
+		if apiProxy != nil {
+			apiProxy.Close()
+		}
 		return 1
 	}
 	stack = s
@@ -180,6 +201,9 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "isolation: stopping the local stack:", err)
 		code = 1
 	}
+	if apiProxy != nil {
+		apiProxy.Close()
+	}
 	if code == 0 {
 		if err := testenv.LeakedGoroutines(); err != nil {
 			fmt.Fprintln(os.Stderr, "isolation: goroutines left behind:", err)
@@ -189,7 +213,67 @@ func run(m *testing.M) int {
 	return code
 }
 
-// applyTenants creates both tenants' namespaces, servers, pools and routes.
+// apiProxy is the replicas' way to the API server.
+var apiProxy *testenv.Outage
+
+// The picker's ServiceAccount, and what it may do: the chart's
+// ClusterRole but pods, which each namespace grants (podsGrant).
+const (
+	pickerAccount = "isolation-picker"
+	podsGrant     = "isolation-picker-pods"
+)
+
+// pickerIdentity creates the replicas' ServiceAccount with the chart's
+// permissions, except that pods are granted per namespace: the replicas'
+// own and each tenant's (whose namespaces it creates), so that a test can
+// take one tenant's away. It starts apiProxy and writes a kubeconfig
+// reaching the API server through it as the account.
+func pickerIdentity(ctx context.Context, env *testenv.Env, path string) (string, error) {
+	c := env.Client
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"inference.networking.k8s.io"}, Resources: []string{"inferencepools"}, Verbs: []string{"get", "list", "watch", "patch"}},
+		{APIGroups: []string{"inference.networking.x-k8s.io", "llm-d.ai"}, Resources: []string{"inferenceobjectives", "inferencemodelrewrites", "inferenceobjectives/status", "inferencemodelrewrites/status"}, Verbs: []string{"list", "watch", "patch"}},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+	}
+	account := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: localstack.DefaultPickerNamespace, Name: pickerAccount}
+	objs := []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: pickerAccount}, Rules: rules},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: pickerAccount},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: pickerAccount}, Subjects: []rbacv1.Subject{account}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: podsGrant},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}}},
+	}
+	for _, ns := range []string{localstack.DefaultPickerNamespace, poolA.ns, poolB.ns} {
+		objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, podsBinding(ns))
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("%T %s: %w", o, o.GetName(), err)
+		}
+	}
+	cfg, err := env.ServiceAccountConfig(ctx, account.Namespace, account.Name)
+	if err != nil {
+		return "", err
+	}
+	if apiProxy, err = env.StartOutage(); err != nil {
+		return "", err
+	}
+	cfg.Host = apiProxy.Config.Host
+	return path, testenv.WriteKubeconfig(cfg, path)
+}
+
+// podsBinding grants the picker the pods of ns.
+func podsBinding(ns string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: podsGrant},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: podsGrant},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: localstack.DefaultPickerNamespace, Name: pickerAccount}}}
+}
+
+// applyTenants creates both tenants' servers, pools and routes (their
+// namespaces are pickerIdentity's).
 func applyTenants(root string) error {
 	b, err := os.ReadFile(filepath.Join(root, "test", "isolation", "testdata", "tenants.yaml"))
 	if err != nil {
@@ -246,6 +330,33 @@ func rss(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// pickerCPU is the CPU time the replicas have used, from
+// /proc/PID/stat (user and system, in the kernel's clock ticks of 10 ms).
+func pickerCPU() time.Duration {
+	var total time.Duration
+	for _, r := range stack.Replicas() {
+		pid, err := r.Process.Running()
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's closing parenthesis: utime and
+		// stime are the 12th and 13th.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		for _, v := range f[11:13] {
+			ticks, _ := strconv.ParseInt(v, 10, 64)
+			total += time.Duration(ticks) * 10 * time.Millisecond
+		}
+	}
+	return total
 }
 
 // peakRSS samples every replica's resident memory until done is closed

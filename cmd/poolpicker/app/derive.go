@@ -63,5 +63,6 @@ func derive(o *options, in deriveInputs) (warnings []string) {
 	// One share rule for every process-wide limit: flow control's queued
 	// bytes are shared as the streams and held bodies are.
 	o.flowControl.opts.FairShareReservePercent = o.extproc.FairShareReservePercent
+	o.scrape.FairShareReservePercent = o.extproc.FairShareReservePercent
 	return warnings
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
 // bindSchedulingFlags binds the scheduler's flags to o; --help shows the
@@ -29,4 +30,10 @@ func bindSchedulingFlags(fs *pflag.FlagSet, o *scheduling.Options) {
 		"When a pool is saturated, so that sheddable requests (objective priority < 0) are answered 429: "+scheduling.AdmissionAllSaturated+", when every endpoint is saturated (or unknown); "+scheduling.AdmissionPoolAverage+", when the endpoints' mean of max(waiting / queue-depth threshold, KV-cache use / KV-cache threshold) is at least 1, an unknown endpoint counting 1.")
 	fs.IntVar(&o.DecisionsPerPool, "debug-decisions-per-pool", scheduling.DefaultDecisionsPerPool,
 		"Last decisions kept per pool, with each scorer's score of each candidate, for the metrics port's /debug/pools. A pool's are kept from its first pick until it is no longer served. Negative: none. 0 means the default.")
+}
+
+// bindPrefixIndexFlag binds the prefix indexes' process-wide memory budget.
+func bindPrefixIndexFlag(fs *pflag.FlagSet, maxBytes *int64) {
+	fs.Int64Var(maxBytes, prefix.MemoryFlag, prefix.DefaultMaxIndexBytes,
+		"Memory the prefix-cache indexes may hold over every pool, in bytes (counted as 128 bytes a block): the prefix-cache scorers' learned indexes and the precise scorers' KV-event indexes together, shared fairly between namespaces and their pools (a pool past its share forgets its least recent blocks; per-pool use: poolpicker_fair_share_used{limit=\""+prefix.MemoryLimitName+"\"}). A scorer whose maxIndexBytes parameter is set has a budget of its own. Negative: no bound. 0 means the default.")
 }

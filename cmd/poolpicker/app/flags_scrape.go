@@ -30,6 +30,10 @@ func bindScrapeFlags(fs *pflag.FlagSet, o *scrape.Options) {
 		"Largest metrics page read; a larger one fails the scrape. A response may carry 64 KiB of headers and 64 KiB of chunk framing and trailers beyond it.")
 	fs.Float64Var(&o.MaxServerCPUShare, "metrics-scrape-max-server-cpu-share", scrape.DefaultMaxServerCPUShare,
 		"Share of one core one model server's scrapes may use: a server whose page costs more to read at its interval is scraped less often (by its own pools only). A negative value sets no bound.")
+	fs.IntVar(&o.MaxConcurrentScrapes, "metrics-max-concurrent-scrapes", scrape.DefaultMaxConcurrentScrapes,
+		"Scrapes of model servers in flight at once, shared fairly between namespaces and their pools (as --max-concurrent-streams is): a pool may borrow the slots others leave idle, but servers that hang until --metrics-scrape-timeout hold only their tenant's share (per pool: poolpicker_fair_share_used{limit=\""+scrape.LimitInFlightScrapes+"\"}). 0 means the default.")
+	fs.IntVar(&o.MaxConcurrentScrapesPerPool, "metrics-max-concurrent-scrapes-per-pool", 0,
+		"Most scrapes of one pool's servers in flight at once, whatever its fair share. 0 means a quarter of --metrics-max-concurrent-scrapes.")
 	fs.IntVar(&o.MaxIdleConns, "metrics-max-idle-conns", scrape.DefaultMaxIdleConns,
 		"Keep-alive connections kept to idle model servers in all (busy ones always keep theirs; past it an idle server dials again for each scrape); each is a file descriptor.")
 	fs.StringVar(&o.Path, "model-server-metrics-path", scrape.DefaultPath,

@@ -23,7 +23,7 @@ func TestBindScrapeFlags(t *testing.T) {
 			name: "defaults",
 			want: scrape.Options{
 				RefreshInterval: 50 * time.Millisecond, IdleRefreshInterval: 30 * time.Second, StalenessThreshold: scrape.DefaultStalenessThreshold, Timeout: scrape.DefaultTimeout,
-				MaxBodyBytes: scrape.DefaultMaxBodyBytes, MaxIdleConns: scrape.DefaultMaxIdleConns, MaxServerCPUShare: scrape.DefaultMaxServerCPUShare, Path: "/metrics", Scheme: "http",
+				MaxBodyBytes: scrape.DefaultMaxBodyBytes, MaxConcurrentScrapes: scrape.DefaultMaxConcurrentScrapes, MaxIdleConns: scrape.DefaultMaxIdleConns, MaxServerCPUShare: scrape.DefaultMaxServerCPUShare, Path: "/metrics", Scheme: "http",
 				MetricNames: scrape.MetricNameOverrides{
 					TotalQueuedRequests: "vllm:num_requests_waiting", TotalRunningRequests: "vllm:num_requests_running",
 					KVCacheUsagePercentage: "vllm:kv_cache_usage_perc", LoRAInfo: "vllm:lora_requests_info", CacheInfo: "vllm:cache_config_info",
@@ -35,13 +35,14 @@ func TestBindScrapeFlags(t *testing.T) {
 			args: []string{
 				"--refresh-metrics-interval=100ms", "--idle-refresh-metrics-interval=10s", "--metrics-staleness-threshold=5s", "--metrics-scrape-timeout=300ms",
 				"--metrics-max-body-bytes=1000", "--metrics-max-idle-conns=10", "--model-server-metrics-path=/m",
+				"--metrics-max-concurrent-scrapes=64", "--metrics-max-concurrent-scrapes-per-pool=8",
 				"--model-server-metrics-port=9090", "--model-server-metrics-scheme=https", "--model-server-metrics-https-insecure-skip-verify=false",
 				"--total-queued-requests-metric=q", "--total-running-requests-metric=r", "--kv-cache-usage-percentage-metric=kv",
 				"--lora-info-metric=l", "--cache-info-metric=c",
 			},
 			want: scrape.Options{
 				RefreshInterval: 100 * time.Millisecond, IdleRefreshInterval: 10 * time.Second, StalenessThreshold: 5 * time.Second, Timeout: 300 * time.Millisecond,
-				MaxBodyBytes: 1000, MaxIdleConns: 10, MaxServerCPUShare: scrape.DefaultMaxServerCPUShare, Path: "/m", Port: 9090, Scheme: "https", VerifyServerCertificates: true,
+				MaxBodyBytes: 1000, MaxConcurrentScrapes: 64, MaxConcurrentScrapesPerPool: 8, MaxIdleConns: 10, MaxServerCPUShare: scrape.DefaultMaxServerCPUShare, Path: "/m", Port: 9090, Scheme: "https", VerifyServerCertificates: true,
 				MetricNames: scrape.MetricNameOverrides{TotalQueuedRequests: "q", TotalRunningRequests: "r", KVCacheUsagePercentage: "kv", LoRAInfo: "l", CacheInfo: "c"},
 			},
 		},
@@ -52,7 +53,7 @@ func TestBindScrapeFlags(t *testing.T) {
 			args: []string{"--idle-refresh-metrics-interval=0"},
 			want: scrape.Options{
 				RefreshInterval: 50 * time.Millisecond, IdleRefreshInterval: -1, StalenessThreshold: scrape.DefaultStalenessThreshold, Timeout: scrape.DefaultTimeout,
-				MaxBodyBytes: scrape.DefaultMaxBodyBytes, MaxIdleConns: scrape.DefaultMaxIdleConns, MaxServerCPUShare: scrape.DefaultMaxServerCPUShare, Path: "/metrics", Scheme: "http",
+				MaxBodyBytes: scrape.DefaultMaxBodyBytes, MaxConcurrentScrapes: scrape.DefaultMaxConcurrentScrapes, MaxIdleConns: scrape.DefaultMaxIdleConns, MaxServerCPUShare: scrape.DefaultMaxServerCPUShare, Path: "/metrics", Scheme: "http",
 				MetricNames: scrape.MetricNameOverrides{
 					TotalQueuedRequests: "vllm:num_requests_waiting", TotalRunningRequests: "vllm:num_requests_running",
 					KVCacheUsagePercentage: "vllm:kv_cache_usage_perc", LoRAInfo: "vllm:lora_requests_info", CacheInfo: "vllm:cache_config_info",

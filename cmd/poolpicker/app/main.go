@@ -37,6 +37,7 @@ import (
 	"github.com/poolpicker/poolpicker/peersync"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 	"github.com/poolpicker/poolpicker/scrape"
 )
 
@@ -76,6 +77,10 @@ type options struct {
 	logging       loggingOptions
 	observability observabilityOptions
 	compat        compatOptions
+
+	// prefixIndexMaxBytes is the prefix indexes' process-wide memory
+	// budget (prefix.NewMemory).
+	prefixIndexMaxBytes int64
 }
 
 // flagGroups are the sections of --help, in order: one per component that
@@ -100,6 +105,7 @@ func newFlagSet(stderr io.Writer, o *options) *pflag.FlagSet {
 	bindMetricNamesFlag(groups.FlagSet("model-server metrics"), &o.metricNames)
 	bindScrapeFlags(groups.FlagSet("model-server metrics"), &o.scrape)
 	bindSchedulingFlags(groups.FlagSet("scheduling"), &o.scheduling)
+	bindPrefixIndexFlag(groups.FlagSet("scheduling"), &o.prefixIndexMaxBytes)
 	bindFlowControlFlags(groups.FlagSet("flow control"), &o.flowControl)
 	bindHAFlags(groups.FlagSet("high availability"), &o.controllers, &o.ha)
 	bindPeerSyncFlags(groups.FlagSet("peer sync"), &o.peerSync)
@@ -280,6 +286,17 @@ func build(o *options, cfg *scheduling.Config, log logr.Logger) (*components, er
 	var err error
 
 	o.scheduling.Logger, o.scheduling.Registerer = log.WithName("scheduling"), metrics
+	// One prefix-index budget for every scorer instance and KV-event
+	// index, under the share rule of every other limit.
+	memory := prefix.NewMemory(o.prefixIndexMaxBytes, o.extproc.FairShareReservePercent)
+	if err := metrics.Register(memory); err != nil {
+		return nil, err
+	}
+	if base := o.scheduling.BaseContext; base != nil {
+		o.scheduling.BaseContext = func() context.Context { return prefix.WithMemory(base(), memory) }
+	} else {
+		o.scheduling.BaseContext = func() context.Context { return prefix.WithMemory(context.Background(), memory) }
+	}
 	if o.scheduling.PluginDuration, err = newPluginDurations(metrics); err != nil {
 		return nil, err
 	}

@@ -221,8 +221,12 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if s.tokenizer, err = tokenize.New(tokenize.Options{Timeout: timeout, CacheEntries: cacheEntries}); err != nil {
 		return nil, err
 	}
+	// The event index's blocks come out of the learned index's budget,
+	// the process's unless the approximate parameters set one: each pool's
+	// share bounds its blocks of both.
 	opts := kvevents.Options{Hasher: hasher, MaxBlocksPerEndpoint: p.MaxBlocksPerEndpoint, MaxMessageBytes: p.MaxMessageBytes,
-		EventsPerSecond: p.EventsPerSecond, Registerer: h.MetricsRegisterer(), Logger: h.Logger(), SocketPort: DefaultKVEventsPort}
+		EventsPerSecond: p.EventsPerSecond, Registerer: h.MetricsRegisterer(), Logger: h.Logger(), SocketPort: DefaultKVEventsPort,
+		Budget: eventBudget{s.approx.memory}}
 	if k := p.KVEventsConfig; k != nil {
 		switch k.EngineType {
 		case "", "vllm", "sglang":

@@ -72,8 +72,10 @@ type Params struct {
 	// pool, counted as 128 bytes a block, shared fairly between namespaces
 	// and their pools (internal/fairshare, with 10 % kept for pools that
 	// hold none yet): a pool past its share keeps the blocks it was
-	// granted and forgets its least recent ones. Zero: 256 MiB. Negative:
-	// no budget.
+	// granted and forgets its least recent ones. Zero: the process's
+	// budget (poolpicker's --prefix-index-max-bytes, 256 MiB), shared with
+	// every other prefix scorer and KV-event index; set: a budget of this
+	// instance's own. Negative: no budget.
 	MaxIndexBytes int64 `json:"maxIndexBytes"`
 	// BytesPerToken is the prompt bytes per token assumed by AutoTune and
 	// QueueCostTokens. Zero: 4.
@@ -326,13 +328,22 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 	if err != nil {
 		return nil, err
 	}
-	if p.MaxIndexBytes == 0 {
-		p.MaxIndexBytes = DefaultMaxIndexBytes
-	}
-	memory := fairshare.New(fairshare.Options{Name: "prefix_index_blocks:" + name, Flag: "plugin parameter maxIndexBytes",
-		Unit: "blocks", Capacity: p.MaxIndexBytes / indexBytesPerBlock})
-	if err := h.MetricsRegisterer().Register(memory); err != nil {
-		return nil, err
+	// The process's budget (--prefix-index-max-bytes), shared with every
+	// other instance; a budget of the instance's own where the parameter
+	// sets one or the process has none (a scheduler built without the
+	// command).
+	var memory *fairshare.Limit
+	if m := memoryOf(h.Context()); m != nil && p.MaxIndexBytes == 0 {
+		memory = m.Limit
+	} else {
+		if p.MaxIndexBytes == 0 {
+			p.MaxIndexBytes = DefaultMaxIndexBytes
+		}
+		memory = fairshare.New(fairshare.Options{Name: MemoryLimitName + ":" + name, Flag: "plugin parameter maxIndexBytes",
+			Unit: "blocks", Capacity: p.MaxIndexBytes / indexBytesPerBlock})
+		if err := h.MetricsRegisterer().Register(memory); err != nil {
+			return nil, err
+		}
 	}
 	return &Scorer{name: framework.TypedName{Type: Type, Name: name}, key: framework.StateKey(Type + "/" + name), params: p, seed: maphash.MakeSeed(), agreement: a,
 		peers: framework.PeersOf(h), memory: memory}, nil

@@ -48,6 +48,13 @@ type exchange struct {
 	// concluded is set when the response was read whole: its connection
 	// is in step for the next exchange unless the response said otherwise.
 	concluded bool
+	// aside is set while the aside goroutine parses the page (the
+	// poller's); asideResult, asideKeep and asideRedial are what it
+	// concluded.
+	aside       bool
+	asideResult Result
+	asideKeep   bool
+	asideRedial bool
 
 	result Result
 

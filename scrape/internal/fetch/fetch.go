@@ -48,8 +48,10 @@ type Options struct {
 	Timeout time.Duration
 	// Kept counts the connections kept open, across fetchers.
 	Kept *atomic.Int64
-	// Parse reads a whole page on the fetcher's goroutine; page is valid
-	// only during the call. Its error ends the exchange, leaving the
+	// Parse reads a whole page on the fetcher's goroutine (the epoll
+	// poller parses a large page on a thread of its own, so that it holds
+	// no other exchange; never two pages of one Conn at once); page is
+	// valid only during the call. Its error ends the exchange, leaving the
 	// connection kept (the response was read whole).
 	Parse func(c *Conn, page []byte) error
 	// Complete hears of each exchange's end, on the fetcher's goroutine.

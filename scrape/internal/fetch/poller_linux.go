@@ -54,7 +54,23 @@ type poller struct {
 	// attributed is the CPU time of this wake-up charged to one exchange
 	// (its page's parse).
 	attributed time.Duration
+
+	// aside parses the large pages (asidePageBytes), on a thread of its
+	// own: asideN counts those handed to it and not yet back in parsed.
+	aside   chan *Conn
+	asideN  int
+	parsed  []*Conn // under mu
+	gotBack chan struct{}
 }
+
+// asidePageBytes is the size past which a page is decoded and parsed on
+// the poller's aside goroutine rather than on the poller: a page's parse
+// is linear in its size, but a megabyte of series the picker reads still
+// takes tens of milliseconds, which on the poller would hold every other
+// server's scrape (at its lowered priority, on a loaded machine, ten
+// times as long). A vLLM page is a few to a few tens of kilobytes, and
+// one of asidePageBytes of series parses in about two milliseconds.
+const asidePageBytes = 128 << 10
 
 // sysConn is a Conn's kept socket (-1: none).
 type sysConn struct{ fd int }
@@ -109,6 +125,10 @@ func newPoller(o Options) (*poller, error) {
 	return &poller{
 		epfd: epfd, file: file, raw: raw, evfd: evfd,
 		o: o, inflight: map[int32]*Conn{},
+		// Every connection has at most one exchange: a few hundred
+		// queued is a backlog of costly pages, which beyond it are
+		// parsed on the poller.
+		aside: make(chan *Conn, 256), gotBack: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -159,6 +179,12 @@ func (p *poller) Run() {
 		unix.Close(p.evfd)
 	}()
 	p.tid.Store(int32(lowerPriority()))
+	asideDone := make(chan struct{})
+	go p.parseAside(asideDone)
+	defer func() {
+		close(p.aside)
+		<-asideDone
+	}()
 	events := make([]unix.EpollEvent, 128)
 	for {
 		n, err := p.wait(events)
@@ -181,11 +207,16 @@ func (p *poller) Run() {
 			p.progress(s)
 		}
 		p.mu.Lock()
-		queued, cancels, closed := p.queued, p.cancels, p.closed
-		p.queued, p.cancels = p.queued[len(p.queued):], p.cancels[len(p.cancels):]
+		queued, cancels, closed, parsed := p.queued, p.cancels, p.closed, p.parsed
+		p.queued, p.cancels, p.parsed = p.queued[len(p.queued):], p.cancels[len(p.cancels):], nil
 		p.mu.Unlock()
+		for _, s := range parsed {
+			p.touch(s)
+			p.backFromAside(s)
+		}
 		for _, s := range cancels {
-			if s.x.active && s.cancelled.Load() {
+			// One being parsed aside ends when it is back.
+			if s.x.active && !s.x.aside && s.cancelled.Load() {
 				p.touch(s)
 				p.end(s, Result{Cancelled: true})
 			}
@@ -202,6 +233,17 @@ func (p *poller) Run() {
 		if closed {
 			for p.first != nil {
 				p.end(p.first, Result{Cancelled: true})
+			}
+			// The pages being parsed aside end as they come back.
+			for p.asideN > 0 {
+				<-p.gotBack
+				p.mu.Lock()
+				parsed := p.parsed
+				p.parsed = nil
+				p.mu.Unlock()
+				for _, s := range parsed {
+					p.backFromAside(s)
+				}
 			}
 		}
 		p.account(startCPU, startWall)
@@ -251,7 +293,7 @@ func (p *poller) wait(events []unix.EpollEvent) (int, error) {
 	}
 	p.sleeping.Store(true)
 	p.mu.Lock()
-	pending := len(p.queued) > 0 || len(p.cancels) > 0 || p.closed
+	pending := len(p.queued) > 0 || len(p.cancels) > 0 || len(p.parsed) > 0 || p.closed
 	p.mu.Unlock()
 	if pending {
 		p.sleeping.Store(false)
@@ -479,8 +521,22 @@ func (p *poller) redial(s *Conn) {
 	p.dial(s)
 }
 
-// finish decodes and parses s's whole response and ends its exchange.
+// finish decodes and parses s's whole response and ends its exchange; a
+// large page is handed to the aside goroutine and ends when it is back.
 func (p *poller) finish(s *Conn) {
+	if s.x.buf.Len() > asidePageBytes {
+		select {
+		case p.aside <- s:
+			// Off the deadlines and the events until it is back: the
+			// connection is disarmed (one-shot) and nothing reads it.
+			s.x.aside = true
+			p.asideN++
+			p.unlink(s)
+			delete(p.inflight, int32(s.sys.fd))
+			return
+		default:
+		}
+	}
 	// The page's decoding and parse are its own: charged to it alone, not
 	// shared with the wake-up's other exchanges.
 	start := ThreadCPU()
@@ -488,6 +544,51 @@ func (p *poller) finish(s *Conn) {
 	own := max(ThreadCPU()-start, 0)
 	p.attributed += own
 	r.CPU += own
+	p.concluded(s, r, keep, redial)
+}
+
+// parseAside decodes and parses the pages handed to it, on a thread of
+// its own at the poller's priority, and gives each back to the poller,
+// until aside is closed; then it closes done.
+func (p *poller) parseAside(done chan<- struct{}) {
+	defer close(done)
+	lowerPriority()
+	for s := range p.aside {
+		start := ThreadCPU()
+		x := &s.x
+		x.asideResult, x.asideKeep, x.asideRedial = x.conclude(s, p.o.MaxPageBytes, p.o.Parse)
+		x.asideResult.CPU += max(ThreadCPU()-start, 0)
+		p.mu.Lock()
+		p.parsed = append(p.parsed, s)
+		p.mu.Unlock()
+		select {
+		case p.gotBack <- struct{}{}:
+		default:
+		}
+		p.wake()
+	}
+}
+
+// backFromAside ends the exchange of a page parsed aside.
+func (p *poller) backFromAside(s *Conn) {
+	x := &s.x
+	p.asideN--
+	x.aside = false
+	r, keep, redial := x.asideResult, x.asideKeep, x.asideRedial
+	x.asideResult = Result{}
+	p.link(s) // on the deadline list again, as end and redial expect
+	if s.sys.fd >= 0 {
+		p.inflight[int32(s.sys.fd)] = s
+	}
+	if s.cancelled.Load() {
+		r = Result{Cancelled: true, CPU: r.CPU}
+		keep, redial = false, false
+	}
+	p.concluded(s, r, keep, redial)
+}
+
+// concluded ends s's exchange after its response was decoded and parsed.
+func (p *poller) concluded(s *Conn, r Result, keep, redial bool) {
 	if redial {
 		p.redial(s)
 		return
