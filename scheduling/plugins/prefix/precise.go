@@ -280,6 +280,7 @@ type preciseCycle struct {
 	// its events; absent: scored from the learned index.
 	matched      map[string]int
 	promptTokens int
+	whole        bool
 }
 
 // Score scores from the learned index, then, for the candidates whose
@@ -316,7 +317,8 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		s.fallbacks.WithLabelValues(s.name.Name, "too_long").Inc()
 		return
 	}
-	tokens, err := s.tokenizer.Tokens(ctx, render, cs.TargetModel, req.Prompt)
+	res, err := s.tokenizer.Tokens(ctx, render, cs.TargetModel, req.Prompt)
+	tokens := res.IDs
 	if err != nil {
 		reason := "error"
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -328,7 +330,9 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	bs := s.hasher.BlockSize()
 	tokens = tokens[:min(len(tokens), s.maxBlocks*bs)]
 	st.keys = s.hasher.Keys(st.keys, s.hasher.Root(cs.TargetModel), tokens)
-	st.promptTokens = len(tokens)
+	// Tokens of a learned prefix only (not Whole): the prompt goes on
+	// past them, so the server may hold and reuse all their blocks.
+	st.promptTokens, st.whole = len(tokens), res.Whole
 	if len(st.keys) == 0 {
 		return
 	}
@@ -354,7 +358,9 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 		if n, ok := st.matched[res.Endpoints[0].Address()]; ok {
 			bs := s.hasher.BlockSize()
 			// The server computes at least the prompt's last token.
-			n = min(n, (st.promptTokens-1)/bs)
+			if st.whole {
+				n = min(n, (st.promptTokens-1)/bs)
+			}
 			res.Predict(framework.CachePrediction{Observer: s, PredictedTokens: n * bs, PromptTokens: st.promptTokens})
 		}
 	}
