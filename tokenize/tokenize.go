@@ -54,6 +54,14 @@ type Options struct {
 	MinPrefixShare float64
 	// Client sends the requests. Nil: a client of its own.
 	Client *http.Client
+	// Local are in-process tokenizers by model name: a completion's prompt
+	// of one of these models is tokenized here, within Timeout, without a
+	// round trip. (Chat messages need the model's chat template, which the
+	// model server applies: they are still rendered.) Nil: none.
+	Local map[string]*Local
+	// LocalOnly makes no round trips: a prompt that no local tokenizer
+	// reads is an error (ErrNoTokenizer).
+	LocalOnly bool
 }
 
 // Renderer asks model servers for prompts' token ids. Safe for concurrent
@@ -105,6 +113,10 @@ func New(opts Options) (*Renderer, error) {
 	}
 	return r, nil
 }
+
+// ErrNoTokenizer is the error of a prompt that only a round trip could
+// tokenize, when LocalOnly forbids it.
+var ErrNoTokenizer = errors.New("tokenize: no local tokenizer reads this prompt")
 
 // Kind is what a request's prompt is.
 type Kind uint8
@@ -171,6 +183,17 @@ func (r *Renderer) Tokens(ctx context.Context, baseURL, model string, raw []byte
 	if ids, ok := r.cache.Get(key); ok {
 		return Tokens{IDs: ids, Whole: true}, nil
 	}
+	if l := r.opts.Local[model]; l != nil && kind == Completion {
+		ids, err := r.local(ctx, l, raw)
+		if err != nil {
+			return Tokens{}, err
+		}
+		r.cache.Add(key, ids)
+		return Tokens{IDs: ids, Whole: true}, nil
+	}
+	if r.opts.LocalOnly {
+		return Tokens{}, ErrNoTokenizer
+	}
 	var lv []uint64
 	if r.prefixes != nil {
 		lv = levels(seed, raw)
@@ -187,6 +210,23 @@ func (r *Renderer) Tokens(ctx context.Context, baseURL, model string, raw []byte
 		r.prefixes.observe(seed, raw, lv, ids)
 	}
 	return Tokens{IDs: ids, Whole: true}, nil
+}
+
+// local tokenizes a completion's prompt (a string, or a list of strings of
+// which the first, as parseRender reads a rendered list) with l, within
+// Timeout.
+func (r *Renderer) local(ctx context.Context, l *Local, raw []byte) ([]uint32, error) {
+	var text string
+	if err := json.Unmarshal(raw, &text); err != nil {
+		var list []string
+		if err := json.Unmarshal(raw, &list); err != nil || len(list) == 0 {
+			return nil, errors.New("tokenize: the prompt is neither a string nor a list of strings")
+		}
+		text = list[0]
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	return l.EncodeContext(ctx, text)
 }
 
 // render asks the render endpoint of the server at baseURL.
