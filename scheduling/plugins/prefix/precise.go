@@ -30,7 +30,11 @@ const (
 	DefaultMaxPreciseBlocks  = 1 << 13
 	defaultTokenizerBackend  = TokenizerRender
 	TokenizerRender          = "render"
+	TokenizerLocal           = "local"
 	TokenizerEstimate        = "estimate"
+	// DefaultLocalTokenizerDir is where llm-d's local tokenizer discovery
+	// looks when its local block names no directory.
+	DefaultLocalTokenizerDir = "/mnt/models"
 	MetricTokenizeFallbacks  = "poolpicker_prefix_cache_tokenize_fallbacks_total"
 	maxPreciseBlockSize      = 1 << 12
 	maxPreciseTokenizerTimer = time.Second
@@ -77,7 +81,8 @@ type PreciseParams struct {
 		} `json:"podDiscoveryConfig"`
 	} `json:"kvEventsConfig"`
 	// IndexerConfig is accepted; poolpicker's index is in memory and
-	// bounded by the parameters below.
+	// bounded by the parameters below. Of it, tokenizersPoolConfig's
+	// minPrefixOverlapRatio and local tokenizers are read (llmdTokenizers).
 	IndexerConfig json.RawMessage `json:"indexerConfig"`
 	// SpeculativeIndexing and SpeculativeTTL are accepted: the learned
 	// index (Approximate) stands in for an endpoint until its events do.
@@ -87,7 +92,10 @@ type PreciseParams struct {
 	// Tokenizer says how a prompt becomes token ids.
 	Tokenizer *struct {
 		// Backend is "render" (the default: the model server's render
-		// endpoint) or "estimate" (no tokens: the learned index alone).
+		// endpoint, or a local tokenizer for the models that have one),
+		// "local" (local tokenizers only: indexerConfig's
+		// tokenizersPoolConfig.local), or "estimate" (no tokens: the
+		// learned index alone).
 		Backend string `json:"backend"`
 		// URL is the render server. Empty: the candidate endpoint.
 		URL string `json:"url"`
@@ -212,14 +220,22 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if timeout < 0 || timeout > maxPreciseTokenizerTimer {
 		return nil, fmt.Errorf("parameters: tokenizer.timeout %v must be between 0 and %v", timeout, maxPreciseTokenizerTimer)
 	}
+	topts := tokenize.Options{Timeout: timeout, CacheEntries: cacheEntries}
 	switch backend {
 	case TokenizerEstimate:
 		return s, nil
-	case TokenizerRender:
+	case TokenizerRender, TokenizerLocal:
+		if topts.Local, topts.MinPrefixShare, err = llmdTokenizers(p.IndexerConfig); err != nil {
+			return nil, fmt.Errorf("parameters: indexerConfig.tokenizersPoolConfig: %w", err)
+		}
+		if backend == TokenizerLocal && len(topts.Local) == 0 {
+			return nil, errors.New("parameters: tokenizer.backend local: indexerConfig.tokenizersPoolConfig.local finds no tokenizer")
+		}
+		topts.LocalOnly = backend == TokenizerLocal
 	default:
-		return nil, fmt.Errorf("parameters: tokenizer.backend %q: want %q or %q", backend, TokenizerRender, TokenizerEstimate)
+		return nil, fmt.Errorf("parameters: tokenizer.backend %q: want %q, %q or %q", backend, TokenizerRender, TokenizerLocal, TokenizerEstimate)
 	}
-	if s.tokenizer, err = tokenize.New(tokenize.Options{Timeout: timeout, CacheEntries: cacheEntries}); err != nil {
+	if s.tokenizer, err = tokenize.New(topts); err != nil {
 		return nil, err
 	}
 	opts := kvevents.Options{Hasher: hasher, MaxBlocksPerEndpoint: p.MaxBlocksPerEndpoint, MaxMessageBytes: p.MaxMessageBytes,
@@ -253,6 +269,60 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 		}
 	})
 	return s, nil
+}
+
+// llmdTokenizers reads llm-d's tokenizersPoolConfig from indexerConfig:
+// its minPrefixOverlapRatio (tokenize.Options.MinPrefixShare) and its local
+// tokenizers (modelTokenizerMap, and those discovered under
+// autoDiscoveryDir, /mnt/models when the local block names none), loaded
+// here so that a file that cannot be read fails the config.
+func llmdTokenizers(indexerConfig json.RawMessage) (map[string]*tokenize.Local, float64, error) {
+	if len(indexerConfig) == 0 {
+		return nil, 0, nil
+	}
+	var c struct {
+		TokenizersPoolConfig *struct {
+			MinPrefixOverlapRatio float64 `json:"minPrefixOverlapRatio"`
+			Local                 *struct {
+				AutoDiscoveryDir               string            `json:"autoDiscoveryDir"`
+				AutoDiscoveryTokenizerFileName string            `json:"autoDiscoveryTokenizerFileName"`
+				ModelTokenizerMap              map[string]string `json:"modelTokenizerMap"`
+			} `json:"local"`
+		} `json:"tokenizersPoolConfig"`
+	}
+	if err := json.Unmarshal(indexerConfig, &c); err != nil {
+		return nil, 0, err
+	}
+	t := c.TokenizersPoolConfig
+	if t == nil {
+		return nil, 0, nil
+	}
+	if t.MinPrefixOverlapRatio < 0 || t.MinPrefixOverlapRatio > 1 {
+		return nil, 0, fmt.Errorf("minPrefixOverlapRatio %v must be between 0 and 1", t.MinPrefixOverlapRatio)
+	}
+	if t.Local == nil {
+		return nil, t.MinPrefixOverlapRatio, nil
+	}
+	dir := t.Local.AutoDiscoveryDir
+	if dir == "" {
+		dir = DefaultLocalTokenizerDir
+	}
+	paths, err := tokenize.Discover(dir, t.Local.AutoDiscoveryTokenizerFileName)
+	if err != nil {
+		return nil, 0, err
+	}
+	for model, path := range t.Local.ModelTokenizerMap {
+		paths[model] = path
+	}
+	locals := make(map[string]*tokenize.Local, len(paths))
+	for model, path := range paths {
+		l, err := tokenize.LoadLocal(path)
+		if err != nil {
+			return nil, 0, fmt.Errorf("local tokenizer of %q: %w", model, err)
+		}
+		locals[model] = l
+	}
+	return locals, t.MinPrefixOverlapRatio, nil
 }
 
 func registerShared(r prometheus.Registerer, c prometheus.Collector) (prometheus.Collector, error) {
