@@ -76,9 +76,11 @@ func (e *FrameBoundError) Error() string {
 	return fmt.Sprintf("kv events: the publisher announced a message of %d bytes, beyond the bound of %d; connection closed", e.Bytes, e.Limit)
 }
 
-// Timeout and Temporary make the error a net.Error that is neither, so zmq4
-// closes the connection on it.
-func (e *FrameBoundError) Timeout() bool   { return false }
+// Timeout makes the error a net.Error that is no timeout, so zmq4 closes
+// the connection on it.
+func (e *FrameBoundError) Timeout() bool { return false }
+
+// Temporary is false: the publisher broke the bound.
 func (e *FrameBoundError) Temporary() bool { return false }
 
 var _ net.Error = (*FrameBoundError)(nil)

@@ -259,7 +259,7 @@ func (l *Local) readNormalizer(c component) error {
 		})
 	case "Replace":
 		if c.Pattern == nil || c.Pattern.String == nil {
-			return errors.New("Replace: only a string pattern is supported")
+			return errors.New("type Replace: only a string pattern is supported")
 		}
 		from, to := *c.Pattern.String, c.Content
 		l.normalize = append(l.normalize, func(s string) string { return strings.ReplaceAll(s, from, to) })
@@ -279,10 +279,10 @@ func (l *Local) readPreTokenizer(c component) error {
 		}
 	case "Split":
 		if c.Pattern == nil {
-			return errors.New("Split: no pattern")
+			return errors.New("type Split: no pattern")
 		}
 		if c.Behavior != "Isolated" || c.Invert {
-			return fmt.Errorf("Split: behavior %q (invert %v): only Isolated is supported", c.Behavior, c.Invert)
+			return fmt.Errorf("type Split: behavior %q (invert %v): only Isolated is supported", c.Behavior, c.Invert)
 		}
 		pattern := ""
 		switch {
@@ -293,12 +293,12 @@ func (l *Local) readPreTokenizer(c component) error {
 		}
 		re, err := regexp2.Compile(pattern, regexp2.None)
 		if err != nil {
-			return fmt.Errorf("Split: %w", err)
+			return fmt.Errorf("type Split: %w", err)
 		}
 		l.preSplit = append(l.preSplit, isolate(re))
 	case "ByteLevel":
 		if l.byteLevel {
-			return errors.New("ByteLevel twice")
+			return errors.New("type ByteLevel twice")
 		}
 		l.byteLevel = true
 		if c.AddPrefixSpace {
@@ -337,13 +337,13 @@ func (l *Local) readPostProcessor(c component) error {
 			switch {
 			case piece.Sequence != nil:
 				if seen {
-					return errors.New("TemplateProcessing: the text twice")
+					return errors.New("type TemplateProcessing: the text twice")
 				}
 				seen = true
 			case piece.SpecialToken != nil:
 				st, ok := c.SpecialTokens[piece.SpecialToken.ID]
 				if !ok {
-					return fmt.Errorf("TemplateProcessing: special token %q not defined", piece.SpecialToken.ID)
+					return fmt.Errorf("type TemplateProcessing: special token %q not defined", piece.SpecialToken.ID)
 				}
 				if seen {
 					l.suffix = append(l.suffix, st.IDs...)

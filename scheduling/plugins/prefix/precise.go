@@ -30,14 +30,18 @@ const (
 	DefaultMaxPreciseBlocks  = 1 << 13
 	defaultTokenizerBackend  = TokenizerRender
 	TokenizerRender          = "render"
-	TokenizerLocal           = "local"
 	TokenizerEstimate        = "estimate"
-	// DefaultLocalTokenizerDir is where llm-d's local tokenizer discovery
-	// looks when its local block names no directory.
-	DefaultLocalTokenizerDir = "/mnt/models"
 	MetricTokenizeFallbacks  = "poolpicker_prefix_cache_tokenize_fallbacks_total"
 	maxPreciseBlockSize      = 1 << 12
 	maxPreciseTokenizerTimer = time.Second
+)
+
+// The local tokenizer backend: tokenizer.json files found as llm-d's
+// tokenizersPoolConfig.local says, DefaultLocalTokenizerDir when its local
+// block names no directory.
+const (
+	TokenizerLocal           = "local"
+	DefaultLocalTokenizerDir = "/mnt/models"
 )
 
 // PreciseParams are the precise scorer's parameters: llm-d's
