@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlclark/regexp2/v2"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -52,7 +53,15 @@ type Local struct {
 	prefix     []uint32 // the post processor's tokens before the text
 	suffix     []uint32 // and after it
 	byteTokens [256]string
+	// words caches the ids of short words: text repeats its words.
+	words *lru.Cache[string, []uint32]
 }
+
+// Bounds of Local's word cache.
+const (
+	wordCacheEntries  = 1 << 16
+	maxCachedWordSize = 64
+)
 
 type merge struct {
 	rank int
@@ -157,8 +166,12 @@ func ParseLocal(b []byte) (*Local, error) {
 	if len(m.Vocab) == 0 {
 		return nil, errors.New("model: an empty vocabulary")
 	}
+	words, err := lru.New[string, []uint32](wordCacheEntries)
+	if err != nil {
+		return nil, err
+	}
 	l := &Local{vocab: m.Vocab, merges: map[[2]uint32]merge{}, byteFallback: m.ByteFallback, ignoreMerges: m.IgnoreMerges,
-		addedIDs: map[string]uint32{}}
+		addedIDs: map[string]uint32{}, words: words}
 	if m.UnkToken != nil {
 		id, ok := m.Vocab[*m.UnkToken]
 		if !ok {
@@ -443,7 +456,16 @@ func (l *Local) encodeSegment(ctx context.Context, ids []uint32, seg string) ([]
 		if l.byteLevel {
 			p = byteLevel(p)
 		}
-		ids = l.bpe(ids, p)
+		if len(p) > maxCachedWordSize {
+			ids = l.bpe(ids, p)
+			continue
+		}
+		w, ok := l.words.Get(p)
+		if !ok {
+			w = l.bpe(nil, p)
+			l.words.Add(p, w)
+		}
+		ids = append(ids, w...)
 	}
 	return ids, nil
 }

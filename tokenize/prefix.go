@@ -151,8 +151,11 @@ func (p *prefixStore) observe(seed uint64, raw []byte, lv []uint64, tokens []uin
 		if t <= 0 || n < prefixBlockBytes {
 			break
 		}
+		// Of two prefixes ending in the same block the shorter stays: more
+		// prompts start with it (the longer one holds the start of the two
+		// prompts' own parts when those begin alike).
 		key := lv[n/prefixBlockBytes-1]
-		if old := p.learned[key]; old != nil && old.n >= n {
+		if old := p.learned[key]; old != nil && old.n <= n {
 			break
 		}
 		// The learned tokens are copied: they outlive the prompts'.
