@@ -40,7 +40,10 @@ var nextIP atomic.Int32
 
 func init() { nextIP.Store(40) }
 
-func podIP() string { return "127.0.0." + strconv.Itoa(int(nextIP.Add(1))) }
+func podIP() string {
+	n := int(nextIP.Add(1))
+	return "127.0." + strconv.Itoa(n/250) + "." + strconv.Itoa(n%250+1)
+}
 
 // freePort is a port free on ip now.
 func freePort(t *testing.T, ip string) int {
@@ -306,9 +309,13 @@ func TestGaps(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h, _ := kvevents.NewHasher(4, "", "")
-			drop := atomic.Uint64{}
-			drop.Store(^uint64(0))
-			ev := modelsim.KVEventsOptions{DropLive: func(seq uint64) bool { return seq == drop.Load() }}
+			// Once armed, the next batch the server publishes is lost on
+			// the way (kept for replay).
+			var armed atomic.Bool
+			var dropped atomic.Uint64
+			ev := modelsim.KVEventsOptions{DropLive: func(seq uint64) bool {
+				return armed.Load() && dropped.CompareAndSwap(0, seq)
+			}}
 			if tt.replay {
 				ev.ReplayEndpoint = "replay"
 			}
@@ -331,18 +338,19 @@ func TestGaps(t *testing.T) {
 			}
 			m, reg := manager(t, opts)
 			m.Add("ns", "pool", s.Addr())
-			sent := connected(t, m, reg, s)
+			connected(t, m, reg, s)
 			// Batches the warm-up lost before the subscription reached the
 			// server may have shown as a gap already.
 			gaps := promtest.PoolSum(reg, kvevents.MetricGaps, "ns", "pool")
 			resyncs := promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool")
-			// The batch after the next is lost on the way.
-			drop.Store(uint64(sent) + 2)
-			prompts := []string{prompt("p1", 3), prompt("p2", 3), prompt("p3", 3)}
-			for _, p := range prompts {
-				complete(t, s, p)
-			}
+			armed.Store(true)
+			// A request's events may share a batch with the next's: prompts
+			// go on until a batch after the lost one shows the gap.
+			var prompts []string
 			poll.Until(t, 10*time.Second, "the gap seen", func() bool {
+				p := prompt(fmt.Sprintf("p%d", len(prompts)), 3)
+				prompts = append(prompts, p)
+				complete(t, s, p)
 				return promtest.PoolSum(reg, kvevents.MetricGaps, "ns", "pool") == gaps+1
 			})
 			if tt.replay {
@@ -358,7 +366,7 @@ func TestGaps(t *testing.T) {
 			poll.Until(t, 10*time.Second, "the index cleared", func() bool {
 				return promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool") == resyncs+1
 			})
-			if _, ok := m.Endpoint(s.Addr()).Match(keys(t, s, h, prompts[2])); ok {
+			if _, ok := m.Endpoint(s.Addr()).Match(keys(t, s, h, prompts[len(prompts)-1])); ok {
 				t.Error("after a gap without replay the endpoint's index is still trusted")
 			}
 			if v := promtest.PoolSum(reg, kvevents.MetricUnconfirmed, "ns", "pool"); v != 1 {
@@ -426,4 +434,51 @@ func (b *budget) Release(n int) {
 	b.mu.Lock()
 	b.left += n
 	b.mu.Unlock()
+}
+
+// TestServerRestart: a server that restarts (its history begins again) is
+// caught up with when the subscription dials it again: the index is rebuilt
+// from the new history, the old server's blocks gone, with no live event
+// after the restart needed to show it.
+func TestServerRestart(t *testing.T) {
+	h, _ := kvevents.NewHasher(4, "", "")
+	ip := podIP()
+	httpPort, pubPort, replayPort := freePort(t, ip), freePort(t, ip), freePort(t, ip)
+	start := func(dropLive func(uint64) bool) *modelsim.Server {
+		s, err := modelsim.New(modelsim.Options{Addr: fmt.Sprintf("%s:%d", ip, httpPort), Model: model, BlockSizeTokens: 4,
+			PrefillPerToken: -1, DecodePerToken: -1, DefaultMaxTokens: 1,
+			KVEvents: &modelsim.KVEventsOptions{Endpoint: fmt.Sprintf("tcp://%s:%d", ip, pubPort), ReplayEndpoint: fmt.Sprintf("tcp://%s:%d", ip, replayPort), DropLive: dropLive}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := start(nil)
+	m, _ := manager(t, kvevents.Options{Hasher: h, SocketPort: pubPort, ReplayPort: replayPort, RetryInterval: 20 * time.Millisecond})
+	m.Add("ns", "pool", first.Addr())
+	// More batches on the first server than the second will have.
+	var ka []uint64
+	for i := range 4 {
+		a := prompt(fmt.Sprintf("before%d", i), 3)
+		complete(t, first, a)
+		ka = keys(t, first, h, a)
+		held(t, m, first, ka, 3)
+	}
+	first.Stop()
+	// Its connections are gone with it.
+	http.DefaultClient.CloseIdleConnections()
+	// The second server's first batch is never published live: only the
+	// catch-up on the new connection can learn it.
+	second := start(func(seq uint64) bool { return seq == 1 })
+	t.Cleanup(second.Stop)
+	b := prompt("after", 5)
+	complete(t, second, b)
+	held(t, m, second, keys(t, second, h, b), 5)
+	poll.Until(t, 10*time.Second, "the first server's blocks forgotten", func() bool {
+		n, ok := m.Endpoint(second.Addr()).Match(ka)
+		return ok && n == 0
+	})
 }
