@@ -379,17 +379,18 @@ func isolate(re *regexp2.Regexp) func([]string) ([]string, error) {
 		for _, p := range pieces {
 			runes := []rune(p)
 			last := 0
-			m, err := re.FindRunesMatch(runes)
-			for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
-				if m.RuneLength == 0 {
-					continue
+			err := re.FindRunesMatches(runes, 0, func(m regexp2.MatchView) bool {
+				i, n, ok := m.GroupRange(0)
+				if !ok || n == 0 {
+					return true
 				}
-				if m.RuneIndex > last {
-					out = append(out, string(runes[last:m.RuneIndex]))
+				if i > last {
+					out = append(out, string(runes[last:i]))
 				}
-				out = append(out, string(runes[m.RuneIndex:m.RuneIndex+m.RuneLength]))
-				last = m.RuneIndex + m.RuneLength
-			}
+				out = append(out, string(runes[i:i+n]))
+				last = i + n
+				return true
+			})
 			if err != nil {
 				return nil, fmt.Errorf("tokenize: pre-tokenizer: %w", err)
 			}
