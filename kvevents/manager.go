@@ -52,7 +52,9 @@ type Options struct {
 	// default topic is empty); the keys' root. Empty: the topic's.
 	Model string
 	// MaxMessageBytes bounds a message's payload; a bigger one is refused
-	// (and heals as a gap). Zero: 4 MiB.
+	// (and heals as a gap). A connection announcing a message of more than
+	// this and 64 KiB of topic and framing is closed at the frame's header.
+	// Zero: 4 MiB.
 	MaxMessageBytes int
 	// EventsPerSecond bounds, per endpoint, the events applied per second
 	// (bursts of as many); beyond it the endpoint's event index is cleared
@@ -67,7 +69,9 @@ type Options struct {
 	// ReplayTimeout bounds a replay. Zero: 2s.
 	ReplayTimeout time.Duration
 	// RetryInterval is the wait before a subscription dials again after
-	// its connection failed. Zero: 1s.
+	// its connection failed, doubled for each failure in a row up to 32
+	// times; and the wait between its catch-ups with the replay socket
+	// until its first message, doubled the same way. Zero: 1s.
 	RetryInterval time.Duration
 	// Limits bound a decoded batch.
 	Limits Limits
