@@ -174,7 +174,8 @@ func (r *Renderer) Tokens(ctx context.Context, baseURL, model string, raw []byte
 		}
 		return Tokens{IDs: ids, Whole: true}, nil
 	}
-	seed := xxhash.Sum64String(model + "\x00" + string(rune('0'+kind)))
+	// The prefixes' hashes are the model's and the kind's own.
+	seed := xxhash.Sum64String(model) + uint64(kind)
 	d := xxhash.New()
 	_, _ = d.WriteString(model)
 	_, _ = d.Write([]byte{0, byte(kind)})
