@@ -14,6 +14,13 @@
 // with named fields and the tag under "type". A ROUTER socket beside the
 // publisher replays the batches from a sequence number on request.
 //
+// A subscription misses what its server publishes before the subscription
+// reaches it (ZMQ's slow joiner), so each one asks the replay socket for
+// the history it has not seen until its first message arrives; from then on
+// a lost batch shows as a gap in the sequence numbers and is replayed. The
+// sockets' connections refuse a frame or message beyond the message bound
+// at its header, before anything of it is allocated.
+//
 // Block keys are the events' own when the server hashes as llm-d does (its
 // simulator); for any other hash the index keeps its own keys, computed from
 // the token ids each BlockStored event carries, and maps the server's hashes

@@ -52,7 +52,9 @@ type Options struct {
 	// default topic is empty); the keys' root. Empty: the topic's.
 	Model string
 	// MaxMessageBytes bounds a message's payload; a bigger one is refused
-	// (and heals as a gap). Zero: 4 MiB.
+	// (and heals as a gap). A connection announcing a message of more than
+	// this and 64 KiB of topic and framing is closed at the frame's header.
+	// Zero: 4 MiB.
 	MaxMessageBytes int
 	// EventsPerSecond bounds, per endpoint, the events applied per second
 	// (bursts of as many); beyond it the endpoint's event index is cleared
@@ -67,7 +69,9 @@ type Options struct {
 	// ReplayTimeout bounds a replay. Zero: 2s.
 	ReplayTimeout time.Duration
 	// RetryInterval is the wait before a subscription dials again after
-	// its connection failed. Zero: 1s.
+	// its connection failed, doubled for each failure in a row up to 32
+	// times; and the wait between its catch-ups with the replay socket
+	// until its first message, doubled the same way. Zero: 1s.
 	RetryInterval time.Duration
 	// Limits bound a decoded batch.
 	Limits Limits
@@ -112,15 +116,27 @@ type Manager struct {
 	wg      sync.WaitGroup
 }
 
-// stream is one endpoint's subscription state. seq fields are touched only
-// by the goroutine that reads the endpoint's messages.
+// stream is one endpoint's subscription state. The goroutine that reads
+// the endpoint's messages and the one that catches up with its replay
+// socket take mu for the fields below it.
 type stream struct {
 	address, ns, pool, ip string
 	ep                    *Endpoint
 	cancel                context.CancelFunc
 	limiter               *rate.Limiter
-	last                  uint64
-	has                   bool
+
+	mu   sync.Mutex
+	last uint64
+	has  bool
+	// seen: a live message of the stream came.
+	seen bool
+	// caughtUp: the batches up to last came by replay on this connection,
+	// so live messages up to last, queued meanwhile, are duplicates; the
+	// first live message past last ends it.
+	caughtUp bool
+	// model is the model of the last message's topic, for replayed
+	// batches whose answer names none.
+	model string
 }
 
 // NewManager checks opts and returns a manager; Start runs it.
@@ -151,8 +167,8 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.opts.ListenEndpoint == "" {
 		return nil
 	}
-	sub := zmq4.NewSub(ctx)
-	if err := sub.Listen(m.opts.ListenEndpoint); err != nil {
+	sub := zmq4.NewSub(m.socketContext(ctx))
+	if err := sub.Listen(boundedEndpoint(m.opts.ListenEndpoint)); err != nil {
 		_ = sub.Close()
 		return fmt.Errorf("kv events: listen on %s: %w", m.opts.ListenEndpoint, err)
 	}
@@ -165,7 +181,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	go func() {
 		defer m.wg.Done()
 		defer sub.Close()
-		m.receive(ctx, sub, nil)
+		m.receive(ctx, sub)
 	}()
 	return nil
 }
@@ -200,7 +216,7 @@ func (m *Manager) Add(namespace, pool, address string) {
 	m.streams[address] = s
 	m.metrics.active.Inc()
 	m.metrics.unconfirmed.WithLabelValues(namespace, pool).Inc()
-	if m.opts.SocketPort == 0 {
+	if m.opts.SocketPort == 0 && m.opts.ReplayPort == 0 {
 		return
 	}
 	ctx, cancel := context.WithCancel(m.ctx)
@@ -208,8 +224,26 @@ func (m *Manager) Add(namespace, pool, address string) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
+		if m.opts.SocketPort == 0 {
+			m.settle(ctx, s)
+			return
+		}
 		m.dial(ctx, s)
 	}()
+}
+
+// settle catches s up with its server's replay socket when s's messages
+// come to the listen socket, as follow does for a dialed one.
+func (m *Manager) settle(ctx context.Context, s *stream) {
+	wait := m.opts.RetryInterval
+	for m.catchUp(ctx, s) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxRetryFactor*m.opts.RetryInterval)
+	}
 }
 
 // Remove stops indexing the endpoint at address and forgets its blocks.
@@ -249,20 +283,35 @@ func (m *Manager) stream(address string) *stream {
 	return m.streams[address]
 }
 
-// dial keeps a subscription to s's publisher until ctx ends.
+// maxRetryFactor bounds the backoff of a subscription that keeps failing:
+// at most this many RetryIntervals between dials.
+const maxRetryFactor = 32
+
+// socketContext is ctx for the manager's sockets: their connections refuse
+// messages beyond the bound (transport.go).
+func (m *Manager) socketContext(ctx context.Context) context.Context {
+	return withFrameBound(ctx, int64(m.opts.MaxMessageBytes)+messageOverheadBytes)
+}
+
+// dial keeps a subscription to s's publisher until ctx ends. A
+// subscription that fails (a refused dial, a connection the publisher
+// closed or broke the bounds on) dials again after RetryInterval, doubled
+// for every failure in a row up to maxRetryFactor times.
 func (m *Manager) dial(ctx context.Context, s *stream) {
 	endpoint := "tcp://" + net.JoinHostPort(s.ip, strconv.Itoa(m.opts.SocketPort))
+	wait := m.opts.RetryInterval
 	for first := true; ctx.Err() == nil; first = false {
 		if !first {
 			m.metrics.reconnects.WithLabelValues(s.address).Inc()
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(m.opts.RetryInterval):
+			case <-time.After(wait):
 			}
+			wait = min(2*wait, maxRetryFactor*m.opts.RetryInterval)
 		}
-		sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0))
-		if err := sub.Dial(endpoint); err != nil {
+		sub := zmq4.NewSub(m.socketContext(ctx), zmq4.WithDialerMaxRetries(0))
+		if err := sub.Dial(boundedEndpoint(endpoint)); err != nil {
 			_ = sub.Close()
 			m.metrics.errors.WithLabelValues(s.address, "connect").Inc()
 			m.opts.Logger.V(4).Info("dialing KV events failed", "namespace", s.ns, "pool", s.pool, "endpoint", endpoint, "err", err.Error())
@@ -273,57 +322,155 @@ func (m *Manager) dial(ctx context.Context, s *stream) {
 			m.metrics.errors.WithLabelValues(s.address, "subscribe").Inc()
 			continue
 		}
-		m.receive(ctx, sub, s)
-		_ = sub.Close()
+		if m.follow(ctx, sub, s) {
+			wait = m.opts.RetryInterval
+		}
 	}
 }
 
-// receive reads messages until the socket fails or ctx ends; s is the
-// endpoint of a dialed socket, nil for the listen socket (routed by topic).
-func (m *Manager) receive(ctx context.Context, sub zmq4.Socket, s *stream) {
+// follow applies the messages of s's subscription sub until it fails or
+// ctx ends, then closes sub; it reports whether a message came. ZMQ starts
+// a subscription only once the publisher has read it (the slow joiner), so
+// what the server published before is asked of its replay socket
+// (catchUp) as soon as the subscription is sent, and again until the first
+// message comes (after RetryInterval, doubled each time up to
+// maxRetryFactor times), for batches published while the subscription was
+// on its way. From the first message on, a missed batch shows as a gap in
+// the sequence numbers.
+func (m *Manager) follow(ctx context.Context, sub zmq4.Socket, s *stream) (received bool) {
+	msgs := make(chan zmq4.Msg)
+	failed := make(chan error, 1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			msg, err := sub.Recv()
+			if err != nil {
+				failed <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		_ = sub.Close()
+		wg.Wait()
+	}()
+	s.mu.Lock()
+	s.seen = false
+	s.mu.Unlock()
+	wait := m.opts.RetryInterval
+	settle := time.NewTimer(wait)
+	defer settle.Stop()
+	if !m.catchUp(ctx, s) {
+		settle.Stop()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return received
+		case <-settle.C:
+			if m.catchUp(ctx, s) {
+				wait = min(2*wait, maxRetryFactor*m.opts.RetryInterval)
+				settle.Reset(wait)
+			}
+		case err := <-failed:
+			if ctx.Err() == nil {
+				m.recvFailed(s, err)
+			}
+			return received
+		case msg := <-msgs:
+			received = true
+			m.received(ctx, msg, s)
+		}
+	}
+}
+
+// recvFailed counts and logs a failed subscription of s (nil: the listen
+// socket's).
+func (m *Manager) recvFailed(s *stream, err error) {
+	label, kv := "listen", []any{}
+	if s != nil {
+		label, kv = s.address, []any{"namespace", s.ns, "pool", s.pool, "endpoint", s.address}
+	}
+	var bound *FrameBoundError
+	if errors.As(err, &bound) {
+		// A publisher breaking the bound is not a blip: said at level 0.
+		m.metrics.errors.WithLabelValues(label, "message-bytes").Inc()
+		if s != nil {
+			m.metrics.dropped.WithLabelValues(s.ns, s.pool, DropSize).Inc()
+		}
+		m.opts.Logger.Info("KV event connection closed: the publisher broke the message bound; its endpoint is scored from the learned index until it sends within it", append(kv, "err", err.Error())...)
+		return
+	}
+	m.metrics.errors.WithLabelValues(label, "recv").Inc()
+	m.opts.Logger.V(4).Info("receiving KV events failed", append(kv, "err", err.Error())...)
+}
+
+// receive reads the listen socket's messages, routed by topic, until ctx
+// ends. A connection that fails (a server gone, one that broke the bounds)
+// is dropped by the socket; the others go on.
+func (m *Manager) receive(ctx context.Context, sub zmq4.Socket) {
 	for {
 		msg, err := sub.Recv()
 		if err != nil {
-			if ctx.Err() == nil {
-				m.opts.Logger.V(4).Info("receiving KV events failed", "err", err.Error())
-				label := "listen"
-				if s != nil {
-					label = s.address
-				}
-				m.metrics.errors.WithLabelValues(label, "recv").Inc()
+			if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+				return
 			}
-			return
-		}
-		mm, err := ParseFrames(msg.Frames)
-		if err != nil {
-			m.opts.Logger.V(4).Info("malformed KV event message", "err", err.Error())
+			m.recvFailed(nil, err)
 			continue
 		}
-		target := s
-		endpoint, model, terr := ParseTopic(mm.Topic)
-		if target == nil {
-			if terr != nil {
-				continue
-			}
-			// Removed endpoints are not indexed: their messages are dropped.
-			if target = m.stream(endpoint); target == nil {
-				continue
-			}
-		}
-		if m.opts.Model != "" && (terr != nil || model == "") {
-			model = m.opts.Model
-		}
-		m.metrics.messages.WithLabelValues(target.address).Inc()
-		m.handle(ctx, target, model, mm)
+		m.received(ctx, msg, nil)
 	}
 }
 
-// handle applies one live message of s's stream: a gap since the last is
-// replayed first, or, failing that, the event index restarts unconfirmed.
-func (m *Manager) handle(ctx context.Context, s *stream, model string, msg Message) {
+// received applies one message: of s's stream, or, with s nil, of the
+// stream its topic names.
+func (m *Manager) received(ctx context.Context, msg zmq4.Msg, s *stream) {
+	mm, err := ParseFrames(msg.Frames)
+	if err != nil {
+		m.opts.Logger.V(4).Info("malformed KV event message", "err", err.Error())
+		return
+	}
+	if s == nil {
+		endpoint, _, err := ParseTopic(mm.Topic)
+		if err != nil {
+			return
+		}
+		// Removed endpoints are not indexed: their messages are dropped.
+		if s = m.stream(endpoint); s == nil {
+			return
+		}
+	}
+	model := m.modelOf(mm.Topic)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.model, s.seen = model, true
+	m.handle(ctx, s, model, mm)
+	m.metrics.messages.WithLabelValues(s.address).Inc()
+}
+
+// modelOf is the model of a message of topic.
+func (m *Manager) modelOf(topic string) string {
+	_, model, err := ParseTopic(topic)
+	if m.opts.Model != "" && (err != nil || model == "") {
+		return m.opts.Model
+	}
+	return model
+}
+
+// track returns what updates s's gauges with the change it brackets.
+func (m *Manager) track(s *stream) func() {
 	before := s.ep.Blocks()
 	wasConfirmed := s.ep.Confirmed()
-	defer func() {
+	return func() {
 		m.metrics.blocks.WithLabelValues(s.ns, s.pool).Add(float64(s.ep.Blocks() - before))
 		if now := s.ep.Confirmed(); now != wasConfirmed {
 			if now {
@@ -332,8 +479,16 @@ func (m *Manager) handle(ctx context.Context, s *stream, model string, msg Messa
 				m.metrics.unconfirmed.WithLabelValues(s.ns, s.pool).Inc()
 			}
 		}
-	}()
+	}
+}
+
+// handle applies one live message of s's stream: a gap since the last is
+// replayed first, or, failing that, the event index restarts unconfirmed.
+func (m *Manager) handle(ctx context.Context, s *stream, model string, msg Message) {
+	defer m.track(s)()
 	switch {
+	case s.has && s.caughtUp && msg.Seq <= s.last:
+		return // replayed already
 	case s.has && msg.Seq == s.last:
 		return // a duplicate
 	case s.has && msg.Seq < s.last:
@@ -341,6 +496,7 @@ func (m *Manager) handle(ctx context.Context, s *stream, model string, msg Messa
 		m.opts.Logger.V(2).Info("KV event sequence restarted", "namespace", s.ns, "pool", s.pool, "endpoint", s.address, "last", s.last, "seq", msg.Seq)
 		s.has = false
 	}
+	s.caughtUp = false
 	if !s.has {
 		s.has = true
 		switch {
@@ -363,6 +519,82 @@ func (m *Manager) handle(ctx context.Context, s *stream, model string, msg Messa
 	}
 	m.apply(s, model, msg.Payload)
 	s.last = msg.Seq
+}
+
+// catchUp asks s's replay socket for what the server published that the
+// index has not seen: from the last batch seen, which the server must still
+// hold for the two histories to be one, or else from the start (a new
+// subscription, a restarted server), rebuilding the index.
+// It reports whether it should be asked again: no live message has come
+// yet.
+func (m *Manager) catchUp(ctx context.Context, s *stream) (again bool) {
+	if m.opts.ReplayPort == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen {
+		// From the first message on, gaps show in the sequence numbers.
+		return false
+	}
+	defer m.track(s)()
+	if s.has {
+		continued, broken := false, false
+		ok := m.replayed(ctx, s, s.last, func(seq uint64, model string, payload []byte) bool {
+			switch {
+			case !continued && seq != s.last:
+				broken = true
+			case !continued:
+				continued = true
+			case seq != s.last+1:
+				broken = true
+			default:
+				m.apply(s, model, payload)
+				s.last = seq
+			}
+			return !broken
+		})
+		switch {
+		case !ok:
+			// No answer: the live messages' sequence numbers tell.
+			return true
+		case continued && !broken:
+			s.caughtUp = true
+			return true
+		}
+		// The server no longer holds the last batch seen, or not what
+		// follows it: it restarted, or its history moved on too far.
+		m.opts.Logger.V(2).Info("KV event history of a server does not continue the index's; rebuilding it", "namespace", s.ns, "pool", s.pool, "endpoint", s.address, "last", s.last)
+	}
+	s.ep.reset(false)
+	s.has, s.caughtUp = false, false
+	started, whole, broken := false, false, false
+	var next uint64
+	ok := m.replayed(ctx, s, 0, func(seq uint64, model string, payload []byte) bool {
+		if !started {
+			started, whole, next = true, seq <= 1, seq
+		}
+		if seq != next {
+			broken = true
+			return false
+		}
+		m.apply(s, model, payload)
+		next = seq + 1
+		return true
+	})
+	switch {
+	case !ok || broken:
+		s.ep.reset(false)
+	case !started:
+		// Nothing published yet: the stream starts with the next message.
+		s.ep.setConfirmed()
+	default:
+		if whole {
+			s.ep.setConfirmed()
+		}
+		s.has, s.caughtUp, s.last = true, true, next-1
+	}
+	return true
 }
 
 // resync clears s's event index: it is not the server's truth any more.
@@ -399,7 +631,41 @@ func (m *Manager) apply(s *stream, model string, payload []byte) {
 // them; it reports whether they all came, in order. From 0, the first
 // batch the server still holds must be its first (seq 0 or 1), or the
 // history is not whole and the index stays unconfirmed.
-func (m *Manager) replay(ctx context.Context, s *stream, model string, from, until uint64) (ok bool) {
+func (m *Manager) replay(ctx context.Context, s *stream, model string, from, until uint64) bool {
+	if from == 0 {
+		s.ep.reset(false)
+	}
+	next, started, whole, broken := from, from != 0, false, false
+	ok := m.replayed(ctx, s, from, func(seq uint64, _ string, payload []byte) bool {
+		if seq >= until {
+			return true
+		}
+		if !started {
+			started, whole, next = true, seq <= 1, seq
+		}
+		if seq != next {
+			broken = true
+			return false
+		}
+		m.apply(s, model, payload)
+		next = seq + 1
+		return true
+	})
+	if !ok || broken {
+		return false
+	}
+	if from == 0 && whole {
+		s.ep.setConfirmed()
+	}
+	return next >= until
+}
+
+// replayed asks s's replay socket for the batches from sequence number from
+// on and calls f with each (its model from the answer's topic, else the
+// stream's), in the order they come, until f returns false; it reports
+// whether the answer came whole (to its end marker, or to where f
+// stopped), within ReplayTimeout.
+func (m *Manager) replayed(ctx context.Context, s *stream, from uint64, f func(seq uint64, model string, payload []byte) bool) (ok bool) {
 	if m.opts.ReplayPort == 0 {
 		return false
 	}
@@ -412,10 +678,10 @@ func (m *Manager) replay(ctx context.Context, s *stream, model string, from, unt
 	}()
 	ctx, cancel := context.WithTimeout(ctx, m.opts.ReplayTimeout)
 	defer cancel()
-	dealer := zmq4.NewDealer(ctx, zmq4.WithTimeout(m.opts.ReplayTimeout), zmq4.WithDialerMaxRetries(0))
+	dealer := zmq4.NewDealer(m.socketContext(ctx), zmq4.WithTimeout(m.opts.ReplayTimeout), zmq4.WithDialerMaxRetries(0))
 	defer dealer.Close()
 	endpoint := "tcp://" + net.JoinHostPort(s.ip, strconv.Itoa(m.opts.ReplayPort))
-	if err := dealer.Dial(endpoint); err != nil {
+	if err := dealer.Dial(boundedEndpoint(endpoint)); err != nil {
 		m.metrics.errors.WithLabelValues(s.address, "replay-connect").Inc()
 		return false
 	}
@@ -424,12 +690,6 @@ func (m *Manager) replay(ctx context.Context, s *stream, model string, from, unt
 	if err := dealer.Send(zmq4.NewMsgFrom([]byte{}, start[:])); err != nil {
 		m.metrics.errors.WithLabelValues(s.address, "replay-send").Inc()
 		return false
-	}
-	// Replies are [empty, seq, payload] (vLLM) or [empty, topic, seq,
-	// payload] (llm-d's simulator); the last has seq ReplayDone.
-	next, whole := from, from == 0
-	if from == 0 {
-		s.ep.reset(false)
 	}
 	type result struct {
 		msg zmq4.Msg
@@ -453,11 +713,20 @@ func (m *Manager) replay(ctx context.Context, s *stream, model string, from, unt
 			m.metrics.errors.WithLabelValues(s.address, "replay-recv").Inc()
 			return false
 		}
+		// Replies are [empty, seq, payload] (vLLM) or [empty, topic, seq,
+		// payload] (llm-d's simulator); the last has seq ReplayDone.
 		frames := got.msg.Frames
 		if len(frames) > 0 && len(frames[0]) == 0 {
 			frames = frames[1:]
 		}
+		model := s.model
+		if m.opts.Model != "" {
+			model = m.opts.Model
+		}
 		if len(frames) == 3 {
+			if t := string(frames[0]); t != "" {
+				model = m.modelOf(t)
+			}
 			frames = frames[1:]
 		}
 		if len(frames) != 2 || len(frames[0]) != 8 {
@@ -465,22 +734,13 @@ func (m *Manager) replay(ctx context.Context, s *stream, model string, from, unt
 		}
 		seq := binary.BigEndian.Uint64(frames[0])
 		if seq == ReplayDone {
-			if from == 0 && whole {
-				s.ep.setConfirmed()
-			}
-			return next >= until
+			return true
 		}
-		if seq < next || seq >= until {
+		if seq < from {
 			continue
 		}
-		if from == 0 && next == 0 {
-			whole = seq <= 1
-			next = seq
+		if !f(seq, model, frames[1]) {
+			return true
 		}
-		if seq != next {
-			return false
-		}
-		m.apply(s, model, frames[1])
-		next = seq + 1
 	}
 }

@@ -5,6 +5,7 @@ package kvevents_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
@@ -38,7 +40,10 @@ var nextIP atomic.Int32
 
 func init() { nextIP.Store(40) }
 
-func podIP() string { return "127.0.0." + strconv.Itoa(int(nextIP.Add(1))) }
+func podIP() string {
+	n := int(nextIP.Add(1))
+	return "127.0." + strconv.Itoa(n/250) + "." + strconv.Itoa(n%250+1)
+}
 
 // freePort is a port free on ip now.
 func freePort(t *testing.T, ip string) int {
@@ -194,12 +199,86 @@ func TestSubscriptionFollowsServer(t *testing.T) {
 			if got := complete(t, s, a); got != min(n, 9)*4 {
 				t.Errorf("after eviction the index predicts %d blocks, the server cached %d tokens", n, got)
 			}
-			if v := promtest.Value(reg, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()}); v < 2 {
-				t.Errorf("%s = %v, want at least 2", kvevents.MetricLLMDMessages, v)
-			}
+			// The first events may have come by replay; live ones are
+			// counted.
+			connected(t, m, reg, s)
 			m.Remove(s.Addr())
 			if m.Endpoint(s.Addr()) != nil {
 				t.Error("a removed endpoint is still indexed")
+			}
+		})
+	}
+}
+
+// replayHolds awaits s's replay socket holding at least n batches: what
+// s published, whether or not anyone subscribed.
+func replayHolds(t *testing.T, s *modelsim.Server, n int) {
+	t.Helper()
+	poll.Until(t, 10*time.Second, fmt.Sprintf("%d batches published", n), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		d := zmq4.NewDealer(ctx)
+		defer d.Close()
+		if err := d.Dial("tcp://" + s.KVReplayAddr()); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Send(zmq4.NewMsgFrom([]byte{}, make([]byte, 8))); err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for {
+			msg, err := d.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := msg.Frames
+			if len(f) < 2 || binary.BigEndian.Uint64(f[len(f)-2]) == kvevents.ReplayDone {
+				return got >= n
+			}
+			got++
+		}
+	})
+}
+
+// TestEventsBeforeSubscription: what a server published before the
+// subscription reached it (ZMQ's slow joiner) is recovered from its replay
+// socket, with no later event to reveal the gap.
+func TestEventsBeforeSubscription(t *testing.T) {
+	for _, listen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("the server dials the picker %v", listen), func(t *testing.T) {
+			h, _ := kvevents.NewHasher(4, "", "")
+			ev := modelsim.KVEventsOptions{ReplayEndpoint: "replay"}
+			opts := kvevents.Options{Hasher: h}
+			if listen {
+				ip := podIP()
+				opts.ListenEndpoint = fmt.Sprintf("tcp://%s:%d", ip, freePort(t, ip))
+				ev.Endpoint, ev.Dial = opts.ListenEndpoint, true
+			}
+			s := sim(t, ev, modelsim.Options{})
+			if !listen {
+				opts.SocketPort = port(t, s.KVEventsAddr())
+			}
+			opts.ReplayPort = port(t, s.KVReplayAddr())
+			a, b := prompt("early-a", 6), prompt("early-b", 4)
+			complete(t, s, a)
+			complete(t, s, b)
+			replayHolds(t, s, 2)
+			m, reg := manager(t, opts)
+			m.Add("ns", "pool", s.Addr())
+			held(t, m, s, keys(t, s, h, a), 6)
+			held(t, m, s, keys(t, s, h, b), 4)
+			if !m.Endpoint(s.Addr()).Confirmed() {
+				t.Error("the index rebuilt from the server's whole history is not trusted")
+			}
+			if v := promtest.Value(reg, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()}); v != 0 {
+				t.Errorf("%s = %v: the events came live, not by replay", kvevents.MetricLLMDMessages, v)
+			}
+			// Live events go on from there, without a gap.
+			c := prompt("late-c", 3)
+			complete(t, s, c)
+			held(t, m, s, keys(t, s, h, c), 3)
+			if v := promtest.PoolSum(reg, kvevents.MetricGaps, "ns", "pool"); v != 0 {
+				t.Errorf("%s = %v after catching up", kvevents.MetricGaps, v)
 			}
 		})
 	}
@@ -230,13 +309,19 @@ func TestGaps(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h, _ := kvevents.NewHasher(4, "", "")
-			drop := atomic.Uint64{}
-			drop.Store(^uint64(0))
-			ev := modelsim.KVEventsOptions{DropLive: func(seq uint64) bool { return seq == drop.Load() }}
+			// Once armed, the next batch the server publishes is lost on
+			// the way (kept for replay).
+			var armed atomic.Bool
+			var dropped atomic.Uint64
+			ev := modelsim.KVEventsOptions{DropLive: func(seq uint64) bool {
+				return armed.Load() && dropped.CompareAndSwap(0, seq)
+			}}
 			if tt.replay {
 				ev.ReplayEndpoint = "replay"
 			}
-			opts := kvevents.Options{Hasher: h}
+			// No second catch-up (follow, settle) during the test: the gap
+			// must show in the live messages.
+			opts := kvevents.Options{Hasher: h, RetryInterval: time.Minute}
 			if tt.listen {
 				ip := podIP()
 				opts.ListenEndpoint = fmt.Sprintf("tcp://%s:%d", ip, freePort(t, ip))
@@ -253,29 +338,35 @@ func TestGaps(t *testing.T) {
 			}
 			m, reg := manager(t, opts)
 			m.Add("ns", "pool", s.Addr())
-			sent := connected(t, m, reg, s)
-			// The batch after the next is lost on the way.
-			drop.Store(uint64(sent) + 2)
-			prompts := []string{prompt("p1", 3), prompt("p2", 3), prompt("p3", 3)}
-			for _, p := range prompts {
-				complete(t, s, p)
-			}
+			connected(t, m, reg, s)
+			// Batches the warm-up lost before the subscription reached the
+			// server may have shown as a gap already.
+			gaps := promtest.PoolSum(reg, kvevents.MetricGaps, "ns", "pool")
+			resyncs := promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool")
+			armed.Store(true)
+			// A request's events may share a batch with the next's: prompts
+			// go on until a batch after the lost one shows the gap.
+			var prompts []string
 			poll.Until(t, 10*time.Second, "the gap seen", func() bool {
-				return promtest.PoolSum(reg, kvevents.MetricGaps, "ns", "pool") == 1
+				p := prompt(fmt.Sprintf("p%d", len(prompts)), 3)
+				prompts = append(prompts, p)
+				complete(t, s, p)
+				return promtest.PoolSum(reg, kvevents.MetricGaps, "ns", "pool") == gaps+1
 			})
 			if tt.replay {
 				for _, p := range prompts {
 					held(t, m, s, keys(t, s, h, p), 3)
 				}
-				if v := promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool"); v != 0 {
+				if v := promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool"); v != resyncs {
 					t.Errorf("%s = %v after a replayed gap", kvevents.MetricResyncs, v)
 				}
 				return
 			}
-			if v := promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool"); v != 1 {
-				t.Errorf("%s = %v, want 1", kvevents.MetricResyncs, v)
-			}
-			if _, ok := m.Endpoint(s.Addr()).Match(keys(t, s, h, prompts[2])); ok {
+			// The gap is counted before the index is cleared.
+			poll.Until(t, 10*time.Second, "the index cleared", func() bool {
+				return promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool") == resyncs+1
+			})
+			if _, ok := m.Endpoint(s.Addr()).Match(keys(t, s, h, prompts[len(prompts)-1])); ok {
 				t.Error("after a gap without replay the endpoint's index is still trusted")
 			}
 			if v := promtest.PoolSum(reg, kvevents.MetricUnconfirmed, "ns", "pool"); v != 1 {
@@ -343,4 +434,51 @@ func (b *budget) Release(n int) {
 	b.mu.Lock()
 	b.left += n
 	b.mu.Unlock()
+}
+
+// TestServerRestart: a server that restarts (its history begins again) is
+// caught up with when the subscription dials it again: the index is rebuilt
+// from the new history, the old server's blocks gone, with no live event
+// after the restart needed to show it.
+func TestServerRestart(t *testing.T) {
+	h, _ := kvevents.NewHasher(4, "", "")
+	ip := podIP()
+	httpPort, pubPort, replayPort := freePort(t, ip), freePort(t, ip), freePort(t, ip)
+	start := func(dropLive func(uint64) bool) *modelsim.Server {
+		s, err := modelsim.New(modelsim.Options{Addr: fmt.Sprintf("%s:%d", ip, httpPort), Model: model, BlockSizeTokens: 4,
+			PrefillPerToken: -1, DecodePerToken: -1, DefaultMaxTokens: 1,
+			KVEvents: &modelsim.KVEventsOptions{Endpoint: fmt.Sprintf("tcp://%s:%d", ip, pubPort), ReplayEndpoint: fmt.Sprintf("tcp://%s:%d", ip, replayPort), DropLive: dropLive}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := start(nil)
+	m, _ := manager(t, kvevents.Options{Hasher: h, SocketPort: pubPort, ReplayPort: replayPort, RetryInterval: 20 * time.Millisecond})
+	m.Add("ns", "pool", first.Addr())
+	// More batches on the first server than the second will have.
+	var ka []uint64
+	for i := range 4 {
+		a := prompt(fmt.Sprintf("before%d", i), 3)
+		complete(t, first, a)
+		ka = keys(t, first, h, a)
+		held(t, m, first, ka, 3)
+	}
+	first.Stop()
+	// Its connections are gone with it.
+	http.DefaultClient.CloseIdleConnections()
+	// The second server's first batch is never published live: only the
+	// catch-up on the new connection can learn it.
+	second := start(func(seq uint64) bool { return seq == 1 })
+	t.Cleanup(second.Stop)
+	b := prompt("after", 5)
+	complete(t, second, b)
+	held(t, m, second, keys(t, second, h, b), 5)
+	poll.Until(t, 10*time.Second, "the first server's blocks forgotten", func() bool {
+		n, ok := m.Endpoint(second.Addr()).Match(ka)
+		return ok && n == 0
+	})
 }

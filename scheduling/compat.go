@@ -51,6 +51,8 @@ var inertPluginTypes = map[string]string{
 	"utilization-detector":                "saturation is judged by --saturation-queue-depth-threshold and --saturation-kv-cache-threshold",
 	"inflight-load-producer":              "requests in flight per endpoint are always counted",
 	"approx-prefix-cache-producer":        "the prefix-cache index is kept by prefix-cache-scorer",
+	llmdPreciseProducerType:               "the KV events are followed by the precise-prefix-cache-scorer that a prefix-cache-scorer naming it in prefixMatchInfoProducerName is read as",
+	llmdTokenProducerType:                 "prompts are tokenized by precise-prefix-cache-scorer (its vllm.url is read as the scorer's tokenizer.url)",
 	DestinationEndpointServedVerifierType: "the served endpoint is echoed in x-conformance-test-served-endpoint with conformance-test behaviours on",
 }
 
@@ -137,10 +139,97 @@ func (s flowControlSection) read() (*FlowControlConfig, []string, error) {
 	return c, warns, nil
 }
 
+// Plugin types of llm-d's split precise prefix-cache configuration (the
+// llm-d router's v0.10 sample epp-precise-prefix-cache-config.yaml).
+const (
+	llmdPreciseProducerType = "precise-prefix-cache-producer"
+	llmdApproxProducerType  = "approx-prefix-cache-producer"
+	llmdTokenProducerType   = "token-producer"
+)
+
+// foldPrecise reads llm-d's split precise prefix-cache configuration (a
+// token-producer tokenizing prompts, a precise-prefix-cache-producer
+// following the servers' KV events, and a prefix-cache-scorer scoring what
+// the producer its prefixMatchInfoProducerName names matched) as the one
+// precise-prefix-cache-scorer of the same meaning: that prefix-cache-scorer
+// becomes one, with the producer's parameters, the token producer's
+// vllm.url as its tokenizer.url, and its own other parameters as its
+// learned index's (approximate). The producers are then inert. A
+// prefix-cache-scorer naming the approximate producer keeps its own index.
+func (c *Config) foldPrecise() error {
+	byName := make(map[string]*PluginSpec, len(c.Plugins))
+	renderURL := ""
+	for i := range c.Plugins {
+		p := &c.Plugins[i]
+		byName[p.nameOr()] = p
+		if p.Type != llmdTokenProducerType || len(p.Parameters) == 0 {
+			continue
+		}
+		var tp struct {
+			VLLM *struct {
+				URL string `json:"url"`
+			} `json:"vllm"`
+		}
+		if err := json.Unmarshal(p.Parameters, &tp); err != nil {
+			return fmt.Errorf("plugin %q: parameters: %w", p.nameOr(), err)
+		}
+		if tp.VLLM != nil {
+			renderURL = tp.VLLM.URL
+		}
+	}
+	for i := range c.Plugins {
+		p := &c.Plugins[i]
+		if p.Type != PrefixCacheScorerType || len(p.Parameters) == 0 {
+			continue
+		}
+		var params map[string]json.RawMessage
+		if err := json.Unmarshal(p.Parameters, &params); err != nil {
+			return fmt.Errorf("plugin %q: parameters: %w", p.nameOr(), err)
+		}
+		raw, ok := params["prefixMatchInfoProducerName"]
+		if !ok {
+			continue
+		}
+		delete(params, "prefixMatchInfoProducerName")
+		var producerName string
+		if err := json.Unmarshal(raw, &producerName); err != nil {
+			return fmt.Errorf("plugin %q: prefixMatchInfoProducerName: %w", p.nameOr(), err)
+		}
+		producer := byName[producerName]
+		switch {
+		case producer != nil && producer.Type == llmdApproxProducerType:
+			p.Parameters, _ = json.Marshal(params)
+			continue
+		case producer == nil || producer.Type != llmdPreciseProducerType:
+			return fmt.Errorf("plugin %q: prefixMatchInfoProducerName %q names no %s or %s", p.nameOr(), producerName, llmdPreciseProducerType, llmdApproxProducerType)
+		}
+		precise := map[string]json.RawMessage{}
+		if len(producer.Parameters) > 0 {
+			if err := json.Unmarshal(producer.Parameters, &precise); err != nil {
+				return fmt.Errorf("plugin %q: parameters: %w", producerName, err)
+			}
+		}
+		if len(params) > 0 {
+			precise["approximate"], _ = json.Marshal(params)
+		}
+		if _, ok := precise["tokenizer"]; !ok && renderURL != "" {
+			precise["tokenizer"], _ = json.Marshal(map[string]string{"url": renderURL})
+		}
+		p.Parameters, _ = json.Marshal(precise)
+		p.Name = p.nameOr()
+		p.Type = PrecisePrefixCacheScorerType
+		c.Warnings = append(c.Warnings, fmt.Sprintf("plugin %q: a prefix-cache-scorer fed by %s %q is read as poolpicker's %s with its parameters", p.Name, llmdPreciseProducerType, producerName, PrecisePrefixCacheScorerType))
+	}
+	return nil
+}
+
 // resolveUpstreamTypes rewrites aliases to poolpicker types, drops inert
 // plugins from profiles (after checking the references) and from an implicit
 // default profile, and records a warning for each.
 func (c *Config) resolveUpstreamTypes() error {
+	if err := c.foldPrecise(); err != nil {
+		return err
+	}
 	for i := range c.Plugins {
 		p := &c.Plugins[i]
 		if to, ok := pluginTypeAliases[p.Type]; ok {

@@ -71,6 +71,27 @@ func TestUpstreamConfigs(t *testing.T) {
 			}},
 		{name: "flow control section: bad TTL", text: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nflowControl:\n  queueTTL: soon\nplugins:\n- type: queue-scorer\n",
 			wantErr: `flowControl: queueTTL "soon": want a non-negative duration`},
+		{name: "llm-d precise, split into producers and a scorer", text: upstream(t, "llm-d-router-precise.yaml"),
+			wantWarns: []string{`plugin "prefix-cache-scorer": a prefix-cache-scorer fed by precise-prefix-cache-producer "precise-prefix-cache-producer" is read as poolpicker's precise-prefix-cache-scorer`,
+				`plugin "token-producer": type token-producer has nothing to do here`, `plugin "precise-prefix-cache-producer": type precise-prefix-cache-producer has nothing to do here`},
+			wantProfiles: map[string][]string{"default": {"prefix-cache-scorer", "kv-cache-utilization-scorer", "queue-scorer", "max-score-picker"}},
+			check: func(t *testing.T, c *Config) {
+				i := slices.IndexFunc(c.Plugins, func(p PluginSpec) bool { return p.Name == "prefix-cache-scorer" })
+				if i < 0 || c.Plugins[i].Type != PrecisePrefixCacheScorerType {
+					t.Fatalf("plugins %+v: want prefix-cache-scorer read as %s", c.Plugins, PrecisePrefixCacheScorerType)
+				}
+				params := string(c.Plugins[i].Parameters)
+				for _, want := range []string{`"hashSeed":"42"`, `"zmqEndpoint":"tcp://127.0.0.1:0"`, `"tokenizer":{"url":"http://10.0.0.1:8000"}`} {
+					if !strings.Contains(params, want) {
+						t.Errorf("parameters %s: want %s", params, want)
+					}
+				}
+			}},
+		{name: "llm-d approximate producer named by the scorer", text: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: approx-prefix-cache-producer\n- type: prefix-cache-scorer\n  parameters:\n    prefixMatchInfoProducerName: approx-prefix-cache-producer\n",
+			wantWarns:    []string{"approx-prefix-cache-producer has nothing to do here"},
+			wantProfiles: map[string][]string{"default": {"prefix-cache-scorer"}}},
+		{name: "a scorer naming no producer", text: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefix-cache-scorer\n  parameters:\n    prefixMatchInfoProducerName: nothing\n",
+			wantErr: `prefixMatchInfoProducerName "nothing" names no precise-prefix-cache-producer`},
 		{name: "llm-d payload-agnostic: a plugin poolpicker lacks", text: upstream(t, "llm-d-router-payload-agnostic.yaml"),
 			wantErr: `unknown type "passthrough-parser"`},
 		{name: "alias", text: "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: active-request-scorer\n",

@@ -35,6 +35,14 @@ const (
 	maxPreciseTokenizerTimer = time.Second
 )
 
+// The local tokenizer backend: tokenizer.json files found as llm-d's
+// tokenizersPoolConfig.local says, DefaultLocalTokenizerDir when its local
+// block names no directory.
+const (
+	TokenizerLocal           = "local"
+	DefaultLocalTokenizerDir = "/mnt/models"
+)
+
 // PreciseParams are the precise scorer's parameters: llm-d's
 // precise-prefix-cache-scorer's (tokenProcessorConfig, kvEventsConfig,
 // indexerConfig, speculativeIndexing) with the same meaning, and
@@ -76,7 +84,8 @@ type PreciseParams struct {
 		} `json:"podDiscoveryConfig"`
 	} `json:"kvEventsConfig"`
 	// IndexerConfig is accepted; poolpicker's index is in memory and
-	// bounded by the parameters below.
+	// bounded by the parameters below. Of it, tokenizersPoolConfig's
+	// minPrefixOverlapRatio and local tokenizers are read (llmdTokenizers).
 	IndexerConfig json.RawMessage `json:"indexerConfig"`
 	// SpeculativeIndexing and SpeculativeTTL are accepted: the learned
 	// index (Approximate) stands in for an endpoint until its events do.
@@ -86,7 +95,10 @@ type PreciseParams struct {
 	// Tokenizer says how a prompt becomes token ids.
 	Tokenizer *struct {
 		// Backend is "render" (the default: the model server's render
-		// endpoint) or "estimate" (no tokens: the learned index alone).
+		// endpoint, or a local tokenizer for the models that have one),
+		// "local" (local tokenizers only: indexerConfig's
+		// tokenizersPoolConfig.local), or "estimate" (no tokens: the
+		// learned index alone).
 		Backend string `json:"backend"`
 		// URL is the render server. Empty: the candidate endpoint.
 		URL string `json:"url"`
@@ -211,14 +223,22 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if timeout < 0 || timeout > maxPreciseTokenizerTimer {
 		return nil, fmt.Errorf("parameters: tokenizer.timeout %v must be between 0 and %v", timeout, maxPreciseTokenizerTimer)
 	}
+	topts := tokenize.Options{Timeout: timeout, CacheEntries: cacheEntries}
 	switch backend {
 	case TokenizerEstimate:
 		return s, nil
-	case TokenizerRender:
+	case TokenizerRender, TokenizerLocal:
+		if topts.Local, topts.MinPrefixShare, err = llmdTokenizers(p.IndexerConfig); err != nil {
+			return nil, fmt.Errorf("parameters: indexerConfig.tokenizersPoolConfig: %w", err)
+		}
+		if backend == TokenizerLocal && len(topts.Local) == 0 {
+			return nil, errors.New("parameters: tokenizer.backend local: indexerConfig.tokenizersPoolConfig.local finds no tokenizer")
+		}
+		topts.LocalOnly = backend == TokenizerLocal
 	default:
-		return nil, fmt.Errorf("parameters: tokenizer.backend %q: want %q or %q", backend, TokenizerRender, TokenizerEstimate)
+		return nil, fmt.Errorf("parameters: tokenizer.backend %q: want %q, %q or %q", backend, TokenizerRender, TokenizerLocal, TokenizerEstimate)
 	}
-	if s.tokenizer, err = tokenize.New(tokenize.Options{Timeout: timeout, CacheEntries: cacheEntries}); err != nil {
+	if s.tokenizer, err = tokenize.New(topts); err != nil {
 		return nil, err
 	}
 	// The event index's blocks come out of the learned index's budget,
@@ -258,6 +278,60 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	return s, nil
 }
 
+// llmdTokenizers reads llm-d's tokenizersPoolConfig from indexerConfig:
+// its minPrefixOverlapRatio (tokenize.Options.MinPrefixShare) and its local
+// tokenizers (modelTokenizerMap, and those discovered under
+// autoDiscoveryDir, /mnt/models when the local block names none), loaded
+// here so that a file that cannot be read fails the config.
+func llmdTokenizers(indexerConfig json.RawMessage) (map[string]*tokenize.Local, float64, error) {
+	if len(indexerConfig) == 0 {
+		return nil, 0, nil
+	}
+	var c struct {
+		TokenizersPoolConfig *struct {
+			MinPrefixOverlapRatio float64 `json:"minPrefixOverlapRatio"`
+			Local                 *struct {
+				AutoDiscoveryDir               string            `json:"autoDiscoveryDir"`
+				AutoDiscoveryTokenizerFileName string            `json:"autoDiscoveryTokenizerFileName"`
+				ModelTokenizerMap              map[string]string `json:"modelTokenizerMap"`
+			} `json:"local"`
+		} `json:"tokenizersPoolConfig"`
+	}
+	if err := json.Unmarshal(indexerConfig, &c); err != nil {
+		return nil, 0, err
+	}
+	t := c.TokenizersPoolConfig
+	if t == nil {
+		return nil, 0, nil
+	}
+	if t.MinPrefixOverlapRatio < 0 || t.MinPrefixOverlapRatio > 1 {
+		return nil, 0, fmt.Errorf("minPrefixOverlapRatio %v must be between 0 and 1", t.MinPrefixOverlapRatio)
+	}
+	if t.Local == nil {
+		return nil, t.MinPrefixOverlapRatio, nil
+	}
+	dir := t.Local.AutoDiscoveryDir
+	if dir == "" {
+		dir = DefaultLocalTokenizerDir
+	}
+	paths, err := tokenize.Discover(dir, t.Local.AutoDiscoveryTokenizerFileName)
+	if err != nil {
+		return nil, 0, err
+	}
+	for model, path := range t.Local.ModelTokenizerMap {
+		paths[model] = path
+	}
+	locals := make(map[string]*tokenize.Local, len(paths))
+	for model, path := range paths {
+		l, err := tokenize.LoadLocal(path)
+		if err != nil {
+			return nil, 0, fmt.Errorf("local tokenizer of %q: %w", model, err)
+		}
+		locals[model] = l
+	}
+	return locals, t.MinPrefixOverlapRatio, nil
+}
+
 func registerShared(r prometheus.Registerer, c prometheus.Collector) (prometheus.Collector, error) {
 	if err := r.Register(c); err != nil {
 		var dup prometheus.AlreadyRegisteredError
@@ -283,6 +357,7 @@ type preciseCycle struct {
 	// its events; absent: scored from the learned index.
 	matched      map[string]int
 	promptTokens int
+	whole        bool
 }
 
 // Score scores from the learned index, then, for the candidates whose
@@ -319,7 +394,8 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		s.fallbacks.WithLabelValues(s.name.Name, "too_long").Inc()
 		return nil
 	}
-	tokens, err := s.tokenizer.Tokens(ctx, render, cs.TargetModel, req.Prompt)
+	res, err := s.tokenizer.Tokens(ctx, render, cs.TargetModel, req.Prompt)
+	tokens := res.IDs
 	if err != nil {
 		reason := "error"
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -331,7 +407,9 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	bs := s.hasher.BlockSize()
 	tokens = tokens[:min(len(tokens), s.maxBlocks*bs)]
 	st.keys = s.hasher.Keys(st.keys, s.hasher.Root(cs.TargetModel), tokens)
-	st.promptTokens = len(tokens)
+	// Tokens of a learned prefix only (not Whole): the prompt goes on
+	// past them, so the server may hold and reuse all their blocks.
+	st.promptTokens, st.whole = len(tokens), res.Whole
 	if len(st.keys) == 0 {
 		return nil
 	}
@@ -358,7 +436,9 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 		if n, ok := st.matched[res.Endpoints[0].Address()]; ok {
 			bs := s.hasher.BlockSize()
 			// The server computes at least the prompt's last token.
-			n = min(n, (st.promptTokens-1)/bs)
+			if st.whole {
+				n = min(n, (st.promptTokens-1)/bs)
+			}
 			res.Predict(framework.CachePrediction{Observer: s, PredictedTokens: n * bs, PromptTokens: st.promptTokens})
 		}
 	}

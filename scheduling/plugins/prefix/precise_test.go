@@ -14,6 +14,9 @@ import (
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
+// testdata holds small tokenizer.json files (package tokenize's).
+const testdata = "../../../tokenize/testdata"
+
 func TestNewPreciseParameters(t *testing.T) {
 	for _, tt := range []struct {
 		name, params, wantErr string
@@ -22,6 +25,10 @@ func TestNewPreciseParameters(t *testing.T) {
 		{name: "llm-d's simulator dials the picker", params: `{"tokenProcessorConfig":{"blockSizeTokens":16,"hashSeed":"42"},"kvEventsConfig":{"zmqEndpoint":"tcp://127.0.0.1:0","discoverPods":false}}`},
 		{name: "indexer and speculative settings read past", params: `{"indexerConfig":{"kvBlockIndexConfig":{"enableMetrics":true}},"speculativeIndexing":true,"speculativeTTL":"2s","kvEventsConfig":{"engineType":"sglang","concurrency":4}}`},
 		{name: "estimate backend", params: `{"tokenizer":{"backend":"estimate"}}`},
+		{name: "local tokenizers, llm-d's config", params: `{"indexerConfig":{"tokenizersPoolConfig":{"minPrefixOverlapRatio":0.85,"local":{"autoDiscoveryDir":"` + testdata + `","modelTokenizerMap":{"m":"` + testdata + `/sentencepiece/tokenizer.json"}}}},"tokenizer":{"backend":"local"}}`},
+		{name: "local backend without tokenizers", params: `{"indexerConfig":{"tokenizersPoolConfig":{"local":{"autoDiscoveryDir":"` + testdata + `/absent"}}},"tokenizer":{"backend":"local"}}`, wantErr: "finds no tokenizer"},
+		{name: "an unreadable local tokenizer", params: `{"indexerConfig":{"tokenizersPoolConfig":{"local":{"autoDiscoveryDir":"` + testdata + `/absent","modelTokenizerMap":{"m":"` + testdata + `/expected.json"}}}}}`, wantErr: `local tokenizer of "m"`},
+		{name: "overlap ratio beyond 1", params: `{"indexerConfig":{"tokenizersPoolConfig":{"minPrefixOverlapRatio":2}}}`, wantErr: "minPrefixOverlapRatio 2"},
 		{name: "block size too big", params: `{"tokenProcessorConfig":{"blockSize":100000}}`, wantErr: "blockSize 100000"},
 		{name: "unknown hash", params: `{"tokenProcessorConfig":{"hashAlgorithm":"sha256"}}`, wantErr: `hash algorithm "sha256"`},
 		{name: "unknown backend", params: `{"tokenizer":{"backend":"hf"}}`, wantErr: `tokenizer.backend "hf"`},
