@@ -50,11 +50,15 @@ const (
 	OwnNamespace
 )
 
-// Flags of the features that need rules of their own.
+// The features that need rules of their own: flags, and what the cluster
+// serves.
 const (
 	FeatureLeaderElection = "ha-enable-leader-election"
 	FeatureProvisioning   = "provision-picker-services"
 	FeaturePeerSync       = "peer-sync"
+	// FeatureHTTPRoutes: the API server serves the Gateway API's HTTPRoutes
+	// (gateway.networking.k8s.io/v1), which are then read.
+	FeatureHTTPRoutes = "httproutes"
 )
 
 // Needed returns the rules of rules needed with the features for which on
@@ -111,8 +115,8 @@ var Rules = []Rule{
 		Why: "set an objective's Accepted condition (llm-d router's group)"},
 	{Group: "llm-d.ai", Resource: "inferencemodelrewrites/status", Verbs: []string{"patch"},
 		Why: "set a rewrite's Accepted condition (llm-d router's group)"},
-	{Group: "gateway.networking.k8s.io", Resource: "httproutes", Verbs: []string{"list", "watch"},
-		Why: "warn on a pool that an HTTPRoute sends traffic to but that no picker serves (Event PoolNotServed naming the opt-in label); not read when the Gateway API CRDs are not installed"},
+	{Group: "gateway.networking.k8s.io", Resource: "httproutes", Verbs: []string{"list", "watch"}, Features: []string{FeatureHTTPRoutes},
+		Why: "warn on a pool that an HTTPRoute sends traffic to but that no picker serves (Event PoolNotServed naming the opt-in label); neither read nor asked for when the API server serves no HTTPRoutes"},
 	{Group: "", Resource: "services", Verbs: []string{"get", "list", "watch", "create", "update", "delete"}, Features: []string{FeatureProvisioning},
 		Why: "create each served pool's picker Service where it is missing, keep it right, and remove it when the pool is no longer served"},
 	{Group: "discovery.k8s.io", Resource: "endpointslices", Verbs: []string{"get", "list", "watch", "create", "update", "delete"}, Features: []string{FeatureProvisioning},

@@ -237,6 +237,7 @@ func pickerIdentity(ctx context.Context, env *testenv.Env, path string) (string,
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
+		{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"httproutes"}, Verbs: []string{"list", "watch"}},
 	}
 	account := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: localstack.DefaultPickerNamespace, Name: pickerAccount}
 	objs := []client.Object{

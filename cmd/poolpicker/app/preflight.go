@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 
 	"github.com/poolpicker/poolpicker/controllers"
@@ -99,7 +102,11 @@ func apiServerUnavailable(err error) bool {
 func checkPermissions(ctx context.Context, cfg *rest.Config, o *controllers.Options, metricsAuth bool) error {
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	if err := permissions.Check(ctx, cfg, neededRules(o), permissions.Namespaces{Pools: permissionNamespaces(o), Own: ownNamespace(o)}); err != nil {
+	routes, err := servesHTTPRoutes(cfg)
+	if err != nil {
+		return err
+	}
+	if err := permissions.Check(ctx, cfg, neededRules(o, routes), permissions.Namespaces{Pools: permissionNamespaces(o), Own: ownNamespace(o)}); err != nil {
 		return err
 	}
 	if !metricsAuth {
@@ -117,9 +124,11 @@ func checkPermissions(ctx context.Context, cfg *rest.Config, o *controllers.Opti
 }
 
 // neededRules are the rules of permissions.Rules the enabled features use.
-func neededRules(o *controllers.Options) []permissions.Rule {
+func neededRules(o *controllers.Options, servesHTTPRoutes bool) []permissions.Rule {
 	return permissions.Needed(permissions.Rules, func(feature string) bool {
 		switch feature {
+		case permissions.FeatureHTTPRoutes:
+			return servesHTTPRoutes
 		case permissions.FeatureLeaderElection:
 			return o.LeaderElection
 		case permissions.FeatureProvisioning:
@@ -151,4 +160,21 @@ func permissionNamespaces(o *controllers.Options) []string {
 		return []string{o.PoolNamespace}
 	}
 	return o.Namespaces
+}
+
+// servesHTTPRoutes reports whether the API server serves the Gateway API's
+// HTTPRoutes, which the controllers then read (and need the permission to).
+func servesHTTPRoutes(cfg *rest.Config) (bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	list, err := dc.ServerResourcesForGroupVersion("gateway.networking.k8s.io/v1")
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("asking the API server whether it serves HTTPRoutes: %w", err)
+	}
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "httproutes" }), nil
 }

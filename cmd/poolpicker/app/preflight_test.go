@@ -39,7 +39,7 @@ func TestNeededRules(t *testing.T) {
 			}
 			derive(&o, deriveInputs{poolSelectorSet: fs.Changed("pool-selector")})
 			var got []string
-			for _, r := range neededRules(&o.controllers) {
+			for _, r := range neededRules(&o.controllers, true) {
 				for _, f := range r.Features {
 					if slices.Contains(tt.want, f) && !slices.Contains(got, f) {
 						got = append(got, f)
@@ -50,7 +50,7 @@ func TestNeededRules(t *testing.T) {
 				t.Errorf("features of the needed rules %v, want %v", got, tt.want)
 			}
 			pods := false
-			for _, r := range neededRules(&o.controllers) {
+			for _, r := range neededRules(&o.controllers, true) {
 				if r.Resource == "pods" && r.Scope == permissions.OwnNamespace {
 					pods = true
 				}
