@@ -134,7 +134,6 @@ type stateEntry struct {
 	cycle uint64
 }
 
-
 // CycleState carries what one scheduling cycle knows and what plugins hand
 // to each other within it (a scorer's prompt hashes, read again after the
 // pick). It is owned by one scheduling cycle at a time and may be recycled
