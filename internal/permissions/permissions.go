@@ -34,6 +34,11 @@ type Rule struct {
 	// one of its features is off, so that its permissions are asked for
 	// only when used.
 	Features []string
+	// IfServed, when set, is the API group/version of the resource of a
+	// rule needed only when the API server serves it (a CRD that may not be
+	// installed): the start-up check leaves the rule out otherwise. The
+	// manifests grant it always.
+	IfServed string
 }
 
 // Scope is where a Rule is needed, which is also how the manifests grant it.
@@ -50,15 +55,11 @@ const (
 	OwnNamespace
 )
 
-// The features that need rules of their own: flags, and what the cluster
-// serves.
+// Flags of the features that need rules of their own.
 const (
 	FeatureLeaderElection = "ha-enable-leader-election"
 	FeatureProvisioning   = "provision-picker-services"
 	FeaturePeerSync       = "peer-sync"
-	// FeatureHTTPRoutes: the API server serves the Gateway API's HTTPRoutes
-	// (gateway.networking.k8s.io/v1), which are then read.
-	FeatureHTTPRoutes = "httproutes"
 )
 
 // Needed returns the rules of rules needed with the features for which on
@@ -115,7 +116,7 @@ var Rules = []Rule{
 		Why: "set an objective's Accepted condition (llm-d router's group)"},
 	{Group: "llm-d.ai", Resource: "inferencemodelrewrites/status", Verbs: []string{"patch"},
 		Why: "set a rewrite's Accepted condition (llm-d router's group)"},
-	{Group: "gateway.networking.k8s.io", Resource: "httproutes", Verbs: []string{"list", "watch"}, Features: []string{FeatureHTTPRoutes},
+	{Group: "gateway.networking.k8s.io", Resource: "httproutes", Verbs: []string{"list", "watch"}, IfServed: "gateway.networking.k8s.io/v1",
 		Why: "warn on a pool that an HTTPRoute sends traffic to but that no picker serves (Event PoolNotServed naming the opt-in label); neither read nor asked for when the API server serves no HTTPRoutes"},
 	{Group: "", Resource: "services", Verbs: []string{"get", "list", "watch", "create", "update", "delete"}, Features: []string{FeatureProvisioning},
 		Why: "create each served pool's picker Service where it is missing, keep it right, and remove it when the pool is no longer served"},

@@ -133,7 +133,6 @@ func TestNeeded(t *testing.T) {
 		{"provisioning", []string{permissions.FeatureProvisioning}, []string{"/services", "discovery.k8s.io/endpointslices", "/pods"}},
 		{"peer sync", []string{permissions.FeaturePeerSync}, []string{"/pods"}},
 		{"provisioning and peer sync", []string{permissions.FeatureProvisioning, permissions.FeaturePeerSync}, []string{"/services", "discovery.k8s.io/endpointslices", "/pods"}},
-		{"HTTPRoutes served", []string{permissions.FeatureHTTPRoutes}, []string{"gateway.networking.k8s.io/httproutes"}},
 	}
 	always := 0
 	for _, r := range permissions.Rules {

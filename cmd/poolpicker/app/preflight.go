@@ -9,12 +9,10 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -102,11 +100,11 @@ func apiServerUnavailable(err error) bool {
 func checkPermissions(ctx context.Context, cfg *rest.Config, o *controllers.Options, metricsAuth bool) error {
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
-	routes, err := servesHTTPRoutes(cfg)
+	rules, err := servedRules(cfg, neededRules(o))
 	if err != nil {
 		return err
 	}
-	if err := permissions.Check(ctx, cfg, neededRules(o, routes), permissions.Namespaces{Pools: permissionNamespaces(o), Own: ownNamespace(o)}); err != nil {
+	if err := permissions.Check(ctx, cfg, rules, permissions.Namespaces{Pools: permissionNamespaces(o), Own: ownNamespace(o)}); err != nil {
 		return err
 	}
 	if !metricsAuth {
@@ -124,11 +122,9 @@ func checkPermissions(ctx context.Context, cfg *rest.Config, o *controllers.Opti
 }
 
 // neededRules are the rules of permissions.Rules the enabled features use.
-func neededRules(o *controllers.Options, servesHTTPRoutes bool) []permissions.Rule {
+func neededRules(o *controllers.Options) []permissions.Rule {
 	return permissions.Needed(permissions.Rules, func(feature string) bool {
 		switch feature {
-		case permissions.FeatureHTTPRoutes:
-			return servesHTTPRoutes
 		case permissions.FeatureLeaderElection:
 			return o.LeaderElection
 		case permissions.FeatureProvisioning:
@@ -162,19 +158,39 @@ func permissionNamespaces(o *controllers.Options) []string {
 	return o.Namespaces
 }
 
-// servesHTTPRoutes reports whether the API server serves the Gateway API's
-// HTTPRoutes, which the controllers then read (and need the permission to).
-func servesHTTPRoutes(cfg *rest.Config) (bool, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return false, err
+// servedRules is rules less those whose resource the API server does not
+// serve (Rule.IfServed): a picker reads HTTPRoutes only where the Gateway
+// API's CRDs are installed, and needs no permission for them elsewhere.
+func servedRules(cfg *rest.Config, rules []permissions.Rule) ([]permissions.Rule, error) {
+	var dc *discovery.DiscoveryClient
+	served := map[string]map[string]bool{}
+	out := rules[:0:0]
+	for _, r := range rules {
+		if r.IfServed == "" {
+			out = append(out, r)
+			continue
+		}
+		if served[r.IfServed] == nil {
+			if dc == nil {
+				var err error
+				if dc, err = discovery.NewDiscoveryClientForConfig(cfg); err != nil {
+					return nil, err
+				}
+			}
+			list, err := dc.ServerResourcesForGroupVersion(r.IfServed)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("asking the API server whether it serves %s: %w", r.IfServed, err)
+			}
+			served[r.IfServed] = map[string]bool{}
+			if list != nil {
+				for _, res := range list.APIResources {
+					served[r.IfServed][res.Name] = true
+				}
+			}
+		}
+		if served[r.IfServed][r.Resource] {
+			out = append(out, r)
+		}
 	}
-	list, err := dc.ServerResourcesForGroupVersion("gateway.networking.k8s.io/v1")
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("asking the API server whether it serves HTTPRoutes: %w", err)
-	}
-	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "httproutes" }), nil
+	return out, nil
 }

@@ -39,7 +39,7 @@ func TestNeededRules(t *testing.T) {
 			}
 			derive(&o, deriveInputs{poolSelectorSet: fs.Changed("pool-selector")})
 			var got []string
-			for _, r := range neededRules(&o.controllers, true) {
+			for _, r := range neededRules(&o.controllers) {
 				for _, f := range r.Features {
 					if slices.Contains(tt.want, f) && !slices.Contains(got, f) {
 						got = append(got, f)
@@ -50,7 +50,7 @@ func TestNeededRules(t *testing.T) {
 				t.Errorf("features of the needed rules %v, want %v", got, tt.want)
 			}
 			pods := false
-			for _, r := range neededRules(&o.controllers, true) {
+			for _, r := range neededRules(&o.controllers) {
 				if r.Resource == "pods" && r.Scope == permissions.OwnNamespace {
 					pods = true
 				}
@@ -59,5 +59,28 @@ func TestNeededRules(t *testing.T) {
 				t.Errorf("own-namespace pods asked for: %v, want %v", pods, wantPods)
 			}
 		})
+	}
+}
+
+// TestServedRules: a rule that needs its resource served is asked for only
+// where the API server serves it; the others always are.
+func TestServedRules(t *testing.T) {
+	rules := []permissions.Rule{
+		{Group: "", Resource: "pods", Verbs: []string{"list"}},
+		{Group: "", Resource: "pods", Verbs: []string{"watch"}, IfServed: "v1"},
+		{Group: "", Resource: "nothings", Verbs: []string{"list"}, IfServed: "v1"},
+		{Group: "gateway.networking.k8s.io", Resource: "httproutes", Verbs: []string{"list"}, IfServed: "gateway.networking.k8s.io/v1"},
+	}
+	got, err := servedRules(env.Config, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, r := range got {
+		kept = append(kept, r.Resource+"/"+r.Verbs[0])
+	}
+	// The test's API server has no Gateway API CRDs.
+	if want := []string{"pods/list", "pods/watch"}; !slices.Equal(kept, want) {
+		t.Fatalf("kept %v, want %v", kept, want)
 	}
 }
