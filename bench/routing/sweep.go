@@ -359,9 +359,9 @@ type result struct {
 	// of a precise scorer's event index alone; fallbacks counts its picks
 	// scored from the learned index for want of the prompt's tokens.
 	eventPredicted, eventConfirmed, fallbacks int64
-	wall                    time.Duration
-	requestsMeasure         int
-	servers                 []string // per-server counters, for -v
+	wall                                      time.Duration
+	requestsMeasure                           int
+	servers                                   []string // per-server counters, for -v
 	// waits is where the measured requests waited, by priority (flow.go).
 	waits string
 }
