@@ -626,20 +626,27 @@ type exportedResult struct {
 	PredictedTokens int64   `json:"index_predicted_tokens"`
 	ConfirmedTokens int64   `json:"index_confirmed_tokens"`
 	QueueSpread     float64 `json:"queue_spread"`
+	// The same for a precise scorer's event index alone, and its picks
+	// scored without the prompt's tokens.
+	EventPredictedTokens int64 `json:"events_predicted_tokens,omitempty"`
+	EventConfirmedTokens int64 `json:"events_confirmed_tokens,omitempty"`
+	TokenizeFallbacks    int64 `json:"tokenize_fallbacks,omitempty"`
 }
 
 func (e exportedResult) result() result {
 	d := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	return result{groups: e.Groups, load: e.Load, rate: e.Rate, router: e.Router, replicas: max(e.Replicas, 1), ttft50: d(e.TTFT50), ttft90: d(e.TTFT90), ttft99: d(e.TTFT99),
 		e2e90: d(e.E2E90), critTTFT90: d(e.CritTTFT90), hitRate: e.HitRate, throughput: e.Throughput, shed: e.Shed, sheddable: e.Sheddable,
-		failed: e.Failed, unfinished: e.Unfinished, predicted: e.PredictedTokens, confirmed: e.ConfirmedTokens, queueSpread: e.QueueSpread}
+		failed: e.Failed, unfinished: e.Unfinished, predicted: e.PredictedTokens, confirmed: e.ConfirmedTokens, queueSpread: e.QueueSpread,
+		eventPredicted: e.EventPredictedTokens, eventConfirmed: e.EventConfirmedTokens, fallbacks: e.TokenizeFallbacks}
 }
 
 func exported(rs []result) []exportedResult {
 	out := make([]exportedResult, len(rs))
 	for i, r := range rs {
 		out[i] = exportedResult{r.groups, r.load, r.rate, r.router, r.replicas, r.ttft50.Seconds(), r.ttft90.Seconds(), r.ttft99.Seconds(), r.e2e90.Seconds(),
-			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed, r.unfinished, r.predicted, r.confirmed, r.queueSpread}
+			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed, r.unfinished, r.predicted, r.confirmed, r.queueSpread,
+			r.eventPredicted, r.eventConfirmed, r.fallbacks}
 	}
 	return out
 }
