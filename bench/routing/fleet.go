@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/poolpicker/poolpicker/extproc"
 	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/internal/modelsim"
+	"github.com/poolpicker/poolpicker/kvevents"
 	"github.com/poolpicker/poolpicker/peersync"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
@@ -480,6 +482,50 @@ func (f *fleet) eventAgreement() (predicted, confirmed, fallbacks int64) {
 		fallbacks += gatherCounters(r.metrics)[prefix.MetricTokenizeFallbacks]
 	}
 	return predicted, confirmed, fallbacks
+}
+
+// kvEventsSummary is, per replica whose scheduler reads KV events, its
+// event subscriptions' record: messages received, gaps, replays (ok and
+// failed), resyncs and the endpoints unconfirmed at the end ("" when none
+// reads events).
+func (f *fleet) kvEventsSummary() string {
+	var parts []string
+	for i, r := range f.replicas {
+		if r.metrics == nil {
+			continue
+		}
+		mfs, err := r.metrics.Gather()
+		if err != nil {
+			continue
+		}
+		v := map[string]float64{}
+		found := false
+		for _, mf := range mfs {
+			name := mf.GetName()
+			for _, m := range mf.GetMetric() {
+				switch {
+				case name == kvevents.MetricReplays:
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "result" {
+							v[name+"/"+l.GetValue()] += m.GetCounter().GetValue()
+						}
+					}
+				case m.GetCounter() != nil:
+					v[name] += m.GetCounter().GetValue()
+				case m.GetGauge() != nil:
+					v[name] += m.GetGauge().GetValue()
+				}
+				found = found || name == kvevents.MetricLLMDActive
+			}
+		}
+		if !found {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("replica %d: %.0f messages, %.0f gaps, replays %.0f ok %.0f failed, %.0f resyncs, %.0f unconfirmed", i,
+			v[kvevents.MetricLLMDMessages], v[kvevents.MetricGaps], v[kvevents.MetricReplays+"/ok"], v[kvevents.MetricReplays+"/failed"],
+			v[kvevents.MetricResyncs], v[kvevents.MetricUnconfirmed]))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // gatherByPlugin sums each counter of g by its "plugin" label.

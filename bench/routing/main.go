@@ -460,6 +460,9 @@ func printResults(w io.Writer, rs []result, header bool) {
 		if r.firstFailure != "" {
 			fmt.Fprintf(w, "  %s: first failure: %s\n", r.series(), r.firstFailure)
 		}
+		if r.kvEvents != "" {
+			fmt.Fprintf(w, "  %s: KV events: %s\n", r.series(), r.kvEvents)
+		}
 	}
 }
 
@@ -548,7 +551,7 @@ func medians(runs [][]result) []result {
 		}
 		m.ttft50, m.ttft90, m.ttft99, m.e2e90, m.critTTFT90 = median(d[0]), median(d[1]), median(d[2]), median(d[3]), median(d[4])
 		m.hitRate, m.throughput, m.queueSpread = median(f[0]), median(f[1]), median(f[2])
-		m.waits, m.firstFailure, m.servers = "", "", nil
+		m.waits, m.firstFailure, m.servers, m.kvEvents = "", "", nil, ""
 		out[j] = m
 	}
 	return out

@@ -364,6 +364,8 @@ type result struct {
 	servers                                   []string // per-server counters, for -v
 	// waits is where the measured requests waited, by priority (flow.go).
 	waits string
+	// kvEvents is the replicas' KV-event subscriptions' record.
+	kvEvents string
 }
 
 // series names a router run with its number of replicas ("poolpicker",
@@ -485,6 +487,7 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, replicas in
 	}
 	res.predicted, res.confirmed, res.overPredicted, res.observed = f.agreement()
 	res.eventPredicted, res.eventConfirmed, res.fallbacks = f.eventAgreement()
+	res.kvEvents = f.kvEventsSummary()
 	first := int(float64(len(reqs)) * c.warmup)
 	res.requestsMeasure = len(reqs) - first
 	windowFrom, windowTo := start.Add(real(reqs[first].at)), start.Add(real(last))
