@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -110,6 +111,13 @@ type PreciseParams struct {
 	EventsPerSecond float64 `json:"eventsPerSecond"`
 	// MaxPromptBytes is the longest prompt tokenized. Zero: 1 MiB.
 	MaxPromptBytes int `json:"maxPromptBytes"`
+	// AffinityRules scores the events' matches by the learned index's
+	// rules (its Approximate parameters): a holder's cached tokens less
+	// queueCostTokens per request of its extra load, and a prompt no
+	// candidate is worth sending to for its cache to the rendezvous
+	// choice (rendezvousBlocks), which every replica makes alike. False:
+	// the share of the prompt's blocks held, whatever the load.
+	AffinityRules bool `json:"affinityRules"`
 }
 
 // Precise scores an endpoint by the share of the prompt's leading token
@@ -130,7 +138,9 @@ type Precise struct {
 	renderURL string
 	maxPrompt int
 	maxBlocks int
-	agreement agreement
+	// affinityRules: PreciseParams.AffinityRules.
+	affinityRules bool
+	agreement     agreement
 	fallbacks *prometheus.CounterVec
 
 	// start starts the subscriptions' manager when the first endpoint
@@ -193,7 +203,7 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	}
 	s := &Precise{name: framework.TypedName{Type: PreciseType, Name: name}, key: framework.StateKey(PreciseType + "/" + name),
 		approx: a.(*Scorer), hasher: hasher, agreement: ag, fallbacks: c.(*prometheus.CounterVec),
-		maxPrompt: p.MaxPromptBytes, maxBlocks: DefaultMaxPreciseBlocks, pools: map[datastore.PoolKey]map[string]struct{}{}}
+		maxPrompt: p.MaxPromptBytes, maxBlocks: DefaultMaxPreciseBlocks, affinityRules: p.AffinityRules, pools: map[datastore.PoolKey]map[string]struct{}{}}
 	if s.maxPrompt <= 0 {
 		s.maxPrompt = DefaultMaxPromptBytes
 	}
@@ -344,6 +354,41 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		st.matched[c[i].Endpoint.Address()] = n
 		scores[i] = float64(n) / total
 	}
+	if s.affinityRules {
+		s.weigh(cs, req, c, eps, st, scores)
+	}
+}
+
+// weigh rescores the candidates the events scored by the learned index's
+// rules (PreciseParams.AffinityRules): their cached tokens against their
+// extra load, and, when no candidate is then worth its cache, the
+// rendezvous choice.
+func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, scores []float64) {
+	a := s.approx
+	bs := float64(s.hasher.BlockSize())
+	if a.params.QueueCostTokens > 0 {
+		a.weighAgainstLoad(nil, c, float64(st.promptTokens), func(i int) (float64, bool) {
+			if eps[i] == nil {
+				return 0, false
+			}
+			n, ok := st.matched[c[i].Endpoint.Address()]
+			if !ok {
+				return 0, false
+			}
+			if n == 0 {
+				// No cache here: nothing to weigh, no score.
+				scores[i] = 0
+				return 0, false
+			}
+			return float64(n) * bs, true
+		}, scores)
+	}
+	if slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {
+		return
+	}
+	ast, _ := cs.Read(a.key)
+	pc, _ := ast.(*prefixCycle)
+	a.rendezvous(cs, req, c, scores, pc)
 }
 
 // PostPick leaves on the Result what the events predicted on the primary
