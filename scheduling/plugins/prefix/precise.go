@@ -141,7 +141,7 @@ type Precise struct {
 	// affinityRules: PreciseParams.AffinityRules.
 	affinityRules bool
 	agreement     agreement
-	fallbacks *prometheus.CounterVec
+	fallbacks     *prometheus.CounterVec
 
 	// start starts the subscriptions' manager when the first endpoint
 	// arrives, under the handle's context: a config is also built once to
