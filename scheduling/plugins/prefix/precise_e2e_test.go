@@ -329,6 +329,23 @@ plugins:
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The batches published before a subscription connected were
+			// replayed, not received live.
+			received := func(s *modelsim.Server) float64 {
+				return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
+			}
+			missed := make([]float64, len(pp.sims))
+			for i, s := range pp.sims {
+				missed[i] = float64(s.KVEventBatches()) - received(s)
+			}
+			inSync := func() bool {
+				for i, s := range pp.sims {
+					if float64(s.KVEventBatches())-received(s) > missed[i] {
+						return false
+					}
+				}
+				return true
+			}
 			const prefixes = 12
 			agreed := 0
 			for p := range prefixes {
@@ -351,7 +368,9 @@ plugins:
 				if first == want {
 					agreed++
 				}
-				// The prefix's next request follows its blocks.
+				// The prefix's next request, once the servers' events of the
+				// first arrived, follows its blocks.
+				poll.Until(t, 10*time.Second, "the servers' events received", inSync)
 				pp.send(completionBody(fmt.Sprintf("new prefix %d round 1", p), 40))
 				if pp.picked != first {
 					t.Errorf("prefix %d: first on %s, then on %s", p, first, pp.picked)
