@@ -290,6 +290,8 @@ type preciseCycle struct {
 	// its events; absent: scored from the learned index.
 	matched      map[string]int
 	promptTokens int
+	// learned are the learned index's scores (with AffinityRules).
+	learned []float64
 }
 
 // Score scores from the learned index, then, for the candidates whose
@@ -299,6 +301,9 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	st, _ := cs.Reuse(s.key).(*preciseCycle)
 	if st == nil {
 		st = &preciseCycle{matched: map[string]int{}}
+	}
+	if s.affinityRules {
+		st.learned = append(st.learned[:0], scores...)
 	}
 	clear(st.matched)
 	st.keys, st.promptTokens = st.keys[:0], 0
@@ -361,8 +366,11 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 
 // weigh rescores the candidates the events scored by the learned index's
 // rules (PreciseParams.AffinityRules): their cached tokens against their
-// extra load, and, when no candidate is then worth its cache, the
-// rendezvous choice.
+// extra load, and, when no candidate is then worth its cache, the learned
+// index's scores: where it last sent the prompt's prefix, else the
+// rendezvous choice. So an evicted prefix goes back to the server it was
+// on rather than to whichever is least loaded, and the servers keep
+// caching each their own prefixes.
 func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, scores []float64) {
 	a := s.approx
 	bs := float64(s.hasher.BlockSize())
@@ -386,9 +394,7 @@ func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []fr
 	if slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {
 		return
 	}
-	ast, _ := cs.Read(a.key)
-	pc, _ := ast.(*prefixCycle)
-	a.rendezvous(cs, req, c, scores, pc)
+	copy(scores, st.learned)
 }
 
 // PostPick leaves on the Result what the events predicted on the primary
