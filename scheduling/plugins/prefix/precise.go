@@ -114,9 +114,10 @@ type PreciseParams struct {
 	// AffinityRules scores the events' matches by the learned index's
 	// rules (its Approximate parameters): a holder's cached tokens less
 	// queueCostTokens per request of its extra load, and a prompt no
-	// candidate is worth sending to for its cache to the rendezvous
-	// choice (rendezvousBlocks), which every replica makes alike. False:
-	// the share of the prompt's blocks held, whatever the load.
+	// candidate is worth sending to for its cache by the learned index
+	// (where it last sent the prefix, else the rendezvous choice, which
+	// every replica makes alike). False: the share of the prompt's blocks
+	// held, whatever the load, and by load for a prompt nobody holds.
 	AffinityRules bool `json:"affinityRules"`
 }
 
