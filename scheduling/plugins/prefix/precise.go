@@ -204,10 +204,11 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	}
 	s := &Precise{name: framework.TypedName{Type: PreciseType, Name: name}, key: framework.StateKey(PreciseType + "/" + name),
 		approx: a.(*Scorer), hasher: hasher, agreement: ag, fallbacks: c.(*prometheus.CounterVec),
-		maxPrompt: p.MaxPromptBytes, maxBlocks: DefaultMaxPreciseBlocks, affinityRules: p.AffinityRules, pools: map[datastore.PoolKey]map[string]struct{}{}}
+		maxPrompt: p.MaxPromptBytes, maxBlocks: DefaultMaxPreciseBlocks, pools: map[datastore.PoolKey]map[string]struct{}{}}
 	if s.maxPrompt <= 0 {
 		s.maxPrompt = DefaultMaxPromptBytes
 	}
+	s.affinityRules = p.AffinityRules
 	backend, timeout, cacheEntries := defaultTokenizerBackend, time.Duration(0), 0
 	if t := p.Tokenizer; t != nil {
 		if t.Backend != "" {
