@@ -287,13 +287,13 @@ func (s *Precise) PromptBytes() int { return max(s.maxPrompt, s.approx.PromptByt
 
 // preciseCycle is the scorer's state for one request.
 type preciseCycle struct {
+	// learned are the learned index's scores (with AffinityRules).
+	learned []float64
 	keys []uint64
 	// matched are the blocks each candidate (by address) holds according to
 	// its events; absent: scored from the learned index.
 	matched      map[string]int
 	promptTokens int
-	// learned are the learned index's scores (with AffinityRules).
-	learned []float64
 }
 
 // Score scores from the learned index, then, for the candidates whose
