@@ -289,7 +289,7 @@ func (s *Precise) PromptBytes() int { return max(s.maxPrompt, s.approx.PromptByt
 type preciseCycle struct {
 	// learned are the learned index's scores (with AffinityRules).
 	learned []float64
-	keys []uint64
+	keys    []uint64
 	// matched are the blocks each candidate (by address) holds according to
 	// its events; absent: scored from the learned index.
 	matched      map[string]int
