@@ -152,14 +152,22 @@ func startKVRelay(ctx context.Context, targetPort, pickers int) (*kvRelay, error
 		defer sub.Close()
 		defer pub.Close()
 		// The pickers bind their sides once they run: dial in the
-		// background (the dialer retries); events before every picker is
-		// dialed are dropped, as a PUB socket without subscribers drops
-		// them (a picker that follows sequence numbers replays them).
-		dialed := make(chan error, len(r.eppEndpoints))
-		for _, e := range r.eppEndpoints {
-			go func() { dialed <- pub.Dial(e) }()
-		}
-		waiting := len(r.eppEndpoints)
+		// background (the dialer retries), one after the other (a zmq4
+		// socket's Dial is not safe for concurrent use); events before
+		// every picker is dialed are dropped, as a PUB socket without
+		// subscribers drops them (a picker that follows sequence numbers
+		// replays them).
+		dialed := make(chan error, 1)
+		go func() {
+			for _, e := range r.eppEndpoints {
+				if err := pub.Dial(e); err != nil {
+					dialed <- err
+					return
+				}
+			}
+			dialed <- nil
+		}()
+		waiting := 1
 		for {
 			msg, err := sub.Recv()
 			if err != nil {
