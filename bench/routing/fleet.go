@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/poolpicker/poolpicker/extproc"
 	"github.com/poolpicker/poolpicker/internal/eppclient"
 	"github.com/poolpicker/poolpicker/internal/modelsim"
+	"github.com/poolpicker/poolpicker/kvevents"
 	"github.com/poolpicker/poolpicker/peersync"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
@@ -120,14 +122,18 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 		return nil, err
 	}
 	kvEndpoint := ""
-	if r.external != nil && r.external.kvEvents {
+	if (r.external != nil && r.external.kvEvents) || (r.external == nil && r.kvEvents) {
 		if cfg.sim != simLLMD {
 			for _, ln := range lns {
 				ln.Close()
 			}
 			return nil, fmt.Errorf("router %s reads the servers' KV-cache events: it needs -sim %s", r.name, simLLMD)
 		}
-		if f.kv, err = startKVRelay(ctx, port); err != nil {
+		pickers := replicas
+		if r.external != nil {
+			pickers = 1
+		}
+		if f.kv, err = startKVRelay(ctx, port, pickers); err != nil {
 			for _, ln := range lns {
 				ln.Close()
 			}
@@ -135,13 +141,31 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 		}
 		stops = append(stops, f.kv.stop)
 		kvEndpoint = f.kv.serverEndpoint
+		// Each server's replay socket on its pod's IP, one port for all
+		// as the pickers find it.
+		replay, replayPort, err := listenSamePort(n, cfg.servers)
+		if err != nil {
+			for _, ln := range lns {
+				ln.Close()
+			}
+			return nil, err
+		}
+		for _, ln := range replay {
+			ln.Close()
+		}
+		f.kv.replayPort = replayPort
 	}
 	var pods []datastore.EndpointSource
 	for i, ln := range lns {
 		name := fmt.Sprintf("server-%d", i)
 		var s modelServer
 		if cfg.sim == simLLMD {
-			ls, err := startLLMD(ctx, cfg.llmdBin, cfg, i, ln, name, cfg.seed+uint64(i), kvEndpoint)
+			replayEndpoint := ""
+			if f.kv != nil {
+				ip, _, _ := net.SplitHostPort(ln.Addr().String())
+				replayEndpoint = fmt.Sprintf("tcp://%s:%d", ip, f.kv.replayPort)
+			}
+			ls, err := startLLMD(ctx, cfg.llmdBin, cfg, i, ln, name, cfg.seed+uint64(i), kvEndpoint, replayEndpoint)
 			if err != nil {
 				for _, ln := range lns[i+1:] {
 					ln.Close()
@@ -207,7 +231,13 @@ func startFleet(ctx context.Context, n int, cfg *sweepConfig, r router, replicas
 		if links != nil {
 			link = links[i]
 		}
-		rp, stop, err := startReplica(ctx, n, i, cfg, r.config, r.flowControl, r.admission, port, pods, link)
+		config := r.config
+		if r.kvEvents {
+			if config, err = withKVEvents(config, f.kv.eppEndpoints[i], f.kv.replayPort); err != nil {
+				return nil, err
+			}
+		}
+		rp, stop, err := startReplica(ctx, n, i, cfg, config, r.flowControl, r.admission, port, pods, link)
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +267,12 @@ func startReplica(ctx context.Context, n, r int, cfg *sweepConfig, schedConfig s
 		}
 	}()
 	metrics := prometheus.NewRegistry()
-	so := scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r)), Registry: upstreamRegistry(), Registerer: metrics, SaturationAdmission: admission}
+	// The plugins' goroutines (a precise scorer's KV-event subscriptions)
+	// end with the replica.
+	pctx, pcancel := context.WithCancel(ctx)
+	stops = append(stops, pcancel)
+	so := scheduling.Options{ConfigText: schedConfig, Rand: seeded(cfg.seed + 100 + uint64(r)), Registry: upstreamRegistry(), Registerer: metrics, SaturationAdmission: admission,
+		BaseContext: func() context.Context { return pctx }}
 	if flowControl {
 		so.QueueDepthThreshold = flowQueueDepth
 	}
@@ -426,6 +461,97 @@ func (f *fleet) agreement() (predicted, confirmed, over, observed int64) {
 		observed += a[prefix.MetricPredictions]
 	}
 	return predicted, confirmed, over, observed
+}
+
+// eventAgreement is, summed over the replicas, the predicted and confirmed
+// cached tokens of the precise scorers' event indexes alone (a precise
+// scorer's learned index reports under its name with "-approximate"), and
+// the picks they scored from the learned index for want of tokens.
+func (f *fleet) eventAgreement() (predicted, confirmed, fallbacks int64) {
+	for _, r := range f.replicas {
+		if r.metrics == nil {
+			continue
+		}
+		byPlugin := gatherByPlugin(r.metrics)
+		for plugin, a := range byPlugin {
+			if _, precise := byPlugin[plugin+"-approximate"]; precise {
+				predicted += a[prefix.MetricPredictedTokens]
+				confirmed += a[prefix.MetricConfirmedTokens]
+			}
+		}
+		fallbacks += gatherCounters(r.metrics)[prefix.MetricTokenizeFallbacks]
+	}
+	return predicted, confirmed, fallbacks
+}
+
+// kvEventsSummary is, per replica whose scheduler reads KV events, its
+// event subscriptions' record: messages received, gaps, replays (ok and
+// failed), resyncs and the endpoints unconfirmed at the end ("" when none
+// reads events).
+func (f *fleet) kvEventsSummary() string {
+	var parts []string
+	for i, r := range f.replicas {
+		if r.metrics == nil {
+			continue
+		}
+		mfs, err := r.metrics.Gather()
+		if err != nil {
+			continue
+		}
+		v := map[string]float64{}
+		found := false
+		for _, mf := range mfs {
+			name := mf.GetName()
+			for _, m := range mf.GetMetric() {
+				switch {
+				case name == kvevents.MetricReplays:
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "result" {
+							v[name+"/"+l.GetValue()] += m.GetCounter().GetValue()
+						}
+					}
+				case m.GetCounter() != nil:
+					v[name] += m.GetCounter().GetValue()
+				case m.GetGauge() != nil:
+					v[name] += m.GetGauge().GetValue()
+				}
+				found = found || name == kvevents.MetricLLMDActive
+			}
+		}
+		if !found {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("replica %d: %.0f messages, %.0f gaps, replays %.0f ok %.0f failed, %.0f resyncs, %.0f unconfirmed", i,
+			v[kvevents.MetricLLMDMessages], v[kvevents.MetricGaps], v[kvevents.MetricReplays+"/ok"], v[kvevents.MetricReplays+"/failed"],
+			v[kvevents.MetricResyncs], v[kvevents.MetricUnconfirmed]))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// gatherByPlugin sums each counter of g by its "plugin" label.
+func gatherByPlugin(g prometheus.Gatherer) map[string]map[string]int64 {
+	out := map[string]map[string]int64{}
+	mfs, err := g.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			c := m.GetCounter()
+			if c == nil {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "plugin" {
+					if out[l.GetValue()] == nil {
+						out[l.GetValue()] = map[string]int64{}
+					}
+					out[l.GetValue()][mf.GetName()] += int64(c.GetValue())
+				}
+			}
+		}
+	}
+	return out
 }
 
 // gatherCounters sums each counter of g over its series.

@@ -57,7 +57,7 @@ const llmdHashSeed = "42"
 
 // llmdPreciseArgs is the precise configuration for fleet f.
 func llmdPreciseArgs(c *sweepConfig, f *fleet) []string {
-	return []string{"--config-text", llmdPreciseConfig(modelsim.DefaultModel, "http://"+f.renderAddr, f.kv.eppEndpoint, c.blockTokens)}
+	return []string{"--config-text", llmdPreciseConfig(modelsim.DefaultModel, "http://"+f.renderAddr, f.kv.eppEndpoints[0], c.blockTokens)}
 }
 
 // llmdPreciseConfig is llm-d's precise prefix-cache sample configuration
@@ -99,8 +99,9 @@ schedulingProfiles:
 `, model, renderURL, blockTokens, llmdHashSeed, zmqEndpoint)
 }
 
-// kvRelay carries a fleet's KV-cache events from its servers to the
-// picker. The llm-d simulator names its events' topic
+// kvRelay carries a fleet's KV-cache events from its servers to its
+// pickers (llm-d's EPP, or each poolpicker replica whose config scores
+// from events). The llm-d simulator names its events' topic
 // kv@<POD_IP>:<its own port>@<model>, and the picker finds a server's
 // blocks by its pod's address and the pool's target port; each simulator
 // listens on a port of its own behind the pod's forwarder (llmdServer),
@@ -109,24 +110,31 @@ schedulingProfiles:
 // event changes.
 type kvRelay struct {
 	// serverEndpoint is where the servers publish (the relay's SUB binds
-	// it), eppEndpoint where the picker's SUB binds (the relay dials it).
-	serverEndpoint, eppEndpoint string
-	targetPort                  int
-	cancel                      context.CancelFunc
-	done                        sync.WaitGroup
+	// it), eppEndpoints where each picker's SUB binds (the relay dials
+	// them all).
+	serverEndpoint string
+	eppEndpoints   []string
+	// replayPort is the port of each server's replay (ROUTER) socket, on
+	// its pod's IP.
+	replayPort int
+	targetPort int
+	cancel     context.CancelFunc
+	done       sync.WaitGroup
 }
 
 // startKVRelay binds the servers' side of a relay for a pool on
-// targetPort; the picker's side is dialed in the background, retried
-// until the picker binds it.
-func startKVRelay(ctx context.Context, targetPort int) (*kvRelay, error) {
-	ports, err := freePorts(2)
+// targetPort with pickers pickers; the pickers' sides are dialed in the
+// background, retried until each picker binds its own.
+func startKVRelay(ctx context.Context, targetPort, pickers int) (*kvRelay, error) {
+	ports, err := freePorts(1 + pickers)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	r := &kvRelay{serverEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", ports[0]), eppEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", ports[1]),
-		targetPort: targetPort, cancel: cancel}
+	r := &kvRelay{serverEndpoint: fmt.Sprintf("tcp://127.0.0.1:%d", ports[0]), targetPort: targetPort, cancel: cancel}
+	for _, p := range ports[1:] {
+		r.eppEndpoints = append(r.eppEndpoints, fmt.Sprintf("tcp://127.0.0.1:%d", p))
+	}
 	sub := zmq4.NewSub(ctx)
 	if err := sub.Listen(r.serverEndpoint); err != nil {
 		cancel()
@@ -143,11 +151,23 @@ func startKVRelay(ctx context.Context, targetPort int) (*kvRelay, error) {
 		defer r.done.Done()
 		defer sub.Close()
 		defer pub.Close()
-		// The picker binds its side once it runs: dial in the background
-		// (the dialer retries), events before that are dropped as a PUB
-		// socket without subscribers drops them.
+		// The pickers bind their sides once they run: dial in the
+		// background (the dialer retries), one after the other (a zmq4
+		// socket's Dial is not safe for concurrent use); events before
+		// every picker is dialed are dropped, as a PUB socket without
+		// subscribers drops them (a picker that follows sequence numbers
+		// replays them).
 		dialed := make(chan error, 1)
-		go func() { dialed <- pub.Dial(r.eppEndpoint) }()
+		go func() {
+			for _, e := range r.eppEndpoints {
+				if err := pub.Dial(e); err != nil {
+					dialed <- err
+					return
+				}
+			}
+			dialed <- nil
+		}()
+		waiting := 1
 		for {
 			msg, err := sub.Recv()
 			if err != nil {
@@ -156,16 +176,20 @@ func startKVRelay(ctx context.Context, targetPort int) (*kvRelay, error) {
 			if len(msg.Frames) > 0 {
 				msg.Frames[0] = rewriteTopicPort(msg.Frames[0], r.targetPort)
 			}
-			select {
-			case err := <-dialed:
-				if err != nil {
-					return
+		drain:
+			for waiting > 0 {
+				select {
+				case err := <-dialed:
+					if err != nil {
+						return
+					}
+					waiting--
+				default:
+					break drain
 				}
-				dialed = nil
-			default:
-				if dialed != nil {
-					continue
-				}
+			}
+			if waiting > 0 {
+				continue
 			}
 			if err := pub.Send(msg); err != nil && !errors.Is(err, context.Canceled) {
 				return

@@ -34,43 +34,46 @@ func TestRewriteTopicPort(t *testing.T) {
 	}
 }
 
-// TestKVRelay sends a KV-event batch through a relay over real ZMQ sockets
-// on loopback, as a simulator (a dialing PUB) sends it to a picker (a
-// binding SUB): the topic names the pool's target port, the sequence
-// number and the payload arrive as they were sent.
+// TestKVRelay sends a KV-event batch through a relay of two pickers over
+// real ZMQ sockets on loopback, as a simulator (a dialing PUB) sends it to
+// the pickers (each a binding SUB): each picker gets it, the topic naming
+// the pool's target port, the sequence number and the payload as sent.
 func TestKVRelay(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r, err := startKVRelay(ctx, 8000)
+	r, err := startKVRelay(ctx, 8000, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.stop()
-	picker := zmq4.NewSub(ctx)
-	defer picker.Close()
-	if err := picker.Listen(r.eppEndpoint); err != nil {
-		t.Fatal(err)
-	}
-	if err := picker.SetOption(zmq4.OptionSubscribe, "kv@"); err != nil {
-		t.Fatal(err)
+	got := make(chan zmq4.Msg, 2)
+	for _, e := range r.eppEndpoints {
+		picker := zmq4.NewSub(ctx)
+		defer picker.Close()
+		if err := picker.Listen(e); err != nil {
+			t.Fatal(err)
+		}
+		if err := picker.SetOption(zmq4.OptionSubscribe, "kv@"); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			m, err := picker.Recv()
+			if err == nil {
+				got <- m
+			}
+		}()
 	}
 	server := zmq4.NewPub(ctx)
 	defer server.Close()
 	if err := server.Dial(r.serverEndpoint); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan zmq4.Msg, 1)
-	go func() {
-		m, err := picker.Recv()
-		if err == nil {
-			got <- m
-		}
-	}()
 	// A PUB drops what it sends before the subscriptions reach it, and
-	// nothing signals that they did: send until one arrives.
+	// nothing signals that they did: send until both arrive.
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for {
+	deadline := time.After(30 * time.Second)
+	for received := 0; received < 2; {
 		if err := server.Send(zmq4.NewMsgFrom([]byte("kv@127.0.21.2:41234@sim-model"), []byte{0, 0, 0, 0, 0, 0, 0, 7}, []byte("batch"))); err != nil {
 			t.Fatal(err)
 		}
@@ -79,10 +82,10 @@ func TestKVRelay(t *testing.T) {
 			if len(m.Frames) != 3 || string(m.Frames[0]) != "kv@127.0.21.2:8000@sim-model" || m.Frames[1][7] != 7 || string(m.Frames[2]) != "batch" {
 				t.Fatalf("relayed %q", m.Frames)
 			}
-			return
+			received++
 		case <-tick.C:
-		case <-time.After(30 * time.Second):
-			t.Fatal("nothing relayed within 30s")
+		case <-deadline:
+			t.Fatalf("%d of 2 pickers got a batch within 30s", received)
 		}
 	}
 }
@@ -137,7 +140,7 @@ func TestLLMDEPP(t *testing.T) {
 	c.sim, c.llmdBin, c.requests, c.timeScale, c.parallel = simLLMD, sim, 80, 0.5, false
 	c.routers = []router{llmdRouter, llmdPreciseRouter}
 	c.replicas = []int{1}
-	rs, err := runPoint(context.Background(), &c, 2, 0.3)
+	rs, err := runPoint(context.Background(), &c, 2, 0.3, false)
 	if err != nil {
 		t.Fatal(err)
 	}

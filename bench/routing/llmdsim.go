@@ -106,8 +106,9 @@ func llmdArgs(c *sweepConfig, server, port int, seed uint64) []string {
 
 // startLLMD starts the simulator for the fleet's server number server,
 // listening (through a forwarder) on ln, and returns once it answers. Its
-// KV-cache events go to kvEndpoint ("": nowhere).
-func startLLMD(ctx context.Context, bin string, c *sweepConfig, server int, ln net.Listener, name string, seed uint64, kvEndpoint string) (_ *llmdServer, err error) {
+// KV-cache events go to kvEndpoint ("": nowhere), with a replay socket
+// bound at replayEndpoint ("": none).
+func startLLMD(ctx context.Context, bin string, c *sweepConfig, server int, ln net.Listener, name string, seed uint64, kvEndpoint, replayEndpoint string) (_ *llmdServer, err error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -121,7 +122,10 @@ func startLLMD(ctx context.Context, bin string, c *sweepConfig, server int, ln n
 		// vLLM.
 		kvEndpoint = "tcp://" + net.JoinHostPort(ip, "1")
 	}
-	args = append(args, "--zmq-endpoint", kvEndpoint, "--hash-seed", llmdHashSeed)
+	args = append(args, "--zmq-endpoint", kvEndpoint, "--hash-seed", llmdHashSeed, "--event-batch-size", strconv.Itoa(max(c.kvEventBatch, 1)))
+	if replayEndpoint != "" {
+		args = append(args, "--kv-events-replay-endpoint", replayEndpoint)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "POD_IP="+ip)
 	s := &llmdServer{name: name, cmd: cmd, exited: make(chan struct{}), fwd: ln, target: fmt.Sprintf("127.0.0.1:%d", port),

@@ -68,7 +68,7 @@ func TestLLMDSweep(t *testing.T) {
 	}
 	c := quickSweep()
 	c.sim, c.llmdBin, c.requests, c.timeScale = simLLMD, bin, 100, 1
-	rs, err := runPoint(context.Background(), &c, 12, 0.5)
+	rs, err := runPoint(context.Background(), &c, 12, 0.5, false)
 	if err != nil {
 		t.Fatal(err)
 	}

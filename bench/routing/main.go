@@ -50,7 +50,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/poolpicker/poolpicker/scheduling"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
 func main() { os.Exit(mainCode(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -75,6 +78,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.ordinaryWords, "ordinary-words", c.ordinaryWords, "prompts of ordinary English words, a word a token (as the llm-d simulator's tokenizer counts; about 6 bytes a token), in place of short words sized at 4 bytes a token")
 	fs.IntVar(&c.loraAdapters, "lora-adapters", c.loraAdapters, "LoRA adapters the requests name (a prefix group's requests name one; 0: the base model)")
 	fs.IntVar(&c.maxLoRAs, "max-loras", 2, "LoRA adapters a server holds at once (--max-loras), with -lora-adapters")
+	preciseReplicas := fs.String("precise-replicas", "", "numbers of replicas "+preciseRouterName+" runs with, in place of -replicas (its replicas share no peer sync: each reads the servers' KV-cache events itself)")
 	replicas := fs.String("replicas", "1,2,3", "numbers of poolpicker replicas poolpicker and each -router-config router run with, side by side, comma-separated: each replica has its own scraper, scheduler and prefix index (the baselines run one)")
 	fs.Func("spread", "how streams are spread over the replicas: round-robin (as a gateway's round robin over the picker Service) or random", func(v string) error {
 		switch m := spreadMode(v); m {
@@ -87,6 +91,9 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.sim, "sim", c.sim, "model-server simulator: modelsim (poolpicker's, in this process) or llm-d (the llm-d project's vLLM simulator, a process per server, from -llmd-sim-bin)")
 	fs.StringVar(&c.llmdBin, "llmd-sim-bin", "", "the llm-d-inference-sim binary, built from github.com/llm-d/llm-d-inference-sim (for -sim llm-d)")
 	fs.IntVar(&c.requests, "requests", c.requests, "requests per point and router")
+	fs.IntVar(&c.runs, "runs", c.runs, "runs of each point, every router on the same requests in each (the odd runs take the routers in reverse order); with more than one, the medians are printed after the runs and written to -json and -markdown")
+	fs.IntVar(&c.conversations, "conversations", c.conversations, "multi-turn chat: this many conversations over the -groups system prompts, each turn's prompt the conversation so far and a new question (0: single prompts)")
+	fs.IntVar(&c.kvEventBatch, "kv-event-batch", c.kvEventBatch, "KV-cache events the llm-d simulator sends together (its --event-batch-size; it sends a smaller batch after a second): 1 publishes each at once, as vLLM publishes each engine step's")
 	fs.Float64Var(&c.warmup, "warmup", c.warmup, "leading share of each run's requests left out of the figures")
 	fs.Float64Var(&c.sheddable, "sheddable", c.sheddable, "share of requests whose objective is sheddable (priority -1)")
 	fs.Float64Var(&c.timeScale, "time-scale", c.timeScale, "servers run this many times faster than the simulated costs")
@@ -176,6 +183,21 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "-routers: %v\n", err)
 		return 2
 	}
+	if *preciseReplicas != "" {
+		n, err := parseInts(*preciseReplicas)
+		if err == nil && slices.Max(n) > 16 {
+			err = fmt.Errorf("%d: at most 16", slices.Max(n))
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "-precise-replicas: %v\n", err)
+			return 2
+		}
+		for i := range extra {
+			if extra[i].name == preciseRouterName {
+				extra[i].replicas = n
+			}
+		}
+	}
 	c.routers = append(dropReference(c.routers, stderr), extra...)
 	defer stopControlPlane()
 	if err := c.check(); err != nil {
@@ -211,17 +233,33 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	var all []result
 	for _, g := range c.groups {
 		for _, l := range c.loads {
-			rs, err := runPoint(ctx, &c, g, l)
-			if err != nil {
-				fmt.Fprintln(stderr, err)
-				return 1
-			}
-			printResults(stdout, rs, len(all) == 0)
-			printRatios(stdout, rs, *baseline)
-			if *verbose {
-				for _, r := range rs {
-					fmt.Fprintf(stdout, "  %s: %s\n", r.router, strings.Join(r.servers, "; "))
+			var runs [][]result
+			for run := range c.runs {
+				if c.runs > 1 {
+					fmt.Fprintf(stdout, "G=%d load=%.0f%%: run %d of %d (routers in %s order), load average %s\n", g, l*100, run+1, c.runs, map[bool]string{false: "given", true: "reverse"}[run%2 == 1], loadAverage())
 				}
+				rs, err := runPoint(ctx, &c, g, l, run%2 == 1)
+				if err != nil {
+					fmt.Fprintln(stderr, err)
+					return 1
+				}
+				printResults(stdout, rs, len(all) == 0 && run == 0)
+				printRatios(stdout, rs, *baseline)
+				printBestRatios(stdout, rs)
+				if *verbose {
+					for _, r := range rs {
+						fmt.Fprintf(stdout, "  %s: %s\n", r.router, strings.Join(r.servers, "; "))
+					}
+				}
+				runs = append(runs, rs)
+			}
+			rs := runs[0]
+			if len(runs) > 1 {
+				rs = medians(runs)
+				fmt.Fprintf(stdout, "G=%d load=%.0f%%: medians of %d runs\n", g, l*100, len(runs))
+				printResults(stdout, rs, true)
+				printRatios(stdout, rs, *baseline)
+				printBestRatios(stdout, rs)
 			}
 			all = append(all, rs...)
 		}
@@ -292,6 +330,12 @@ func (c *sweepConfig) check() error {
 	switch {
 	case c.requests < 20:
 		return fmt.Errorf("-requests %d: at least 20", c.requests)
+	case c.runs < 1 || c.runs > 99:
+		return fmt.Errorf("-runs %d: between 1 and 99", c.runs)
+	case c.conversations < 0 || c.conversations > 10000:
+		return fmt.Errorf("-conversations %d: between 0 and 10000", c.conversations)
+	case c.kvEventBatch < 1 || c.kvEventBatch > 1024:
+		return fmt.Errorf("-kv-event-batch %d: between 1 and 1024", c.kvEventBatch)
 	case c.warmup < 0 || c.warmup >= 0.9:
 		return fmt.Errorf("-warmup %v: between 0 and 0.9", c.warmup)
 	case c.sheddable < 0 || c.sheddable > 1:
@@ -416,6 +460,9 @@ func printResults(w io.Writer, rs []result, header bool) {
 		if r.firstFailure != "" {
 			fmt.Fprintf(w, "  %s: first failure: %s\n", r.series(), r.firstFailure)
 		}
+		if r.kvEvents != "" {
+			fmt.Fprintf(w, "  %s: KV events: %s\n", r.series(), r.kvEvents)
+		}
 	}
 }
 
@@ -443,6 +490,95 @@ func printRatios(w io.Writer, rs []result, baseline string) {
 	}
 }
 
+// llmdRouters are the routers that are llm-d's EPP, whose better figure
+// per percentile printBestRatios compares the others with.
+var llmdRouters = []string{llmdRouterName, llmdPreciseRouterName}
+
+// printBestRatios prints, for each router of a point that is not llm-d's,
+// its TTFT percentiles over the lower of llm-d's routers' and its hit rate
+// less the higher of theirs (nothing when no llm-d router ran).
+func printBestRatios(w io.Writer, rs []result) {
+	var best result
+	found := false
+	for _, r := range rs {
+		if !slices.Contains(llmdRouters, r.series()) {
+			continue
+		}
+		if !found {
+			best, found = r, true
+			continue
+		}
+		best.ttft50, best.ttft90, best.ttft99 = min(best.ttft50, r.ttft50), min(best.ttft90, r.ttft90), min(best.ttft99, r.ttft99)
+		best.hitRate = max(best.hitRate, r.hitRate)
+	}
+	if !found {
+		return
+	}
+	for _, r := range rs {
+		if slices.Contains(llmdRouters, r.series()) {
+			continue
+		}
+		fmt.Fprintf(w, "  %s against the better llm-d: TTFT p50 %.2f×, p90 %.2f×, p99 %.2f×; hit rate %+.3f\n", r.series(),
+			r.ttft50.Seconds()/max(best.ttft50.Seconds(), 1e-9), r.ttft90.Seconds()/max(best.ttft90.Seconds(), 1e-9),
+			r.ttft99.Seconds()/max(best.ttft99.Seconds(), 1e-9), r.hitRate-best.hitRate)
+	}
+}
+
+// medians is, per router of a point, the median of each figure over the
+// point's runs (each run's results in the same order of routers); the
+// counts and the index's tokens are summed over the runs.
+func medians(runs [][]result) []result {
+	out := make([]result, len(runs[0]))
+	for j := range out {
+		m := runs[0][j]
+		var d [5][]time.Duration
+		var f [3][]float64
+		m.served, m.shed, m.sheddable, m.failed, m.unfinished = 0, 0, 0, 0, 0
+		m.predicted, m.confirmed, m.overPredicted, m.observed, m.eventPredicted, m.eventConfirmed, m.fallbacks = 0, 0, 0, 0, 0, 0, 0
+		m.wall = 0
+		for _, rs := range runs {
+			r := rs[j]
+			for k, v := range []time.Duration{r.ttft50, r.ttft90, r.ttft99, r.e2e90, r.critTTFT90} {
+				d[k] = append(d[k], v)
+			}
+			for k, v := range []float64{r.hitRate, r.throughput, r.queueSpread} {
+				f[k] = append(f[k], v)
+			}
+			m.served, m.shed, m.sheddable, m.failed, m.unfinished = m.served+r.served, m.shed+r.shed, m.sheddable+r.sheddable, m.failed+r.failed, m.unfinished+r.unfinished
+			m.predicted, m.confirmed, m.overPredicted, m.observed = m.predicted+r.predicted, m.confirmed+r.confirmed, m.overPredicted+r.overPredicted, m.observed+r.observed
+			m.eventPredicted, m.eventConfirmed, m.fallbacks = m.eventPredicted+r.eventPredicted, m.eventConfirmed+r.eventConfirmed, m.fallbacks+r.fallbacks
+			m.wall += r.wall
+		}
+		m.ttft50, m.ttft90, m.ttft99, m.e2e90, m.critTTFT90 = median(d[0]), median(d[1]), median(d[2]), median(d[3]), median(d[4])
+		m.hitRate, m.throughput, m.queueSpread = median(f[0]), median(f[1]), median(f[2])
+		m.waits, m.firstFailure, m.servers, m.kvEvents = "", "", nil, ""
+		out[j] = m
+	}
+	return out
+}
+
+// median is the middle of xs (the mean of the two middle ones for an even
+// count).
+func median[T time.Duration | float64](xs []T) T {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// loadAverage is the machine's load average over the last minute, as
+// uptime prints it ("-" where /proc/loadavg is not).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "-"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
 // confirmedShare is the share of the cached tokens the prefix index
 // predicted that the servers reported cached, with the share of requests
 // it over-predicted ("-" without a prefix index or a report).
@@ -450,7 +586,14 @@ func (r *result) confirmedShare() string {
 	if r.predicted == 0 || r.observed == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f (%.0f%% over)", float64(r.confirmed)/float64(r.predicted), 100*float64(r.overPredicted)/float64(r.observed))
+	s := fmt.Sprintf("%.2f (%.0f%% over)", float64(r.confirmed)/float64(r.predicted), 100*float64(r.overPredicted)/float64(r.observed))
+	if r.eventPredicted > 0 {
+		s += fmt.Sprintf(", events %.3f of %d", float64(r.eventConfirmed)/float64(r.eventPredicted), r.eventPredicted)
+	}
+	if r.fallbacks > 0 {
+		s += fmt.Sprintf(", %d untokenized", r.fallbacks)
+	}
+	return s
 }
 
 func markdownTable(rs []result) string {
@@ -486,20 +629,27 @@ type exportedResult struct {
 	PredictedTokens int64   `json:"index_predicted_tokens"`
 	ConfirmedTokens int64   `json:"index_confirmed_tokens"`
 	QueueSpread     float64 `json:"queue_spread"`
+	// The same for a precise scorer's event index alone, and its picks
+	// scored without the prompt's tokens.
+	EventPredictedTokens int64 `json:"events_predicted_tokens,omitempty"`
+	EventConfirmedTokens int64 `json:"events_confirmed_tokens,omitempty"`
+	TokenizeFallbacks    int64 `json:"tokenize_fallbacks,omitempty"`
 }
 
 func (e exportedResult) result() result {
 	d := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	return result{groups: e.Groups, load: e.Load, rate: e.Rate, router: e.Router, replicas: max(e.Replicas, 1), ttft50: d(e.TTFT50), ttft90: d(e.TTFT90), ttft99: d(e.TTFT99),
 		e2e90: d(e.E2E90), critTTFT90: d(e.CritTTFT90), hitRate: e.HitRate, throughput: e.Throughput, shed: e.Shed, sheddable: e.Sheddable,
-		failed: e.Failed, unfinished: e.Unfinished, predicted: e.PredictedTokens, confirmed: e.ConfirmedTokens, queueSpread: e.QueueSpread}
+		failed: e.Failed, unfinished: e.Unfinished, predicted: e.PredictedTokens, confirmed: e.ConfirmedTokens, queueSpread: e.QueueSpread,
+		eventPredicted: e.EventPredictedTokens, eventConfirmed: e.EventConfirmedTokens, fallbacks: e.TokenizeFallbacks}
 }
 
 func exported(rs []result) []exportedResult {
 	out := make([]exportedResult, len(rs))
 	for i, r := range rs {
 		out[i] = exportedResult{r.groups, r.load, r.rate, r.router, r.replicas, r.ttft50.Seconds(), r.ttft90.Seconds(), r.ttft99.Seconds(), r.e2e90.Seconds(),
-			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed, r.unfinished, r.predicted, r.confirmed, r.queueSpread}
+			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed, r.unfinished, r.predicted, r.confirmed, r.queueSpread,
+			r.eventPredicted, r.eventConfirmed, r.fallbacks}
 	}
 	return out
 }
@@ -516,8 +666,44 @@ func routerFromConfig(v string, peerSync bool) (router, error) {
 	if err != nil {
 		return router{}, err
 	}
-	if _, err := scheduling.LoadConfig(b); err != nil {
+	cfg, err := scheduling.LoadConfig(b)
+	if err != nil {
 		return router{}, err
 	}
-	return router{name: name, config: string(b), peerSync: peerSync}, nil
+	kvEvents := slices.ContainsFunc(cfg.Plugins, func(p scheduling.PluginSpec) bool { return p.Type == prefix.PreciseType })
+	return router{name: name, config: string(b), peerSync: peerSync, kvEvents: kvEvents}, nil
+}
+
+// withKVEvents is config with each precise-prefix-cache-scorer's KV events
+// read as the harness delivers them: bound at endpoint (the servers dial
+// the relay, the relay this replica), each server's replay socket at
+// replayPort of its pod's IP. The rest of the config is left as written.
+func withKVEvents(config, endpoint string, replayPort int) (string, error) {
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(config), &doc); err != nil {
+		return "", err
+	}
+	plugins, _ := doc["plugins"].([]any)
+	for _, p := range plugins {
+		plugin, _ := p.(map[string]any)
+		if plugin == nil || plugin["type"] != prefix.PreciseType {
+			continue
+		}
+		params := child(plugin, "parameters")
+		kv := child(params, "kvEventsConfig")
+		kv["zmqEndpoint"], kv["discoverPods"] = endpoint, false
+		child(kv, "podDiscoveryConfig")["replaySocketPort"] = replayPort
+	}
+	b, err := yaml.Marshal(doc)
+	return string(b), err
+}
+
+// child is m[key] as a map, made when absent.
+func child(m map[string]any, key string) map[string]any {
+	c, _ := m[key].(map[string]any)
+	if c == nil {
+		c = map[string]any{}
+		m[key] = c
+	}
+	return c
 }

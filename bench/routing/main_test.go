@@ -84,6 +84,10 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-kv-blocks", "50"}, "does not fit in 50 KV blocks"},
 		{[]string{"-replicas", "1,0"}, `-replicas: "0" is not a positive number`},
 		{[]string{"-replicas", "17"}, "-replicas 17: at most 16"},
+		{[]string{"-runs", "0"}, "-runs 0: between 1 and 99"},
+		{[]string{"-conversations", "-1"}, "-conversations -1"},
+		{[]string{"-kv-event-batch", "0"}, "-kv-event-batch 0"},
+		{[]string{"-precise-replicas", "2,17"}, "-precise-replicas: 17: at most 16"},
 		{[]string{"-spread", "hash"}, `want round-robin or random, got "hash"`},
 		{[]string{"-prompt-bytes-per-token", "65"}, "-prompt-bytes-per-token 65: between 0 and 64"},
 		{[]string{"-router-config", "balance"}, `want NAME=FILE, got "balance"`},
@@ -239,5 +243,143 @@ func TestRouterFromConfig(t *testing.T) {
 		if r.name != "balance" || r.config != scheduling.DefaultConfigText || r.peerSync != tc.peerSync || r.external != nil || r.flowControl {
 			t.Errorf("%s (peer sync %v): got %+v", tc.value, tc.peerSync, r)
 		}
+	}
+}
+
+// TestConversationWorkload: with -conversations each request is the next
+// turn of one conversation: its prompt is the conversation's last prompt,
+// that turn's answer and a new question, all on one of the G system
+// prompts; the same seed gives the same requests.
+func TestConversationWorkload(t *testing.T) {
+	c := defaultSweep()
+	c.requests, c.conversations, c.ordinaryWords = 200, 16, true
+	a, b := workload(&c, 4, 0.5), workload(&c, 4, 0.5)
+	prompt := func(r request) string {
+		var body struct {
+			Prompt string `json:"prompt"`
+		}
+		if err := json.Unmarshal(r.body, &body); err != nil {
+			t.Fatal(err)
+		}
+		return body.Prompt
+	}
+	systems := map[string]int{}
+	extended := 0
+	for i := range a {
+		if !bytes.Equal(a[i].body, b[i].body) {
+			t.Fatalf("request %d differs between two workloads of one seed", i)
+		}
+		p := prompt(a[i])
+		systems[p[:strings.Index(p, ":")]]++
+		if !strings.HasPrefix(p, fmt.Sprintf("system prompt %d: ", a[i].group)) {
+			t.Fatalf("request %d of group %d starts %.30q", i, a[i].group, p)
+		}
+		// The conversation's previous turn, if any, is a prefix of this one.
+		for j := i - 1; j >= 0; j-- {
+			if q := prompt(a[j]); strings.HasPrefix(p, q) {
+				if !strings.Contains(p[len(q):], " answer: ") {
+					t.Fatalf("request %d extends request %d without its answer", i, j)
+				}
+				extended++
+				break
+			}
+		}
+	}
+	if len(systems) != 4 {
+		t.Fatalf("%d system prompts used, want 4", len(systems))
+	}
+	// Every request but each conversation's first continues one.
+	if extended < len(a)-16 {
+		t.Fatalf("%d of %d requests continue a conversation, want at least %d", extended, len(a), len(a)-16)
+	}
+}
+
+// TestWithKVEvents: the precise scorer of a config is given the relay's
+// endpoint (bound, no pod discovery) and the servers' replay port; the
+// rest of the config is as written, and it still loads.
+func TestWithKVEvents(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join("configs", "precise.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := routerFromConfig(preciseRouterName+"="+filepath.Join("configs", "precise.yaml"), false)
+	if err != nil || !r.kvEvents {
+		t.Fatalf("router of the precise config: %+v, %v; want one reading KV events", r, err)
+	}
+	if r, _ := routerFromConfig("def="+writeTemp(t, scheduling.DefaultConfigText), false); r.kvEvents {
+		t.Fatal("the default profile's router reads KV events")
+	}
+	got, err := withKVEvents(string(text), "tcp://127.0.0.1:7001", 7002)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := scheduling.LoadConfig([]byte(got))
+	if err != nil {
+		t.Fatalf("%v:\n%s", err, got)
+	}
+	orig, _ := scheduling.LoadConfig(text)
+	if len(cfg.Plugins) != len(orig.Plugins) || !reflect.DeepEqual(cfg.SchedulingProfiles, orig.SchedulingProfiles) {
+		t.Fatalf("plugins or profiles changed:\n%s", got)
+	}
+	for _, p := range cfg.Plugins {
+		if p.Type != prefix.PreciseType {
+			continue
+		}
+		var params prefix.PreciseParams
+		if err := json.Unmarshal(p.Parameters, &params); err != nil {
+			t.Fatal(err)
+		}
+		kv := params.KVEventsConfig
+		if kv == nil || kv.ZMQEndpoint != "tcp://127.0.0.1:7001" || kv.DiscoverPods == nil || *kv.DiscoverPods || kv.PodDiscoveryConfig == nil || kv.PodDiscoveryConfig.ReplaySocketPort != 7002 {
+			t.Fatalf("kvEventsConfig %+v", kv)
+		}
+		if params.TokenProcessorConfig == nil || params.TokenProcessorConfig.HashSeed != llmdHashSeed || params.TokenProcessorConfig.BlockSize != 16 {
+			t.Fatalf("tokenProcessorConfig %+v: want the servers' block size and hash seed", params.TokenProcessorConfig)
+		}
+		return
+	}
+	t.Fatalf("no %s in\n%s", prefix.PreciseType, got)
+}
+
+func writeTemp(t *testing.T, text string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestMediansAndBestRatios: a point's figures over three runs are each
+// figure's median, the counts summed; the others are compared with the
+// lower TTFT and the higher hit rate of llm-d's two routers.
+func TestMediansAndBestRatios(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	run := func(p50, p90, p99 int, hit float64, failed int) []result {
+		return []result{
+			{router: "poolpicker", ttft50: ms(p50)[0], ttft90: ms(p90)[0], ttft99: ms(p99)[0], hitRate: hit, failed: failed, predicted: 100, confirmed: 90},
+			{router: llmdRouterName, ttft50: 100 * time.Millisecond, ttft90: 400 * time.Millisecond, ttft99: 900 * time.Millisecond, hitRate: 0.8},
+			{router: llmdPreciseRouterName, ttft50: 200 * time.Millisecond, ttft90: 300 * time.Millisecond, ttft99: 1000 * time.Millisecond, hitRate: 0.9},
+		}
+	}
+	m := medians([][]result{run(50, 600, 900, 0.7, 1), run(200, 300, 700, 0.95, 0), run(100, 330, 800, 0.85, 2)})
+	p := m[0]
+	if p.ttft50 != ms(100)[0] || p.ttft90 != ms(330)[0] || p.ttft99 != ms(800)[0] || p.hitRate != 0.85 || p.failed != 3 || p.predicted != 300 || p.confirmed != 270 {
+		t.Fatalf("medians %+v", p)
+	}
+	if even := median(ms(1, 4, 2, 3)); even != ms(2)[0]+ms(1)[0]/2 {
+		t.Fatalf("median of 1,2,3,4 ms = %v", even)
+	}
+	var out bytes.Buffer
+	printBestRatios(&out, m)
+	want := "poolpicker against the better llm-d: TTFT p50 1.00×, p90 1.10×, p99 0.89×; hit rate -0.050"
+	if !strings.Contains(out.String(), want) || strings.Count(out.String(), "\n") != 1 {
+		t.Fatalf("ratios:\n%s\nwant the one line %q", out.String(), want)
 	}
 }

@@ -36,7 +36,7 @@ func TestQuickSweep(t *testing.T) {
 	c := quickSweep()
 	for _, g := range c.groups {
 		for _, load := range c.loads {
-			rs, err := runPoint(context.Background(), &c, g, load)
+			rs, err := runPoint(context.Background(), &c, g, load, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -25,7 +25,7 @@ func TestReferenceEPP(t *testing.T) {
 	c.requests, c.timeScale = 80, 0.5
 	c.routers = []router{allRouters[0], referenceRouter}
 	c.replicas = []int{1}
-	rs, err := runPoint(context.Background(), &c, 2, 0.3)
+	rs, err := runPoint(context.Background(), &c, 2, 0.3, false)
 	if err != nil {
 		t.Fatal(err)
 	}

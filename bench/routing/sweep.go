@@ -33,6 +33,9 @@ type router struct {
 	// peerSync links the replicas with peer sync (package peersync): each
 	// learns every replica's picks and in-flight counts.
 	peerSync bool
+	// kvEvents: the config scores from the servers' KV-cache events
+	// (precise-prefix-cache-scorer); each replica gets them (-sim llm-d).
+	kvEvents bool
 	// admission is the picker's scheduling.Options.SaturationAdmission.
 	// Empty: the default.
 	admission string
@@ -128,6 +131,15 @@ type sweepConfig struct {
 	// token as the llm-d simulator's tokenizer counts them (about 6 bytes
 	// a token), in place of short words sized by bytes (4 bytes a token).
 	ordinaryWords bool
+	// conversations, when set, makes the workload multi-turn chat: that
+	// many conversations, each on one of the G system prompts, whose
+	// every turn's prompt is the conversation so far and a new question.
+	conversations int
+	// runs is how many times each point runs (its figures the medians);
+	// odd runs take the routers in reverse order.
+	runs int
+	// kvEventBatch is the llm-d simulator's --event-batch-size.
+	kvEventBatch int
 	// loraAdapters is the number of LoRA adapters the requests name
 	// (group g's requests name adapter g mod loraAdapters), maxLoRAs how
 	// many a server holds at once. Zero: the base model.
@@ -170,6 +182,7 @@ func defaultSweep() sweepConfig {
 		requests: 500, warmup: 0.15, sheddable: 0.2, seed: 1,
 		groups: []int{6, 12, 24, 48}, loads: []float64{0.5, 0.8, 1.0, 1.2},
 		routers: allRouters, replicas: []int{1, 2, 3}, spread: spreadRoundRobin, parallel: true, sim: simModelsim,
+		runs: 1, kvEventBatch: 1,
 	}
 }
 
@@ -252,13 +265,27 @@ func workload(c *sweepConfig, groups int, load float64) []request {
 	}
 	rate := load * c.capacity()
 	reqs := make([]request, c.requests)
+	// A conversation's history: its system prompt, then each turn's
+	// question and answer (the answer is the workload's own text: the
+	// simulators' replies are not language).
+	history := make([]string, c.conversations)
+	for i := range history {
+		history[i] = prefixes[i%groups]
+	}
 	var at time.Duration
 	for i := range reqs {
 		at += time.Duration(rnd.ExpFloat64() / rate * float64(time.Second))
 		g := rnd.IntN(groups)
 		suffix := text(rnd, fmt.Sprintf(" question %d: ", i), c.suffixTokens)
-		body := fmt.Sprintf(`{"model":%q,"prompt":"%s%s","max_tokens":%d,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`,
-			c.model(g), prefixes[g], suffix, c.outputTokens)
+		prompt := prefixes[g] + suffix
+		if c.conversations > 0 {
+			conv := rnd.IntN(c.conversations)
+			g = conv % groups
+			prompt = history[conv] + suffix
+			history[conv] = prompt + text(rnd, " answer: ", c.outputTokens)
+		}
+		body := fmt.Sprintf(`{"model":%q,"prompt":"%s","max_tokens":%d,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`,
+			c.model(g), prompt, c.outputTokens)
 		reqs[i] = request{at: at, group: g, sheddable: rnd.Float64() < c.sheddable, body: []byte(body)}
 	}
 	return reqs
@@ -328,11 +355,17 @@ type result struct {
 	// counts the requests it expected more for, of observed.
 	predicted, confirmed    int64
 	overPredicted, observed int64
-	wall                    time.Duration
-	requestsMeasure         int
-	servers                 []string // per-server counters, for -v
+	// eventPredicted and eventConfirmed are the same for the predictions
+	// of a precise scorer's event index alone; fallbacks counts its picks
+	// scored from the learned index for want of the prompt's tokens.
+	eventPredicted, eventConfirmed, fallbacks int64
+	wall                                      time.Duration
+	requestsMeasure                           int
+	servers                                   []string // per-server counters, for -v
 	// waits is where the measured requests waited, by priority (flow.go).
 	waits string
+	// kvEvents is the replicas' KV-event subscriptions' record.
+	kvEvents string
 }
 
 // series names a router run with its number of replicas ("poolpicker",
@@ -348,7 +381,10 @@ func (r *result) series() string {
 // point's workload, each on its own fleet: all at once with c.parallel, so
 // that what the machine does meanwhile falls on them alike (the default),
 // or one after the other.
-func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64) ([]result, error) {
+//
+// With reverse the routers take their turns in the opposite order (the
+// results keep the routers' order).
+func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64, reverse bool) ([]result, error) {
 	reqs := workload(c, groups, load)
 	type run struct {
 		router   router
@@ -367,7 +403,15 @@ func runPoint(ctx context.Context, c *sweepConfig, groups int, load float64) ([]
 	results := make([]result, len(runs))
 	errs := make([]error, len(runs))
 	var wg sync.WaitGroup
-	for i, r := range runs {
+	order := make([]int, len(runs))
+	for i := range order {
+		order[i] = i
+	}
+	if reverse {
+		slices.Reverse(order)
+	}
+	for _, i := range order {
+		r := runs[i]
 		run := func() {
 			results[i], errs[i] = runRouter(ctx, c, i, r.router, r.replicas, reqs)
 			results[i].groups, results[i].load, results[i].rate = groups, load, load*c.capacity()
@@ -442,6 +486,8 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, replicas in
 		res.servers = append(res.servers, s.Name()+": "+s.summary())
 	}
 	res.predicted, res.confirmed, res.overPredicted, res.observed = f.agreement()
+	res.eventPredicted, res.eventConfirmed, res.fallbacks = f.eventAgreement()
+	res.kvEvents = f.kvEventsSummary()
 	first := int(float64(len(reqs)) * c.warmup)
 	res.requestsMeasure = len(reqs) - first
 	windowFrom, windowTo := start.Add(real(reqs[first].at)), start.Add(real(last))

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -121,6 +122,14 @@ type PreciseParams struct {
 	EventsPerSecond float64 `json:"eventsPerSecond"`
 	// MaxPromptBytes is the longest prompt tokenized. Zero: 1 MiB.
 	MaxPromptBytes int `json:"maxPromptBytes"`
+	// AffinityRules scores the events' matches by the learned index's
+	// rules (its Approximate parameters): a holder's cached tokens less
+	// queueCostTokens per request of its extra load, and a prompt no
+	// candidate is worth sending to for its cache by the learned index
+	// (where it last sent the prefix, else the rendezvous choice, which
+	// every replica makes alike). False: the share of the prompt's blocks
+	// held, whatever the load, and by load for a prompt nobody holds.
+	AffinityRules bool `json:"affinityRules"`
 }
 
 // Precise scores an endpoint by the share of the prompt's leading token
@@ -141,8 +150,10 @@ type Precise struct {
 	renderURL string
 	maxPrompt int
 	maxBlocks int
-	agreement agreement
-	fallbacks *prometheus.CounterVec
+	// affinityRules: PreciseParams.AffinityRules.
+	affinityRules bool
+	agreement     agreement
+	fallbacks     *prometheus.CounterVec
 
 	// start starts the subscriptions' manager when the first endpoint
 	// arrives, under the handle's context: a config is also built once to
@@ -208,6 +219,7 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if s.maxPrompt <= 0 {
 		s.maxPrompt = DefaultMaxPromptBytes
 	}
+	s.affinityRules = p.AffinityRules
 	backend, timeout, cacheEntries := defaultTokenizerBackend, time.Duration(0), 0
 	if t := p.Tokenizer; t != nil {
 		if t.Backend != "" {
@@ -352,7 +364,9 @@ func (s *Precise) PromptBytes() int { return max(s.maxPrompt, s.approx.PromptByt
 
 // preciseCycle is the scorer's state for one request.
 type preciseCycle struct {
-	keys []uint64
+	// learned are the learned index's scores (with AffinityRules).
+	learned []float64
+	keys    []uint64
 	// matched are the blocks each candidate (by address) holds according to
 	// its events; absent: scored from the learned index.
 	matched      map[string]int
@@ -367,6 +381,9 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	st, _ := cs.Reuse(s.key).(*preciseCycle)
 	if st == nil {
 		st = &preciseCycle{matched: map[string]int{}}
+	}
+	if s.affinityRules {
+		st.learned = append(st.learned[:0], scores...)
 	}
 	clear(st.matched)
 	st.keys, st.promptTokens = st.keys[:0], 0
@@ -425,7 +442,43 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		st.matched[c[i].Endpoint.Address()] = n
 		scores[i] = float64(n) / total
 	}
+	if s.affinityRules {
+		s.weigh(cs, req, c, eps, st, scores)
+	}
 	return nil
+}
+
+// weigh rescores the candidates the events scored by the learned index's
+// rules (PreciseParams.AffinityRules): their cached tokens against their
+// extra load, and, when no candidate is then worth its cache, the learned
+// index's scores: where it last sent the prompt's prefix, else the
+// rendezvous choice. So an evicted prefix goes back to the server it was
+// on rather than to whichever is least loaded, and the servers keep
+// caching each their own prefixes.
+func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, scores []float64) {
+	a := s.approx
+	bs := float64(s.hasher.BlockSize())
+	if a.params.QueueCostTokens > 0 {
+		a.weighAgainstLoad(nil, c, float64(st.promptTokens), func(i int) (float64, bool) {
+			if eps[i] == nil {
+				return 0, false
+			}
+			n, ok := st.matched[c[i].Endpoint.Address()]
+			if !ok {
+				return 0, false
+			}
+			if n == 0 {
+				// No cache here: nothing to weigh, no score.
+				scores[i] = 0
+				return 0, false
+			}
+			return float64(n) * bs, true
+		}, scores)
+	}
+	if slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {
+		return
+	}
+	copy(scores, st.learned)
 }
 
 // PostPick leaves on the Result what the events predicted on the primary

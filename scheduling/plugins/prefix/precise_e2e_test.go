@@ -103,6 +103,8 @@ type precisePool struct {
 	pool  *datastore.Pool
 	prom  *prometheus.Registry
 	send  func(body []byte)
+	// picked is the endpoint the last send went to.
+	picked string
 }
 
 func newPrecisePool(t testing.TB, ips []string, config string) *precisePool {
@@ -176,6 +178,7 @@ func newPrecisePool(t testing.TB, ips []string, config string) *precisePool {
 		t.Helper()
 		_, err := client.Do(context.Background(), eppclient.Request{Authority: "epp.ns.svc:9002", Body: body, Chunks: 2,
 			Forward: func(ctx context.Context, res *eppclient.Result) (*eppclient.Response, error) {
+				pp.picked = res.Endpoints()[0]
 				resp, err := httpc.Post("http://"+res.Endpoints()[0]+"/v1/completions", "application/json", bytes.NewReader(body))
 				if err != nil {
 					return nil, err
@@ -261,4 +264,124 @@ func completionBody(tag string, blocks int) []byte {
 	b, _ := json.Marshal(map[string]any{"model": "m", "max_tokens": 1,
 		"prompt": strings.Repeat(fmt.Sprintf("%-64s", name), blocks) + " question " + tag})
 	return b
+}
+
+// affinityConfig is preciseConfig with the precise scorer's affinityRules
+// and the learned index's rendezvous parameters (without the cache
+// balance, which the two indexes of the test would see differently).
+const affinityConfig = `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-scorer
+  parameters:
+    tokenProcessorConfig:
+      blockSize: 16
+      hashSeed: "42"
+    kvEventsConfig:
+      podDiscoveryConfig:
+        socketPort: %d
+        replaySocketPort: %d
+    tokenizer:
+      timeout: 1s
+    affinityRules: %s
+    approximate:
+      queueCostTokens: 192
+      rendezvousBlocks: 4
+      rendezvousLoadSlack: 8
+- type: queue-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: precise-prefix-cache-scorer
+    weight: 3
+  - pluginRef: queue-scorer
+    weight: 1
+  - pluginRef: max-score-picker
+`
+
+// TestPreciseAffinityRules: with affinityRules a prompt no server holds
+// goes to the rendezvous choice, the endpoint a replica of the learned
+// index with the same parameters (and no knowledge of the pool) picks for
+// it, so replicas place new prefixes alike; its next request follows it
+// there. Without, the events score every server 0 for it and the choice
+// is the load scorers' tie-break.
+func TestPreciseAffinityRules(t *testing.T) {
+	for _, tc := range []struct {
+		rules string
+		ips   []string
+	}{
+		{"true", []string{"127.0.92.2", "127.0.92.3", "127.0.92.4"}},
+		{"false", []string{"127.0.93.2", "127.0.93.3", "127.0.93.4"}},
+	} {
+		t.Run("affinityRules="+tc.rules, func(t *testing.T) {
+			pp := newPrecisePool(t, tc.ips, strings.Replace(affinityConfig, "affinityRules: %s", "affinityRules: "+tc.rules, 1))
+			pp.followed(t)
+			learned, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+  parameters:
+    rendezvousBlocks: 4
+    rendezvousLoadSlack: 8
+- type: max-score-picker
+`})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The batches published before a subscription connected were
+			// replayed, not received live.
+			received := func(s *modelsim.Server) float64 {
+				return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
+			}
+			missed := make([]float64, len(pp.sims))
+			for i, s := range pp.sims {
+				missed[i] = float64(s.KVEventBatches()) - received(s)
+			}
+			inSync := func() bool {
+				for i, s := range pp.sims {
+					if float64(s.KVEventBatches())-received(s) > missed[i] {
+						return false
+					}
+				}
+				return true
+			}
+			const prefixes = 12
+			agreed := 0
+			for p := range prefixes {
+				body := completionBody(fmt.Sprintf("new prefix %d round 0", p), 40)
+				// The picker reads the prompt as the request's JSON holds it.
+				var req struct {
+					Prompt json.RawMessage `json:"prompt"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					t.Fatal(err)
+				}
+				res, err := learned.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: []byte(req.Prompt)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := res.Endpoints[0].Address
+				res.Commit()
+				pp.send(body)
+				first := pp.picked
+				if first == want {
+					agreed++
+				}
+				// The prefix's next request, once the servers' events of the
+				// first arrived, follows its blocks.
+				poll.Until(t, 10*time.Second, "the servers' events received", inSync)
+				pp.send(completionBody(fmt.Sprintf("new prefix %d round 1", p), 40))
+				if pp.picked != first {
+					t.Errorf("prefix %d: first on %s, then on %s", p, first, pp.picked)
+				}
+			}
+			switch {
+			case tc.rules == "true" && agreed != prefixes:
+				t.Errorf("%d of %d new prefixes went to the rendezvous choice, want all", agreed, prefixes)
+			case tc.rules == "false" && agreed == prefixes:
+				t.Errorf("all %d new prefixes went to the rendezvous choice without affinityRules: the test does not tell the two apart", prefixes)
+			}
+		})
+	}
 }

@@ -431,6 +431,17 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 	// PromptBytes of it), and what each endpoint's cached prefix saves.
 	promptTokens := float64(min(len(req.Prompt), s.PromptBytes())) / float64(s.params.BytesPerToken)
 	blockTokens := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
+	s.weighAgainstLoad(st.index, c, promptTokens, func(i int) (float64, bool) {
+		matched := float64(st.matchedBlocks(&c[i], states))
+		return matched * blockTokens, matched > 0
+	}, scores)
+}
+
+// weighAgainstLoad scores each candidate whose cached tokens cachedTokens
+// reports (ok false: left as it is) by what they save of promptTokens less
+// QueueCostTokens per request of its extra load; x, when not nil, is the
+// index whose recent misses QueueMissCost counts.
+func (s *Scorer) weighAgainstLoad(x *prefixIndex, c []framework.Candidate, promptTokens float64, cachedTokens func(i int) (float64, bool), scores []float64) {
 	// load is each candidate's load, per its share of the mean cache
 	// (LoadPerCacheSize).
 	var sizes []float64
@@ -458,18 +469,18 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 	// Without this, affinity gives way under overload, each miss adds load,
 	// and the pool falls to round-robin's hit rate.
 	perRequest := float64(s.params.QueueCostTokens) / (1 + least/float64(running))
-	if s.params.QueueMissCost {
+	if s.params.QueueMissCost && x != nil {
 		// Not divided like the above: when the pool misses anyway, a miss
 		// here evicts little that would have hit, and every request
 		// queued ahead costs its prefill.
-		perRequest += st.index.recentMissShare() * promptTokens / float64(running)
+		perRequest += x.recentMissShare() * promptTokens / float64(running)
 	}
 	for i := range c {
-		matched := float64(st.matchedBlocks(&c[i], states))
-		if matched == 0 {
+		cached, ok := cachedTokens(i)
+		if !ok {
 			continue
 		}
-		saved := matched*blockTokens - perRequest*(load(i)-least)
+		saved := cached - perRequest*(load(i)-least)
 		scores[i] = saved / promptTokens
 	}
 }
