@@ -6,6 +6,7 @@ package isolation_test
 import (
 	"bytes"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -27,14 +28,25 @@ func (c *scrapeClocks) listen(addr string, ln net.Listener) net.Listener {
 	return &clockedListener{Listener: ln, clocks: c, server: addr}
 }
 
-// ages returns the age of every open connection's last scrape at now.
+// ages returns the age at now of each replica's view of each server: the
+// last scrape of each of the pickerReplicas connections to the server
+// scraped most recently. A replica scrapes a server on one connection at a
+// time; one it left open when it opened another (its pods re-listed after
+// a cut, say) is no longer its view and must not make it look older.
 func (c *scrapeClocks) ages(now time.Time) []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []time.Duration
+	byServer := map[string][]time.Time{}
 	for cc := range c.conns {
 		if !cc.last.IsZero() {
-			out = append(out, now.Sub(cc.last))
+			byServer[cc.server] = append(byServer[cc.server], cc.last)
+		}
+	}
+	var out []time.Duration
+	for _, lasts := range byServer {
+		slices.SortFunc(lasts, func(a, b time.Time) int { return b.Compare(a) })
+		for _, t := range lasts[:min(len(lasts), pickerReplicas)] {
+			out = append(out, now.Sub(t))
 		}
 	}
 	return out
@@ -51,7 +63,7 @@ func (l *clockedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := &clockedConn{Conn: nc, clocks: l.clocks}
+	cc := &clockedConn{Conn: nc, clocks: l.clocks, server: l.server}
 	l.clocks.mu.Lock()
 	l.clocks.conns[cc] = struct{}{}
 	l.clocks.mu.Unlock()
@@ -63,7 +75,9 @@ func (l *clockedListener) Accept() (net.Conn, error) {
 // between requests), so the last bytes of the previous read are kept.
 type clockedConn struct {
 	net.Conn
-	clocks  *scrapeClocks
+	clocks *scrapeClocks
+	// server is the model server's address.
+	server  string
 	tail    []byte // the previous reads' last bytes, fewer than scrapeLine's
 	last    time.Time
 	scrapes int
