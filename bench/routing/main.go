@@ -52,6 +52,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
@@ -677,7 +678,11 @@ func routerFromConfig(v string, peerSync bool) (router, error) {
 // withKVEvents is config with each precise-prefix-cache-scorer's KV events
 // read as the harness delivers them: bound at endpoint (the servers dial
 // the relay, the relay this replica), each server's replay socket at
-// replayPort of its pod's IP. The rest of the config is left as written.
+// replayPort of its pod's IP; and, unless the config names one, the
+// servers' base model (modelsim.DefaultModel) as the model prompts are
+// rendered for (tokenizer.modelName, as llm-d's token producer is given
+// it): the servers' render endpoints refuse a LoRA adapter's name. The
+// rest of the config is left as written.
 func withKVEvents(config, endpoint string, replayPort int) (string, error) {
 	var doc map[string]any
 	if err := yaml.Unmarshal([]byte(config), &doc); err != nil {
@@ -693,6 +698,9 @@ func withKVEvents(config, endpoint string, replayPort int) (string, error) {
 		kv := child(params, "kvEventsConfig")
 		kv["zmqEndpoint"], kv["discoverPods"] = endpoint, false
 		child(kv, "podDiscoveryConfig")["replaySocketPort"] = replayPort
+		if tok := child(params, "tokenizer"); tok["modelName"] == nil {
+			tok["modelName"] = modelsim.DefaultModel
+		}
 	}
 	b, err := yaml.Marshal(doc)
 	return string(b), err

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/poolpicker/poolpicker/internal/eppclient"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
@@ -332,6 +333,9 @@ func TestWithKVEvents(t *testing.T) {
 		kv := params.KVEventsConfig
 		if kv == nil || kv.ZMQEndpoint != "tcp://127.0.0.1:7001" || kv.DiscoverPods == nil || *kv.DiscoverPods || kv.PodDiscoveryConfig == nil || kv.PodDiscoveryConfig.ReplaySocketPort != 7002 {
 			t.Fatalf("kvEventsConfig %+v", kv)
+		}
+		if params.Tokenizer == nil || params.Tokenizer.ModelName != modelsim.DefaultModel {
+			t.Fatalf("tokenizer %+v: want the servers' base model to render for", params.Tokenizer)
 		}
 		if params.TokenProcessorConfig == nil || params.TokenProcessorConfig.HashSeed != llmdHashSeed || params.TokenProcessorConfig.BlockSize != 16 {
 			t.Fatalf("tokenProcessorConfig %+v: want the servers' block size and hash seed", params.TokenProcessorConfig)
