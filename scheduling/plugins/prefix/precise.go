@@ -297,6 +297,12 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if s.events, err = kvevents.NewManager(opts); err != nil {
 		return nil, fmt.Errorf("parameters: kvEventsConfig: %w", err)
 	}
+	if s.approx.peers != nil {
+		// With peer sync, the learned index shares the blocks of its picks
+		// only on endpoints that it scores, not on those whose events every
+		// replica reads (the requests in flight are shared all the same).
+		s.approx.peers = unfollowedPeers{Peers: s.approx.peers, s: s}
+	}
 	s.start = sync.OnceFunc(func() {
 		if err := s.events.Start(h.Context()); err != nil {
 			h.Logger().Error(err, "KV events: endpoints are scored from the learned index")
@@ -591,12 +597,48 @@ func (s *Precise) PoolRemoved(pool framework.Pool) {
 	}
 }
 
-// LearnPeerBlocks implements framework.PeerLearner for the learned index.
-func (s *Precise) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
-	s.approx.LearnPeerBlocks(pool, e, blocks)
+// followed tells whether e's blocks are known from its server's events:
+// its event index is confirmed.
+func (s *Precise) followed(e framework.Endpoint) bool {
+	if s.events == nil {
+		return false
+	}
+	ep := s.events.Endpoint(e.Address())
+	return ep != nil && ep.Confirmed()
 }
 
-// ForgetPeerBlocks implements framework.PeerForgetter for the learned index.
+// unfollowedPeers are the learned index's peers, told of the blocks of
+// endpoints whose events are not followed only: the events tell every
+// replica what a followed endpoint holds, better than the peers' picks.
+type unfollowedPeers struct {
+	framework.Peers
+	s *Precise
+}
+
+func (p unfollowedPeers) ShareBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	if !p.s.followed(e) {
+		p.Peers.ShareBlocks(pool, e, blocks)
+	}
+}
+
+func (p unfollowedPeers) ForgetBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	if !p.s.followed(e) {
+		p.Peers.ForgetBlocks(pool, e, blocks)
+	}
+}
+
+// LearnPeerBlocks implements framework.PeerLearner for the learned index,
+// of an endpoint whose events are not followed.
+func (s *Precise) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	if !s.followed(e) {
+		s.approx.LearnPeerBlocks(pool, e, blocks)
+	}
+}
+
+// ForgetPeerBlocks implements framework.PeerForgetter for the learned
+// index, of an endpoint whose events are not followed.
 func (s *Precise) ForgetPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
-	s.approx.ForgetPeerBlocks(pool, e, blocks)
+	if !s.followed(e) {
+		s.approx.ForgetPeerBlocks(pool, e, blocks)
+	}
 }
