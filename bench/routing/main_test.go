@@ -387,3 +387,28 @@ func TestMediansAndBestRatios(t *testing.T) {
 		t.Fatalf("ratios:\n%s\nwant the one line %q", out.String(), want)
 	}
 }
+
+// TestPrecisePeerSyncRouter: -precise-peer-sync's router is poolpicker-precise's
+// config with peer sync, run with its numbers of replicas above 1.
+func TestPrecisePeerSyncRouter(t *testing.T) {
+	precise, err := routerFromConfig(preciseRouterName+"="+filepath.Join("configs", "precise.yaml"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		own, replicas, want []int
+	}{
+		{own: []int{1, 2, 3}, replicas: []int{1}, want: []int{2, 3}},
+		{replicas: []int{1, 2}, want: []int{2}},
+	} {
+		p := precise
+		p.replicas = tc.own
+		r := precisePeerSync(p, tc.replicas)
+		if r.name != precisePeerSyncRouterName || !r.peerSync || !r.kvEvents || r.config != precise.config || !reflect.DeepEqual(r.replicas, tc.want) {
+			t.Errorf("own %v, -replicas %v: %+v, want peer sync and replicas %v", tc.own, tc.replicas, r, tc.want)
+		}
+		if !reflect.DeepEqual(p.replicas, tc.own) {
+			t.Errorf("the precise router's replicas changed to %v", p.replicas)
+		}
+	}
+}
