@@ -52,7 +52,7 @@ var inertPluginTypes = map[string]string{
 	"inflight-load-producer":              "requests in flight per endpoint are always counted",
 	"approx-prefix-cache-producer":        "the prefix-cache index is kept by prefix-cache-scorer",
 	llmdPreciseProducerType:               "the KV events are followed by the precise-prefix-cache-scorer that a prefix-cache-scorer naming it in prefixMatchInfoProducerName is read as",
-	llmdTokenProducerType:                 "prompts are tokenized by precise-prefix-cache-scorer (its vllm.url is read as the scorer's tokenizer.url)",
+	llmdTokenProducerType:                 "prompts are tokenized by precise-prefix-cache-scorer (its vllm.url and modelName are read as the scorer's tokenizer.url and tokenizer.modelName)",
 	DestinationEndpointServedVerifierType: "the served endpoint is echoed in x-conformance-test-served-endpoint with conformance-test behaviours on",
 }
 
@@ -153,12 +153,13 @@ const (
 // the producer its prefixMatchInfoProducerName names matched) as the one
 // precise-prefix-cache-scorer of the same meaning: that prefix-cache-scorer
 // becomes one, with the producer's parameters, the token producer's
-// vllm.url as its tokenizer.url, and its own other parameters as its
+// vllm.url and modelName as its tokenizer.url and tokenizer.modelName (the
+// base model renders are asked for), and its own other parameters as its
 // learned index's (approximate). The producers are then inert. A
 // prefix-cache-scorer naming the approximate producer keeps its own index.
 func (c *Config) foldPrecise() error {
 	byName := make(map[string]*PluginSpec, len(c.Plugins))
-	renderURL := ""
+	tokenizer := map[string]string{}
 	for i := range c.Plugins {
 		p := &c.Plugins[i]
 		byName[p.nameOr()] = p
@@ -166,15 +167,19 @@ func (c *Config) foldPrecise() error {
 			continue
 		}
 		var tp struct {
-			VLLM *struct {
+			ModelName string `json:"modelName"`
+			VLLM      *struct {
 				URL string `json:"url"`
 			} `json:"vllm"`
 		}
 		if err := json.Unmarshal(p.Parameters, &tp); err != nil {
 			return fmt.Errorf("plugin %q: parameters: %w", p.nameOr(), err)
 		}
-		if tp.VLLM != nil {
-			renderURL = tp.VLLM.URL
+		if tp.VLLM != nil && tp.VLLM.URL != "" {
+			tokenizer["url"] = tp.VLLM.URL
+		}
+		if tp.ModelName != "" {
+			tokenizer["modelName"] = tp.ModelName
 		}
 	}
 	for i := range c.Plugins {
@@ -212,8 +217,8 @@ func (c *Config) foldPrecise() error {
 		if len(params) > 0 {
 			precise["approximate"], _ = json.Marshal(params)
 		}
-		if _, ok := precise["tokenizer"]; !ok && renderURL != "" {
-			precise["tokenizer"], _ = json.Marshal(map[string]string{"url": renderURL})
+		if _, ok := precise["tokenizer"]; !ok && len(tokenizer) > 0 {
+			precise["tokenizer"], _ = json.Marshal(tokenizer)
 		}
 		p.Parameters, _ = json.Marshal(precise)
 		p.Name = p.nameOr()

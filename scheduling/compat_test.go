@@ -81,7 +81,7 @@ func TestUpstreamConfigs(t *testing.T) {
 					t.Fatalf("plugins %+v: want prefix-cache-scorer read as %s", c.Plugins, PrecisePrefixCacheScorerType)
 				}
 				params := string(c.Plugins[i].Parameters)
-				for _, want := range []string{`"hashSeed":"42"`, `"zmqEndpoint":"tcp://127.0.0.1:0"`, `"tokenizer":{"url":"http://10.0.0.1:8000"}`} {
+				for _, want := range []string{`"hashSeed":"42"`, `"zmqEndpoint":"tcp://127.0.0.1:0"`, `"tokenizer":{"modelName":"Qwen/Qwen3-0.6B","url":"http://10.0.0.1:8000"}`} {
 					if !strings.Contains(params, want) {
 						t.Errorf("parameters %s: want %s", params, want)
 					}

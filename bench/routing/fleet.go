@@ -486,8 +486,9 @@ func (f *fleet) eventAgreement() (predicted, confirmed, fallbacks int64) {
 
 // kvEventsSummary is, per replica whose scheduler reads KV events, its
 // event subscriptions' record: messages received, gaps, replays (ok and
-// failed), resyncs and the endpoints unconfirmed at the end ("" when none
-// reads events).
+// failed), resyncs and the endpoints unconfirmed at the end, and with peer
+// sync the block and in-flight records it received from its peers ("" when
+// none reads events).
 func (f *fleet) kvEventsSummary() string {
 	var parts []string
 	for i, r := range f.replicas {
@@ -499,17 +500,18 @@ func (f *fleet) kvEventsSummary() string {
 			continue
 		}
 		v := map[string]float64{}
-		found := false
+		found, peers := false, false
 		for _, mf := range mfs {
 			name := mf.GetName()
 			for _, m := range mf.GetMetric() {
 				switch {
-				case name == kvevents.MetricReplays:
+				case name == kvevents.MetricReplays || name == peersync.MetricReceived:
 					for _, l := range m.GetLabel() {
-						if l.GetName() == "result" {
+						if l.GetName() == "result" || l.GetName() == "kind" {
 							v[name+"/"+l.GetValue()] += m.GetCounter().GetValue()
 						}
 					}
+					peers = peers || name == peersync.MetricReceived
 				case m.GetCounter() != nil:
 					v[name] += m.GetCounter().GetValue()
 				case m.GetGauge() != nil:
@@ -521,9 +523,13 @@ func (f *fleet) kvEventsSummary() string {
 		if !found {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("replica %d: %.0f messages, %.0f gaps, replays %.0f ok %.0f failed, %.0f resyncs, %.0f unconfirmed", i,
+		part := fmt.Sprintf("replica %d: %.0f messages, %.0f gaps, replays %.0f ok %.0f failed, %.0f resyncs, %.0f unconfirmed", i,
 			v[kvevents.MetricLLMDMessages], v[kvevents.MetricGaps], v[kvevents.MetricReplays+"/ok"], v[kvevents.MetricReplays+"/failed"],
-			v[kvevents.MetricResyncs], v[kvevents.MetricUnconfirmed]))
+			v[kvevents.MetricResyncs], v[kvevents.MetricUnconfirmed])
+		if peers {
+			part += fmt.Sprintf(", peer sync received %.0f block and %.0f in-flight records", v[peersync.MetricReceived+"/blocks"], v[peersync.MetricReceived+"/in-flight"])
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, "; ")
 }

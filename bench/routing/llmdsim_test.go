@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -82,5 +83,50 @@ func TestLLMDSweep(t *testing.T) {
 	}
 	if pp, rr := by["poolpicker"], by["round-robin"]; pp.hitRate < rr.hitRate+0.2 {
 		t.Errorf("poolpicker hit rate %.3f, round-robin %.3f", pp.hitRate, rr.hitRate)
+	}
+}
+
+// TestLLMDPreciseLoRA runs poolpicker's precise configuration on the llm-d
+// simulator with LoRA adapters loaded (every request names an adapter),
+// when LLMD_SIM_BIN names its binary: the simulator's render endpoints
+// refuse an adapter's name, so the prompts are rendered for the base model
+// (tokenizer.modelName, which the harness sets as llm-d's token producer
+// is given it) and keyed under the adapter, as the simulator keys the
+// adapter's blocks. Every pick is tokenized (no fallback to the learned
+// index), the event index predicts cached tokens, and the servers confirm
+// at least 0.98 of them: the keys are the events'.
+func TestLLMDPreciseLoRA(t *testing.T) {
+	bin := os.Getenv("LLMD_SIM_BIN")
+	if bin == "" {
+		t.Skip("LLMD_SIM_BIN not set")
+	}
+	precise, err := routerFromConfig(preciseRouterName+"="+filepath.Join("configs", "precise.yaml"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := defaultSweep()
+	c.sim, c.llmdBin, c.requests, c.timeScale, c.parallel = simLLMD, bin, 80, 1, false
+	c.loraAdapters, c.maxLoRAs, c.ordinaryWords = 3, 2, true
+	c.routers, c.replicas = []router{precise}, []int{1}
+	if err := c.check(); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := runPoint(context.Background(), &c, 6, 0.3, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rs[0]
+	if r.failed > 0 || r.served == 0 {
+		t.Fatalf("%d failed, %d served: %s", r.failed, r.served, r.firstFailure)
+	}
+	t.Logf("hit %.3f, events predicted %d confirmed %d, %d untokenized", r.hitRate, r.eventPredicted, r.eventConfirmed, r.fallbacks)
+	if r.fallbacks != 0 {
+		t.Errorf("%d picks scored without the prompt's tokens, want none", r.fallbacks)
+	}
+	if r.eventPredicted == 0 {
+		t.Fatal("the event index predicted no cached tokens: the adapters' keys match none of the events'")
+	}
+	if got := float64(r.eventConfirmed) / float64(r.eventPredicted); got < 0.98 {
+		t.Errorf("servers confirmed %.3f of the event index's predicted tokens, want at least 0.98", got)
 	}
 }

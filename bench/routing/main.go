@@ -52,6 +52,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
@@ -127,6 +128,8 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.Func("precise-config", "add the router poolpicker-precise whose EndpointPickerConfig (precise prefix-cache routing from the servers' KV-cache events) is read from FILE", func(v string) error {
 		return configRouter(false)(preciseRouterName + "=" + v)
 	})
+	preciseSync := fs.Bool("precise-peer-sync", false, "also run "+preciseRouterName+"'s config as "+precisePeerSyncRouterName+
+		": its replicas linked by peer sync, sharing their requests in flight (the precise scorer shares no blocks of an endpoint whose KV events it follows), with the numbers of replicas above 1 of -precise-replicas (or -replicas)")
 	fs.BoolVar(&c.parallel, "parallel", c.parallel, "run a point's routers at once, so the machine's load falls on them alike (false: one after the other)")
 	fairness := bindFlowFlags(fs)
 	verbose := fs.Bool("v", false, "print each server's counters after each run")
@@ -197,6 +200,14 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 				extra[i].replicas = n
 			}
 		}
+	}
+	if *preciseSync {
+		i := slices.IndexFunc(extra, func(r router) bool { return r.name == preciseRouterName })
+		if i < 0 {
+			fmt.Fprintln(stderr, "-precise-peer-sync: no -precise-config")
+			return 2
+		}
+		extra = append(extra, precisePeerSync(extra[i], c.replicas))
 	}
 	c.routers = append(dropReference(c.routers, stderr), extra...)
 	defer stopControlPlane()
@@ -674,10 +685,27 @@ func routerFromConfig(v string, peerSync bool) (router, error) {
 	return router{name: name, config: string(b), peerSync: peerSync, kvEvents: kvEvents}, nil
 }
 
+// precisePeerSync is precise's router with its replicas linked by peer
+// sync, run with the numbers of replicas above 1 of its own (or, when it
+// has none, of replicas).
+func precisePeerSync(precise router, replicas []int) router {
+	r := precise
+	r.name, r.peerSync = precisePeerSyncRouterName, true
+	if r.replicas != nil {
+		replicas = r.replicas
+	}
+	r.replicas = slices.DeleteFunc(slices.Clone(replicas), func(n int) bool { return n < 2 })
+	return r
+}
+
 // withKVEvents is config with each precise-prefix-cache-scorer's KV events
 // read as the harness delivers them: bound at endpoint (the servers dial
 // the relay, the relay this replica), each server's replay socket at
-// replayPort of its pod's IP. The rest of the config is left as written.
+// replayPort of its pod's IP; and, unless the config names one, the
+// servers' base model (modelsim.DefaultModel) as the model prompts are
+// rendered for (tokenizer.modelName, as llm-d's token producer is given
+// it): the servers' render endpoints refuse a LoRA adapter's name. The
+// rest of the config is left as written.
 func withKVEvents(config, endpoint string, replayPort int) (string, error) {
 	var doc map[string]any
 	if err := yaml.Unmarshal([]byte(config), &doc); err != nil {
@@ -693,6 +721,9 @@ func withKVEvents(config, endpoint string, replayPort int) (string, error) {
 		kv := child(params, "kvEventsConfig")
 		kv["zmqEndpoint"], kv["discoverPods"] = endpoint, false
 		child(kv, "podDiscoveryConfig")["replaySocketPort"] = replayPort
+		if tok := child(params, "tokenizer"); tok["modelName"] == nil {
+			tok["modelName"] = modelsim.DefaultModel
+		}
 	}
 	b, err := yaml.Marshal(doc)
 	return string(b), err

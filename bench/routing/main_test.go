@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/poolpicker/poolpicker/internal/eppclient"
+	"github.com/poolpicker/poolpicker/internal/modelsim"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
@@ -333,6 +334,9 @@ func TestWithKVEvents(t *testing.T) {
 		if kv == nil || kv.ZMQEndpoint != "tcp://127.0.0.1:7001" || kv.DiscoverPods == nil || *kv.DiscoverPods || kv.PodDiscoveryConfig == nil || kv.PodDiscoveryConfig.ReplaySocketPort != 7002 {
 			t.Fatalf("kvEventsConfig %+v", kv)
 		}
+		if params.Tokenizer == nil || params.Tokenizer.ModelName != modelsim.DefaultModel {
+			t.Fatalf("tokenizer %+v: want the servers' base model to render for", params.Tokenizer)
+		}
 		if params.TokenProcessorConfig == nil || params.TokenProcessorConfig.HashSeed != llmdHashSeed || params.TokenProcessorConfig.BlockSize != 16 {
 			t.Fatalf("tokenProcessorConfig %+v: want the servers' block size and hash seed", params.TokenProcessorConfig)
 		}
@@ -381,5 +385,30 @@ func TestMediansAndBestRatios(t *testing.T) {
 	want := "poolpicker against the better llm-d: TTFT p50 1.00×, p90 1.10×, p99 0.89×; hit rate -0.050"
 	if !strings.Contains(out.String(), want) || strings.Count(out.String(), "\n") != 1 {
 		t.Fatalf("ratios:\n%s\nwant the one line %q", out.String(), want)
+	}
+}
+
+// TestPrecisePeerSyncRouter: -precise-peer-sync's router is poolpicker-precise's
+// config with peer sync, run with its numbers of replicas above 1.
+func TestPrecisePeerSyncRouter(t *testing.T) {
+	precise, err := routerFromConfig(preciseRouterName+"="+filepath.Join("configs", "precise.yaml"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		own, replicas, want []int
+	}{
+		{own: []int{1, 2, 3}, replicas: []int{1}, want: []int{2, 3}},
+		{replicas: []int{1, 2}, want: []int{2}},
+	} {
+		p := precise
+		p.replicas = tc.own
+		r := precisePeerSync(p, tc.replicas)
+		if r.name != precisePeerSyncRouterName || !r.peerSync || !r.kvEvents || r.config != precise.config || !reflect.DeepEqual(r.replicas, tc.want) {
+			t.Errorf("own %v, -replicas %v: %+v, want peer sync and replicas %v", tc.own, tc.replicas, r, tc.want)
+		}
+		if !reflect.DeepEqual(p.replicas, tc.own) {
+			t.Errorf("the precise router's replicas changed to %v", p.replicas)
+		}
 	}
 }

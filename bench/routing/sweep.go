@@ -119,6 +119,10 @@ var allRouters = []router{
 // configuration of precise prefix-cache routing.
 const preciseRouterName = "poolpicker-precise"
 
+// precisePeerSyncRouterName is the router -precise-peer-sync adds:
+// poolpicker-precise's replicas linked by peer sync.
+const precisePeerSyncRouterName = "poolpicker-precise-peer-sync"
+
 // sweepConfig is the fleet, the workload and the points of a sweep. Every
 // duration is simulated time; the servers spend it divided by timeScale.
 type sweepConfig struct {

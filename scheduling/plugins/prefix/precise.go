@@ -103,6 +103,14 @@ type PreciseParams struct {
 		Backend string `json:"backend"`
 		// URL is the render server. Empty: the candidate endpoint.
 		URL string `json:"url"`
+		// ModelName is the base model whose tokenizer reads the prompts
+		// (llm-d's token-producer modelName): the model named in the
+		// render request and the local tokenizer used, whatever adapter
+		// the request names. A model server renders for its base model
+		// only (vLLM's render endpoints refuse a LoRA adapter's name);
+		// the block keys still take the request's model, as the server
+		// keys an adapter's blocks. Empty: the request's model.
+		ModelName string `json:"modelName"`
 		// Timeout bounds the round trip; past it the pick scores from the
 		// learned index ("50ms"). Empty: 50ms, at most 1s.
 		Timeout string `json:"timeout"`
@@ -148,6 +156,8 @@ type Precise struct {
 	events    *kvevents.Manager
 	tokenizer *tokenize.Renderer
 	renderURL string
+	// baseModel: PreciseParams.Tokenizer.ModelName.
+	baseModel string
 	maxPrompt int
 	maxBlocks int
 	// affinityRules: PreciseParams.AffinityRules.
@@ -225,7 +235,7 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 		if t.Backend != "" {
 			backend = t.Backend
 		}
-		s.renderURL, cacheEntries = t.URL, t.CacheEntries
+		s.renderURL, s.baseModel, cacheEntries = t.URL, t.ModelName, t.CacheEntries
 		if t.Timeout != "" {
 			if timeout, err = time.ParseDuration(t.Timeout); err != nil {
 				return nil, fmt.Errorf("parameters: tokenizer.timeout: %w", err)
@@ -240,8 +250,13 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	case TokenizerEstimate:
 		return s, nil
 	case TokenizerRender, TokenizerLocal:
-		if topts.Local, topts.MinPrefixShare, err = llmdTokenizers(p.IndexerConfig); err != nil {
+		var pool llmdTokenizerPool
+		if pool, err = llmdTokenizers(p.IndexerConfig); err != nil {
 			return nil, fmt.Errorf("parameters: indexerConfig.tokenizersPoolConfig: %w", err)
+		}
+		topts.Local, topts.MinPrefixShare = pool.locals, pool.minPrefixShare
+		if s.baseModel == "" {
+			s.baseModel = pool.modelName
 		}
 		if backend == TokenizerLocal && len(topts.Local) == 0 {
 			return nil, errors.New("parameters: tokenizer.backend local: indexerConfig.tokenizersPoolConfig.local finds no tokenizer")
@@ -282,6 +297,12 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if s.events, err = kvevents.NewManager(opts); err != nil {
 		return nil, fmt.Errorf("parameters: kvEventsConfig: %w", err)
 	}
+	if s.approx.peers != nil {
+		// With peer sync, the learned index shares the blocks of its picks
+		// only on endpoints that it scores, not on those whose events every
+		// replica reads (the requests in flight are shared all the same).
+		s.approx.peers = unfollowedPeers{Peers: s.approx.peers, s: s}
+	}
 	s.start = sync.OnceFunc(func() {
 		if err := s.events.Start(h.Context()); err != nil {
 			h.Logger().Error(err, "KV events: endpoints are scored from the learned index")
@@ -290,17 +311,27 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	return s, nil
 }
 
+// llmdTokenizerPool is what llmdTokenizers reads.
+type llmdTokenizerPool struct {
+	locals         map[string]*tokenize.Local
+	minPrefixShare float64
+	// modelName is the base model (tokenizer.modelName).
+	modelName string
+}
+
 // llmdTokenizers reads llm-d's tokenizersPoolConfig from indexerConfig:
-// its minPrefixOverlapRatio (tokenize.Options.MinPrefixShare) and its local
-// tokenizers (modelTokenizerMap, and those discovered under
+// its modelName, its minPrefixOverlapRatio (tokenize.Options.MinPrefixShare)
+// and its local tokenizers (modelTokenizerMap, and those discovered under
 // autoDiscoveryDir, /mnt/models when the local block names none), loaded
 // here so that a file that cannot be read fails the config.
-func llmdTokenizers(indexerConfig json.RawMessage) (map[string]*tokenize.Local, float64, error) {
+func llmdTokenizers(indexerConfig json.RawMessage) (llmdTokenizerPool, error) {
+	var none llmdTokenizerPool
 	if len(indexerConfig) == 0 {
-		return nil, 0, nil
+		return none, nil
 	}
 	var c struct {
 		TokenizersPoolConfig *struct {
+			ModelName             string  `json:"modelName"`
 			MinPrefixOverlapRatio float64 `json:"minPrefixOverlapRatio"`
 			Local                 *struct {
 				AutoDiscoveryDir               string            `json:"autoDiscoveryDir"`
@@ -310,17 +341,18 @@ func llmdTokenizers(indexerConfig json.RawMessage) (map[string]*tokenize.Local, 
 		} `json:"tokenizersPoolConfig"`
 	}
 	if err := json.Unmarshal(indexerConfig, &c); err != nil {
-		return nil, 0, err
+		return none, err
 	}
 	t := c.TokenizersPoolConfig
 	if t == nil {
-		return nil, 0, nil
+		return none, nil
 	}
 	if t.MinPrefixOverlapRatio < 0 || t.MinPrefixOverlapRatio > 1 {
-		return nil, 0, fmt.Errorf("minPrefixOverlapRatio %v must be between 0 and 1", t.MinPrefixOverlapRatio)
+		return none, fmt.Errorf("minPrefixOverlapRatio %v must be between 0 and 1", t.MinPrefixOverlapRatio)
 	}
+	pool := llmdTokenizerPool{minPrefixShare: t.MinPrefixOverlapRatio, modelName: t.ModelName}
 	if t.Local == nil {
-		return nil, t.MinPrefixOverlapRatio, nil
+		return pool, nil
 	}
 	dir := t.Local.AutoDiscoveryDir
 	if dir == "" {
@@ -328,7 +360,7 @@ func llmdTokenizers(indexerConfig json.RawMessage) (map[string]*tokenize.Local, 
 	}
 	paths, err := tokenize.Discover(dir, t.Local.AutoDiscoveryTokenizerFileName)
 	if err != nil {
-		return nil, 0, err
+		return none, err
 	}
 	for model, path := range t.Local.ModelTokenizerMap {
 		paths[model] = path
@@ -337,11 +369,12 @@ func llmdTokenizers(indexerConfig json.RawMessage) (map[string]*tokenize.Local, 
 	for model, path := range paths {
 		l, err := tokenize.LoadLocal(path)
 		if err != nil {
-			return nil, 0, fmt.Errorf("local tokenizer of %q: %w", model, err)
+			return none, fmt.Errorf("local tokenizer of %q: %w", model, err)
 		}
 		locals[model] = l
 	}
-	return locals, t.MinPrefixOverlapRatio, nil
+	pool.locals = locals
+	return pool, nil
 }
 
 func registerShared(r prometheus.Registerer, c prometheus.Collector) (prometheus.Collector, error) {
@@ -411,7 +444,13 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		s.fallbacks.WithLabelValues(s.name.Name, "too_long").Inc()
 		return nil
 	}
-	res, err := s.tokenizer.Tokens(ctx, render, cs.TargetModel, req.Prompt)
+	// The base model's tokenizer reads the prompt; the keys are the
+	// request's model's (an adapter's blocks are its own).
+	tokenizeAs := cs.TargetModel
+	if s.baseModel != "" {
+		tokenizeAs = s.baseModel
+	}
+	res, err := s.tokenizer.Tokens(ctx, render, tokenizeAs, req.Prompt)
 	tokens := res.IDs
 	if err != nil {
 		reason := "error"
@@ -558,12 +597,48 @@ func (s *Precise) PoolRemoved(pool framework.Pool) {
 	}
 }
 
-// LearnPeerBlocks implements framework.PeerLearner for the learned index.
-func (s *Precise) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
-	s.approx.LearnPeerBlocks(pool, e, blocks)
+// followed tells whether e's blocks are known from its server's events:
+// its event index is confirmed.
+func (s *Precise) followed(e framework.Endpoint) bool {
+	if s.events == nil {
+		return false
+	}
+	ep := s.events.Endpoint(e.Address())
+	return ep != nil && ep.Confirmed()
 }
 
-// ForgetPeerBlocks implements framework.PeerForgetter for the learned index.
+// unfollowedPeers are the learned index's peers, told of the blocks of
+// endpoints whose events are not followed only: the events tell every
+// replica what a followed endpoint holds, better than the peers' picks.
+type unfollowedPeers struct {
+	framework.Peers
+	s *Precise
+}
+
+func (p unfollowedPeers) ShareBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	if !p.s.followed(e) {
+		p.Peers.ShareBlocks(pool, e, blocks)
+	}
+}
+
+func (p unfollowedPeers) ForgetBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	if !p.s.followed(e) {
+		p.Peers.ForgetBlocks(pool, e, blocks)
+	}
+}
+
+// LearnPeerBlocks implements framework.PeerLearner for the learned index,
+// of an endpoint whose events are not followed.
+func (s *Precise) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
+	if !s.followed(e) {
+		s.approx.LearnPeerBlocks(pool, e, blocks)
+	}
+}
+
+// ForgetPeerBlocks implements framework.PeerForgetter for the learned
+// index, of an endpoint whose events are not followed.
 func (s *Precise) ForgetPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
-	s.approx.ForgetPeerBlocks(pool, e, blocks)
+	if !s.followed(e) {
+		s.approx.ForgetPeerBlocks(pool, e, blocks)
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/poolpicker/poolpicker/internal/poll"
 	"github.com/poolpicker/poolpicker/internal/promtest"
 	"github.com/poolpicker/poolpicker/kvevents"
+	"github.com/poolpicker/poolpicker/peersync"
 	"github.com/poolpicker/poolpicker/scheduling"
 	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
@@ -93,10 +94,38 @@ func freeOn(t testing.TB, ips []string) int {
 	return 0
 }
 
+// preciseServers are model servers publishing their KV events over ZMQ,
+// each on its own loopback IP, at the same ports.
+type preciseServers struct {
+	sims                          []*modelsim.Server
+	ips                           []string
+	httpPort, pubPort, replayPort int
+}
+
+func newPreciseServers(t testing.TB, ips []string) *preciseServers {
+	t.Helper()
+	ps := &preciseServers{ips: ips, httpPort: freeOn(t, ips), pubPort: freeOn(t, ips), replayPort: freeOn(t, ips)}
+	for _, ip := range ips {
+		s, err := modelsim.New(modelsim.Options{Addr: net.JoinHostPort(ip, strconv.Itoa(ps.httpPort)), Model: "m",
+			BlockSizeTokens: 16, NumGPUBlocks: 160, MaxNumSeqs: 4, DefaultMaxTokens: 1, PrefillPerToken: -1, DecodePerToken: -1,
+			KVEvents: &modelsim.KVEventsOptions{HashSeed: "42",
+				Endpoint:       fmt.Sprintf("tcp://%s:%d", ip, ps.pubPort),
+				ReplayEndpoint: fmt.Sprintf("tcp://%s:%d", ip, ps.replayPort)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		ps.sims = append(ps.sims, s)
+	}
+	return ps
+}
+
 // precisePool is a picker (the scheduler of config, its ext_proc over
-// gRPC) of a pool of model servers publishing their KV events over ZMQ,
-// each on its own loopback IP: send routes a completion through the picker,
-// forwards it to the endpoint picked and reports the answer back.
+// gRPC) of a pool of preciseServers: send routes a completion through the
+// picker, forwards it to the endpoint picked and reports the answer back.
 type precisePool struct {
 	sims  []*modelsim.Server
 	sched *scheduling.Scheduler
@@ -105,43 +134,44 @@ type precisePool struct {
 	send  func(body []byte)
 	// picked is the endpoint the last send went to.
 	picked string
+	// forwarding, when set, runs after the pick, before the request is
+	// forwarded to the endpoint picked (the request is in flight).
+	forwarding func(endpoint string)
 }
 
 func newPrecisePool(t testing.TB, ips []string, config string) *precisePool {
 	t.Helper()
-	httpPort, pubPort, replayPort := freeOn(t, ips), freeOn(t, ips), freeOn(t, ips)
-	pp := &precisePool{prom: prometheus.NewRegistry()}
-	for _, ip := range ips {
-		s, err := modelsim.New(modelsim.Options{Addr: net.JoinHostPort(ip, strconv.Itoa(httpPort)), Model: "m",
-			BlockSizeTokens: 16, NumGPUBlocks: 160, MaxNumSeqs: 4, DefaultMaxTokens: 1, PrefillPerToken: -1, DecodePerToken: -1,
-			KVEvents: &modelsim.KVEventsOptions{HashSeed: "42",
-				Endpoint:       fmt.Sprintf("tcp://%s:%d", ip, pubPort),
-				ReplayEndpoint: fmt.Sprintf("tcp://%s:%d", ip, replayPort)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Stop)
-		pp.sims = append(pp.sims, s)
-	}
+	return newPrecisePicker(t, newPreciseServers(t, ips), config, nil)
+}
+
+// newPrecisePicker is a picker of servers ps; with peers, the picker
+// shares its picks and in-flight counts with peer replicas over peer sync
+// (peers builds its exchange).
+func newPrecisePicker(t testing.TB, ps *preciseServers, config string, peers func(reg *datastore.Registry, sched **scheduling.Scheduler, prom prometheus.Registerer) *peersync.Exchange) *precisePool {
+	t.Helper()
+	pp := &precisePool{prom: prometheus.NewRegistry(), sims: ps.sims}
 	reg := datastore.NewRegistry()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if strings.Contains(config, "%d") {
-		config = fmt.Sprintf(config, pubPort, replayPort)
+		config = fmt.Sprintf(config, ps.pubPort, ps.replayPort)
 	}
-	sched, err := scheduling.New(nil, scheduling.Options{ConfigText: config, Registerer: pp.prom, BaseContext: func() context.Context { return ctx }})
+	so := scheduling.Options{ConfigText: config, Registerer: pp.prom, BaseContext: func() context.Context { return ctx }}
+	var exchange *peersync.Exchange
+	if peers != nil {
+		exchange = peers(reg, &pp.sched, pp.prom)
+		so.Peers = exchange
+	}
+	sched, err := scheduling.New(nil, so)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pp.sched = sched
 	reg.AddObserver(sched)
 	key := types.NamespacedName{Namespace: "ns", Name: "pool"}
-	pool := reg.Upsert(key, &datastore.PoolSpec{Selector: map[string]string{"app": "m"}, TargetPorts: []int32{int32(httpPort)}, PickerService: "epp", PickerPort: 9002})
+	pool := reg.Upsert(key, &datastore.PoolSpec{Selector: map[string]string{"app": "m"}, TargetPorts: []int32{int32(ps.httpPort)}, PickerService: "epp", PickerPort: 9002})
 	var srcs []datastore.EndpointSource
-	for i, ip := range ips {
+	for i, ip := range ps.ips {
 		srcs = append(srcs, datastore.EndpointSource{Pod: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("pod-%d", i)}, UID: types.UID(fmt.Sprint(i)), IP: ip})
 	}
 	pool.SetPods(srcs)
@@ -150,6 +180,15 @@ func newPrecisePool(t testing.TB, ips []string, config string) *precisePool {
 		e.SetMetrics(&datastore.Metrics{KVCacheUsage: 0.1, ScrapedAt: time.Now().Add(time.Hour)})
 	}
 	pp.pool = pool
+	if exchange != nil {
+		reg.AddLoadObserver(exchange)
+		synced := make(chan struct{})
+		go func() { _ = exchange.Start(ctx); close(synced) }()
+		t.Cleanup(func() {
+			cancel()
+			<-synced
+		})
+	}
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -179,6 +218,9 @@ func newPrecisePool(t testing.TB, ips []string, config string) *precisePool {
 		_, err := client.Do(context.Background(), eppclient.Request{Authority: "epp.ns.svc:9002", Body: body, Chunks: 2,
 			Forward: func(ctx context.Context, res *eppclient.Result) (*eppclient.Response, error) {
 				pp.picked = res.Endpoints()[0]
+				if pp.forwarding != nil {
+					pp.forwarding(pp.picked)
+				}
 				resp, err := httpc.Post("http://"+res.Endpoints()[0]+"/v1/completions", "application/json", bytes.NewReader(body))
 				if err != nil {
 					return nil, err

@@ -25,6 +25,8 @@ func TestNewPreciseParameters(t *testing.T) {
 		{name: "llm-d's simulator dials the picker", params: `{"tokenProcessorConfig":{"blockSizeTokens":16,"hashSeed":"42"},"kvEventsConfig":{"zmqEndpoint":"tcp://127.0.0.1:0","discoverPods":false}}`},
 		{name: "indexer and speculative settings read past", params: `{"indexerConfig":{"kvBlockIndexConfig":{"enableMetrics":true}},"speculativeIndexing":true,"speculativeTTL":"2s","kvEventsConfig":{"engineType":"sglang","concurrency":4}}`},
 		{name: "estimate backend", params: `{"tokenizer":{"backend":"estimate"}}`},
+		{name: "the base model rendered for", params: `{"tokenizer":{"modelName":"Qwen/Qwen3-0.6B","url":"http://127.0.0.1:9"}}`},
+		{name: "the base model, llm-d's tokenizersPoolConfig spelling", params: `{"indexerConfig":{"tokenizersPoolConfig":{"modelName":"Qwen/Qwen3-0.6B"}}}`},
 		{name: "local tokenizers, llm-d's config", params: `{"indexerConfig":{"tokenizersPoolConfig":{"minPrefixOverlapRatio":0.85,"local":{"autoDiscoveryDir":"` + testdata + `","modelTokenizerMap":{"m":"` + testdata + `/sentencepiece/tokenizer.json"}}}},"tokenizer":{"backend":"local"}}`},
 		{name: "local backend without tokenizers", params: `{"indexerConfig":{"tokenizersPoolConfig":{"local":{"autoDiscoveryDir":"` + testdata + `/absent"}}},"tokenizer":{"backend":"local"}}`, wantErr: "finds no tokenizer"},
 		{name: "an unreadable local tokenizer", params: `{"indexerConfig":{"tokenizersPoolConfig":{"local":{"autoDiscoveryDir":"` + testdata + `/absent","modelTokenizerMap":{"m":"` + testdata + `/expected.json"}}}}}`, wantErr: `local tokenizer of "m"`},
