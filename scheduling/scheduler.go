@@ -537,16 +537,18 @@ func (p *pendingCommit) commit(r *Result) {
 	// The views live in the recycled cycle, so they cost the pick no
 	// allocation; only the prediction outlives the commit.
 	cy := p.cy
-	seen := &cy.seen
-	seen.Endpoints = seen.Endpoints[:0]
-	for _, e := range r.Endpoints {
-		seen.Endpoints = append(seen.Endpoints, dsview.Endpoint(e))
+	if len(cy.postPickers) > 0 {
+		seen := &cy.seen
+		seen.Endpoints = seen.Endpoints[:0]
+		for _, e := range r.Endpoints {
+			seen.Endpoints = append(seen.Endpoints, dsview.Endpoint(e))
+		}
+		seen.TargetModel, seen.ModelRewrite, seen.Profile, seen.Priority = cy.TargetModel, cy.req.ModelRewrite, r.Profile, r.Priority
+		for _, pp := range cy.postPickers {
+			pp.PostPick(cy.ctx, &cy.CycleState, cy.req, seen)
+		}
+		r.prediction = seen.Prediction()
 	}
-	seen.TargetModel, seen.ModelRewrite, seen.Profile, seen.Priority = cy.TargetModel, cy.req.ModelRewrite, r.Profile, r.Priority
-	for _, pp := range cy.postPickers {
-		pp.PostPick(cy.ctx, &cy.CycleState, cy.req, seen)
-	}
-	r.prediction = seen.Prediction()
 	if d := &cy.decision; d.pool != nil {
 		p.s.decisionRing(d.pool).record(d.at, cy.req, cy.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked, d.statuses, "")
 	}
