@@ -74,7 +74,10 @@ func (r *Registry) AddLoadObserver(o LoadObserver) {
 // often it is called, so a request's count cannot leak or go negative.
 type Lease struct {
 	pool *Pool
-	e    *Endpoint // nil once released
+	// e is the endpoint counted on, and the last one once released: what
+	// the request's life reads after its end (the server that served it).
+	e        *Endpoint
+	released bool
 }
 
 // Acquire counts a request on e, an endpoint of p, until the lease it
@@ -85,7 +88,8 @@ func (p *Pool) Acquire(e *Endpoint) *Lease {
 	return l
 }
 
-// Endpoint is the endpoint the lease counts on; nil once released.
+// Endpoint is the endpoint the lease counts on, or, once released, the
+// one it counted on last; nil for a nil lease.
 func (l *Lease) Endpoint() *Endpoint {
 	if l == nil {
 		return nil
@@ -96,7 +100,7 @@ func (l *Lease) Endpoint() *Endpoint {
 // Move moves the count to to (the endpoint that served the request when
 // the gateway fell back to another); nothing once released.
 func (l *Lease) Move(to *Endpoint) {
-	if l == nil || l.e == nil || to == nil || to == l.e {
+	if l == nil || l.released || to == nil || to == l.e {
 		return
 	}
 	l.pool.addInFlight(to, 1)
@@ -106,12 +110,11 @@ func (l *Lease) Move(to *Endpoint) {
 
 // Release gives the count back; later calls do nothing.
 func (l *Lease) Release() {
-	if l == nil || l.e == nil {
+	if l == nil || l.released {
 		return
 	}
-	e := l.e
-	l.e = nil
-	l.pool.addInFlight(e, -1)
+	l.released = true
+	l.pool.addInFlight(l.e, -1)
 }
 
 // addInFlight is a lease's change of e's count, told to the observers.
@@ -216,10 +219,16 @@ func (e *Endpoint) AddHeld(priority int, delta int64) {
 // priority is at least priority: those a request of that priority would
 // wait behind there.
 func (e *Endpoint) HeldAtOrAbove(priority int) int64 {
-	s := &e.state.load
-	if s.heldAny.Load() == 0 {
+	// Small enough to inline: the scheduler asks it of every endpoint of
+	// every pick, and flow control mostly holds none.
+	if e.state.load.heldAny.Load() == 0 {
 		return 0
 	}
+	return e.heldAtOrAbove(priority)
+}
+
+func (e *Endpoint) heldAtOrAbove(priority int) int64 {
+	s := &e.state.load
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
 	var n int64

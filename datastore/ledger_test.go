@@ -59,24 +59,28 @@ func (l *loadLog) InFlightChanged(_ *Pool, e *Endpoint) {
 }
 
 // TestLease: a lease counts its request where it is, moves the count whole,
-// gives it back once however often it is released, and every change is
-// heard by the load observers with the count already changed.
+// gives it back once however often it is released, names the endpoint it
+// counted on last after its release, and every change is heard by the load
+// observers with the count already changed.
 func TestLease(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// steps: "move" to b, "move-same" to a, "release".
-		steps   []string
-		wantA   int64
-		wantB   int64
-		wantLog string
+		steps []string
+		wantA int64
+		wantB int64
+		// wantEndpoint is the endpoint Endpoint names after the steps (the
+		// last counted on, once released): "a" or "b".
+		wantEndpoint string
+		wantLog      string
 	}{
-		{name: "acquired", wantA: 1, wantLog: "10.0.0.1:8000=1"},
-		{name: "released", steps: []string{"release"}, wantLog: "10.0.0.1:8000=1 10.0.0.1:8000=0"},
-		{name: "released twice", steps: []string{"release", "release"}, wantLog: "10.0.0.1:8000=1 10.0.0.1:8000=0"},
-		{name: "moved", steps: []string{"move"}, wantB: 1, wantLog: "10.0.0.1:8000=1 10.0.0.2:8000=1 10.0.0.1:8000=0"},
-		{name: "moved where it is", steps: []string{"move-same"}, wantA: 1, wantLog: "10.0.0.1:8000=1"},
-		{name: "moved then released", steps: []string{"move", "release", "release"}, wantLog: "10.0.0.1:8000=1 10.0.0.2:8000=1 10.0.0.1:8000=0 10.0.0.2:8000=0"},
-		{name: "released then moved", steps: []string{"release", "move"}, wantLog: "10.0.0.1:8000=1 10.0.0.1:8000=0"},
+		{name: "acquired", wantA: 1, wantEndpoint: "a", wantLog: "10.0.0.1:8000=1"},
+		{name: "released", steps: []string{"release"}, wantEndpoint: "a", wantLog: "10.0.0.1:8000=1 10.0.0.1:8000=0"},
+		{name: "released twice", steps: []string{"release", "release"}, wantEndpoint: "a", wantLog: "10.0.0.1:8000=1 10.0.0.1:8000=0"},
+		{name: "moved", steps: []string{"move"}, wantB: 1, wantEndpoint: "b", wantLog: "10.0.0.1:8000=1 10.0.0.2:8000=1 10.0.0.1:8000=0"},
+		{name: "moved where it is", steps: []string{"move-same"}, wantA: 1, wantEndpoint: "a", wantLog: "10.0.0.1:8000=1"},
+		{name: "moved then released", steps: []string{"move", "release", "release"}, wantEndpoint: "b", wantLog: "10.0.0.1:8000=1 10.0.0.2:8000=1 10.0.0.1:8000=0 10.0.0.2:8000=0"},
+		{name: "released then moved", steps: []string{"release", "move"}, wantEndpoint: "a", wantLog: "10.0.0.1:8000=1 10.0.0.1:8000=0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := NewRegistry()
@@ -99,6 +103,9 @@ func TestLease(t *testing.T) {
 			}
 			if a.InFlight() != tc.wantA || b.InFlight() != tc.wantB {
 				t.Errorf("in flight a=%d b=%d, want %d %d", a.InFlight(), b.InFlight(), tc.wantA, tc.wantB)
+			}
+			if want := map[string]*Endpoint{"a": a, "b": b}[tc.wantEndpoint]; l.Endpoint() != want {
+				t.Errorf("lease's endpoint %v, want %s", l.Endpoint(), want.Address)
 			}
 			if got := strings.Join(log, " "); got != tc.wantLog {
 				t.Errorf("observers heard %q, want %q", got, tc.wantLog)

@@ -67,8 +67,8 @@ func (st *stream) decide(body []byte, r requestbody.Reader) (bool, error) {
 	res, target := d.Result, d.Target
 	st.setLabels(requested, target)
 	st.s.metrics.attempted(st.labels, res.Endpoints[0])
-	if res.ModelRewrite != "" {
-		st.s.metrics.rewritten(res.ModelRewrite, st.labels)
+	if d.ModelRewrite != "" {
+		st.s.metrics.rewritten(d.ModelRewrite, st.labels)
 	}
 
 	var sb strings.Builder

@@ -34,18 +34,18 @@ import (
 // leastInFlight is a test scheduler that really picks: among the pool's
 // endpoints allowed by the subset hint and candidate IPs, the one with the
 // fewest requests in flight (ties by address), then up to two fallbacks in
-// the same order. It applies the pool's first rewrite target and sheds
-// requests whose objective has a negative priority. It asks for the whole
+// the same order. It counts every pool saturated, so that every request
+// whose objective has a negative priority is shed. It asks for the whole
 // prompt, so the server validates every body in full.
 type leastInFlight struct{}
 
 func (leastInFlight) PromptBytes() int { return math.MaxInt }
 
+func (leastInFlight) AdmissionSaturated(pool *datastore.Pool) (bool, string) {
+	return pool.Endpoints().Len() > 0, "the test scheduler counts every pool saturated"
+}
+
 func (l leastInFlight) ScheduleDeferred(_ context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
-	pol := pool.Policy()
-	if prio, ok := pol.Priority(req.Objective); ok && prio < 0 {
-		return nil, scheduling.NewShedError("objective %s is sheddable and the pool is saturated", req.Objective)
-	}
 	var cands []*datastore.Endpoint
 	for _, e := range pool.Endpoints().Endpoints {
 		if req.Subset != nil && !slices.Contains(req.Subset, e.Address) {
@@ -68,11 +68,7 @@ func (l leastInFlight) ScheduleDeferred(_ context.Context, pool *datastore.Pool,
 		}
 		return strings.Compare(a.Address, b.Address)
 	})
-	target := req.Model
-	if ts := pol.Rewrites[req.Model]; len(ts) > 0 {
-		target = ts[0].Model
-	}
-	return &scheduling.Result{Endpoints: cands[:min(3, len(cands))], TargetModel: target, Profile: "test"}, nil
+	return &scheduling.Result{Endpoints: cands[:min(3, len(cands))], Profile: "test"}, nil
 }
 
 // poolFixture is a registry of pools; pool i lives in namespace ns-(i%5),

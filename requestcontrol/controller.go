@@ -6,6 +6,7 @@ package requestcontrol
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/flowcontrol"
@@ -19,7 +20,14 @@ type Scheduler interface {
 	// reads at most; zero when it reads none. The server hands it no more
 	// and only skims the rest of the body. Asked once, by New.
 	PromptBytes() int
-	// ScheduleDeferred picks the endpoints for req in pool. A
+	// AdmissionSaturated reports whether pool is saturated by the rule
+	// under which sheddable requests are refused, and why, in words for
+	// the refusal; false for a pool without endpoints. Asked before a
+	// sheddable request that flow control did not admit is scheduled; it
+	// must read snapshots only, taking no lock shared between pools.
+	AdmissionSaturated(pool *datastore.Pool) (saturated bool, why string)
+	// ScheduleDeferred picks the endpoints for req in pool, req.TargetModel
+	// already rewritten by the pool's rules. A
 	// *scheduling.Error is answered with its HTTP code. What the scheduler
 	// learns from the pick waits for Result.Commit, which the controller
 	// calls once the answer is sent (Request.Sent), before req (and the
@@ -35,6 +43,10 @@ type Options struct {
 	// releases it by priority band and flow. Nil: no flow control; a
 	// saturated pool sheds sheddable requests only.
 	FlowControl *flowcontrol.Controller
+	// Rand returns uniformly random uint64s for the split of a model
+	// rewrite between its weighted targets; it must be safe for concurrent
+	// use. Nil: math/rand/v2.
+	Rand func() uint64
 }
 
 // Controller runs the life of every request of one ext_proc server.
@@ -51,6 +63,9 @@ type Controller struct {
 func New(sched Scheduler, opts Options) (*Controller, error) {
 	if sched == nil {
 		return nil, errors.New("requestcontrol: a scheduler is required")
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.Uint64
 	}
 	c := &Controller{sched: sched, opts: opts, promptBytes: max(sched.PromptBytes(), 0)}
 	if opts.FlowControl != nil {

@@ -52,7 +52,6 @@ type Request struct {
 	learn    bool                // res is to be committed on Sent
 	ticket   *flowcontrol.Ticket // flow control's hold, told of the pick and the end
 	lease    *datastore.Lease    // the request's in-flight count, from Commit to Finish
-	counted  *datastore.Endpoint // the endpoint it is (or was last) counted on
 	finished bool
 }
 
@@ -86,9 +85,11 @@ type Decision struct {
 	// fallbacks. Nil when the scheduler was not asked, failed or returned no
 	// endpoint.
 	Result *scheduling.Result
-	// Target is the model the request is sent as: the scheduler's
-	// (Result.TargetModel), else the one it was asked for (Model).
-	Target string
+	// Target is the model the request is sent as: Model after the pool's
+	// rewrite rules. ModelRewrite names the InferenceModelRewrite that
+	// chose it; empty when none applied.
+	Target       string
+	ModelRewrite string
 	// Scheduled says the scheduler was asked; ScheduleTime is how long it
 	// took.
 	Scheduled    bool
@@ -105,15 +106,16 @@ type Refusal struct {
 
 func (e *Refusal) Error() string { return e.Reason + ": " + e.Message }
 
-// Pick admits the request (flow control), schedules it and, with
-// per-endpoint queues, admits it to the endpoint it was picked for. The
-// error is a *Refusal, or the context's error when the client went away
-// meanwhile. Whatever it returns, Sent must follow once the answer (the
-// decision or the refusal) is sent.
+// Pick admits the request (flow control, else the shedding of a sheddable
+// request from a saturated pool), applies the pool's model rewrite,
+// schedules it and, with per-endpoint queues, admits it to the endpoint it
+// was picked for. The error is a *Refusal, or the context's error when the
+// client went away meanwhile. Whatever it returns, Sent must follow once
+// the answer (the decision or the refusal) is sent.
 func (r *Request) Pick(ctx context.Context, w Waiter) (d Decision, err error) {
 	sreq := &scheduling.Request{ID: r.ID, Objective: r.Objective, Subset: r.Subset, CandidateIPs: r.CandidateIPs,
 		Scores: r.Scores, Model: r.Model(), Prompt: r.prompt}
-	perEndpoint := false
+	perEndpoint, admitted := false, false
 	if fc := r.c.opts.FlowControl; fc != nil {
 		if err := r.awaitEndpoints(ctx, w); err != nil {
 			return d, err
@@ -125,15 +127,18 @@ func (r *Request) Pick(ctx context.Context, w Waiter) (d Decision, err error) {
 				return d, err
 			}
 		}
-		sreq.Admitted = true
+		// Released against the pool's saturation, as flow control counts
+		// it: not shed again on the scrapes alone, which lag those counts.
+		admitted = true
 	}
+	sreq.TargetModel, sreq.ModelRewrite = rewriteModel(r.Pool.Policy(), sreq.Model, r.c.opts.Rand)
 	start := time.Now()
 	if r.Pool.Endpoints().Len() > 0 {
 		// The first request after an idle spell has the scraper refresh the
 		// pool's servers; this one is picked on what is known meanwhile.
 		r.Pool.NoteRequest(start)
 	}
-	res, err := r.c.sched.ScheduleDeferred(ctx, r.Pool, sreq)
+	res, err := r.schedule(ctx, sreq, admitted)
 	d.Scheduled, d.ScheduleTime = true, time.Since(start)
 	// Learning from the pick waits until the answer is sent (and before a
 	// pooled body that the prompt may alias is reused); a request flow
@@ -154,24 +159,35 @@ func (r *Request) Pick(ctx context.Context, w Waiter) (d Decision, err error) {
 	}
 	d.Result = res
 	if perEndpoint {
-		if err := r.admit(ctx, w, res, affinity(res.TargetModel, sreq.Prompt)); err != nil {
+		if err := r.admit(ctx, w, res, affinity(sreq.TargetModel, sreq.Prompt)); err != nil {
 			r.learn = false
 			return d, err
 		}
 	}
-	d.Target = res.TargetModel
-	if d.Target == "" {
-		d.Target = sreq.Model
-	}
+	d.Target, d.ModelRewrite = sreq.TargetModel, sreq.ModelRewrite
 	return d, nil
+}
+
+// schedule sheds req, when it is sheddable, was not admitted by flow
+// control and the scheduler finds its pool saturated (a 429
+// *scheduling.Error), else asks the scheduler to pick.
+func (r *Request) schedule(ctx context.Context, req *scheduling.Request, admitted bool) (*scheduling.Result, error) {
+	if !admitted {
+		if priority, _ := r.Pool.Policy().Priority(req.Objective); priority < 0 {
+			if saturated, why := r.c.sched.AdmissionSaturated(r.Pool); saturated {
+				return nil, scheduling.NewShedError("pool %s is saturated (%s); request of objective %q (priority %d) is sheddable",
+					r.Pool.Key, why, req.Objective, priority)
+			}
+		}
+	}
+	return r.c.sched.ScheduleDeferred(ctx, r.Pool, req)
 }
 
 // Commit counts the request on its primary endpoint as the decision
 // leaves, and lets flow control's queue go on; Finish takes the count
 // down once.
 func (r *Request) Commit() {
-	r.counted = r.res.Endpoints[0]
-	r.lease = r.Pool.Acquire(r.counted)
+	r.lease = r.Pool.Acquire(r.res.Endpoints[0])
 	r.ticket.Picked()
 }
 
@@ -188,17 +204,17 @@ func (r *Request) Sent() {
 // Served moves the in-flight count to the endpoint at address that
 // actually served the request, when the gateway reports a fallback.
 func (r *Request) Served(address string) {
-	if r.finished || r.counted == nil || address == r.counted.Address {
+	if r.finished || r.lease == nil || address == r.lease.Endpoint().Address {
 		return
 	}
 	if e, ok := r.Pool.Endpoints().Get(address); ok {
 		r.lease.Move(e)
-		r.counted = e
 	}
 }
 
-// Endpoint is the endpoint the request is counted on; nil before Commit.
-func (r *Request) Endpoint() *datastore.Endpoint { return r.counted }
+// Endpoint is the endpoint the request is counted on, or was counted on
+// last once finished; nil before Commit.
+func (r *Request) Endpoint() *datastore.Endpoint { return r.lease.Endpoint() }
 
 // Finished says Finish was called.
 func (r *Request) Finished() bool { return r.finished }
@@ -217,7 +233,7 @@ func (r *Request) Finish() {
 // ObserveCachedTokens tells the scheduler what the model server reported
 // of its cached prompt tokens, after Finish of a completed response.
 func (r *Request) ObserveCachedTokens(cached, prompt int) {
-	if r.counted != nil {
+	if r.lease != nil {
 		r.res.ObserveCachedTokens(cached, prompt)
 	}
 }

@@ -104,10 +104,22 @@ func (r *decisionRing) record(at time.Time, req *Request, targetModel string, pr
 	s.at, s.request, s.targetModel, s.prof, s.picked, s.err = at, req.ID, targetModel, prof, len(picked), err
 	s.statuses = append(s.statuses[:0], statuses...)
 	s.addrs, s.totals, s.scores = s.addrs[:0], s.totals[:0], s.scores[:0]
-	s.taken = slices.Grow(s.taken[:0], len(cands))[:len(cands)]
-	clear(s.taken)
+	// The rest by highest total in one pass, keeping the best few in
+	// order by insertion, without sorting the cycle's buffers. Without
+	// scorers every total is zero: there is no best to show, nor a need
+	// to mark what was picked.
+	room := max(maxRecordedCandidates-len(picked), 0)
+	if len(prof.scorers) == 0 {
+		room = 0
+	}
+	if room > 0 {
+		s.taken = slices.Grow(s.taken[:0], len(cands))[:len(cands)]
+		clear(s.taken)
+	}
 	add := func(i int) {
-		s.taken[i] = true
+		if room > 0 {
+			s.taken[i] = true
+		}
 		s.addrs = append(s.addrs, cands[i].Endpoint.Address())
 		s.totals = append(s.totals, totals[i])
 		for j := range prof.scorers {
@@ -116,13 +128,6 @@ func (r *decisionRing) record(at time.Time, req *Request, targetModel string, pr
 	}
 	for _, i := range picked {
 		add(i)
-	}
-	// The rest by highest total in one pass, keeping the best few in
-	// order by insertion, without sorting the cycle's buffers. Without
-	// scorers every total is zero: there is no best to show.
-	room := max(maxRecordedCandidates-len(picked), 0)
-	if len(prof.scorers) == 0 {
-		room = 0
 	}
 	s.best = s.best[:0]
 	for i := 0; room > 0 && i < len(cands); i++ {

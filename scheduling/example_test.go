@@ -5,7 +5,6 @@ package scheduling_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -27,7 +26,6 @@ func ExampleScheduler_Schedule() {
 	for _, e := range pool.Endpoints().Endpoints {
 		e.SetMetrics(&datastore.Metrics{WaitingRequests: busy[e.Address], ScrapedAt: time.Now()})
 	}
-	pool.SetPolicy(&datastore.Policy{Objectives: map[string]int{"batch": -1}})
 
 	res, err := sched.Schedule(context.Background(), pool, &scheduling.Request{Model: "llama", Prompt: []byte("You are a helpful assistant.")})
 	if err != nil {
@@ -35,16 +33,14 @@ func ExampleScheduler_Schedule() {
 	}
 	fmt.Println(res.Endpoints[0].Address, "then", res.Endpoints[1].Address, "profile", res.Profile)
 
-	// Saturate the pool: sheddable requests are refused with 429.
+	// Saturate the pool: the request's life (package requestcontrol) asks
+	// this before it schedules a sheddable request, and refuses it with 429.
 	for _, e := range pool.Endpoints().Endpoints {
 		e.SetMetrics(&datastore.Metrics{WaitingRequests: 50, ScrapedAt: time.Now()})
 	}
-	_, err = sched.Schedule(context.Background(), pool, &scheduling.Request{Objective: "batch"})
-	var se *scheduling.Error
-	if errors.As(err, &se) {
-		fmt.Println(se.Code, se.Reason)
-	}
+	saturated, why := sched.AdmissionSaturated(pool)
+	fmt.Println(saturated, why)
 	// Output:
 	// 10.0.0.2:8000 then 10.0.0.1:8000 profile default
-	// 429 Shed
+	// true its endpoints' mean load, of 5 waiting requests or 80% KV cache each, is 10.00
 }

@@ -15,12 +15,6 @@ type Result struct {
 	// Endpoints are the primary endpoint then fallbacks, in order; never empty
 	// when the error is nil.
 	Endpoints []*datastore.Endpoint
-	// TargetModel is the model to write into the body: Model after the pool's
-	// rewrite rules, equal to Model when none applied.
-	TargetModel string
-	// ModelRewrite names the InferenceModelRewrite that chose TargetModel;
-	// empty when none applied.
-	ModelRewrite string
 	// Profile names the scheduling profile that ran.
 	Profile string
 	// Priority is the request's priority from its InferenceObjective (0 when

@@ -4,6 +4,7 @@
 package scheduling
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/poolpicker/poolpicker/datastore"
@@ -95,16 +96,47 @@ func (s *Scheduler) saturated(n, atScrape int64, m *datastore.Metrics, now time.
 	return s.saturation().Saturated(waiting, kvCacheUse)
 }
 
-// endpointLoad is c's load relative to the saturation thresholds, for
-// AdmissionPoolAverage: the larger of its waiting requests over
-// QueueDepthThreshold and its KV-cache use over KVCacheUtilThreshold; 1,
-// saturated, when its load is unknown, so a pool without fresh metrics still
-// sheds.
-func (s *Scheduler) endpointLoad(c *framework.Candidate) float64 {
-	if !c.Known() {
-		return 1
+// AdmissionSaturated reports whether pool is saturated by the rule under
+// which sheddable requests are refused (Options.SaturationAdmission) and,
+// when it is, why, in words for the refusal: under AdmissionAllSaturated
+// when every endpoint is saturated or has no fresh metrics; under
+// AdmissionPoolAverage when the endpoints' mean load, each the larger of
+// its waiting requests over QueueDepthThreshold and its KV-cache use over
+// KVCacheUtilThreshold (an endpoint without fresh metrics counting 1, so a
+// pool without them still sheds), is at least 1. Both read the last scrape
+// alone. A pool without endpoints is not: scheduling answers it. It reads
+// snapshots only and takes no lock; the request's life
+// (package requestcontrol) asks it before it schedules a sheddable request.
+func (s *Scheduler) AdmissionSaturated(pool *datastore.Pool) (saturated bool, why string) {
+	eps := pool.Endpoints()
+	n := eps.Len()
+	if n == 0 {
+		return false, ""
 	}
-	return s.saturation().Load(c.Metrics.WaitingRequests(), c.Metrics.KVCacheUsage())
+	sat := s.saturation()
+	now := time.Now()
+	full, load := 0, 0.0
+	for _, e := range eps.Endpoints {
+		m := e.Metrics()
+		if !m.Fresh(now, s.opts.MetricsStaleness) {
+			full++
+			load++
+			continue
+		}
+		if sat.Saturated(m.WaitingRequests, m.KVCacheUsage) {
+			full++
+		}
+		load += sat.Load(m.WaitingRequests, m.KVCacheUsage)
+	}
+	switch {
+	case s.opts.SaturationAdmission == AdmissionPoolAverage && load >= float64(n):
+		return true, fmt.Sprintf("its endpoints' mean load, of %d waiting requests or %.0f%% KV cache each, is %.2f",
+			s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, load/float64(n))
+	case s.opts.SaturationAdmission == AdmissionAllSaturated && full == n:
+		return true, fmt.Sprintf("every endpoint has at least %d waiting requests, KV cache at least %.0f%% used, or no fresh metrics",
+			s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100)
+	}
+	return false, ""
 }
 
 // saturation is the rule every judgement of saturation applies

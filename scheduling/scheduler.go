@@ -83,8 +83,8 @@ type Options struct {
 	// with the pool. Zero: 8; negative: none are kept.
 	DecisionsPerPool int
 
-	// Rand returns uniformly random uint64s for tie-breaks, weighted picks and
-	// rewrite splits; it must be safe for concurrent use. Nil: math/rand/v2.
+	// Rand returns uniformly random uint64s for tie-breaks and weighted
+	// picks; it must be safe for concurrent use. Nil: math/rand/v2.
 	Rand func() uint64
 	// Logger receives the scheduler's logs (keys pool, request). Zero: discard.
 	Logger logr.Logger
@@ -295,12 +295,12 @@ func (s *Scheduler) PromptBytes() int {
 func (s *Scheduler) DefaultProfile() string { return s.built.defaultProfile }
 
 // ScheduleDeferred picks the endpoints for req in pool: the primary, then
-// up to MaxEndpoints-1 fallbacks, in order. It applies the pool's model
-// rewrite (Result.TargetModel), refuses a sheddable request (priority < 0)
-// with a 429 Error when every endpoint is saturated or unknown, and answers
-// a 503 Error when no endpoint is eligible. Endpoints whose load is unknown
-// come after every endpoint whose load is known. It does not touch
-// in-flight counts: the caller adds and removes the request.
+// up to MaxEndpoints-1 fallbacks, in order, or a 503 Error when no
+// endpoint is eligible. Endpoints whose load is unknown come after every
+// endpoint whose load is known. It filters, scores and picks only: the
+// caller has applied the pool's model rewrite (Request.TargetModel) and
+// decided whether to shed the request (AdmissionSaturated), and adds and
+// removes the request's in-flight count.
 //
 // The post-pick step, where plugins learn from the pick (the prefix-cache
 // scorer records the prompt's blocks for the primary endpoint), is left to
@@ -331,13 +331,13 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		}
 	}()
 
-	policy := pool.Policy()
-	cs.TargetModel, cy.modelRewrite = rewriteModel(policy, req.Model, s.opts.Rand)
-	cs.Priority, _ = policy.Priority(req.Objective)
+	cs.TargetModel = req.TargetModel
+	if cs.TargetModel == "" {
+		cs.TargetModel = req.Model
+	}
+	cs.Priority, _ = pool.Policy().Priority(req.Objective)
 
 	now := time.Now()
-	saturated := 0
-	load := 0.0
 	cs.Endpoints = dsview.EndpointSet(eps)
 	for i, e := range eps.Endpoints {
 		m := e.Metrics()
@@ -349,20 +349,6 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		cy.candidates = append(cy.candidates, framework.Candidate{})
 		c := &cy.candidates[len(cy.candidates)-1]
 		c.Endpoint, c.Metrics, c.Index, c.Held = dsview.Endpoint(e), dsview.Metrics(m), i, e.HeldAtOrAbove(cs.Priority)
-		if !c.Known() || cs.Saturated(c) {
-			saturated++
-		}
-		load += s.endpointLoad(c)
-	}
-	if cs.Priority < 0 && !req.Admitted {
-		if s.opts.SaturationAdmission == AdmissionPoolAverage && load >= float64(len(eps.Endpoints)) {
-			return nil, NewShedError("pool %s is saturated (its endpoints' mean load, of %d waiting requests or %.0f%% KV cache each, is %.2f); request of objective %q (priority %d) is sheddable",
-				pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, load/float64(len(eps.Endpoints)), req.Objective, cs.Priority)
-		}
-		if s.opts.SaturationAdmission == AdmissionAllSaturated && saturated == len(eps.Endpoints) {
-			return nil, NewShedError("pool %s is saturated (every endpoint has at least %d waiting requests, KV cache at least %.0f%% used, or no fresh metrics); request of objective %q (priority %d) is sheddable",
-				pool.Key, s.opts.QueueDepthThreshold, s.opts.KVCacheUtilThreshold*100, req.Objective, cs.Priority)
-		}
 	}
 
 	prof := s.profileFor(pool)
@@ -455,7 +441,6 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 		}
 		res.Endpoints = append(res.Endpoints, eps.Endpoints[idx])
 	}
-	res.TargetModel, res.ModelRewrite = cs.TargetModel, cy.modelRewrite
 	res.Profile = prof.name
 	res.Priority = cs.Priority
 	if len(cy.statuses) > 0 {
@@ -483,7 +468,7 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 	}
 	if l := s.opts.Logger.V(4); l.Enabled() {
 		l.Info("scheduled", "pool", pool.Key.String(), "request", req.ID, "profile", prof.name,
-			"endpoint", res.Endpoints[0].Address, "fallbacks", len(res.Endpoints)-1, "targetModel", res.TargetModel)
+			"endpoint", res.Endpoints[0].Address, "fallbacks", len(res.Endpoints)-1, "targetModel", cs.TargetModel)
 	}
 	return res, nil
 }
@@ -492,8 +477,6 @@ func (s *Scheduler) ScheduleDeferred(ctx context.Context, pool *datastore.Pool, 
 // the plugins' CycleState and the scheduler's own buffers.
 type cycle struct {
 	framework.CycleState
-	// modelRewrite names the rewrite that chose TargetModel, if any.
-	modelRewrite string
 
 	candidates []framework.Candidate
 	scores     []float64
@@ -518,7 +501,6 @@ type cycle struct {
 
 func (s *Scheduler) recycle(cy *cycle) {
 	cy.End()
-	cy.modelRewrite = ""
 	cy.decision = pendingDecision{}
 	cy.ctx, cy.req, cy.postPickers = nil, nil, nil
 	clear(cy.candidates[:cap(cy.candidates)])
@@ -555,18 +537,20 @@ func (p *pendingCommit) commit(r *Result) {
 	// The views live in the recycled cycle, so they cost the pick no
 	// allocation; only the prediction outlives the commit.
 	cy := p.cy
-	seen := &cy.seen
-	seen.Endpoints = seen.Endpoints[:0]
-	for _, e := range r.Endpoints {
-		seen.Endpoints = append(seen.Endpoints, dsview.Endpoint(e))
+	if len(cy.postPickers) > 0 {
+		seen := &cy.seen
+		seen.Endpoints = seen.Endpoints[:0]
+		for _, e := range r.Endpoints {
+			seen.Endpoints = append(seen.Endpoints, dsview.Endpoint(e))
+		}
+		seen.TargetModel, seen.ModelRewrite, seen.Profile, seen.Priority = cy.TargetModel, cy.req.ModelRewrite, r.Profile, r.Priority
+		for _, pp := range cy.postPickers {
+			pp.PostPick(cy.ctx, &cy.CycleState, cy.req, seen)
+		}
+		r.prediction = seen.Prediction()
 	}
-	seen.TargetModel, seen.ModelRewrite, seen.Profile, seen.Priority = r.TargetModel, r.ModelRewrite, r.Profile, r.Priority
-	for _, pp := range cy.postPickers {
-		pp.PostPick(cy.ctx, &cy.CycleState, cy.req, seen)
-	}
-	r.prediction = seen.Prediction()
 	if d := &cy.decision; d.pool != nil {
-		p.s.decisionRing(d.pool).record(d.at, cy.req, r.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked, d.statuses, "")
+		p.s.decisionRing(d.pool).record(d.at, cy.req, cy.TargetModel, d.prof, d.cands, d.totals, d.perScorer, d.picked, d.statuses, "")
 	}
 	p.s.recycle(cy)
 	// The Result outlives the commit (it hears the server's cached tokens
@@ -711,45 +695,4 @@ func clamp01(v float64) float64 {
 		return v
 	}
 	return 0 // negative or NaN
-}
-
-// rewriteModel applies the pool's rewrite rule for model (exact match),
-// choosing a target by weight; targets all weighted 0 share equally. It
-// returns the target model and the name of the rewrite that chose it (empty
-// when none applied).
-func rewriteModel(policy *datastore.Policy, model string, rnd func() uint64) (target, rewrite string) {
-	if policy == nil || model == "" {
-		return model, ""
-	}
-	targets := policy.Rewrites[model]
-	if len(targets) == 0 {
-		return model, ""
-	}
-	var total uint64
-	for _, t := range targets {
-		if t.Weight > 0 {
-			total += uint64(t.Weight)
-		}
-	}
-	var chosen *datastore.RewriteTarget
-	if total == 0 {
-		chosen = &targets[rnd()%uint64(len(targets))]
-	} else {
-		x := rnd() % total
-		for i := range targets {
-			t := &targets[i]
-			if t.Weight <= 0 {
-				continue
-			}
-			if x < uint64(t.Weight) {
-				chosen = t
-				break
-			}
-			x -= uint64(t.Weight)
-		}
-	}
-	if chosen == nil || chosen.Model == "" {
-		return model, ""
-	}
-	return chosen.Model, chosen.Rewrite
 }

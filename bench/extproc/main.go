@@ -332,7 +332,10 @@ type firstLeastLoaded struct{}
 // only skims it, as it does past the default scheduler's 16 KiB.
 func (firstLeastLoaded) PromptBytes() int { return 0 }
 
-func (firstLeastLoaded) ScheduleDeferred(_ context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error) {
+// AdmissionSaturated counts no pool saturated: the bench sheds nothing.
+func (firstLeastLoaded) AdmissionSaturated(*datastore.Pool) (bool, string) { return false, "" }
+
+func (firstLeastLoaded) ScheduleDeferred(_ context.Context, pool *datastore.Pool, _ *scheduling.Request) (*scheduling.Result, error) {
 	eps := pool.Endpoints().Endpoints
 	if len(eps) == 0 {
 		return nil, scheduling.NewNoEndpointsError("empty pool")
@@ -343,7 +346,7 @@ func (firstLeastLoaded) ScheduleDeferred(_ context.Context, pool *datastore.Pool
 			best = e
 		}
 	}
-	return &scheduling.Result{Endpoints: []*datastore.Endpoint{best}, TargetModel: req.Model}, nil
+	return &scheduling.Result{Endpoints: []*datastore.Endpoint{best}}, nil
 }
 
 // discardExporter drops the spans it is given.

@@ -16,6 +16,13 @@ type Request struct {
 	// Model is the "model" field of the body as the client sent it; empty for
 	// requests without a body (GET /v1/models), which any endpoint can serve.
 	Model string
+	// TargetModel is the model the request is sent as: Model after the
+	// pool's rewrite rules, which the request's life applies before it is
+	// scheduled (CycleState.TargetModel). Empty: Model.
+	TargetModel string
+	// ModelRewrite names the InferenceModelRewrite that chose TargetModel;
+	// empty when none applied.
+	ModelRewrite string
 	// Objective is the x-gateway-inference-objective header, naming an
 	// InferenceObjective of the pool; empty means priority 0.
 	Objective string
@@ -37,10 +44,6 @@ type Request struct {
 	// Scores asks for Result.Scores (--emit-endpoint-scores); false leaves
 	// it nil, so the pick path allocates nothing for it.
 	Scores bool
-	// Admitted is set when flow control released the request against the
-	// pool's saturation (Scheduler.PoolSaturated): it is not shed again on
-	// the scrapes alone, which lag what flow control counts.
-	Admitted bool
 }
 
 // Result is the scheduler's decision as the post-pick plugins see it
@@ -50,8 +53,8 @@ type Result struct {
 	// Endpoints are the primary endpoint then fallbacks, in order; never
 	// empty.
 	Endpoints []Endpoint
-	// TargetModel is the model written into the body: Request.Model after
-	// the pool's rewrite rules.
+	// TargetModel is the model written into the body: Request.TargetModel,
+	// else Request.Model.
 	TargetModel string
 	// ModelRewrite names the InferenceModelRewrite that chose TargetModel;
 	// empty when none applied.
