@@ -35,6 +35,9 @@ type modelServer struct {
 	srv      *http.Server
 	requests atomic.Int64
 	behave   atomic.Pointer[http.HandlerFunc]
+	// accepted and open count the connections the server accepted and
+	// holds open.
+	accepted, open atomic.Int64
 }
 
 // startModelServers starts n servers on 127.0.0.2, 127.0.0.3, ... sharing one port.
@@ -75,13 +78,24 @@ func listenAll(n int) ([]*modelServer, error) {
 		s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.requests.Add(1)
 			(*s.behave.Load())(w, r)
-		}), ReadHeaderTimeout: 10 * time.Second}
+		}), ReadHeaderTimeout: 10 * time.Second, ConnState: s.track}
 		servers = append(servers, s)
 	}
 	for i, s := range servers {
 		go s.srv.Serve(listeners[i]) //nolint:errcheck // ends with Close
 	}
 	return servers, nil
+}
+
+// track counts the server's connections.
+func (s *modelServer) track(_ net.Conn, state http.ConnState) {
+	switch state {
+	case http.StateNew:
+		s.accepted.Add(1)
+		s.open.Add(1)
+	case http.StateClosed, http.StateHijacked:
+		s.open.Add(-1)
+	}
 }
 
 func (s *modelServer) set(h http.HandlerFunc) { s.behave.Store(&h) }

@@ -5,8 +5,10 @@
 
 // Package testenv starts a real control plane (etcd and kube-apiserver built
 // by `make control-plane`) with poolpicker's CRDs installed, for tests and
-// benchmarks that must talk to a real API server. It is not built for
-// Windows, where controller-runtime's envtest does not build.
+// benchmarks that must talk to a real API server, and what the suites that
+// run the built picker share: its resident memory, its metrics and gRPC
+// connections to it. It is not built for Windows, where
+// controller-runtime's envtest does not build.
 package testenv
 
 import (

@@ -4,10 +4,8 @@
 package isolation_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"net"
@@ -16,16 +14,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -196,7 +190,7 @@ func run(m *testing.M) int {
 	}
 	code := m.Run()
 	httpClient.CloseIdleConnections()
-	closeConns()
+	conns.Close()
 	if err := s.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "isolation: stopping the local stack:", err)
 		code = 1
@@ -316,23 +310,6 @@ func chartMemoryLimit(path string) (int64, error) {
 	return 0, fmt.Errorf("%s: resources.limits.memory %q is not in Mi or Gi", path, m)
 }
 
-// rss is a process's resident set size, from /proc/PID/status.
-func rss(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
-
 // pickerCPU is the CPU time the replicas have used, from
 // /proc/PID/stat (user and system, in the kernel's clock ticks of 10 ms).
 func pickerCPU() time.Duration {
@@ -371,7 +348,7 @@ func peakRSS(done <-chan struct{}) <-chan int64 {
 		for {
 			for _, r := range stack.Replicas() {
 				if pid, err := r.Process.Running(); err == nil {
-					if n, err := rss(pid); err == nil {
+					if n, err := testenv.RSS(pid); err == nil {
 						peak = max(peak, n)
 					}
 				}
@@ -393,64 +370,23 @@ func metricSum(t *testing.T, name string, match map[string]string) float64 {
 	t.Helper()
 	var sum float64
 	for _, r := range stack.Replicas() {
-		resp, err := httpClient.Get("http://" + r.MetricsAddr + "/metrics")
+		n, err := testenv.MetricSum(httpClient, "http://"+r.MetricsAddr+"/metrics", name, match)
 		if err != nil {
 			t.Fatalf("replica %s: %v", r.Pod, err)
 		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := parser.TextToMetricFamilies(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatalf("parse picker metrics: %v", err)
-		}
-	series:
-		for _, m := range fams[name].GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			for k, v := range match {
-				if labels[k] != v {
-					continue series
-				}
-			}
-			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		}
+		sum += n
 	}
 	return sum
 }
 
-// conns keeps one gRPC connection per replica and :authority, as a gateway
-// keeps one per picker Service endpoint.
-var conns = struct {
-	sync.Mutex
-	m map[string]*grpc.ClientConn
-}{m: map[string]*grpc.ClientConn{}}
+// conns keeps one gRPC connection per replica and :authority.
+var conns = testenv.PickerConns{MaxMsgBytes: 16 << 20}
 
 func conn(t *testing.T, replicaIP, authority string) *grpc.ClientConn {
 	t.Helper()
-	conns.Lock()
-	defer conns.Unlock()
-	key := replicaIP + "/" + authority
-	if c, ok := conns.m[key]; ok {
-		return c
-	}
-	c, err := grpc.NewClient(net.JoinHostPort(replicaIP, strconv.Itoa(grpcPort)),
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})), // the picker's certificate is self-signed, as gateways accept
-		grpc.WithAuthority(authority),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
+	c, err := conns.Get(net.JoinHostPort(replicaIP, strconv.Itoa(grpcPort)), authority)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conns.m[key] = c
 	return c
-}
-
-func closeConns() {
-	conns.Lock()
-	defer conns.Unlock()
-	for k, c := range conns.m {
-		c.Close()
-		delete(conns.m, k)
-	}
 }

@@ -4,17 +4,14 @@
 package robustness_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,7 +26,6 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -117,11 +113,7 @@ func run(m *testing.M) int {
 	metricsAddr = fmt.Sprintf("127.0.0.1:%d", ports[2])
 	code := m.Run()
 	httpClient.CloseIdleConnections()
-	conns.Lock()
-	for _, c := range conns.m {
-		c.Close()
-	}
-	conns.Unlock()
+	conns.Close()
 	if err := s.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "robustness: stopping the local stack:", err)
 		code = 1
@@ -202,23 +194,11 @@ func rss(t *testing.T) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	n, err := testenv.RSS(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS in /proc status")
-	return 0
+	return n
 }
 
 func logTail() string {
@@ -233,60 +213,22 @@ func logTail() string {
 // match.
 func metric(t *testing.T, name string, match map[string]string) float64 {
 	t.Helper()
-	resp, err := httpClient.Get("http://" + metricsAddr + "/metrics")
+	n, err := testenv.MetricSum(httpClient, "http://"+metricsAddr+"/metrics", name, match)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse picker metrics: %v", err)
-	}
-	var sum float64
-series:
-	for _, m := range fams[name].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		for k, v := range match {
-			if labels[k] != v {
-				continue series
-			}
-		}
-		switch {
-		case m.Gauge != nil:
-			sum += m.GetGauge().GetValue()
-		case m.Counter != nil:
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return n
 }
 
-// conns keeps one connection per :authority (grpc-go takes no per-call
-// authority over TLS), as a gateway keeps one per picker Service.
-var conns = struct {
-	sync.Mutex
-	m map[string]*grpc.ClientConn
-}{m: map[string]*grpc.ClientConn{}}
+// conns keeps one connection per :authority.
+var conns = testenv.PickerConns{MaxMsgBytes: 64 << 20}
 
 func conn(t *testing.T, authority string) *grpc.ClientConn {
 	t.Helper()
-	conns.Lock()
-	defer conns.Unlock()
-	if c, ok := conns.m[authority]; ok {
-		return c
-	}
-	c, err := grpc.NewClient(grpcAddr,
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})), // the picker's certificate is self-signed, as gateways accept
-		grpc.WithAuthority(authority),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	c, err := conns.Get(grpcAddr, authority)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conns.m[authority] = c
 	return c
 }
 
