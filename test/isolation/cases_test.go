@@ -27,8 +27,10 @@ import (
 
 // hostileServers runs two hostile model servers in tenant A's pool: Ready
 // pods of A's Deployment's labels whose IPs answer /metrics with serve.
-func hostileServers(serve func(ctx context.Context, c net.Conn)) func(t *testing.T) (func(), <-chan struct{}) {
+func hostileServers(serve func(ctx context.Context, c net.Conn)) action {
 	return func(t *testing.T) (func(), <-chan struct{}) {
+		aPool := map[string]string{"namespace": poolA.ns, "name": poolA.name}
+		errorsBefore := metricSum(t, "inference_pool_metrics_scrape_errors_total", aPool)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		var stops []func()
@@ -81,7 +83,7 @@ func hostileServers(serve func(ctx context.Context, c net.Conn)) func(t *testing
 		}
 		// The hostile servers are in effect once the picker has scraped them.
 		poll.Until(t, time.Minute, "the hostile servers scraped", func() bool {
-			return metricSum(t, "inference_pool_metrics_scrape_errors_total", map[string]string{"namespace": poolA.ns, "name": poolA.name}) > 0
+			return metricSum(t, "inference_pool_metrics_scrape_errors_total", aPool) > errorsBefore
 		})
 		settled := make(chan struct{})
 		go func() {
@@ -363,9 +365,11 @@ spec:
 	} else if err := stack.Scale(ctx, deploy, 2); err != nil {
 		t.Fatal(err)
 	}
+	// In the full mode each window with or without the inflated caches
+	// sends these, two per window pair.
 	prompts := 300
 	if *full {
-		prompts = 3000
+		prompts = 1000
 	}
 	sent := make(chan struct{})
 	var mu sync.Mutex
@@ -406,8 +410,14 @@ spec:
 	}, sent
 }
 
+// bLateNames counts the windows of manyModelNames: each gives tenant B a
+// name it has not used before (its servers serve lateAdapters of them).
+var bLateNames int
+
+const lateAdapters = 10
+
 // manyModelNames: tenant A sends requests naming each of its 100 adapters,
-// more names than --max-model-labels (64), then tenant B's requests name a
+// more names than --max-model-labels, then tenant B's requests name a
 // model B has not used before.
 func manyModelNames(t *testing.T) (func(), <-chan struct{}) {
 	ctx := context.Background()
@@ -416,7 +426,8 @@ func manyModelNames(t *testing.T) (func(), <-chan struct{}) {
 			t.Fatalf("tenant A's adapter %d: %v", i, o)
 		}
 	}
-	bModel.Store("tenant-b/late")
+	bModel.Store(fmt.Sprintf("tenant-b/late-%d", bLateNames%lateAdapters))
+	bLateNames++
 	return func() { bModel.Store(poolB.model) }, nil
 }
 
@@ -442,7 +453,7 @@ func largePendingPods(t *testing.T) (func(), <-chan struct{}) {
 	ctx := context.Background()
 	n := 150
 	if *full {
-		n = 400
+		n = 200 // in each window with the pods
 	}
 	done := make(chan struct{})
 	close(done)

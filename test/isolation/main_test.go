@@ -40,7 +40,7 @@ import (
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
-var full = flag.Bool("isolation.full", false, "run the isolation suite's full mode: longer windows, and tenant B's pick and metric-age p99 held to 1.2x of the baseline and reported in a table")
+var full = flag.Bool("isolation.full", false, "run the isolation suite's full mode: each case as pairs of windows with and without tenant A's misbehaviour, tenant B's pick and metric-age p99 held to 1.2x of the paired reference and reported in a table")
 
 // The picker's limits in this suite: small enough that tenant A reaches
 // each of them with a few hundred streams, deadlines long enough that A's

@@ -82,31 +82,17 @@ func ipReused(t *testing.T) (func(), <-chan struct{}) {
 	})
 	srv.reset()
 
-	sendCtx, cancel := context.WithCancel(ctx)
-	settled := make(chan struct{})
-	want := 100
-	if *full {
-		want = 1000
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; sendCtx.Err() == nil; i++ {
-			o := send(context.Background(), poolA.host, poolA.model, fmt.Sprintf("tenant A after its watch failed, request %d", i))
-			reuse.mu.Lock()
-			if o.ok() {
-				reuse.aServed[o.endpoint]++
-			} else {
-				reuse.aFailed++
-			}
-			reuse.mu.Unlock()
-			if i+1 == want {
-				close(settled)
-			}
+	stopA, settled := sendAsA("tenant A after its watch failed", func(o outcome) {
+		reuse.mu.Lock()
+		defer reuse.mu.Unlock()
+		if o.ok() {
+			reuse.aServed[o.endpoint]++
+		} else {
+			reuse.aFailed++
 		}
 	})
 	return func() {
-		cancel()
-		wg.Wait()
+		stopA()
 		if err := stack.Client().Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: poolB.ns, Name: "b-reused"}}); err != nil {
 			t.Errorf("deleting tenant B's pod at %s: %v", reusedIP, err)
 		}
@@ -118,6 +104,36 @@ func ipReused(t *testing.T) (func(), <-chan struct{}) {
 		})
 		extraB.Delete(reusedIP)
 	}, settled
+}
+
+// aSteadyTraffic is ipReused's requests of tenant A without the watch
+// failure and the reused address: its reference in the full mode.
+func aSteadyTraffic(*testing.T) (func(), <-chan struct{}) {
+	return sendAsA("tenant A, its watch working", func(outcome) {})
+}
+
+// sendAsA sends tenant A's requests one after another until stopped, each
+// outcome to seen; settled closes after the first 100 (the full mode: 1,000).
+func sendAsA(prompt string, seen func(outcome)) (stop func(), settled <-chan struct{}) {
+	want := 100
+	if *full {
+		want = 1000
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			seen(send(context.Background(), poolA.host, poolA.model, fmt.Sprintf("%s, request %d", prompt, i)))
+			if i+1 == want {
+				close(done)
+			}
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}, done
 }
 
 // aNeverOnReusedAddress checks that none of tenant A's requests after B
