@@ -417,8 +417,8 @@ var bLateNames int
 const lateAdapters = 10
 
 // manyModelNames: tenant A sends requests naming each of its 100 adapters,
-// more names than --max-model-labels, then tenant B's requests name a
-// model B has not used before.
+// more names than the whole --max-model-labels, then tenant B's requests
+// name a model B has not used before, which its share must admit.
 func manyModelNames(t *testing.T) (func(), <-chan struct{}) {
 	ctx := context.Background()
 	for i := range adapters {
@@ -431,9 +431,13 @@ func manyModelNames(t *testing.T) (func(), <-chan struct{}) {
 	return func() { bModel.Store(poolB.model) }, nil
 }
 
-// bLabelKept checks that tenant B's new model name got its own label
-// value (not "other") on every request of the window.
+// bLabelKept checks that tenant A reached the label budget (some of its
+// names counted as "other") and that tenant B's new model name got its own
+// label value on every request of the window.
 func bLabelKept(t *testing.T, w window) {
+	if n := metricSum(t, "inference_objective_request_total", map[string]string{"namespace": poolA.ns, "model_name": "other"}); n == 0 {
+		t.Errorf("none of tenant A's %d names counted as other: the case did not reach the budget of %d", adapters, maxModelLabels)
+	}
 	n := metricSum(t, "inference_objective_request_total", map[string]string{"namespace": poolB.ns, "model_name": w.bModelUsed})
 	if int(n) < w.servedByB {
 		t.Errorf("tenant B's %d requests for %s counted %v times under their own model_name label, after tenant A used %d names", w.servedByB, w.bModelUsed, n, adapters)

@@ -54,9 +54,11 @@ const (
 	bodyTimeout      = 2 * time.Minute
 	staleEndpoints   = 10 * time.Minute
 	pickerReplicas   = 2
-	// adapters is how many model names tenant A's servers serve: more than
-	// the default --max-model-labels (64).
-	adapters = 100
+	// maxModelLabels is the picker's model-name label budget, shared by
+	// the tenants; adapters is how many model names tenant A's servers
+	// serve: more than all of it.
+	maxModelLabels = 64
+	adapters       = 100
 )
 
 // firstPickerIP is the first replica's loopback IP; localstack gives the
@@ -151,6 +153,7 @@ func run(m *testing.M) int {
 			fmt.Sprintf("--max-concurrent-streams=%d", maxStreams),
 			fmt.Sprintf("--max-held-request-body-bytes=%d", heldBudget),
 			fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
+			fmt.Sprintf("--max-model-labels=%d", maxModelLabels),
 			"--request-body-start-timeout=" + bodyStartTimeout.String(),
 			"--request-body-timeout=" + bodyTimeout.String(),
 			// Long enough that tenant A's pool serves its other endpoints

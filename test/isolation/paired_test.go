@@ -27,13 +27,13 @@ import (
 //     cannot decide the result;
 //   - with no harm, a pair's ratio is as likely above 1 as below, so the
 //     number of pairs where B fared worse with the misbehaviour is a sign
-//     test, reported beside the median: 7 of 7 happens by chance once in
-//     128 runs, 6 or more of 7 in 8 of 128.
+//     test, reported beside the median: 9 of 9 happens by chance once in
+//     512 runs, 8 or more of 9 in 10 of 512.
 //
 // A case fails when the median paired ratio of B's pick p99 or metric age
 // p99 is over 1.2 and the median paired difference is over the
 // measurement's resolution (pickNoise, ageNoise).
-var pairs = flag.Int("isolation.pairs", 7, "full mode: pairs of windows per case, one with tenant A's misbehaviour and one without, their order alternating")
+var pairs = flag.Int("isolation.pairs", 9, "full mode: pairs of windows per case, one with tenant A's misbehaviour and one without, their order alternating")
 
 // fullWindowRequests is how many requests of tenant B one window of the
 // full mode lasts (about a second at the suite's rate; longer while

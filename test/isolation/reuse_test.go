@@ -75,8 +75,7 @@ func ipReused(t *testing.T) (func(), <-chan struct{}) {
 	// holds an address: B's is created in a later second than A's, as in
 	// a cluster, where an IP is reused after a grace period.
 	time.Sleep(time.Until(created.Add(time.Second)))
-	extraB.Store(reusedIP, true)
-	readyPod(t, types.NamespacedName{Namespace: poolB.ns, Name: "b-reused"}, reusedIP, map[string]string{"app": poolB.deploy.Name})
+	removeB := bPodAtReusedIP(t)
 	poll.Until(t, time.Minute, "the address held by B's pod out of A's endpoints on every replica", func() bool {
 		return metricSum(t, "poolpicker_pool_addresses_held_elsewhere", aMatch) >= pickerReplicas
 	})
@@ -93,23 +92,55 @@ func ipReused(t *testing.T) (func(), <-chan struct{}) {
 	})
 	return func() {
 		stopA()
-		if err := stack.Client().Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: poolB.ns, Name: "b-reused"}}); err != nil {
-			t.Errorf("deleting tenant B's pod at %s: %v", reusedIP, err)
-		}
+		removeB()
+		srv.close()
 		if err := stack.Client().Create(ctx, podsBinding(poolA.ns)); err != nil {
 			t.Errorf("granting the picker tenant A's pods again: %v", err)
 		}
 		poll.Until(t, 2*time.Minute, "tenant A's pod watch recovered on every replica", func() bool {
 			return metricSum(t, "poolpicker_pool_sync_failing", aMatch) == 0
 		})
-		extraB.Delete(reusedIP)
 	}, settled
 }
 
-// aSteadyTraffic is ipReused's requests of tenant A without the watch
-// failure and the reused address: its reference in the full mode.
-func aSteadyTraffic(*testing.T) (func(), <-chan struct{}) {
-	return sendAsA("tenant A, its watch working", func(outcome) {})
+// aSteadyTraffic is ipReused without the misbehaviour, its reference in
+// the full mode: the same requests of tenant A, its watch working, while
+// a pod of tenant B holds reusedIP (never A's).
+func aSteadyTraffic(t *testing.T) (func(), <-chan struct{}) {
+	srv := startModelCounter(t, net.JoinHostPort(reusedIP, "8000"))
+	removeB := bPodAtReusedIP(t)
+	poll.Until(t, time.Minute, "tenant B's pod at "+reusedIP+" an endpoint of B on every replica", func() bool {
+		return metricSum(t, "inference_pool_ready_pods", map[string]string{"namespace": poolB.ns, "name": poolB.name}) >= bPodsAtStart+pickerReplicas
+	})
+	stopA, settled := sendAsA("tenant A, its watch working", func(outcome) {})
+	return func() {
+		stopA()
+		removeB()
+		srv.close()
+	}, settled
+}
+
+// bPodsAtStart is tenant B's ready pods, summed over the replicas, before
+// bPodAtReusedIP adds one.
+var bPodsAtStart float64
+
+// bPodAtReusedIP creates a ready pod of tenant B's Deployment's labels at
+// reusedIP (whose server the caller runs); remove deletes it and returns
+// once no replica routes B's requests to it.
+func bPodAtReusedIP(t *testing.T) (remove func()) {
+	bMatch := map[string]string{"namespace": poolB.ns, "name": poolB.name}
+	bPodsAtStart = metricSum(t, "inference_pool_ready_pods", bMatch)
+	extraB.Store(reusedIP, true)
+	readyPod(t, types.NamespacedName{Namespace: poolB.ns, Name: "b-reused"}, reusedIP, map[string]string{"app": poolB.deploy.Name})
+	return func() {
+		if err := stack.Client().Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: poolB.ns, Name: "b-reused"}}); err != nil {
+			t.Errorf("deleting tenant B's pod at %s: %v", reusedIP, err)
+		}
+		poll.Until(t, time.Minute, "tenant B's pod at "+reusedIP+" gone from B's endpoints on every replica", func() bool {
+			return metricSum(t, "inference_pool_ready_pods", bMatch) <= bPodsAtStart
+		})
+		extraB.Delete(reusedIP)
+	}
 }
 
 // sendAsA sends tenant A's requests one after another until stopped, each
@@ -199,6 +230,8 @@ func startModelCounter(t *testing.T, addr string) *modelCounter {
 	t.Cleanup(func() { m.srv.Close() })
 	return m
 }
+
+func (m *modelCounter) close() { m.srv.Close() }
 
 func (m *modelCounter) reset() {
 	m.mu.Lock()
