@@ -4,6 +4,7 @@
 package extproc
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -134,7 +135,10 @@ func (c *labelCap) admit(ns, v string) (label, takenBack) {
 	}
 	var taken takenBack
 	if err := names.party.Acquire(1); err != nil {
-		if names.party.Borrowed() > 0 {
+		// Within its guarantee a namespace is refused only when the
+		// budget is spent; past it, it would borrow.
+		var ex *fairshare.Exhausted
+		if !errors.As(err, &ex) || ex.Held+1 > ex.Guaranteed {
 			return label{value: otherLabel}, taken
 		}
 		if taken = c.takeBackLocked(ns); taken.value == "" || names.party.Acquire(1) != nil {

@@ -104,6 +104,14 @@ func TestModelLabelBorrowing(t *testing.T) {
 			use{ns: "c", name: "z", want: "z", takenBack: "a/m4"},
 			use{ns: "c", name: "w", want: "w", takenBack: "b/n4"},
 			use{ns: "c", name: "v", want: otherLabel})},
+		{"a namespace at its guarantee takes nothing back", 6, -1, append(names("a", "m", 4, same("m")),
+			// Three namespaces, 2 names each guaranteed; a borrows 2.
+			use{ns: "b", name: "x", want: "x"},
+			use{ns: "c", name: "q", want: "q"},
+			use{ns: "b", name: "y", want: "y", takenBack: "a/m3"},
+			// b holds its guarantee; a still borrows 1, which c is owed.
+			use{ns: "b", name: "z", want: otherLabel},
+			use{ns: "c", name: "r", want: "r", takenBack: "a/m2"})},
 		{"a name used again keeps its label", 4, -1, []use{
 			{ns: "a", name: "m", want: "m"}, {ns: "a", name: "m", want: "m"}, {ns: "b", name: "m", want: "m"}}},
 	} {
