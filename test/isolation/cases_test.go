@@ -457,7 +457,7 @@ func largePendingPods(t *testing.T) (func(), <-chan struct{}) {
 	ctx := context.Background()
 	n := 150
 	if *full {
-		n = 200 // in each window with the pods
+		n = 400 // in each window with the pods
 	}
 	done := make(chan struct{})
 	close(done)
