@@ -175,16 +175,16 @@ func report(t *testing.T, base window, rs []paired) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "tenant B while tenant A misbehaves: medians over the pairs of windows with and without, and the median of the pairs' ratios (baseline: pick p99 %s, metric age p99 %s):\n",
 		base.pickP99.Round(10*time.Microsecond), base.ageP99.Round(time.Millisecond))
-	fmt.Fprintf(&b, "| case | without | pairs | B served | pick p99 without / with | ratio | worse | metric age p99 without / with | ratio | worse | peak RSS of the limit |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| case | without | pairs | B served | pick p99 without / with | ratio (difference) | worse | metric age p99 without / with | ratio (difference) | worse | peak RSS of the limit |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		ref := r.c.refName
 		if ref == "" {
 			ref = "B alone"
 		}
 		pick, age := r.stat(pickOf), r.stat(ageOf)
-		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %s / %s | %.2f | %d | %s / %s | %.2f | %d | %d MiB, %.2f |\n", r.c.name, ref, len(r.pairs), 100*r.served(),
-			pick.without.Round(10*time.Microsecond), pick.with.Round(10*time.Microsecond), pick.ratio, pick.worse,
-			age.without.Round(time.Millisecond), age.with.Round(time.Millisecond), age.ratio, age.worse,
+		fmt.Fprintf(&b, "| %s | %s | %d | %.2f %% | %s / %s | %.2f (%s) | %d | %s / %s | %.2f (%s) | %d | %d MiB, %.2f |\n", r.c.name, ref, len(r.pairs), 100*r.served(),
+			pick.without.Round(10*time.Microsecond), pick.with.Round(10*time.Microsecond), pick.ratio, pick.diff.Round(10*time.Microsecond), pick.worse,
+			age.without.Round(time.Millisecond), age.with.Round(time.Millisecond), age.ratio, age.diff.Round(time.Millisecond), age.worse,
 			r.peakRSS()>>20, float64(r.peakRSS())/float64(memoryLimit))
 	}
 	t.Log(b.String())
