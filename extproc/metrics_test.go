@@ -71,7 +71,9 @@ func TestModelLabelBorrowing(t *testing.T) {
 		}
 		return us
 	}
-	same := func(prefix string) func(int) string { return func(i int) string { return fmt.Sprintf("%s%d", prefix, i) } }
+	same := func(prefix string) func(int) string {
+		return func(i int) string { return fmt.Sprintf("%s%d", prefix, i) }
+	}
 	for _, tc := range []struct {
 		name     string
 		capacity int
