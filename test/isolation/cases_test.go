@@ -320,10 +320,9 @@ func inflatedCaches(t *testing.T) (func(), <-chan struct{}) {
 }
 
 // uniquePromptsFloor: the same traffic of tenant A as inflatedCaches, to
-// two more servers that report a true cache size (the simulator's). It is
-// what A's traffic alone costs tenant B on the suite's machine, where the
-// load generator, the gateway and the servers share the picker's cores:
-// the floor the inflated caches are measured against (full mode).
+// two more servers that report a true cache size (the simulator's): the
+// inflated caches' reference in the full mode, since A's traffic costs
+// tenant B on the suite's shared cores whatever caches A's servers report.
 func uniquePromptsFloor(t *testing.T) (func(), <-chan struct{}) {
 	return uniquePrompts(t, "a-unique", 0)
 }
@@ -365,8 +364,8 @@ spec:
 	} else if err := stack.Scale(ctx, deploy, 2); err != nil {
 		t.Fatal(err)
 	}
-	// In the full mode each window with or without the inflated caches
-	// sends these, two per window pair.
+	// In the full mode each window of a pair, with the inflated caches or
+	// without, sends these.
 	prompts := 300
 	if *full {
 		prompts = 1000
