@@ -54,7 +54,7 @@ type metrics struct {
 	byPool []prometheus.Collector
 }
 
-func newMetrics(reg prometheus.Registerer, pools *datastore.Registry, maxModels int) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, pools *datastore.Registry, maxModels, reservePercent int) (*metrics, error) {
 	labels := []string{"model_name", "target_model_name", "namespace", "pool"}
 	tokenBuckets := prometheus.ExponentialBuckets(1, 4, 12) // 1 .. ~4M tokens
 	m := &metrics{
@@ -128,9 +128,9 @@ func newMetrics(reg prometheus.Registerer, pools *datastore.Registry, maxModels 
 			Name: "inference_extension_model_rewrite_decisions_total",
 			Help: "Requests whose model an InferenceModelRewrite rewrote, by rewrite, requested model, target model and pool.",
 		}, []string{"model_rewrite_name", "model_name", "target_model", "namespace", "pool"}),
-		models: newLabelCap(maxModels),
-		reg:    pools,
+		reg: pools,
 	}
+	m.models = newLabelCap(maxModels, reservePercent, m.modelTakenBack)
 	for _, c := range []prometheus.Collector{m.requests, m.errors, m.duration, m.inputTokens, m.outputTokens, m.cachedTokens,
 		m.requestSizes, m.responseSizes, m.running, m.normTPOT, m.ttft, m.tpot, m.schedulerE2E, m.attempts, m.rewrites} {
 		if err := reg.Register(c); err != nil {
@@ -149,6 +149,10 @@ func newMetrics(reg prometheus.Registerer, pools *datastore.Registry, maxModels 
 // is known).
 type requestLabels struct {
 	model, target, namespace, pool string
+	// modelAdmission and targetAdmission are the models' admissions by
+	// the label cap (labelCap.current): once a name is taken back, its
+	// series are deleted and no more are written for it.
+	modelAdmission, targetAdmission uint64
 	// p is the stream's pool, nil before it is known: once it has left the
 	// registry its series are deleted and no more are written.
 	p *datastore.Pool
@@ -160,16 +164,32 @@ func (m *metrics) labels(model, target string, pool *datastore.Pool) requestLabe
 	if pool != nil {
 		key, pol = pool.Key, pool.Policy()
 	}
-	return requestLabels{model: m.models.value(key.Namespace, model, pol), target: m.models.value(key.Namespace, target, pol), namespace: key.Namespace, pool: key.Name, p: pool}
+	ml, tl := m.models.value(key.Namespace, model, pol), m.models.value(key.Namespace, target, pol)
+	return requestLabels{model: ml.value, target: tl.value, namespace: key.Namespace, pool: key.Name, p: pool,
+		modelAdmission: ml.admission, targetAdmission: tl.admission}
 }
 
 // write takes the read side of m.mu for a write of l's series and reports
-// whether to write them: not once l's pool has been removed, as its
-// series are gone (forgetPool holds the write side, so a write that saw the
-// pool served is done before they go). The caller calls m.mu.RUnlock.
+// whether to write them: not once l's pool has been removed or one of its
+// model names taken back, as their series are gone (PoolRemoved and
+// modelTakenBack hold the write side, so a write that saw them current is
+// done before they go). The caller calls m.mu.RUnlock.
 func (m *metrics) write(l requestLabels) bool {
 	m.mu.RLock()
-	return l.p == nil || !l.p.Removed()
+	return (l.p == nil || !l.p.Removed()) &&
+		m.models.current(l.namespace, label{l.model, l.modelAdmission}) && m.models.current(l.namespace, label{l.target, l.targetAdmission})
+}
+
+// modelTakenBack deletes the series of a model name the label cap took
+// back from namespace ns.
+func (m *metrics) modelTakenBack(ns, name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.byPool {
+		for _, l := range []string{"model_name", "target_model_name", "target_model"} {
+			c.(partialDeleter).DeletePartialMatch(prometheus.Labels{"namespace": ns, l: name})
+		}
+	}
 }
 
 func (m *metrics) routed(l requestLabels, priority, bodyBytes int) {

@@ -22,7 +22,7 @@ const (
 	DefaultDrainTimeout        = 30 * time.Second
 	DefaultBodyWaitTimeout     = 250 * time.Millisecond
 	DefaultHealthInterval      = time.Second
-	DefaultMaxModelLabels      = 64
+	DefaultMaxModelLabels      = 1024
 	// DefaultMaxSubsetHintEntries is far above a pool's endpoints (pods
 	// times at most 8 target ports).
 	DefaultMaxSubsetHintEntries = 10_000
@@ -118,7 +118,7 @@ type Options struct {
 	// 1 GiB memory limit. Negative: no budget.
 	MaxHeldRequestBodyBytes int64
 	// FairShareReservePercent is the part of each process-wide limit
-	// (MaxConcurrentStreams, MaxHeldRequestBodyBytes) kept for pools and
+	// (MaxConcurrentStreams, MaxHeldRequestBodyBytes, MaxModelLabels) kept for pools and
 	// namespaces that hold none of it yet; the rest is guaranteed in equal
 	// shares to the namespaces holding some, and within a namespace to its
 	// pools, each of which may borrow what the others leave idle
@@ -185,10 +185,12 @@ type Options struct {
 	// Registerer receives the request metrics. Nil: metrics are kept in a
 	// private registry and not exported.
 	Registerer prometheus.Registerer
-	// MaxModelLabels caps the distinct model names each namespace's
-	// requests use as metric label values; a namespace's later names are
-	// counted as "other", and other namespaces keep their own budget.
-	// Zero: 64.
+	// MaxModelLabels caps the distinct model names all namespaces'
+	// requests use as metric label values, shared fairly between the
+	// namespaces (FairShareReservePercent): a namespace may borrow names
+	// others leave idle, and gives borrowed names back (their series
+	// deleted) to a namespace within its guaranteed share; names past its
+	// share are counted as "other". Zero: DefaultMaxModelLabels.
 	MaxModelLabels int
 	// MaxSubsetHintEntries is the longest subset hint (metadata_context
 	// envoy.lb.subset_hint) taken; a longer one is answered 400, since each

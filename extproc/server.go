@@ -82,7 +82,7 @@ func New(reg *datastore.Registry, sched Scheduler, opts Options) (*Server, error
 		return nil, err
 	}
 	opts.setDefaults()
-	m, err := newMetrics(opts.Registerer, reg, opts.MaxModelLabels)
+	m, err := newMetrics(opts.Registerer, reg, opts.MaxModelLabels, opts.FairShareReservePercent)
 	if err != nil {
 		return nil, fmt.Errorf("extproc: registering metrics: %w", err)
 	}

@@ -251,6 +251,20 @@ func (p *Party) Held() int64 {
 	return p.used
 }
 
+// Borrowed is what p holds beyond its guaranteed share now, given the
+// pools and namespaces active: what it would give back first to a party
+// owed its guarantee, for a resource its holder never releases by itself.
+func (p *Party) Borrowed() int64 {
+	l := p.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.capacity <= 0 || p.unshared {
+		return 0
+	}
+	nsShare, poolShare := l.sharesLocked(p)
+	return max(0, p.used-min(nsShare, poolShare))
+}
+
 func (p *Party) addLocked(n int64) {
 	l, ns := p.l, p.ns
 	was, nsWas := p.used, ns.used

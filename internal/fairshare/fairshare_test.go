@@ -5,6 +5,8 @@ package fairshare
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -151,5 +153,40 @@ func TestConcurrentNeverOverCapacity(t *testing.T) {
 	wg.Wait()
 	if l.total != 0 {
 		t.Fatalf("%d held after every release", l.total)
+	}
+}
+
+// TestBorrowed: what a party holds beyond its guarantee, as the parties
+// active change it.
+func TestBorrowed(t *testing.T) {
+	cases := []struct {
+		name     string
+		capacity int64
+		held     map[string]int64 // party "ns/pool": what it acquires, in order of the keys
+		of       string
+		want     int64
+	}{
+		{"a lone pool within its guarantee borrows nothing", 100, map[string]int64{"a/p": 90}, "a/p", 0},
+		{"a second namespace halves the guarantee", 100, map[string]int64{"a/p": 90, "b/q": 10}, "a/p", 45},
+		{"the newcomer within its guarantee", 100, map[string]int64{"a/p": 90, "b/q": 10}, "b/q", 0},
+		{"a party holding nothing", 100, map[string]int64{"a/p": 90}, "b/q", 0},
+		{"pools share their namespace's guarantee", 100, map[string]int64{"a/p1": 60, "a/p2": 10}, "a/p1", 15},
+		{"no limit", 0, map[string]int64{"a/p": 1 << 40, "b/q": 1}, "a/p", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New(Options{Name: "test", Flag: "test-limit", Unit: "units", Capacity: tc.capacity})
+			keys := slices.Sorted(maps.Keys(tc.held))
+			for _, k := range keys {
+				ns, pool, _ := strings.Cut(k, "/")
+				if err := l.Party(ns, pool).Acquire(tc.held[k]); err != nil {
+					t.Fatalf("%s acquire %d: %v", k, tc.held[k], err)
+				}
+			}
+			ns, pool, _ := strings.Cut(tc.of, "/")
+			if got := l.Party(ns, pool).Borrowed(); got != tc.want {
+				t.Errorf("%s borrows %d, want %d", tc.of, got, tc.want)
+			}
+		})
 	}
 }

@@ -27,8 +27,10 @@ import (
 
 // hostileServers runs two hostile model servers in tenant A's pool: Ready
 // pods of A's Deployment's labels whose IPs answer /metrics with serve.
-func hostileServers(serve func(ctx context.Context, c net.Conn)) func(t *testing.T) (func(), <-chan struct{}) {
+func hostileServers(serve func(ctx context.Context, c net.Conn)) action {
 	return func(t *testing.T) (func(), <-chan struct{}) {
+		aPool := map[string]string{"namespace": poolA.ns, "name": poolA.name}
+		errorsBefore := metricSum(t, "inference_pool_metrics_scrape_errors_total", aPool)
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		var stops []func()
@@ -81,7 +83,7 @@ func hostileServers(serve func(ctx context.Context, c net.Conn)) func(t *testing
 		}
 		// The hostile servers are in effect once the picker has scraped them.
 		poll.Until(t, time.Minute, "the hostile servers scraped", func() bool {
-			return metricSum(t, "inference_pool_metrics_scrape_errors_total", map[string]string{"namespace": poolA.ns, "name": poolA.name}) > 0
+			return metricSum(t, "inference_pool_metrics_scrape_errors_total", aPool) > errorsBefore
 		})
 		settled := make(chan struct{})
 		go func() {
@@ -318,10 +320,9 @@ func inflatedCaches(t *testing.T) (func(), <-chan struct{}) {
 }
 
 // uniquePromptsFloor: the same traffic of tenant A as inflatedCaches, to
-// two more servers that report a true cache size (the simulator's). It is
-// what A's traffic alone costs tenant B on the suite's machine, where the
-// load generator, the gateway and the servers share the picker's cores:
-// the floor the inflated caches are measured against (full mode).
+// two more servers that report a true cache size (the simulator's): the
+// inflated caches' reference in the full mode, since A's traffic costs
+// tenant B on the suite's shared cores whatever caches A's servers report.
 func uniquePromptsFloor(t *testing.T) (func(), <-chan struct{}) {
 	return uniquePrompts(t, "a-unique", 0)
 }
@@ -363,9 +364,11 @@ spec:
 	} else if err := stack.Scale(ctx, deploy, 2); err != nil {
 		t.Fatal(err)
 	}
+	// In the full mode each window of a pair, with the inflated caches or
+	// without, sends these.
 	prompts := 300
 	if *full {
-		prompts = 3000
+		prompts = 1000
 	}
 	sent := make(chan struct{})
 	var mu sync.Mutex
@@ -406,9 +409,15 @@ spec:
 	}, sent
 }
 
+// bLateNames counts the windows of manyModelNames: each gives tenant B a
+// name it has not used before (its servers serve lateAdapters of them).
+var bLateNames int
+
+const lateAdapters = 10
+
 // manyModelNames: tenant A sends requests naming each of its 100 adapters,
-// more names than --max-model-labels (64), then tenant B's requests name a
-// model B has not used before.
+// more names than the whole --max-model-labels, then tenant B's requests
+// name a model B has not used before, which its share must admit.
 func manyModelNames(t *testing.T) (func(), <-chan struct{}) {
 	ctx := context.Background()
 	for i := range adapters {
@@ -416,13 +425,18 @@ func manyModelNames(t *testing.T) (func(), <-chan struct{}) {
 			t.Fatalf("tenant A's adapter %d: %v", i, o)
 		}
 	}
-	bModel.Store("tenant-b/late")
+	bModel.Store(fmt.Sprintf("tenant-b/late-%d", bLateNames%lateAdapters))
+	bLateNames++
 	return func() { bModel.Store(poolB.model) }, nil
 }
 
-// bLabelKept checks that tenant B's new model name got its own label
-// value (not "other") on every request of the window.
+// bLabelKept checks that tenant A reached the label budget (some of its
+// names counted as "other") and that tenant B's new model name got its own
+// label value on every request of the window.
 func bLabelKept(t *testing.T, w window) {
+	if n := metricSum(t, "inference_objective_request_total", map[string]string{"namespace": poolA.ns, "model_name": "other"}); n == 0 {
+		t.Errorf("none of tenant A's %d names counted as other: the case did not reach the budget of %d", adapters, maxModelLabels)
+	}
 	n := metricSum(t, "inference_objective_request_total", map[string]string{"namespace": poolB.ns, "model_name": w.bModelUsed})
 	if int(n) < w.servedByB {
 		t.Errorf("tenant B's %d requests for %s counted %v times under their own model_name label, after tenant A used %d names", w.servedByB, w.bModelUsed, n, adapters)
@@ -442,7 +456,7 @@ func largePendingPods(t *testing.T) (func(), <-chan struct{}) {
 	ctx := context.Background()
 	n := 150
 	if *full {
-		n = 400
+		n = 400 // in each window with the pods
 	}
 	done := make(chan struct{})
 	close(done)

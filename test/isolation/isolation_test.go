@@ -22,25 +22,28 @@ import (
 )
 
 // bModel is the model tenant B's requests name; the label-budget case
-// switches it to a name B uses for the first time after A used its own.
+// switches it to a name B has not used before, after A used its own.
 var bModel atomic.Value
 
-// misbehaviour is one thing tenant A does. start begins it and returns
-// once it is in effect; stop ends it and returns once A's streams, servers
+// action is something tenant A does for a window. It returns once the
+// action is in effect; stop ends it and returns once A's streams, servers
 // and senders are gone. settled, when not nil, closes when A has done all
-// it meant to (the window lasts at least until then).
+// it meant to (the window lasts at least until then). An action can be
+// started again after it was stopped.
+type action func(t *testing.T) (stop func(), settled <-chan struct{})
+
+// misbehaviour is one thing tenant A does.
 type misbehaviour struct {
 	name  string
 	skip  string // why the case cannot pass on this branch yet: "needs <fix>: <branch>"
-	start func(t *testing.T) (stop func(), settled <-chan struct{})
-	check func(t *testing.T, w window) // what else must hold after the window
-	// fullOnly: the case runs in full mode only, as the reference of
-	// another (against).
-	fullOnly bool
-	// against names the case whose window is this one's reference in full
-	// mode, instead of tenant B alone: the same traffic of tenant A
-	// without the misbehaviour.
-	against string
+	start action
+	check func(t *testing.T, w window) // what else must hold after each window of the case
+	// reference is what tenant A does in the full mode's windows without
+	// the misbehaviour, named refName: the same traffic of A, where the
+	// misbehaviour comes with traffic that costs the suite's shared cores
+	// whatever the picker does. Nil: tenant A idle.
+	reference action
+	refName   string
 }
 
 // window is what tenant B saw while one case ran.
@@ -58,14 +61,16 @@ type window struct {
 }
 
 // TestTenantBUnharmed runs tenant B's steady traffic alone (the baseline),
-// then again while tenant A does each case in turn. Tenant B must see
-// every request served by its own servers, its servers' metrics fresh
-// (the age p99 under the staleness threshold) and each replica's resident
-// memory within the chart's limit. In full mode its pick p99 and metric
-// age p99 stay within 1.2x of tenant B alone measured just before the
-// case (for the inflated caches: of the same traffic of tenant A to
-// servers that report a true cache size, the floor A's traffic sets on the
-// suite's shared cores), and a table reports the ratios.
+// then while tenant A does each case. Tenant B must see every request
+// served by its own servers, its servers' metrics fresh (the age p99 under
+// the staleness threshold) and each replica's resident memory within the
+// chart's limit.
+//
+// The short mode runs one window per case. The full mode runs each case as
+// pairs of short windows, one with the misbehaviour and one without
+// (tenant A idle, or A's same traffic: the case's reference), and holds
+// the median over the pairs of the ratio of B's pick p99 and of its metric
+// age p99 (with to without) to 1.2x; a table reports them (paired.go).
 func TestTenantBUnharmed(t *testing.T) {
 	bModel.Store(poolB.model)
 	for _, p := range []tenant{poolA, poolB} {
@@ -79,15 +84,14 @@ func TestTenantBUnharmed(t *testing.T) {
 	})
 	perWindow := 150
 	if *full {
-		perWindow = 2000
+		perWindow = fullWindowRequests
 	}
 	// A warm-up first: a pool nobody used is scraped less often until its
 	// traffic makes it busy.
 	measure(t, "warm-up", perWindow, nil)
 	base := measure(t, "baseline (tenant A idle)", perWindow, nil)
 	assertUnharmed(t, base)
-	results := []result{{w: base, ref: base}}
-	windows := map[string]window{}
+	var results []paired
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) {
 			if c.skip != "" {
@@ -96,42 +100,22 @@ func TestTenantBUnharmed(t *testing.T) {
 			if c.start == nil {
 				t.Fatal("the case has no body yet")
 			}
-			if c.fullOnly && !*full {
-				t.Skip("a reference of the full mode")
-			}
-			// The full mode compares each case with tenant B alone just
-			// before it: the suite's machine is shared, and its load drifts
-			// between minutes by more than the 1.2x allowed.
-			ref := base
-			if *full {
-				ref = measure(t, "tenant B alone before "+c.name, perWindow, nil)
-				if c.against != "" {
-					// The floor: what the same traffic of tenant A costs B
-					// without the misbehaviour, measured just before.
-					ref = windows[c.against]
+			if !*full {
+				w := measure(t, c.name, perWindow, c.start)
+				assertUnharmed(t, w)
+				if c.check != nil {
+					c.check(t, w)
 				}
+				return
 			}
-			w := measure(t, c.name, perWindow, &c)
-			windows[c.name] = w
-			results = append(results, result{w: w, ref: ref, floor: c.fullOnly})
-			assertUnharmed(t, w)
-			if c.check != nil {
-				c.check(t, w)
-			}
-			if *full && !c.fullOnly {
-				assertWithinBaseline(t, ref, w)
-			}
+			r := runPairs(t, c, perWindow)
+			results = append(results, r)
+			assertWithinReference(t, r)
 		})
 	}
-	report(t, results)
-}
-
-// result is a case's window and the window its ratios are to.
-type result struct {
-	w, ref window
-	// floor: the window is a reference (tenant A's traffic without a
-	// misbehaviour), reported, not held to the ratio.
-	floor bool
+	if *full {
+		report(t, base, results)
+	}
 }
 
 func cases() []misbehaviour {
@@ -146,23 +130,24 @@ func cases() []misbehaviour {
 		{name: "stalled request bodies", start: stalledBodies, check: refusedPastShare("held_request_body_bytes")},
 		{name: "stream flood", start: streamFlood, check: refusedPastShare("concurrent_streams")},
 		{name: "peer flood from an allowed address", start: peerFlood},
-		{name: "unique prompts at true cache sizes", start: uniquePromptsFloor, fullOnly: true},
-		{name: "inflated cache sizes with unique prompts", start: inflatedCaches, against: "unique prompts at true cache sizes"},
+		{name: "inflated cache sizes with unique prompts", start: inflatedCaches,
+			reference: uniquePromptsFloor, refName: "the same prompts to servers reporting true cache sizes"},
 		{name: "more model names than the label budget", start: manyModelNames, check: bLabelKept},
 		// Last: it cuts the replicas' connections to the API server.
-		{name: "an IP reused after a watch failure", start: ipReused, check: aNeverOnReusedAddress},
+		{name: "an IP reused after a watch failure", start: ipReused, check: aNeverOnReusedAddress,
+			reference: aSteadyTraffic, refName: "the same requests of tenant A, its watch working"},
 	}
 }
 
-// measure runs tenant B's load until it has completed n requests (and the
-// case has settled), with the case's misbehaviour started before and
-// stopped after.
-func measure(t *testing.T, name string, n int, c *misbehaviour) window {
+// measure runs tenant B's load until it has completed n requests (and
+// tenant A's action has settled), with the action (nil: none) started
+// before and stopped after.
+func measure(t *testing.T, name string, n int, act action) window {
 	t.Helper()
 	var stopCase func()
 	var settled <-chan struct{}
-	if c != nil {
-		stopCase, settled = c.start(t)
+	if act != nil {
+		stopCase, settled = act(t)
 		// Stopped once, at the end of the window or when the test fails
 		// before it.
 		stopCase = sync.OnceFunc(stopCase)
@@ -242,53 +227,6 @@ func assertUnharmed(t *testing.T, w window) {
 	if w.peakRSS > memoryLimit {
 		t.Errorf("%s: a replica's resident memory peaked at %d MiB, over the chart's limit of %d MiB", w.name, w.peakRSS>>20, memoryLimit>>20)
 	}
-}
-
-// Below these differences a ratio is timer noise, not harm: a pick's p99 is
-// a few milliseconds, a scrape's period tens.
-const (
-	pickNoise = 5 * time.Millisecond
-	ageNoise  = 100 * time.Millisecond
-)
-
-func assertWithinBaseline(t *testing.T, base, w window) {
-	t.Helper()
-	if w.pickP99 > base.pickP99*12/10 && w.pickP99-base.pickP99 > pickNoise {
-		t.Errorf("%s: tenant B's pick p99 %s, %.2fx the baseline's %s (at most 1.2x)", w.name, w.pickP99, ratio(w.pickP99, base.pickP99), base.pickP99)
-	}
-	if w.ageP99 > base.ageP99*12/10 && w.ageP99-base.ageP99 > ageNoise {
-		t.Errorf("%s: tenant B's metric age p99 %s, %.2fx the baseline's %s (at most 1.2x)", w.name, w.ageP99, ratio(w.ageP99, base.ageP99), base.ageP99)
-	}
-}
-
-func ratio(a, b time.Duration) float64 {
-	if b == 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
-}
-
-// report logs tenant B's figures of every window against its reference.
-func report(t *testing.T, rs []result) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "tenant B while tenant A misbehaves (ratios to the reference window of the same run):\n")
-	fmt.Fprintf(&b, "| case | reference | requests | served | pick p99 | ratio | metric age p99 | ratio | replicas' CPU (%% of a core) | peak RSS (MiB) |\n|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, r := range rs {
-		w, ref := r.w, r.ref.name
-		switch {
-		case r.w.name == r.ref.name:
-			ref = "-"
-		case strings.HasPrefix(ref, "tenant B alone"):
-			ref = "B alone"
-		}
-		if r.floor {
-			ref += " (floor, not held to 1.2x)"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %.2f | %s | %.2f | %.0f | %d |\n", w.name, ref, w.requests, w.servedByB,
-			w.pickP99.Round(10*time.Microsecond), ratio(w.pickP99, r.ref.pickP99), w.ageP99.Round(time.Millisecond), ratio(w.ageP99, r.ref.ageP99),
-			100*w.pickerCPU.Seconds()/w.duration.Seconds(), w.peakRSS>>20)
-	}
-	t.Log(b.String())
 }
 
 func p99(ds []time.Duration) time.Duration {

@@ -34,7 +34,7 @@ import (
 	"github.com/poolpicker/poolpicker/internal/testenv"
 )
 
-var full = flag.Bool("isolation.full", false, "run the isolation suite's full mode: longer windows, and tenant B's pick and metric-age p99 held to 1.2x of the baseline and reported in a table")
+var full = flag.Bool("isolation.full", false, "run the isolation suite's full mode: each case as pairs of windows with and without tenant A's misbehaviour, tenant B's pick and metric-age p99 held to 1.2x of the paired reference and reported in a table")
 
 // The picker's limits in this suite: small enough that tenant A reaches
 // each of them with a few hundred streams, deadlines long enough that A's
@@ -48,9 +48,11 @@ const (
 	bodyTimeout      = 2 * time.Minute
 	staleEndpoints   = 10 * time.Minute
 	pickerReplicas   = 2
-	// adapters is how many model names tenant A's servers serve: more than
-	// the default --max-model-labels (64).
-	adapters = 100
+	// maxModelLabels is the picker's model-name label budget, shared by
+	// the tenants; adapters is how many model names tenant A's servers
+	// serve: more than all of it.
+	maxModelLabels = 64
+	adapters       = 100
 )
 
 // firstPickerIP is the first replica's loopback IP; localstack gives the
@@ -145,6 +147,7 @@ func run(m *testing.M) int {
 			fmt.Sprintf("--max-concurrent-streams=%d", maxStreams),
 			fmt.Sprintf("--max-held-request-body-bytes=%d", heldBudget),
 			fmt.Sprintf("--max-request-body-bytes=%d", maxBodyBytes),
+			fmt.Sprintf("--max-model-labels=%d", maxModelLabels),
 			"--request-body-start-timeout=" + bodyStartTimeout.String(),
 			"--request-body-timeout=" + bodyTimeout.String(),
 			// Long enough that tenant A's pool serves its other endpoints

@@ -75,49 +75,96 @@ func ipReused(t *testing.T) (func(), <-chan struct{}) {
 	// holds an address: B's is created in a later second than A's, as in
 	// a cluster, where an IP is reused after a grace period.
 	time.Sleep(time.Until(created.Add(time.Second)))
-	extraB.Store(reusedIP, true)
-	readyPod(t, types.NamespacedName{Namespace: poolB.ns, Name: "b-reused"}, reusedIP, map[string]string{"app": poolB.deploy.Name})
+	removeB := bPodAtReusedIP(t)
 	poll.Until(t, time.Minute, "the address held by B's pod out of A's endpoints on every replica", func() bool {
 		return metricSum(t, "poolpicker_pool_addresses_held_elsewhere", aMatch) >= pickerReplicas
 	})
 	srv.reset()
 
-	sendCtx, cancel := context.WithCancel(ctx)
-	settled := make(chan struct{})
-	want := 100
-	if *full {
-		want = 1000
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; sendCtx.Err() == nil; i++ {
-			o := send(context.Background(), poolA.host, poolA.model, fmt.Sprintf("tenant A after its watch failed, request %d", i))
-			reuse.mu.Lock()
-			if o.ok() {
-				reuse.aServed[o.endpoint]++
-			} else {
-				reuse.aFailed++
-			}
-			reuse.mu.Unlock()
-			if i+1 == want {
-				close(settled)
-			}
+	stopA, settled := sendAsA("tenant A after its watch failed", func(o outcome) {
+		reuse.mu.Lock()
+		defer reuse.mu.Unlock()
+		if o.ok() {
+			reuse.aServed[o.endpoint]++
+		} else {
+			reuse.aFailed++
 		}
 	})
 	return func() {
-		cancel()
-		wg.Wait()
-		if err := stack.Client().Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: poolB.ns, Name: "b-reused"}}); err != nil {
-			t.Errorf("deleting tenant B's pod at %s: %v", reusedIP, err)
-		}
+		stopA()
+		removeB()
+		srv.close()
 		if err := stack.Client().Create(ctx, podsBinding(poolA.ns)); err != nil {
 			t.Errorf("granting the picker tenant A's pods again: %v", err)
 		}
 		poll.Until(t, 2*time.Minute, "tenant A's pod watch recovered on every replica", func() bool {
 			return metricSum(t, "poolpicker_pool_sync_failing", aMatch) == 0
 		})
-		extraB.Delete(reusedIP)
 	}, settled
+}
+
+// aSteadyTraffic is ipReused without the misbehaviour, its reference in
+// the full mode: the same requests of tenant A, its watch working, while
+// a pod of tenant B holds reusedIP (never A's).
+func aSteadyTraffic(t *testing.T) (func(), <-chan struct{}) {
+	srv := startModelCounter(t, net.JoinHostPort(reusedIP, "8000"))
+	removeB := bPodAtReusedIP(t)
+	poll.Until(t, time.Minute, "tenant B's pod at "+reusedIP+" an endpoint of B on every replica", func() bool {
+		return metricSum(t, "inference_pool_ready_pods", map[string]string{"namespace": poolB.ns, "name": poolB.name}) >= bPodsAtStart+pickerReplicas
+	})
+	stopA, settled := sendAsA("tenant A, its watch working", func(outcome) {})
+	return func() {
+		stopA()
+		removeB()
+		srv.close()
+	}, settled
+}
+
+// bPodsAtStart is tenant B's ready pods, summed over the replicas, before
+// bPodAtReusedIP adds one.
+var bPodsAtStart float64
+
+// bPodAtReusedIP creates a ready pod of tenant B's Deployment's labels at
+// reusedIP (whose server the caller runs); remove deletes it and returns
+// once no replica routes B's requests to it.
+func bPodAtReusedIP(t *testing.T) (remove func()) {
+	bMatch := map[string]string{"namespace": poolB.ns, "name": poolB.name}
+	bPodsAtStart = metricSum(t, "inference_pool_ready_pods", bMatch)
+	extraB.Store(reusedIP, true)
+	readyPod(t, types.NamespacedName{Namespace: poolB.ns, Name: "b-reused"}, reusedIP, map[string]string{"app": poolB.deploy.Name})
+	return func() {
+		if err := stack.Client().Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: poolB.ns, Name: "b-reused"}}); err != nil {
+			t.Errorf("deleting tenant B's pod at %s: %v", reusedIP, err)
+		}
+		poll.Until(t, time.Minute, "tenant B's pod at "+reusedIP+" gone from B's endpoints on every replica", func() bool {
+			return metricSum(t, "inference_pool_ready_pods", bMatch) <= bPodsAtStart
+		})
+		extraB.Delete(reusedIP)
+	}
+}
+
+// sendAsA sends tenant A's requests one after another until stopped, each
+// outcome to seen; settled closes after the first 100 (the full mode: 1,000).
+func sendAsA(prompt string, seen func(outcome)) (stop func(), settled <-chan struct{}) {
+	want := 100
+	if *full {
+		want = 1000
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			seen(send(context.Background(), poolA.host, poolA.model, fmt.Sprintf("%s, request %d", prompt, i)))
+			if i+1 == want {
+				close(done)
+			}
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}, done
 }
 
 // aNeverOnReusedAddress checks that none of tenant A's requests after B
@@ -183,6 +230,8 @@ func startModelCounter(t *testing.T, addr string) *modelCounter {
 	t.Cleanup(func() { m.srv.Close() })
 	return m
 }
+
+func (m *modelCounter) close() { m.srv.Close() }
 
 func (m *modelCounter) reset() {
 	m.mu.Lock()

@@ -20,7 +20,7 @@ func TestBindExtprocFlags(t *testing.T) {
 		{nil, func(o extproc.Options) bool {
 			return o.GRPCPort == 9002 && o.HealthPort == 9003 && !o.Insecure && o.MaxRequestBodyBytes == 16<<20 && o.DrainTimeout == 30*time.Second && !o.TrustPoolHeader
 		}},
-		{nil, func(o extproc.Options) bool { return o.MaxSubsetHintEntries == 10_000 && o.MaxModelLabels == 64 }},
+		{nil, func(o extproc.Options) bool { return o.MaxSubsetHintEntries == 10_000 && o.MaxModelLabels == 1024 }},
 		{[]string{"--max-subset-hint-entries=3", "--max-model-labels=5"}, func(o extproc.Options) bool {
 			return o.MaxSubsetHintEntries == 3 && o.MaxModelLabels == 5
 		}},

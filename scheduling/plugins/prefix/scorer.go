@@ -66,7 +66,11 @@ type Params struct {
 	// MaxLRUCapacityPerServer. Absent: true.
 	AutoTune *bool `json:"autoTune"`
 	// MaxLRUCapacityPerServer bounds the blocks remembered per endpoint
-	// whatever cache size its server reports. Zero: 250,000.
+	// whatever cache size its server reports. Zero: 250,000. It is a
+	// parameter, not a flag: it bounds one endpoint within its pool's
+	// share of this instance's index, beside the LRU's other parameters;
+	// what bounds the process is MaxIndexBytes's budget
+	// (--prefix-index-max-bytes), which an endpoint's LRU never exceeds.
 	MaxLRUCapacityPerServer int `json:"maxLRUCapacityPerServer"`
 	// MaxIndexBytes is the memory the scorer's index may take over every
 	// pool, counted as 128 bytes a block, shared fairly between namespaces
