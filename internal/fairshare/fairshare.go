@@ -87,6 +87,11 @@ type Party struct {
 	rejected float64
 	// forgotten: the pool is gone; the account is dropped when it is empty.
 	forgotten bool
+	// dropped: the account left its namespace. A holder that took it
+	// before (a stream that resolved its pool just before the pool went)
+	// charges the pool's account of now instead (live), so that a name
+	// never has two accounts nor its namespace two entries in active.
+	dropped bool
 	// unshared: the account of what is not any pool's yet (Unshared); it
 	// is never active and has no share.
 	unshared bool
@@ -127,18 +132,37 @@ func (l *Limit) Unshared() *Party {
 func (l *Limit) Party(namespaceName, pool string) *Party {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	p, _ := l.partyLocked(namespaceName, pool)
+	p.forgotten = false
+	return p
+}
+
+func (l *Limit) partyLocked(namespaceName, pool string) (p *Party, made bool) {
 	ns := l.namespaces[namespaceName]
 	if ns == nil {
 		ns = &namespace{name: namespaceName, pools: map[string]*Party{}, active: map[*Party]struct{}{}}
 		l.namespaces[namespaceName] = ns
 	}
-	p := ns.pools[pool]
-	if p == nil {
-		p = &Party{l: l, ns: ns, name: pool}
-		ns.pools[pool] = p
+	if p = ns.pools[pool]; p != nil {
+		return p, false
 	}
-	p.forgotten = false
-	return p
+	p = &Party{l: l, ns: ns, name: pool}
+	ns.pools[pool] = p
+	return p, true
+}
+
+// liveLocked is the account p's charges go to: p, or, once p was dropped,
+// its pool's account of now, made forgotten (its pool is gone unless it
+// comes back) when there is none.
+func (l *Limit) liveLocked(p *Party) *Party {
+	if !p.dropped {
+		return p
+	}
+	q, made := l.partyLocked(p.ns.name, p.name)
+	if made {
+		q.forgotten = true
+	}
+	return q
 }
 
 // Forget drops pool's account once it holds nothing (now, or when its last
@@ -164,6 +188,7 @@ func (l *Limit) dropLocked(p *Party) {
 	if ns.pools[p.name] == p {
 		delete(ns.pools, p.name)
 	}
+	p.dropped = true
 	if len(ns.pools) == 0 && l.namespaces[ns.name] == ns {
 		delete(l.namespaces, ns.name)
 	}
@@ -189,6 +214,7 @@ func (p *Party) Acquire(n int64) error {
 	l := p.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	p = l.liveLocked(p)
 	if l.capacity <= 0 || l.grantableLocked(p, n) {
 		p.addLocked(n)
 		return nil
@@ -220,6 +246,7 @@ func (p *Party) MoveTo(to *Party, n int64) error {
 	l := p.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	p, to = l.liveLocked(p), l.liveLocked(to)
 	p.addLocked(-n)
 	if l.capacity <= 0 || l.grantableLocked(to, n) {
 		to.addLocked(n)
@@ -239,16 +266,17 @@ func (p *Party) Release(n int64) {
 	}
 	l := p.l
 	l.mu.Lock()
+	p = l.liveLocked(p)
 	p.addLocked(-n)
 	l.dropLocked(p)
 	l.mu.Unlock()
 }
 
-// Held is what p holds now.
+// Held is what p holds now (its pool's account of now, once p was dropped).
 func (p *Party) Held() int64 {
 	p.l.mu.Lock()
 	defer p.l.mu.Unlock()
-	return p.used
+	return p.l.liveLocked(p).used
 }
 
 func (p *Party) addLocked(n int64) {

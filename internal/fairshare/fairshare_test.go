@@ -153,3 +153,92 @@ func TestConcurrentNeverOverCapacity(t *testing.T) {
 		t.Fatalf("%d held after every release", l.total)
 	}
 }
+
+// TestAccountTakenBeforeForget: a holder that took a pool's account before
+// the pool was forgotten (a stream that resolved its pool just before the
+// pool was deleted) and charges it after the account was dropped charges
+// the pool's account of now: one account per pool name, exported, and
+// counted once in its namespace, whether or not the pool came back.
+func TestAccountTakenBeforeForget(t *testing.T) {
+	cases := []struct {
+		name string
+		// recreate: the pool is served again after the Forget.
+		recreate bool
+		// held is what a/p's account holds, and guaranteed b/q's
+		// guarantee, once the stale holder and the pool of now (if any)
+		// each hold 1.
+		held, guaranteed int64
+	}{
+		{"pool gone", false, 1, 45},
+		{"pool served again under its name", true, 2, 45},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New(Options{Name: "streams", Flag: "f", Unit: "streams", Capacity: 100, ReservePercent: 10})
+			stale := l.Party("a", "p")
+			l.Forget("a", "p")
+			if err := stale.Acquire(1); err != nil {
+				t.Fatal(err)
+			}
+			held := stale
+			if tc.recreate {
+				held = l.Party("a", "p")
+				if err := held.Acquire(1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			other := l.Party("b", "q")
+			if got := held.Held(); got != tc.held {
+				t.Errorf("a/p's account holds %d, want %d: the stale holder's charge is on an account of its own", got, tc.held)
+			}
+			if got := usedSeries(t, l, "a", "p"); got != float64(tc.held) {
+				t.Errorf("a/p's used series is %v, want %d", got, tc.held)
+			}
+			l.mu.Lock()
+			nsShare, poolShare := l.sharesLocked(other)
+			namespaces := len(l.active)
+			l.mu.Unlock()
+			if g := min(nsShare, poolShare); g != tc.guaranteed || namespaces != 1 {
+				t.Errorf("b/q is guaranteed %d with %d other namespaces active, want %d and 1: namespace a counted twice", g, namespaces, tc.guaranteed)
+			}
+			stale.Release(1)
+			if tc.recreate {
+				held.Release(1)
+				if got := usedSeries(t, l, "a", "p"); got != 0 {
+					t.Errorf("a/p's used series is %v after every release, want 0 (the pool is served)", got)
+				}
+				return
+			}
+			if got := usedSeries(t, l, "a", "p"); got != -1 {
+				t.Errorf("a/p's used series is %v after the gone pool's last holder let go, want none", got)
+			}
+		})
+	}
+}
+
+// usedSeries is the value of the used series of namespace/pool, -1 when
+// there is none.
+func usedSeries(t *testing.T, l *Limit, namespace, pool string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(l)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "poolpicker_fair_share_used" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["namespace"] == namespace && labels["pool"] == pool {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
