@@ -137,6 +137,28 @@ func (l *Limit) Party(namespaceName, pool string) *Party {
 	return p
 }
 
+// PartyWhile is Party for a holder that found its pool served, which
+// the pool's Forget may have overtaken since: served, called under the
+// limit's lock, says whether the pool still is. When it is not, the
+// account is not revived (nothing would forget it again): the holder gets
+// the pool's account as it is, or, when there is none, a handle whose
+// charges go to an account dropped once they are given back.
+func (l *Limit) PartyWhile(namespaceName, pool string, served func() bool) *Party {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if served() {
+		p, _ := l.partyLocked(namespaceName, pool)
+		p.forgotten = false
+		return p
+	}
+	if ns := l.namespaces[namespaceName]; ns != nil {
+		if p := ns.pools[pool]; p != nil {
+			return p
+		}
+	}
+	return &Party{l: l, ns: &namespace{name: namespaceName}, name: pool, forgotten: true, dropped: true}
+}
+
 func (l *Limit) partyLocked(namespaceName, pool string) (p *Party, made bool) {
 	ns := l.namespaces[namespaceName]
 	if ns == nil {

@@ -242,3 +242,55 @@ func usedSeries(t *testing.T, l *Limit, namespace, pool string) float64 {
 	}
 	return -1
 }
+
+// TestPartyWhile: a holder that found its pool served takes its account
+// without reviving it once the pool was forgotten: the account a gone
+// pool's late holder charges is exported while held and goes after.
+func TestPartyWhile(t *testing.T) {
+	cases := []struct {
+		name   string
+		served bool
+		// before: the pool held an account when it was forgotten, still
+		// held by another holder.
+		before bool
+		// kept: a/p's account is exported once every holder let go.
+		kept bool
+	}{
+		{"pool served", true, false, true},
+		{"pool gone, no account", false, false, false},
+		{"pool gone, its account still held", false, true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New(Options{Name: "bytes", Flag: "f", Capacity: 100})
+			var other *Party
+			if tc.before {
+				other = l.Party("a", "p")
+				if err := other.Acquire(3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !tc.served {
+				l.Forget("a", "p")
+			}
+			p := l.PartyWhile("a", "p", func() bool { return tc.served })
+			if err := p.Acquire(5); err != nil {
+				t.Fatal(err)
+			}
+			want := float64(5)
+			if tc.before {
+				want = 8
+			}
+			if got := usedSeries(t, l, "a", "p"); got != want {
+				t.Errorf("a/p's used series is %v while held, want %v", got, want)
+			}
+			p.Release(5)
+			if other != nil {
+				other.Release(3)
+			}
+			if got := usedSeries(t, l, "a", "p"); (got >= 0) != tc.kept {
+				t.Errorf("a/p's used series is %v once let go; want it kept: %v", got, tc.kept)
+			}
+		})
+	}
+}
