@@ -243,6 +243,7 @@ func (p *Party) Acquire(n int64) error {
 	}
 	p.rejected++
 	nsShare, poolShare := l.sharesLocked(p)
+	defer l.dropLocked(p) // a gone pool's account made for this charge
 	return &Exhausted{Limit: l.opts.Name, Flag: l.opts.Flag, Unit: l.opts.Unit, Namespace: p.ns.name, Pool: p.name,
 		Capacity: l.capacity, Held: p.used, Guaranteed: min(nsShare, poolShare), Request: n}
 }
@@ -277,6 +278,7 @@ func (p *Party) MoveTo(to *Party, n int64) error {
 	p.addLocked(n)
 	to.rejected++
 	nsShare, poolShare := l.sharesLocked(to)
+	defer l.dropLocked(to) // a gone pool's account made for this charge
 	return &Exhausted{Limit: l.opts.Name, Flag: l.opts.Flag, Unit: l.opts.Unit, Namespace: to.ns.name, Pool: to.name,
 		Capacity: l.capacity, Held: to.used, Guaranteed: min(nsShare, poolShare), Request: n}
 }
@@ -296,9 +298,18 @@ func (p *Party) Release(n int64) {
 
 // Held is what p holds now (its pool's account of now, once p was dropped).
 func (p *Party) Held() int64 {
-	p.l.mu.Lock()
-	defer p.l.mu.Unlock()
-	return p.l.liveLocked(p).used
+	l := p.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !p.dropped {
+		return p.used
+	}
+	if ns := l.namespaces[p.ns.name]; ns != nil {
+		if q := ns.pools[p.name]; q != nil {
+			return q.used
+		}
+	}
+	return 0
 }
 
 func (p *Party) addLocked(n int64) {

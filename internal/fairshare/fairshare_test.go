@@ -294,3 +294,19 @@ func TestPartyWhile(t *testing.T) {
 		})
 	}
 }
+
+// TestGoneHandleKeepsNothing: reading a gone pool's handle, or charging it
+// past the limit, leaves no account behind.
+func TestGoneHandleKeepsNothing(t *testing.T) {
+	l := New(Options{Name: "bytes", Flag: "f", Capacity: 10})
+	h := l.PartyWhile("a", "p", func() bool { return false })
+	if got := h.Held(); got != 0 {
+		t.Errorf("a gone pool's handle holds %d, want 0", got)
+	}
+	if err := h.Acquire(11); err == nil {
+		t.Fatal("11 granted of a limit of 10")
+	}
+	if got := usedSeries(t, l, "a", "p"); got != -1 {
+		t.Errorf("a/p's used series is %v after a read and a refusal, want none", got)
+	}
+}
