@@ -35,7 +35,7 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 	// go), and each message costs its overhead, empty ones too.
 	charge := int64(len(b.GetBody())) + bodyMsgOverheadBytes
 	if st.heldParty == nil {
-		st.heldParty = st.s.limits.held.Party(st.pool.Key.Namespace, st.pool.Key.Name)
+		st.heldParty = poolAccount(st.s.limits.held, st.pool)
 	}
 	if err := st.heldParty.Acquire(charge); err != nil {
 		st.releaseBody()

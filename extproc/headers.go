@@ -76,7 +76,7 @@ func (st *stream) onRequestHeaders(req *extprocv3.ProcessingRequest, h *extprocv
 		return true, st.fail(errNotSynced(pool))
 	}
 	// The stream moves to its pool's share of the stream limit.
-	party := st.s.limits.streams.Party(pool.Key.Namespace, pool.Key.Name)
+	party := poolAccount(st.s.limits.streams, pool)
 	if err := st.streamParty.MoveTo(party, 1); err != nil {
 		return true, st.fail(st.s.limits.shareError(err, http.StatusTooManyRequests, "StreamShareExhausted", limitConcurrentStreams))
 	}

@@ -99,6 +99,13 @@ func (l *limits) PoolRemoved(pool *datastore.Pool) {
 	l.held.Forget(pool.Key.Namespace, pool.Key.Name)
 }
 
+// poolAccount is pool's account of limit for a stream that resolved the
+// pool and may outlive it: one the pool's PoolRemoved has forgotten is not
+// revived, so a body sent after the pool went leaves no account behind.
+func poolAccount(limit *fairshare.Limit, pool *datastore.Pool) *fairshare.Party {
+	return limit.PartyWhile(pool.Key.Namespace, pool.Key.Name, func() bool { return !pool.Removed() })
+}
+
 // admit takes a stream slot of the process's limit, or says why not.
 func (l *limits) admit() error {
 	if !l.unresolved.AcquireUnshared(1) {

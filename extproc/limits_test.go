@@ -545,3 +545,55 @@ func TestUnresolvedSubsetHintMessageBounded(t *testing.T) {
 		t.Fatalf("got %d, %d bytes: %.300s; want 503 naming the two owners, %q, at most 2 KiB", code, len(body), body, want)
 	}
 }
+
+// TestRemovedPoolLeavesNoAccount: a stream that resolved its pool before
+// the pool was removed and sends its body after keeps no account of the
+// gone pool once it ends: no series of the pool is left in either limit.
+func TestRemovedPoolLeavesNoAccount(t *testing.T) {
+	f := newPools(t, 1, 1)
+	ts := startServer(t, f.reg, leastInFlight{}, Options{Insecure: true})
+	accounts := func() int {
+		n := 0
+		for _, limit := range []string{limitConcurrentStreams, limitHeldBodyBytes} {
+			n += fairShareSeries(t, ts, limit, poolNS(0), poolName(0))
+		}
+		return n
+	}
+	g := ts.open(t, authorityOf(0), nil)
+	g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+	eventually(t, "the stream charged to its pool", func() bool {
+		return fairShareSeries(t, ts, limitConcurrentStreams, poolNS(0), poolName(0)) == 1
+	})
+	f.reg.Remove(f.pools[0].Key)
+	g.send(reqBody(completionBody("m", 100), true))
+	_, _ = g.stream.Recv() // whatever the answer for a gone pool, the stream ends after it
+	g.cancel()
+	eventually(t, "no account of the removed pool", func() bool {
+		return accounts() == 0 && ts.srv.limits.streams.Total() == 0 && ts.srv.limits.held.Total() == 0
+	})
+}
+
+// fairShareSeries counts the used series of limit for namespace/pool.
+func fairShareSeries(t *testing.T, ts *testServer, limit, namespace, pool string) int {
+	t.Helper()
+	fams, err := ts.prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range fams {
+		if f.GetName() != "poolpicker_fair_share_used" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["limit"] == limit && labels["namespace"] == namespace && labels["pool"] == pool {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -87,6 +87,11 @@ type Party struct {
 	rejected float64
 	// forgotten: the pool is gone; the account is dropped when it is empty.
 	forgotten bool
+	// dropped: the account left its namespace. A holder that took it
+	// before (a stream that resolved its pool just before the pool went)
+	// charges the pool's account of now instead (live), so that a name
+	// never has two accounts nor its namespace two entries in active.
+	dropped bool
 	// unshared: the account of what is not any pool's yet (Unshared); it
 	// is never active and has no share.
 	unshared bool
@@ -127,18 +132,59 @@ func (l *Limit) Unshared() *Party {
 func (l *Limit) Party(namespaceName, pool string) *Party {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	p, _ := l.partyLocked(namespaceName, pool)
+	p.forgotten = false
+	return p
+}
+
+// PartyWhile is Party for a holder that found its pool served, which
+// the pool's Forget may have overtaken since: served, called under the
+// limit's lock, says whether the pool still is. When it is not, the
+// account is not revived (nothing would forget it again): the holder gets
+// the pool's account as it is, or, when there is none, a handle whose
+// charges go to an account dropped once they are given back.
+func (l *Limit) PartyWhile(namespaceName, pool string, served func() bool) *Party {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if served() {
+		p, _ := l.partyLocked(namespaceName, pool)
+		p.forgotten = false
+		return p
+	}
+	if ns := l.namespaces[namespaceName]; ns != nil {
+		if p := ns.pools[pool]; p != nil {
+			return p
+		}
+	}
+	return &Party{l: l, ns: &namespace{name: namespaceName}, name: pool, forgotten: true, dropped: true}
+}
+
+func (l *Limit) partyLocked(namespaceName, pool string) (p *Party, made bool) {
 	ns := l.namespaces[namespaceName]
 	if ns == nil {
 		ns = &namespace{name: namespaceName, pools: map[string]*Party{}, active: map[*Party]struct{}{}}
 		l.namespaces[namespaceName] = ns
 	}
-	p := ns.pools[pool]
-	if p == nil {
-		p = &Party{l: l, ns: ns, name: pool}
-		ns.pools[pool] = p
+	if p = ns.pools[pool]; p != nil {
+		return p, false
 	}
-	p.forgotten = false
-	return p
+	p = &Party{l: l, ns: ns, name: pool}
+	ns.pools[pool] = p
+	return p, true
+}
+
+// liveLocked is the account p's charges go to: p, or, once p was dropped,
+// its pool's account of now, made forgotten (its pool is gone unless it
+// comes back) when there is none.
+func (l *Limit) liveLocked(p *Party) *Party {
+	if !p.dropped {
+		return p
+	}
+	q, made := l.partyLocked(p.ns.name, p.name)
+	if made {
+		q.forgotten = true
+	}
+	return q
 }
 
 // Forget drops pool's account once it holds nothing (now, or when its last
@@ -164,6 +210,7 @@ func (l *Limit) dropLocked(p *Party) {
 	if ns.pools[p.name] == p {
 		delete(ns.pools, p.name)
 	}
+	p.dropped = true
 	if len(ns.pools) == 0 && l.namespaces[ns.name] == ns {
 		delete(l.namespaces, ns.name)
 	}
@@ -189,12 +236,14 @@ func (p *Party) Acquire(n int64) error {
 	l := p.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	p = l.liveLocked(p)
 	if l.capacity <= 0 || l.grantableLocked(p, n) {
 		p.addLocked(n)
 		return nil
 	}
 	p.rejected++
 	nsShare, poolShare := l.sharesLocked(p)
+	defer l.dropLocked(p) // a gone pool's account made for this charge
 	return &Exhausted{Limit: l.opts.Name, Flag: l.opts.Flag, Unit: l.opts.Unit, Namespace: p.ns.name, Pool: p.name,
 		Capacity: l.capacity, Held: p.used, Guaranteed: min(nsShare, poolShare), Request: n}
 }
@@ -220,6 +269,7 @@ func (p *Party) MoveTo(to *Party, n int64) error {
 	l := p.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	p, to = l.liveLocked(p), l.liveLocked(to)
 	p.addLocked(-n)
 	if l.capacity <= 0 || l.grantableLocked(to, n) {
 		to.addLocked(n)
@@ -228,6 +278,7 @@ func (p *Party) MoveTo(to *Party, n int64) error {
 	p.addLocked(n)
 	to.rejected++
 	nsShare, poolShare := l.sharesLocked(to)
+	defer l.dropLocked(to) // a gone pool's account made for this charge
 	return &Exhausted{Limit: l.opts.Name, Flag: l.opts.Flag, Unit: l.opts.Unit, Namespace: to.ns.name, Pool: to.name,
 		Capacity: l.capacity, Held: to.used, Guaranteed: min(nsShare, poolShare), Request: n}
 }
@@ -239,16 +290,26 @@ func (p *Party) Release(n int64) {
 	}
 	l := p.l
 	l.mu.Lock()
+	p = l.liveLocked(p)
 	p.addLocked(-n)
 	l.dropLocked(p)
 	l.mu.Unlock()
 }
 
-// Held is what p holds now.
+// Held is what p holds now (its pool's account of now, once p was dropped).
 func (p *Party) Held() int64 {
-	p.l.mu.Lock()
-	defer p.l.mu.Unlock()
-	return p.used
+	l := p.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !p.dropped {
+		return p.used
+	}
+	if ns := l.namespaces[p.ns.name]; ns != nil {
+		if q := ns.pools[p.name]; q != nil {
+			return q.used
+		}
+	}
+	return 0
 }
 
 // Borrowed is what p holds beyond its guaranteed share now, given the
