@@ -152,7 +152,9 @@ func (c *labelCap) admit(ns, v string) (label, takenBack) {
 }
 
 // takeBackLocked takes the most recently admitted name of the namespace,
-// other than ns, that borrows most; none when no other borrows.
+// other than ns, that borrows most (of equal borrowers, the first by
+// name, so that the same state always gives back the same name); none
+// when no other borrows.
 func (c *labelCap) takeBackLocked(ns string) takenBack {
 	var from *modelNames
 	var fromNS string
@@ -161,7 +163,7 @@ func (c *labelCap) takeBackLocked(ns string) takenBack {
 		if other == ns {
 			continue
 		}
-		if b := names.party.Borrowed(); b > most {
+		if b := names.party.Borrowed(); b > most || b == most && b > 0 && other < fromNS {
 			from, fromNS, most = names, other, b
 		}
 	}
