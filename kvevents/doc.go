@@ -1,7 +1,7 @@
 // Copyright 2026 The poolpicker Authors.
 // Licensed under the Apache License, Version 2.0; see the LICENSE file.
 
-// Package kvevents keeps, per endpoint, the set of KV-cache blocks its model
+// Package kvevents keeps, per pool and endpoint, the set of KV-cache blocks its model
 // server says it holds, from the server's KV-cache events (vLLM's and
 // SGLang's ZMQ publisher, as llm-d's simulator also speaks it), and computes a
 // prompt's block keys the way those events name them.

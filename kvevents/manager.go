@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -110,11 +111,20 @@ type Manager struct {
 	opts    Options
 	metrics *metrics
 
-	mu      sync.Mutex
-	ctx     context.Context
-	streams map[string]*stream // by endpoint address (ip:port)
-	wg      sync.WaitGroup
+	mu  sync.Mutex
+	ctx context.Context
+	// streams are keyed by pool and address: pools whose selectors share
+	// a pod each have their own subscription and event index, charged to
+	// their own account, and one pool's leaving ends only its own.
+	streams map[streamKey]*stream
+	// at are the streams of each address (ip:port), for the messages of
+	// the listen socket, whose topic names the address only.
+	at map[string][]*stream
+	wg sync.WaitGroup
 }
+
+// streamKey names one pool's subscription to one endpoint.
+type streamKey struct{ namespace, pool, address string }
 
 // stream is one endpoint's subscription state. The goroutine that reads
 // the endpoint's messages and the one that catches up with its replay
@@ -155,7 +165,7 @@ func NewManager(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{opts: opts, metrics: m, streams: map[string]*stream{}}, nil
+	return &Manager{opts: opts, metrics: m, streams: map[streamKey]*stream{}, at: map[string][]*stream{}}, nil
 }
 
 // Start binds ListenEndpoint (if set) and serves it until ctx ends; the
@@ -190,14 +200,16 @@ func (m *Manager) Start(ctx context.Context) error {
 // context ended).
 func (m *Manager) Wait() { m.wg.Wait() }
 
-// Add starts indexing the endpoint at address (ip:port) of the pool
-// namespace/pool: with
-// SocketPort, a subscription dialing its publisher; else the messages the
-// listen socket receives for it. Adding an address twice is a no-op.
+// Add starts indexing the endpoint at address (ip:port) for the pool
+// namespace/pool: with SocketPort, a subscription dialing its publisher;
+// else the messages the listen socket receives for it. Each pool that
+// adds an address has its own index of it, its blocks reserved from that
+// pool's account. Adding an address to a pool twice is a no-op.
 func (m *Manager) Add(namespace, pool, address string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.streams[address]; ok || m.ctx == nil || m.ctx.Err() != nil {
+	key := streamKey{namespace, pool, address}
+	if _, ok := m.streams[key]; ok || m.ctx == nil || m.ctx.Err() != nil {
 		return
 	}
 	ip, _, err := net.SplitHostPort(address)
@@ -213,7 +225,8 @@ func (m *Manager) Add(namespace, pool, address string) {
 	s.ep = newEndpoint(m.opts.Hasher, m.opts.MaxBlocksPerEndpoint, budget, func(reason string, n int) {
 		m.metrics.dropped.WithLabelValues(namespace, pool, reason).Add(float64(n))
 	})
-	m.streams[address] = s
+	m.streams[key] = s
+	m.at[address] = append(m.at[address], s)
 	m.metrics.active.Inc()
 	m.metrics.unconfirmed.WithLabelValues(namespace, pool).Inc()
 	if m.opts.SocketPort == 0 && m.opts.ReplayPort == 0 {
@@ -246,11 +259,21 @@ func (m *Manager) settle(ctx context.Context, s *stream) {
 	}
 }
 
-// Remove stops indexing the endpoint at address and forgets its blocks.
-func (m *Manager) Remove(address string) {
+// Remove stops indexing the endpoint at address for the pool
+// namespace/pool and releases its blocks; other pools' indexes of the
+// address go on.
+func (m *Manager) Remove(namespace, pool, address string) {
 	m.mu.Lock()
-	s, ok := m.streams[address]
-	delete(m.streams, address)
+	key := streamKey{namespace, pool, address}
+	s, ok := m.streams[key]
+	if ok {
+		delete(m.streams, key)
+		if rest := slices.DeleteFunc(m.at[address], func(o *stream) bool { return o == s }); len(rest) > 0 {
+			m.at[address] = rest
+		} else {
+			delete(m.at, address)
+		}
+	}
 	m.mu.Unlock()
 	if !ok {
 		return
@@ -266,21 +289,23 @@ func (m *Manager) Remove(address string) {
 	s.ep.reset(false)
 }
 
-// Endpoint is the event index of the endpoint at address, nil when it is
-// not indexed.
-func (m *Manager) Endpoint(address string) *Endpoint {
+// Endpoint is the pool namespace/pool's event index of the endpoint at
+// address, nil when the pool does not index it.
+func (m *Manager) Endpoint(namespace, pool, address string) *Endpoint {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.streams[address]; ok {
+	if s, ok := m.streams[streamKey{namespace, pool, address}]; ok {
 		return s.ep
 	}
 	return nil
 }
 
-func (m *Manager) stream(address string) *stream {
+// streamsAt are the streams of the endpoint at address, one per pool
+// indexing it.
+func (m *Manager) streamsAt(address string) []*stream {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.streams[address]
+	return slices.Clone(m.at[address])
 }
 
 // maxRetryFactor bounds the backoff of a subscription that keeps failing:
@@ -431,30 +456,40 @@ func (m *Manager) receive(ctx context.Context, sub zmq4.Socket) {
 	}
 }
 
-// received applies one message: of s's stream, or, with s nil, of the
-// stream its topic names.
+// received applies one message: of s's stream, or, with s nil, of every
+// stream of the endpoint its topic names (one per pool indexing it).
 func (m *Manager) received(ctx context.Context, msg zmq4.Msg, s *stream) {
 	mm, err := ParseFrames(msg.Frames)
 	if err != nil {
 		m.opts.Logger.V(4).Info("malformed KV event message", "err", err.Error())
 		return
 	}
-	if s == nil {
-		endpoint, _, err := ParseTopic(mm.Topic)
-		if err != nil {
-			return
-		}
-		// Removed endpoints are not indexed: their messages are dropped.
-		if s = m.stream(endpoint); s == nil {
-			return
-		}
-	}
 	model := m.modelOf(mm.Topic)
+	if s != nil {
+		m.deliver(ctx, s, model, mm)
+		m.metrics.messages.WithLabelValues(s.address).Inc()
+		return
+	}
+	endpoint, _, err := ParseTopic(mm.Topic)
+	if err != nil {
+		return
+	}
+	// Removed endpoints are not indexed: their messages are dropped.
+	streams := m.streamsAt(endpoint)
+	for _, s := range streams {
+		m.deliver(ctx, s, model, mm)
+	}
+	if len(streams) > 0 {
+		m.metrics.messages.WithLabelValues(endpoint).Inc()
+	}
+}
+
+// deliver applies one live message of model to s.
+func (m *Manager) deliver(ctx context.Context, s *stream, model string, msg Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.model, s.seen = model, true
-	m.handle(ctx, s, model, mm)
-	m.metrics.messages.WithLabelValues(s.address).Inc()
+	m.handle(ctx, s, model, msg)
 }
 
 // modelOf is the model of a message of topic.

@@ -166,7 +166,7 @@ func prompt(tag string, n int) string {
 func held(t *testing.T, m *kvevents.Manager, s *modelsim.Server, k []uint64, want int) {
 	t.Helper()
 	poll.Until(t, 10*time.Second, fmt.Sprintf("the event index holding %d blocks of the prompt", want), func() bool {
-		ep := m.Endpoint(s.Addr())
+		ep := m.Endpoint("ns", "pool", s.Addr())
 		n, ok := ep.Match(k)
 		return ok && n == want
 	})
@@ -195,15 +195,15 @@ func TestSubscriptionFollowsServer(t *testing.T) {
 			b := prompt("b", 20)
 			complete(t, s, b)
 			held(t, m, s, keys(t, s, h, b), 20)
-			n, _ := m.Endpoint(s.Addr()).Match(ka)
+			n, _ := m.Endpoint("ns", "pool", s.Addr()).Match(ka)
 			if got := complete(t, s, a); got != min(n, 9)*4 {
 				t.Errorf("after eviction the index predicts %d blocks, the server cached %d tokens", n, got)
 			}
 			// The first events may have come by replay; live ones are
 			// counted.
 			connected(t, m, reg, s)
-			m.Remove(s.Addr())
-			if m.Endpoint(s.Addr()) != nil {
+			m.Remove("ns", "pool", s.Addr())
+			if m.Endpoint("ns", "pool", s.Addr()) != nil {
 				t.Error("a removed endpoint is still indexed")
 			}
 		})
@@ -267,7 +267,7 @@ func TestEventsBeforeSubscription(t *testing.T) {
 			m.Add("ns", "pool", s.Addr())
 			held(t, m, s, keys(t, s, h, a), 6)
 			held(t, m, s, keys(t, s, h, b), 4)
-			if !m.Endpoint(s.Addr()).Confirmed() {
+			if !m.Endpoint("ns", "pool", s.Addr()).Confirmed() {
 				t.Error("the index rebuilt from the server's whole history is not trusted")
 			}
 			if v := promtest.Value(reg, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()}); v != 0 {
@@ -366,7 +366,7 @@ func TestGaps(t *testing.T) {
 			poll.Until(t, 10*time.Second, "the index cleared", func() bool {
 				return promtest.PoolSum(reg, kvevents.MetricResyncs, "ns", "pool") == resyncs+1
 			})
-			if _, ok := m.Endpoint(s.Addr()).Match(keys(t, s, h, prompts[len(prompts)-1])); ok {
+			if _, ok := m.Endpoint("ns", "pool", s.Addr()).Match(keys(t, s, h, prompts[len(prompts)-1])); ok {
 				t.Error("after a gap without replay the endpoint's index is still trusted")
 			}
 			if v := promtest.PoolSum(reg, kvevents.MetricUnconfirmed, "ns", "pool"); v != 1 {
@@ -408,7 +408,7 @@ func TestBounds(t *testing.T) {
 				return promtest.Value(reg, kvevents.MetricDropped, map[string]string{"namespace": "ns", "pool": "pool", "reason": tt.reason}) > 0
 			})
 			if tt.check != nil {
-				tt.check(t, m.Endpoint(s.Addr()))
+				tt.check(t, m.Endpoint("ns", "pool", s.Addr()))
 			}
 		})
 	}
@@ -478,7 +478,111 @@ func TestServerRestart(t *testing.T) {
 	complete(t, second, b)
 	held(t, m, second, keys(t, second, h, b), 5)
 	poll.Until(t, 10*time.Second, "the first server's blocks forgotten", func() bool {
-		n, ok := m.Endpoint(second.Addr()).Match(ka)
+		n, ok := m.Endpoint("ns", "pool", second.Addr()).Match(ka)
 		return ok && n == 0
 	})
+}
+
+// poolBudget is a PoolBudget without bound that counts what each pool's
+// account holds.
+type poolBudget struct {
+	mu   sync.Mutex
+	held map[string]int
+}
+
+func (b *poolBudget) Reserve(n int) bool { return b.ForPool("", "").Reserve(n) }
+func (b *poolBudget) Release(n int)      { b.ForPool("", "").Release(n) }
+
+func (b *poolBudget) ForPool(namespace, pool string) kvevents.Budget {
+	return poolAccount{b, namespace + "/" + pool}
+}
+
+func (b *poolBudget) holds(account string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held[account]
+}
+
+type poolAccount struct {
+	b    *poolBudget
+	name string
+}
+
+func (a poolAccount) Reserve(n int) bool {
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	a.b.held[a.name] += n
+	return true
+}
+
+func (a poolAccount) Release(n int) {
+	a.b.mu.Lock()
+	defer a.b.mu.Unlock()
+	a.b.held[a.name] -= n
+}
+
+// TestPoolsSharingEndpoint: two pools whose selectors share a server each
+// index it, each pool's blocks on its own account; removing one pool
+// releases its blocks and leaves the other's index fed, whether the
+// picker dials the server or the server dials the picker.
+func TestPoolsSharingEndpoint(t *testing.T) {
+	for _, listen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("the server dials the picker %v", listen), func(t *testing.T) {
+			h, _ := kvevents.NewHasher(4, "", "")
+			ev := modelsim.KVEventsOptions{ReplayEndpoint: "replay"}
+			b := &poolBudget{held: map[string]int{}}
+			opts := kvevents.Options{Hasher: h, Budget: b}
+			if listen {
+				ip := podIP()
+				opts.ListenEndpoint = fmt.Sprintf("tcp://%s:%d", ip, freePort(t, ip))
+				ev.Endpoint, ev.Dial = opts.ListenEndpoint, true
+			}
+			s := sim(t, ev, modelsim.Options{})
+			if !listen {
+				opts.SocketPort = port(t, s.KVEventsAddr())
+			}
+			opts.ReplayPort = port(t, s.KVReplayAddr())
+			m, reg := manager(t, opts)
+			m.Add("ns", "a", s.Addr())
+			m.Add("ns", "b", s.Addr())
+			heldBy := func(pool string, k []uint64, want int) {
+				t.Helper()
+				poll.Until(t, 10*time.Second, fmt.Sprintf("pool %s's event index holding %d blocks of the prompt", pool, want), func() bool {
+					n, ok := m.Endpoint("ns", pool, s.Addr()).Match(k)
+					return ok && n == want
+				})
+			}
+			x := prompt("shared-x", 6)
+			complete(t, s, x)
+			kx := keys(t, s, h, x)
+			heldBy("a", kx, 6)
+			heldBy("b", kx, 6)
+			if a, b := b.holds("ns/a"), b.holds("ns/b"); a < 6 || b < 6 {
+				t.Errorf("accounts hold %d blocks of pool a and %d of pool b, want each pool's at least its 6", a, b)
+			}
+			if v := promtest.Value(reg, kvevents.MetricLLMDActive, nil); v != 2 {
+				t.Errorf("%s = %v, want 2 (one per pool)", kvevents.MetricLLMDActive, v)
+			}
+
+			m.Remove("ns", "a", s.Addr())
+			if m.Endpoint("ns", "a", s.Addr()) != nil {
+				t.Error("a removed pool still indexes the endpoint")
+			}
+			if n := b.holds("ns/a"); n != 0 {
+				t.Errorf("a removed pool's account still holds %d blocks", n)
+			}
+			if v := promtest.PoolSum(reg, kvevents.MetricBlocks, "ns", "a"); v != 0 {
+				t.Errorf("%s of the removed pool = %v", kvevents.MetricBlocks, v)
+			}
+			y := prompt("shared-y", 4)
+			complete(t, s, y)
+			heldBy("b", keys(t, s, h, y), 4)
+			if n, ok := m.Endpoint("ns", "b", s.Addr()).Match(kx); !ok || n != 6 {
+				t.Errorf("pool b's index holds %d blocks of the first prompt (confirmed %v), want 6", n, ok)
+			}
+			// Added back, pool a catches up with the server's history.
+			m.Add("ns", "a", s.Addr())
+			heldBy("a", kx, 6)
+		})
+	}
 }

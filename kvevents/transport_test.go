@@ -107,7 +107,7 @@ func TestMessageBound(t *testing.T) {
 				t.Cleanup(func() { ln.Close(); <-done })
 				m.Add("ns", "bad", net.JoinHostPort(badIP, "8000"))
 			}
-			m.Add("ns", "good", good.Addr())
+			m.Add("ns", "pool", good.Addr()) // the pool held reads
 
 			label := "listen"
 			if !listen {

@@ -427,7 +427,7 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	eps := make([]*kvevents.Endpoint, len(c))
 	render := ""
 	for i := range c {
-		if ep := s.events.Endpoint(c[i].Endpoint.Address()); ep != nil && ep.Confirmed() {
+		if ep := s.eventIndex(cs.Pool, c[i].Endpoint); ep != nil && ep.Confirmed() {
 			eps[i] = ep
 			if render == "" {
 				render = "http://" + c[i].Endpoint.Address()
@@ -574,7 +574,7 @@ func (s *Precise) EndpointsChanged(pool framework.Pool, added, removed []framewo
 	}
 	s.mu.Unlock()
 	for _, e := range removed {
-		s.events.Remove(e.Address())
+		s.events.Remove(key.Namespace, key.Name, e.Address())
 	}
 	for _, e := range added {
 		s.events.Add(key.Namespace, key.Name, e.Address())
@@ -582,28 +582,36 @@ func (s *Precise) EndpointsChanged(pool framework.Pool, added, removed []framewo
 }
 
 // PoolRemoved implements framework.PoolObserver: the pool's subscriptions
-// stop.
+// stop and its event indexes' blocks are released; another pool's of the
+// same servers go on.
 func (s *Precise) PoolRemoved(pool framework.Pool) {
 	s.approx.PoolRemoved(pool)
 	if s.events == nil {
 		return
 	}
+	key := pool.Key()
 	s.mu.Lock()
-	set := s.pools[pool.Key()]
-	delete(s.pools, pool.Key())
+	set := s.pools[key]
+	delete(s.pools, key)
 	s.mu.Unlock()
 	for addr := range set {
-		s.events.Remove(addr)
+		s.events.Remove(key.Namespace, key.Name, addr)
 	}
 }
 
-// followed tells whether e's blocks are known from its server's events:
-// its event index is confirmed.
-func (s *Precise) followed(e framework.Endpoint) bool {
-	if s.events == nil {
-		return false
+// eventIndex is pool's event index of e, nil when it has none.
+func (s *Precise) eventIndex(pool framework.Pool, e framework.Endpoint) *kvevents.Endpoint {
+	if s.events == nil || pool == nil {
+		return nil
 	}
-	ep := s.events.Endpoint(e.Address())
+	key := pool.Key()
+	return s.events.Endpoint(key.Namespace, key.Name, e.Address())
+}
+
+// followed tells whether e's blocks are known to pool from its server's
+// events: pool's event index of it is confirmed.
+func (s *Precise) followed(pool framework.Pool, e framework.Endpoint) bool {
+	ep := s.eventIndex(pool, e)
 	return ep != nil && ep.Confirmed()
 }
 
@@ -616,13 +624,13 @@ type unfollowedPeers struct {
 }
 
 func (p unfollowedPeers) ShareBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
-	if !p.s.followed(e) {
+	if !p.s.followed(pool, e) {
 		p.Peers.ShareBlocks(pool, e, blocks)
 	}
 }
 
 func (p unfollowedPeers) ForgetBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
-	if !p.s.followed(e) {
+	if !p.s.followed(pool, e) {
 		p.Peers.ForgetBlocks(pool, e, blocks)
 	}
 }
@@ -630,7 +638,7 @@ func (p unfollowedPeers) ForgetBlocks(pool framework.Pool, e framework.Endpoint,
 // LearnPeerBlocks implements framework.PeerLearner for the learned index,
 // of an endpoint whose events are not followed.
 func (s *Precise) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
-	if !s.followed(e) {
+	if !s.followed(pool, e) {
 		s.approx.LearnPeerBlocks(pool, e, blocks)
 	}
 }
@@ -638,7 +646,7 @@ func (s *Precise) LearnPeerBlocks(pool framework.Pool, e framework.Endpoint, blo
 // ForgetPeerBlocks implements framework.PeerForgetter for the learned
 // index, of an endpoint whose events are not followed.
 func (s *Precise) ForgetPeerBlocks(pool framework.Pool, e framework.Endpoint, blocks []uint64) {
-	if !s.followed(e) {
+	if !s.followed(pool, e) {
 		s.approx.ForgetPeerBlocks(pool, e, blocks)
 	}
 }
