@@ -459,7 +459,12 @@ func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []fr
 	a := s.approx
 	bs := float64(s.hasher.BlockSize())
 	if a.params.QueueCostTokens > 0 {
-		a.weighAgainstLoad(nil, c, float64(st.promptTokens), func(i int) (float64, bool) {
+		var states []*prefixEndpoint
+		learned := a.index(cs.Pool)
+		if learned != nil {
+			states = learned.statesFor(cs.Endpoints)
+		}
+		a.weighAgainstLoad(nil, learned, states, c, float64(st.promptTokens), func(i int) (float64, bool) {
 			if eps[i] == nil {
 				return 0, false
 			}
