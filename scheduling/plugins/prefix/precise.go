@@ -128,8 +128,11 @@ type PreciseParams struct {
 	// candidate is worth sending to for its cache by the learned index
 	// (where it last sent the prefix, else the rendezvous choice, which
 	// every replica makes alike). False: the share of the prompt's blocks
-	// held, whatever the load, and by load for a prompt nobody holds.
-	AffinityRules bool `json:"affinityRules"`
+	// held, whatever the load, and by load for a prompt nobody holds: a
+	// hot prefix then queues on its holder, and where the prefixes do not
+	// fit each server caches every prefix in turn (the routing sweep on
+	// llm-d's simulator, site-src/performance.md). Absent: true.
+	AffinityRules *bool `json:"affinityRules"`
 }
 
 // Precise scores an endpoint by the share of the prompt's leading token
@@ -219,7 +222,7 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if s.maxPrompt <= 0 {
 		s.maxPrompt = DefaultMaxPromptBytes
 	}
-	s.affinityRules = p.AffinityRules
+	s.affinityRules = p.AffinityRules == nil || *p.AffinityRules
 	backend, timeout, cacheEntries := defaultTokenizerBackend, time.Duration(0), 0
 	if t := p.Tokenizer; t != nil {
 		if t.Backend != "" {
