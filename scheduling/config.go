@@ -35,7 +35,8 @@ const ProfileAnnotation = "poolpicker.io/scheduling-profile"
 // DefaultConfigText is the configuration used when none is given: the
 // subset filter, prefix-cache affinity weighed against load (a cached
 // prefix counts for the prefill it saves, less queueCostTokens per request
-// its holder has in flight beyond the least loaded endpoint), LoRA
+// its holder has in flight beyond the least loaded endpoint, twice that
+// while the prefixes in use leave the caches room), LoRA
 // affinity, and load scorers (poolpicker's in-flight count, the queue)
 // with the max-score picker. The load scorers weigh half each: min-max
 // normalised, together they are worth a third of a whole cached prompt, so
@@ -63,6 +64,7 @@ plugins:
     maxPrefixBlocksToMatch: 256
     lruCapacityPerServer: 31250
     queueCostTokens: 192
+    queueCostTokensWithRoom: 384
     rendezvousBlocks: 4
     rendezvousLoadSlack: 8
     rendezvousBalanceCache: true

@@ -30,12 +30,16 @@ type blockLRU struct {
 	// server's cache evicts them. phantomBlocks is the sum of the weights.
 	phantoms      map[int32]int
 	phantomBlocks int
+	// liveBlocks counts the entries marked live (markLive): blocks a
+	// prompt found here after they were added.
+	liveBlocks int
 }
 
 type lruEntry struct {
 	key        uint64
 	stamp      uint64
 	prev, next int32
+	live       bool
 }
 
 // newBlockLRU returns an empty LRU; onEvict hears of each block pushed out
@@ -150,6 +154,25 @@ func (l *blockLRU) dropUsedBefore(stamp uint64, dropped *[]uint64) int {
 	return n
 }
 
+// markLive marks the held blocks of hashes live: a prompt found them here,
+// so they are a prefix still in use rather than the tail of one prompt.
+// hashes is a chain's leading blocks: when its last is marked, the rest
+// were marked with it, and the check costs one lookup.
+func (l *blockLRU) markLive(hashes []uint64) {
+	if len(hashes) == 0 {
+		return
+	}
+	if i, ok := l.pos[hashes[len(hashes)-1]]; ok && l.entries[i].live {
+		return
+	}
+	for _, h := range hashes {
+		if i, ok := l.pos[h]; ok && !l.entries[i].live {
+			l.entries[i].live = true
+			l.liveBlocks++
+		}
+	}
+}
+
 // remove evicts h if held and reports whether it was.
 func (l *blockLRU) remove(h uint64) bool {
 	i, ok := l.pos[h]
@@ -190,6 +213,10 @@ func (l *blockLRU) evict(i int32) {
 	l.unlink(i)
 	l.evictions++
 	l.free = append(l.free, i)
+	if l.entries[i].live {
+		l.entries[i].live = false
+		l.liveBlocks--
+	}
 	if len(l.phantoms) > 0 {
 		if w, ok := l.phantoms[i]; ok {
 			delete(l.phantoms, i)

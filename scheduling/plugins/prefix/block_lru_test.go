@@ -254,3 +254,51 @@ func TestBlockLRURemove(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockLRUMarkLive: markLive counts the held blocks it marks once
+// each, skips those not held, and an eviction or removal of a live block
+// takes it off the count; a position reused by an add is not live.
+func TestBlockLRUMarkLive(t *testing.T) {
+	cases := []struct {
+		name string
+		mark [][]uint64
+		then func(l *blockLRU)
+		want int
+	}{
+		{"nothing marked", nil, nil, 0},
+		{"a chain", [][]uint64{{1, 2, 3}}, nil, 3},
+		{"marked twice counts once", [][]uint64{{1, 2}, {1, 2}}, nil, 2},
+		{"a longer chain after a shorter", [][]uint64{{1, 2}, {1, 2, 3, 4}}, nil, 4},
+		{"blocks not held are not counted", [][]uint64{{1, 2, 42}}, nil, 2},
+		{"removed", [][]uint64{{1, 2, 3}}, func(l *blockLRU) { l.remove(2) }, 2},
+		{"evicted by adds, the positions reused", [][]uint64{{1, 2}}, func(l *blockLRU) {
+			for h := uint64(10); h < 15; h++ {
+				l.add(h)
+			}
+		}, 0},
+		{"resized", [][]uint64{{4, 5}}, func(l *blockLRU) { l.resize(1) }, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := newBlockLRU(5, nil)
+			for _, h := range []uint64{1, 2, 3, 4, 5} {
+				l.add(h)
+			}
+			for _, m := range c.mark {
+				l.markLive(m)
+			}
+			if c.then != nil {
+				c.then(l)
+			}
+			live := 0
+			for i := l.entries[0].next; i != 0; i = l.entries[i].next {
+				if l.entries[i].live {
+					live++
+				}
+			}
+			if l.liveBlocks != c.want || live != c.want {
+				t.Fatalf("live blocks counted %d, marked %d, want %d", l.liveBlocks, live, c.want)
+			}
+		})
+	}
+}

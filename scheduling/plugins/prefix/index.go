@@ -223,6 +223,10 @@ type prefixEndpoint struct {
 	slot int32
 	idx  *prefixIndex
 
+	// live is the LRU's live blocks (blockLRU.liveBlocks) as of its last
+	// change, read without mu by scoring (Params.QueueCostTokensWithRoom).
+	live atomic.Int64
+
 	// dead is set, under mu, when the endpoint left the pool; read without
 	// mu by scoring, to skip a stale view's entry.
 	dead atomic.Bool
@@ -307,6 +311,7 @@ func (pe *prefixEndpoint) observeSample(m framework.Metrics, tokensPerBlock floa
 		n := math.Floor(pe.pending)
 		pe.pending -= n
 		pe.lru.age(int(min(n, float64(pe.capacity))))
+		pe.publishLive()
 	}
 }
 
@@ -321,6 +326,7 @@ const chargeQuantum = 1024
 // was granted and its least recent blocks go; what it no longer needs is
 // given back. Called with pe.mu held, after each change of the LRU.
 func (pe *prefixEndpoint) settle() {
+	defer pe.publishLive()
 	share := pe.idx.share
 	if share == nil || pe.lru == nil || pe.idx.released.Load() {
 		return
@@ -340,6 +346,14 @@ func (pe *prefixEndpoint) settle() {
 		keep := (n + chargeQuantum - 1) / chargeQuantum * chargeQuantum
 		share.Release(pe.charged - keep)
 		pe.charged = keep
+	}
+}
+
+// publishLive copies the LRU's count of live blocks for scoring. Called
+// with pe.mu held.
+func (pe *prefixEndpoint) publishLive() {
+	if pe.lru != nil {
+		pe.live.Store(int64(pe.lru.liveBlocks))
 	}
 }
 
@@ -524,6 +538,9 @@ func (pe *prefixEndpoint) record(hashes []uint64, capacity, predicted int) (wate
 	if capacity != pe.capacity {
 		pe.lru.resize(capacity)
 		pe.capacity = capacity
+	}
+	if predicted > 0 && predicted <= len(hashes) {
+		pe.lru.markLive(hashes[:predicted])
 	}
 	// A prompt usually starts with blocks this endpoint used last (a
 	// conversation's next turn, a shared system prompt, a retry): they

@@ -136,8 +136,11 @@ type PreciseParams struct {
 	// candidate is worth sending to for its cache by the learned index
 	// (where it last sent the prefix, else the rendezvous choice, which
 	// every replica makes alike). False: the share of the prompt's blocks
-	// held, whatever the load, and by load for a prompt nobody holds.
-	AffinityRules bool `json:"affinityRules"`
+	// held, whatever the load, and by load for a prompt nobody holds: a
+	// hot prefix then queues on its holder, and where the prefixes do not
+	// fit each server caches every prefix in turn (the routing sweep on
+	// llm-d's simulator, site-src/performance.md). Absent: true.
+	AffinityRules *bool `json:"affinityRules"`
 }
 
 // Precise scores an endpoint by the share of the prompt's leading token
@@ -229,7 +232,7 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if s.maxPrompt <= 0 {
 		s.maxPrompt = DefaultMaxPromptBytes
 	}
-	s.affinityRules = p.AffinityRules
+	s.affinityRules = p.AffinityRules == nil || *p.AffinityRules
 	backend, timeout, cacheEntries := defaultTokenizerBackend, time.Duration(0), 0
 	if t := p.Tokenizer; t != nil {
 		if t.Backend != "" {
@@ -498,7 +501,12 @@ func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []fr
 	a := s.approx
 	bs := float64(s.hasher.BlockSize())
 	if a.params.QueueCostTokens > 0 {
-		a.weighAgainstLoad(nil, c, float64(st.promptTokens), func(i int) (float64, bool) {
+		var states []*prefixEndpoint
+		learned := a.index(cs.Pool)
+		if learned != nil {
+			states = learned.statesFor(cs.Endpoints)
+		}
+		a.weighAgainstLoad(nil, learned, states, c, float64(st.promptTokens), func(i int) (float64, bool) {
 			if eps[i] == nil {
 				return 0, false
 			}

@@ -347,17 +347,22 @@ schedulingProfiles:
 // index with the same parameters (and no knowledge of the pool) picks for
 // it, so replicas place new prefixes alike; its next request follows it
 // there. Without, the events score every server 0 for it and the choice
-// is the load scorers' tie-break.
+// is the load scorers' tie-break. Not set, the rules apply.
 func TestPreciseAffinityRules(t *testing.T) {
 	for _, tc := range []struct {
-		rules string
+		rules string // "absent": the parameter not set
 		ips   []string
 	}{
 		{"true", []string{"127.0.92.2", "127.0.92.3", "127.0.92.4"}},
 		{"false", []string{"127.0.93.2", "127.0.93.3", "127.0.93.4"}},
+		{"absent", []string{"127.0.94.2", "127.0.94.3", "127.0.94.4"}},
 	} {
 		t.Run("affinityRules="+tc.rules, func(t *testing.T) {
-			pp := newPrecisePool(t, tc.ips, strings.Replace(affinityConfig, "affinityRules: %s", "affinityRules: "+tc.rules, 1))
+			config := strings.Replace(affinityConfig, "affinityRules: %s", "affinityRules: "+tc.rules, 1)
+			if tc.rules == "absent" {
+				config = strings.Replace(affinityConfig, "    affinityRules: %s\n", "", 1)
+			}
+			pp := newPrecisePool(t, tc.ips, config)
 			pp.followed(t)
 			learned, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
@@ -419,7 +424,7 @@ plugins:
 				}
 			}
 			switch {
-			case tc.rules == "true" && agreed != prefixes:
+			case tc.rules != "false" && agreed != prefixes:
 				t.Errorf("%d of %d new prefixes went to the rendezvous choice, want all", agreed, prefixes)
 			case tc.rules == "false" && agreed == prefixes:
 				t.Errorf("all %d new prefixes went to the rendezvous choice without affinityRules: the test does not tell the two apart", prefixes)

@@ -101,6 +101,16 @@ type Params struct {
 	// running the most sequences any candidate was scraped running. Zero:
 	// the plain share of the prompt matched, as the reference EPP scores.
 	QueueCostTokens int `json:"queueCostTokens"`
+	// QueueCostTokensWithRoom replaces QueueCostTokens while the pool's
+	// caches have room: while the blocks the index believes some
+	// candidate holds, each counted once, fill at most half of the
+	// candidates' LRUs together. A prefix copied to a less loaded
+	// endpoint then evicts nothing another request still needs and costs
+	// only its prefill; under pressure the copy also evicts a prefix that
+	// is computed again later, so a holder's queue must be longer before
+	// the copy pays. Higher: a busy holder gives way sooner. Zero (the
+	// plugin default): QueueCostTokens whatever the caches hold.
+	QueueCostTokensWithRoom int `json:"queueCostTokensWithRoom"`
 	// UsageFeedback lets the servers' reports of cached prompt tokens (the
 	// response usage's prompt_tokens_details.cached_tokens) correct the
 	// index: when an endpoint had fewer than predicted (in the server's
@@ -311,6 +321,7 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 		{"maxLRUCapacityPerServer", &p.MaxLRUCapacityPerServer, DefaultMaxLRUCapacityPerServer, maxLRUCapacityPerServer},
 		{"bytesPerToken", &p.BytesPerToken, DefaultBytesPerToken, 64},
 		{"queueCostTokens", &p.QueueCostTokens, 0, maxQueueCostTokens},
+		{"queueCostTokensWithRoom", &p.QueueCostTokensWithRoom, 0, maxQueueCostTokens},
 		{"rendezvousBlocks", &p.RendezvousBlocks, 0, maxPrefixBlocksToMatch},
 		{"rendezvousLoadSlack", &p.RendezvousLoadSlack, 1, 1 << 16},
 	}
@@ -435,7 +446,7 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 	// PromptBytes of it), and what each endpoint's cached prefix saves.
 	promptTokens := float64(min(len(req.Prompt), s.PromptBytes())) / float64(s.params.BytesPerToken)
 	blockTokens := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
-	s.weighAgainstLoad(st.index, c, promptTokens, func(i int) (float64, bool) {
+	s.weighAgainstLoad(st.index, st.index, states, c, promptTokens, func(i int) (float64, bool) {
 		matched := float64(st.matchedBlocks(&c[i], states))
 		return matched * blockTokens, matched > 0
 	}, scores)
@@ -444,8 +455,11 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 // weighAgainstLoad scores each candidate whose cached tokens cachedTokens
 // reports (ok false: left as it is) by what they save of promptTokens less
 // QueueCostTokens per request of its extra load; x, when not nil, is the
-// index whose recent misses QueueMissCost counts.
-func (s *Scorer) weighAgainstLoad(x *prefixIndex, c []framework.Candidate, promptTokens float64, cachedTokens func(i int) (float64, bool), scores []float64) {
+// index whose recent misses QueueMissCost counts; room, when not nil, is
+// the index whose live blocks QueueCostTokensWithRoom weighs against the
+// candidates' capacity, states its endpoint states aligned with the pick's
+// endpoint set.
+func (s *Scorer) weighAgainstLoad(x, room *prefixIndex, states []*prefixEndpoint, c []framework.Candidate, promptTokens float64, cachedTokens func(i int) (float64, bool), scores []float64) {
 	// load is each candidate's load, per its share of the mean cache
 	// (LoadPerCacheSize).
 	var sizes []float64
@@ -472,7 +486,7 @@ func (s *Scorer) weighAgainstLoad(x *prefixIndex, c []framework.Candidate, promp
 	// counted in batches (the most sequences an endpoint was seen running).
 	// Without this, affinity gives way under overload, each miss adds load,
 	// and the pool falls to round-robin's hit rate.
-	perRequest := float64(s.params.QueueCostTokens) / (1 + least/float64(running))
+	perRequest := float64(s.queueCost(room, states, c)) / (1 + least/float64(running))
 	if s.params.QueueMissCost && x != nil {
 		// Not divided like the above: when the pool misses anyway, a miss
 		// here evicts little that would have hit, and every request
@@ -487,6 +501,36 @@ func (s *Scorer) weighAgainstLoad(x *prefixIndex, c []framework.Candidate, promp
 		saved := cached - perRequest*(load(i)-least)
 		scores[i] = saved / promptTokens
 	}
+}
+
+// roomFill is the share of the candidates' LRUs, together, that their
+// live blocks may fill for the pool's caches to have room
+// (Params.QueueCostTokensWithRoom).
+const roomFill = 0.4
+
+// queueCost is the prompt tokens one request of a holder's extra load
+// costs: QueueCostTokensWithRoom while the candidates' live blocks in x
+// (those a later prompt found again: prefixes in use, not the tails of
+// single prompts) fill at most roomFill of their LRUs together,
+// QueueCostTokens otherwise. states are x's endpoint states aligned with
+// the pick's endpoint set.
+func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framework.Candidate) int {
+	if s.params.QueueCostTokensWithRoom == 0 || x == nil {
+		return s.params.QueueCostTokens
+	}
+	var live, capacity int64
+	for i := range c {
+		capacity += int64(s.capacity(x, c[i].Metrics))
+		if c[i].Index < len(states) {
+			if pe := states[c[i].Index]; pe != nil && !pe.dead.Load() {
+				live += pe.live.Load()
+			}
+		}
+	}
+	if float64(live) <= roomFill*float64(capacity) {
+		return s.params.QueueCostTokensWithRoom
+	}
+	return s.params.QueueCostTokens
 }
 
 // rendezvous scores RendezvousScore for the candidate every replica would

@@ -1082,3 +1082,42 @@ func TestPrefixScorerLoadPerCacheSize(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixScorerQueueCostWithRoom: while the candidates' live blocks
+// (found again by a later prompt) fill at most 40 % of their LRUs, a
+// holder's extra request costs queueCostTokensWithRoom; past it, or with
+// the parameter unset, queueCostTokens. A prompt recorded once is not
+// live however much room it takes.
+func TestPrefixScorerQueueCostWithRoom(t *testing.T) {
+	p := schedtest.Prompt("shared system prompt", 4096) // 64 blocks, 1,024 tokens
+	q := schedtest.Prompt("another system prompt", 4096)
+	cases := []struct {
+		name   string
+		params string
+		lru    int // blocks per endpoint, 3 endpoints
+		qPicks int // times q is recorded on pod 2
+		want   float64
+	}{
+		{"unset: queueCostTokens", `{"queueCostTokens": 128, "lruCapacityPerServer": 100}`, 100, 2, 1 - 128.0/1024},
+		{"room: 64 live of 300", `{"queueCostTokens": 128, "queueCostTokensWithRoom": 256, "lruCapacityPerServer": 100}`, 100, 0, 1 - 256.0/1024},
+		{"a prompt seen once is not live: 64 of 300", `{"queueCostTokens": 128, "queueCostTokensWithRoom": 256, "lruCapacityPerServer": 100}`, 100, 1, 1 - 256.0/1024},
+		{"pressure: 128 live of 300", `{"queueCostTokens": 128, "queueCostTokensWithRoom": 256, "lruCapacityPerServer": 100}`, 100, 2, 1 - 128.0/1024},
+		{"room again in larger caches: 128 live of 600", `{"queueCostTokens": 128, "queueCostTokensWithRoom": 256, "lruCapacityPerServer": 200}`, 200, 2, 1 - 256.0/1024},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPrefixFixture(t, 3, c.params)
+			f.score(p, 1)
+			f.score(p, 1) // found again: live
+			for range c.qPicks {
+				f.score(q, 2)
+			}
+			e := f.tp.Ep(t, 1)
+			e.AddInFlight(1)
+			defer e.AddInFlight(-1)
+			if got := f.score(p, 0)[1]; !schedtest.ApproxEqual([]float64{got}, []float64{c.want}) {
+				t.Fatalf("holder scores %v, want %v", got, c.want)
+			}
+		})
+	}
+}
