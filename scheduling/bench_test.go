@@ -174,6 +174,49 @@ func BenchmarkScheduleDefaultProfileTimed(b *testing.B) {
 	})
 }
 
+// BenchmarkScheduleDefaultProfileAsBefore: the default profile's plugins
+// with every parameter added since the request path was reshaped turned
+// off (bench/routing/configs/before48.yaml), so that a build of today is
+// timed on the rules an older build's DefaultProfile ran.
+func BenchmarkScheduleDefaultProfileAsBefore(b *testing.B) { benchSchedule(b, defaultProfileAsBefore, false) }
+
+const defaultProfileAsBefore = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: subset-filter
+- type: queue-scorer
+- type: in-flight-scorer
+  parameters:
+    perCacheSize: false
+- type: lora-affinity-scorer
+- type: prefix-cache-scorer
+  parameters:
+    hashBlockSize: 64
+    maxPrefixBlocksToMatch: 256
+    lruCapacityPerServer: 31250
+    queueCostTokens: 192
+    rendezvousBlocks: 4
+    rendezvousLoadSlack: 8
+    tokenScaledCapacity: false
+    rendezvousByCacheSize: false
+    loadPerCacheSize: false
+    rendezvousBalanceCache: false
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: subset-filter
+  - pluginRef: queue-scorer
+    weight: 0.5
+  - pluginRef: in-flight-scorer
+    weight: 0.5
+  - pluginRef: lora-affinity-scorer
+    weight: 1
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: max-score-picker
+`
+
 // BenchmarkScheduleNovelSuffix: the default profile with 2000-block LRUs;
 // every prompt ends in 1 KB never seen, so each pick records 16 new blocks
 // and evicts as many.

@@ -462,16 +462,9 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 func (s *Scorer) weighAgainstLoad(x, room *prefixIndex, states []*prefixEndpoint, c []framework.Candidate, promptTokens float64, cachedTokens func(i int) (float64, bool), scores []float64) {
 	// load is each candidate's load, per its share of the mean cache
 	// (LoadPerCacheSize).
-	var sizes []float64
-	if *s.params.LoadPerCacheSize {
-		sizes = cacheSizes(c, true)
-	}
+	sizes := newCacheWeights(c, *s.params.LoadPerCacheSize)
 	load := func(i int) float64 {
-		l := float64(candidateLoad(&c[i]))
-		if sizes != nil {
-			l *= sizes[len(sizes)-1] / sizes[i]
-		}
-		return l
+		return float64(candidateLoad(&c[i])) * (sizes.mean / sizes.of(&c[i]))
 	}
 	least, running := math.Inf(1), 1
 	for i := range c {
@@ -585,7 +578,7 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		}
 	}
 	promptBlocks := min(len(req.Prompt)/s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
-	sizes := cacheSizes(c, *s.params.RendezvousByCacheSize)
+	sizes := newCacheWeights(c, *s.params.RendezvousByCacheSize)
 	best, bestWeight := -1, 0.0
 	for i := range c {
 		if candidateLoad(&c[i])-least > slack {
@@ -600,7 +593,7 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		// odds in proportion to its size; with equal sizes, the highest
 		// hash as unweighted.
 		u := (float64(h>>11) + 0.5) / (1 << 53)
-		w := -sizes[i] / math.Log(u)
+		w := -sizes.of(&c[i]) / math.Log(u)
 		if best < 0 || w > bestWeight {
 			best, bestWeight = i, w
 		}
@@ -608,30 +601,50 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	scores[best] = max(scores[best], RendezvousScore)
 }
 
-// cacheSizes is each candidate's server's KV cache in tokens, the mean of
-// the known for the others, and then that mean: all 1 when none is known
-// or on is false.
-func cacheSizes(c []framework.Candidate, on bool) []float64 {
-	sizes := make([]float64, len(c)+1)
+// cacheWeights weighs candidates by their servers' KV caches in tokens: a
+// server that has not said weighs as the mean of those that have, and
+// every one weighs 1 when none has or the weighing is off. Computed on
+// demand, it allocates nothing on the pick's path.
+type cacheWeights struct {
+	on   bool
+	mean float64
+}
+
+func newCacheWeights(c []framework.Candidate, on bool) cacheWeights {
+	w := cacheWeights{on: on, mean: 1}
+	if !on {
+		return w
+	}
 	var sum float64
 	var known int
 	for i := range c {
-		if m := c[i].Metrics; on && !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
-			sizes[i] = float64(m.NumBlocks()) * float64(m.BlockSize())
-			sum += sizes[i]
+		if size, ok := knownCacheSize(&c[i]); ok {
+			sum += size
 			known++
 		}
 	}
-	mean := 1.0
 	if known > 0 {
-		mean = sum / float64(known)
+		w.mean = sum / float64(known)
 	}
-	for i := range sizes {
-		if sizes[i] == 0 {
-			sizes[i] = mean
+	return w
+}
+
+// of is c's weight.
+func (w cacheWeights) of(c *framework.Candidate) float64 {
+	if w.on {
+		if size, ok := knownCacheSize(c); ok {
+			return size
 		}
 	}
-	return sizes
+	return w.mean
+}
+
+// knownCacheSize is c's server's KV cache in tokens, if its metrics say.
+func knownCacheSize(c *framework.Candidate) (float64, bool) {
+	if m := c.Metrics; !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
+		return float64(m.NumBlocks()) * float64(m.BlockSize()), true
+	}
+	return 0, false
 }
 
 // FNV-1a, 64-bit: a fixed hash, the same in every process.
