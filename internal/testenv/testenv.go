@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,9 +143,12 @@ func Start(opts Options) (*Env, error) {
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	if opts.EtcdDataDir != "" {
-		e.ControlPlane.Etcd = &envtest.Etcd{DataDir: opts.EtcdDataDir}
-	}
+	e.ControlPlane.Etcd = &envtest.Etcd{DataDir: opts.EtcdDataDir}
+	// etcd's default 2 GiB of backend is filled by suites that create and
+	// delete large objects for long (the isolation suite's Pending pods,
+	// 400 a window), since it keeps what compaction freed; 8 GiB is etcd's
+	// largest recommended quota.
+	e.ControlPlane.Etcd.Configure().Set("quota-backend-bytes", strconv.Itoa(8<<30))
 	api := e.ControlPlane.GetAPIServer()
 	// There is no kubelet or node, and the kubernetes Service endpoints would
 	// otherwise point at a loopback address the API server refuses.
