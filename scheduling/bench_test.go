@@ -178,7 +178,9 @@ func BenchmarkScheduleDefaultProfileTimed(b *testing.B) {
 // with every parameter added since the request path was reshaped turned
 // off (bench/routing/configs/before48.yaml), so that a build of today is
 // timed on the rules an older build's DefaultProfile ran.
-func BenchmarkScheduleDefaultProfileAsBefore(b *testing.B) { benchSchedule(b, defaultProfileAsBefore, false) }
+func BenchmarkScheduleDefaultProfileAsBefore(b *testing.B) {
+	benchSchedule(b, defaultProfileAsBefore, false)
+}
 
 const defaultProfileAsBefore = `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
