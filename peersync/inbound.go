@@ -195,8 +195,10 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 		}
 		x.in.mu.Unlock()
 		if !ok {
-			_ = c.Close()
+			// Counted before the close, so that whoever sees the close
+			// finds it counted.
 			x.limited(host, "connections")
+			_ = c.Close()
 			continue
 		}
 		return &countedConn{Conn: c, x: x, host: host}, nil
