@@ -135,20 +135,7 @@ func TestLLMDLocalTokenizer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := rs[0]
-	if r.failed > 0 || r.served == 0 {
-		t.Fatalf("%d failed, %d served: %s", r.failed, r.served, r.firstFailure)
-	}
-	t.Logf("hit %.3f, events predicted %d confirmed %d, %d untokenized", r.hitRate, r.eventPredicted, r.eventConfirmed, r.fallbacks)
-	if r.fallbacks != 0 {
-		t.Errorf("%d picks scored without the prompt's tokens, want none", r.fallbacks)
-	}
-	if r.eventPredicted == 0 {
-		t.Fatal("the event index predicted no cached tokens: the local tokens' keys match none of the events'")
-	}
-	if got := float64(r.eventConfirmed) / float64(r.eventPredicted); got < 0.98 {
-		t.Errorf("servers confirmed %.3f of the event index's predicted tokens, want at least 0.98", got)
-	}
+	assertPreciseRoutedFromEvents(t, rs[0], "the local tokens' keys")
 }
 
 // localTokenizerConfig is configs/precise.yaml with the local tokenizer
