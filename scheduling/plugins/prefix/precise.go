@@ -131,8 +131,9 @@ type PreciseParams struct {
 	// MaxPromptBytes is the longest prompt tokenized. Zero: 1 MiB.
 	MaxPromptBytes int `json:"maxPromptBytes"`
 	// AffinityRules scores the events' matches by the learned index's
-	// rules (its Approximate parameters): a holder's cached tokens less
-	// queueCostTokens per request of its extra load, and a prompt no
+	// rules (its Approximate parameters): a holder's cached tokens, in the
+	// learned index's estimate of them, less queueCostTokens per request
+	// of its extra load, and a prompt no
 	// candidate is worth sending to for its cache by the learned index
 	// (where it last sent the prefix, else the rendezvous choice, which
 	// every replica makes alike). False: the share of the prompt's blocks
@@ -408,6 +409,10 @@ type preciseCycle struct {
 	matched      map[string]int
 	promptTokens int
 	whole        bool
+	// estimatePerToken is the learned index's estimate of the prompt's
+	// tokens over the server's count of them: what turns the servers'
+	// tokens into the learned index's units when weighing (weigh).
+	estimatePerToken float64
 }
 
 // Score scores from the learned index, then, for the candidates whose
@@ -469,6 +474,9 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	// Tokens of a learned prefix only (not Whole): the prompt goes on
 	// past them, so the server may hold and reuse all their blocks.
 	st.promptTokens, st.whole = len(tokens), res.Whole
+	if len(res.IDs) > 0 {
+		st.estimatePerToken = float64(len(req.Prompt)) / float64(s.approx.params.BytesPerToken) / float64(len(res.IDs))
+	}
 	if len(st.keys) == 0 {
 		return nil
 	}
@@ -496,7 +504,11 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 // index's scores: where it last sent the prompt's prefix, else the
 // rendezvous choice. So an evicted prefix goes back to the server it was
 // on rather than to whichever is least loaded, and the servers keep
-// caching each their own prefixes.
+// caching each their own prefixes. The tokens are weighed in the learned
+// index's units (its estimate of them), so that its queueCostTokens moves
+// a prefix at the load the approximate scorer moves it: counted in the
+// servers' tokens, a prompt of longer words than the estimate assumes
+// would give way sooner.
 func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, scores []float64) {
 	a := s.approx
 	bs := float64(s.hasher.BlockSize())
@@ -506,7 +518,8 @@ func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []fr
 		if learned != nil {
 			states = learned.statesFor(cs.Endpoints)
 		}
-		a.weighAgainstLoad(nil, learned, states, c, float64(st.promptTokens), func(i int) (float64, bool) {
+		units := st.estimatePerToken
+		a.weighAgainstLoad(nil, learned, states, c, float64(st.promptTokens)*units, func(i int) (float64, bool) {
 			if eps[i] == nil {
 				return 0, false
 			}
@@ -519,7 +532,7 @@ func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []fr
 				scores[i] = 0
 				return 0, false
 			}
-			return float64(n) * bs, true
+			return float64(n) * bs * units, true
 		}, scores)
 	}
 	if slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {

@@ -104,9 +104,16 @@ type preciseServers struct {
 
 func newPreciseServers(t testing.TB, ips []string) *preciseServers {
 	t.Helper()
+	return newPreciseServersTokenizing(t, ips, 0)
+}
+
+// newPreciseServersTokenizing are preciseServers counting bytesPerToken
+// prompt bytes a token (0: modelsim's default, the estimate's).
+func newPreciseServersTokenizing(t testing.TB, ips []string, bytesPerToken int) *preciseServers {
+	t.Helper()
 	ps := &preciseServers{ips: ips, httpPort: freeOn(t, ips), pubPort: freeOn(t, ips), replayPort: freeOn(t, ips)}
 	for _, ip := range ips {
-		s, err := modelsim.New(modelsim.Options{Addr: net.JoinHostPort(ip, strconv.Itoa(ps.httpPort)), Model: "m",
+		s, err := modelsim.New(modelsim.Options{Addr: net.JoinHostPort(ip, strconv.Itoa(ps.httpPort)), Model: "m", PromptBytesPerToken: bytesPerToken,
 			BlockSizeTokens: 16, NumGPUBlocks: 160, MaxNumSeqs: 4, DefaultMaxTokens: 1, PrefillPerToken: -1, DecodePerToken: -1,
 			KVEvents: &modelsim.KVEventsOptions{HashSeed: "42",
 				Endpoint:       fmt.Sprintf("tcp://%s:%d", ip, ps.pubPort),
@@ -428,6 +435,104 @@ plugins:
 				t.Errorf("%d of %d new prefixes went to the rendezvous choice, want all", agreed, prefixes)
 			case tc.rules == "false" && agreed == prefixes:
 				t.Errorf("all %d new prefixes went to the rendezvous choice without affinityRules: the test does not tell the two apart", prefixes)
+			}
+		})
+	}
+}
+
+// TestPreciseWeighsInLearnedUnits: with affinityRules the events' matches
+// are weighed against load in the learned index's units, its estimate of
+// the tokens, so that queueCostTokens moves a prefix at the load the
+// approximate scorer moves it even where the servers count twice as many
+// bytes a token as the estimate. One server holds the whole prefix (320
+// of the servers' tokens, 640 of the estimate's), the other its first
+// half; the holder's one request of extra load costs queueCostTokens (240).
+// In the estimate's units the whole holder keeps the prompt at that load
+// (640 - 240 against 320) and gives it up at twice it; in the servers'
+// it would give it up at once (320 - 240 against 160).
+func TestPreciseWeighsInLearnedUnits(t *testing.T) {
+	const config = `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: precise-prefix-cache-scorer
+  parameters:
+    tokenProcessorConfig:
+      blockSize: 16
+      hashSeed: "42"
+    kvEventsConfig:
+      podDiscoveryConfig:
+        socketPort: %d
+        replaySocketPort: %d
+    tokenizer:
+      timeout: 1s
+    approximate:
+      queueCostTokens: 240
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: precise-prefix-cache-scorer
+  - pluginRef: max-score-picker
+`
+	ps := newPreciseServersTokenizing(t, []string{"127.0.96.2", "127.0.96.3"}, 8)
+	pp := newPrecisePicker(t, ps, config, nil)
+	pp.followed(t)
+	whole, half := ps.sims[0], ps.sims[1]
+	httpc := &http.Client{Timeout: 10 * time.Second}
+	for _, place := range []struct {
+		s      *modelsim.Server
+		blocks int
+	}{{whole, 40}, {half, 20}} {
+		received := func() float64 {
+			return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": place.s.Addr()})
+		}
+		// Batches published before the subscription connected were
+		// replayed, not received live.
+		before := place.s.KVEventBatches()
+		missed := float64(before) - received()
+		resp, err := httpc.Post("http://"+place.s.Addr()+"/v1/completions", "application/json", bytes.NewReader(completionBody("shared round 0", place.blocks)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s answered %d", place.s.Addr(), resp.StatusCode)
+		}
+		poll.Until(t, 10*time.Second, "the server's events received", func() bool {
+			return place.s.KVEventBatches() > before && float64(place.s.KVEventBatches())-received() <= missed
+		})
+	}
+	var req struct {
+		Prompt json.RawMessage `json:"prompt"`
+	}
+	if err := json.Unmarshal(completionBody("shared round 1", 40), &req); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		extraLoad int
+		want      *modelsim.Server
+	}{
+		{0, whole},
+		{1, whole},
+		{2, half},
+	} {
+		t.Run(fmt.Sprintf("extra load %d", tc.extraLoad), func(t *testing.T) {
+			for _, e := range pp.pool.Endpoints().Endpoints {
+				m := &datastore.Metrics{KVCacheUsage: 0.1, ScrapedAt: time.Now().Add(time.Hour)}
+				if e.Address == whole.Addr() {
+					m.WaitingRequests = tc.extraLoad
+				}
+				e.SetMetrics(m)
+			}
+			res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: []byte(req.Prompt)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := res.Endpoints[0].Address
+			res.Commit()
+			if got != tc.want.Addr() {
+				t.Errorf("picked %s, want %s", got, tc.want.Addr())
 			}
 		})
 	}
