@@ -47,12 +47,21 @@ type Endpoint struct {
 	// block's key, which is the server's own hash when it hashes as Hasher
 	// does.
 	engine map[engineKey]uint64
-	// keys counts the engine blocks (tiers) that hold each key.
-	keys map[uint64]int32
+	// keys counts the engine blocks (tiers) that hold each key, and the
+	// epoch in which the key was last stored after a time unheld.
+	keys map[uint64]keyState
+	// epoch counts the batches applied (wrapping): a pick's mark, against
+	// which RemovedSince tells the blocks removed after it.
+	epoch uint32
 	// confirmed: the index holds the server's whole history (it saw the
 	// stream from its start, or replayed it, or the server cleared its
 	// cache since); until then the scorer does not trust it.
 	confirmed bool
+}
+
+type keyState struct {
+	refs   int32
+	stored uint32
 }
 
 type engineKey struct {
@@ -62,7 +71,7 @@ type engineKey struct {
 
 func newEndpoint(h *Hasher, maxBlocks int, budget Budget, dropped func(string, int)) *Endpoint {
 	return &Endpoint{hasher: h, maxBlocks: maxBlocks, budget: budget, dropped: dropped,
-		engine: map[engineKey]uint64{}, keys: map[uint64]int32{}}
+		engine: map[engineKey]uint64{}, keys: map[uint64]keyState{}}
 }
 
 // Confirmed reports whether the index holds the server's whole history.
@@ -88,12 +97,37 @@ func (e *Endpoint) Match(keys []uint64) (n int, ok bool) {
 		return 0, false
 	}
 	for n < len(keys) {
-		if e.keys[keys[n]] == 0 {
+		if e.keys[keys[n]].refs == 0 {
 			break
 		}
 		n++
 	}
 	return n, true
+}
+
+// Epoch is the index's mark now, for RemovedSince.
+func (e *Endpoint) Epoch() uint32 {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.epoch
+}
+
+// RemovedSince is how many of keys the server removed after epoch (an
+// Epoch): those it no longer holds and those it stored again since. A
+// server's queued request cannot pin its prefix, so the blocks a pick
+// found may be evicted before the request's prefill; the prefill then
+// stores them again. Meaningful while fewer than 2^31 batches separate
+// the two marks.
+func (e *Endpoint) RemovedSince(keys []uint64, epoch uint32) int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	n := 0
+	for _, k := range keys {
+		if st := e.keys[k]; st.refs == 0 || int32(st.stored-epoch) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // reset forgets every block; confirmed says whether what follows is the
@@ -119,6 +153,7 @@ func (e *Endpoint) setConfirmed() {
 func (e *Endpoint) apply(model string, b *Batch) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.epoch++
 	var scratch []uint64
 	for i := range b.Events {
 		ev := &b.Events[i]
@@ -204,7 +239,7 @@ func (e *Endpoint) add(ek engineKey, key uint64) {
 		}
 		e.unref(old)
 		e.engine[ek] = key
-		e.keys[key]++
+		e.ref(key)
 		return
 	}
 	if e.maxBlocks > 0 && len(e.engine) >= e.maxBlocks {
@@ -216,7 +251,16 @@ func (e *Endpoint) add(ek engineKey, key uint64) {
 		return
 	}
 	e.engine[ek] = key
-	e.keys[key]++
+	e.ref(key)
+}
+
+func (e *Endpoint) ref(k uint64) {
+	st := e.keys[k]
+	if st.refs == 0 {
+		st.stored = e.epoch
+	}
+	st.refs++
+	e.keys[k] = st
 }
 
 func (e *Endpoint) remove(ek engineKey) {
@@ -232,7 +276,10 @@ func (e *Endpoint) remove(ek engineKey) {
 }
 
 func (e *Endpoint) unref(k uint64) {
-	if e.keys[k]--; e.keys[k] <= 0 {
+	st := e.keys[k]
+	if st.refs--; st.refs <= 0 {
 		delete(e.keys, k)
+		return
 	}
+	e.keys[k] = st
 }

@@ -81,3 +81,41 @@ func TestEndpointApply(t *testing.T) {
 		t.Error("AllBlocksCleared did not confirm the index")
 	}
 }
+
+// TestEndpointRemovedSince: the blocks a pick found and the server removed
+// after it are told apart from those it kept, whether it stored them again
+// since (a queued request's prefill recomputing its evicted prefix) or not,
+// and a block held in another tier is still held.
+func TestEndpointRemovedSince(t *testing.T) {
+	h, _ := NewHasher(2, "s", "")
+	tokens := []uint32{1, 2, 3, 4, 5, 6}
+	keys := h.Keys(nil, h.Root("m"), tokens)
+	stored := Event{Kind: BlockStored, BlockHashes: []uint64{1, 2, 3}, Tokens: tokens, BlockSize: 2, Medium: "GPU"}
+	tests := []struct {
+		name  string
+		after []Event // the batches applied after the pick, one event each
+		want  int
+	}{
+		{"nothing happened", nil, 0},
+		{"another prompt's blocks stored", []Event{{Kind: BlockStored, BlockHashes: []uint64{9}, Tokens: []uint32{7, 8}, BlockSize: 2}}, 0},
+		{"the tail evicted", []Event{{Kind: BlockRemoved, BlockHashes: []uint64{3}, Medium: "GPU"}}, 1},
+		{"evicted and stored again by the prefill", []Event{{Kind: BlockRemoved, BlockHashes: []uint64{1, 2, 3}, Medium: "GPU"}, stored}, 3},
+		{"stored again while held: not removed", []Event{stored}, 0},
+		{"offloaded to CPU, then evicted from the GPU", []Event{{Kind: BlockStored, BlockHashes: []uint64{1}, Medium: "CPU"}, {Kind: BlockRemoved, BlockHashes: []uint64{1, 2}, Medium: "GPU"}}, 1},
+		{"the cache cleared", []Event{{Kind: AllBlocksCleared}}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ep := newEndpoint(h, 0, nil, func(string, int) {})
+			ep.reset(true)
+			ep.apply("m", &Batch{Events: []Event{stored}})
+			mark := ep.Epoch()
+			for _, ev := range tt.after {
+				ep.apply("m", &Batch{Events: []Event{ev}})
+			}
+			if got := ep.RemovedSince(keys, mark); got != tt.want {
+				t.Errorf("RemovedSince = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

@@ -465,9 +465,10 @@ func (f *fleet) agreement() (predicted, confirmed, over, observed int64) {
 
 // eventAgreement is, summed over the replicas, the predicted and confirmed
 // cached tokens of the precise scorers' event indexes alone (a precise
-// scorer's learned index reports under its name with "-approximate"), and
-// the picks they scored from the learned index for want of tokens.
-func (f *fleet) eventAgreement() (predicted, confirmed, fallbacks int64) {
+// scorer's learned index reports under its name with "-approximate"), of
+// the rest those the servers evicted after the pick, and the picks they
+// scored from the learned index for want of tokens.
+func (f *fleet) eventAgreement() (predicted, confirmed, evicted, fallbacks int64) {
 	for _, r := range f.replicas {
 		if r.metrics == nil {
 			continue
@@ -477,11 +478,12 @@ func (f *fleet) eventAgreement() (predicted, confirmed, fallbacks int64) {
 			if _, precise := byPlugin[plugin+"-approximate"]; precise {
 				predicted += a[prefix.MetricPredictedTokens]
 				confirmed += a[prefix.MetricConfirmedTokens]
+				evicted += a[prefix.MetricEvictedAfterPick]
 			}
 		}
 		fallbacks += gatherCounters(r.metrics)[prefix.MetricTokenizeFallbacks]
 	}
-	return predicted, confirmed, fallbacks
+	return predicted, confirmed, evicted, fallbacks
 }
 
 // kvEventsSummary is, per replica whose scheduler reads KV events, its

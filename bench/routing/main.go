@@ -545,7 +545,7 @@ func medians(runs [][]result) []result {
 		var d [5][]time.Duration
 		var f [3][]float64
 		m.served, m.shed, m.sheddable, m.failed, m.unfinished = 0, 0, 0, 0, 0
-		m.predicted, m.confirmed, m.overPredicted, m.observed, m.eventPredicted, m.eventConfirmed, m.fallbacks = 0, 0, 0, 0, 0, 0, 0
+		m.predicted, m.confirmed, m.overPredicted, m.observed, m.eventPredicted, m.eventConfirmed, m.eventEvicted, m.fallbacks = 0, 0, 0, 0, 0, 0, 0, 0
 		m.wall = 0
 		for _, rs := range runs {
 			r := rs[j]
@@ -557,7 +557,7 @@ func medians(runs [][]result) []result {
 			}
 			m.served, m.shed, m.sheddable, m.failed, m.unfinished = m.served+r.served, m.shed+r.shed, m.sheddable+r.sheddable, m.failed+r.failed, m.unfinished+r.unfinished
 			m.predicted, m.confirmed, m.overPredicted, m.observed = m.predicted+r.predicted, m.confirmed+r.confirmed, m.overPredicted+r.overPredicted, m.observed+r.observed
-			m.eventPredicted, m.eventConfirmed, m.fallbacks = m.eventPredicted+r.eventPredicted, m.eventConfirmed+r.eventConfirmed, m.fallbacks+r.fallbacks
+			m.eventPredicted, m.eventConfirmed, m.eventEvicted, m.fallbacks = m.eventPredicted+r.eventPredicted, m.eventConfirmed+r.eventConfirmed, m.eventEvicted+r.eventEvicted, m.fallbacks+r.fallbacks
 			m.wall += r.wall
 		}
 		m.ttft50, m.ttft90, m.ttft99, m.e2e90, m.critTTFT90 = median(d[0]), median(d[1]), median(d[2]), median(d[3]), median(d[4])
@@ -600,6 +600,11 @@ func (r *result) confirmedShare() string {
 	s := fmt.Sprintf("%.2f (%.0f%% over)", float64(r.confirmed)/float64(r.predicted), 100*float64(r.overPredicted)/float64(r.observed))
 	if r.eventPredicted > 0 {
 		s += fmt.Sprintf(", events %.3f of %d", float64(r.eventConfirmed)/float64(r.eventPredicted), r.eventPredicted)
+		if r.eventEvicted > 0 {
+			// What the servers held when the picks were made: the rest
+			// was evicted while the requests waited.
+			s += fmt.Sprintf(" (%.3f at the pick)", float64(r.eventConfirmed+r.eventEvicted)/float64(r.eventPredicted))
+		}
 	}
 	if r.fallbacks > 0 {
 		s += fmt.Sprintf(", %d untokenized", r.fallbacks)
@@ -644,6 +649,7 @@ type exportedResult struct {
 	// scored without the prompt's tokens.
 	EventPredictedTokens int64 `json:"events_predicted_tokens,omitempty"`
 	EventConfirmedTokens int64 `json:"events_confirmed_tokens,omitempty"`
+	EventEvictedTokens   int64 `json:"events_evicted_after_pick_tokens,omitempty"`
 	TokenizeFallbacks    int64 `json:"tokenize_fallbacks,omitempty"`
 }
 
@@ -652,7 +658,7 @@ func (e exportedResult) result() result {
 	return result{groups: e.Groups, load: e.Load, rate: e.Rate, router: e.Router, replicas: max(e.Replicas, 1), ttft50: d(e.TTFT50), ttft90: d(e.TTFT90), ttft99: d(e.TTFT99),
 		e2e90: d(e.E2E90), critTTFT90: d(e.CritTTFT90), hitRate: e.HitRate, throughput: e.Throughput, shed: e.Shed, sheddable: e.Sheddable,
 		failed: e.Failed, unfinished: e.Unfinished, predicted: e.PredictedTokens, confirmed: e.ConfirmedTokens, queueSpread: e.QueueSpread,
-		eventPredicted: e.EventPredictedTokens, eventConfirmed: e.EventConfirmedTokens, fallbacks: e.TokenizeFallbacks}
+		eventPredicted: e.EventPredictedTokens, eventConfirmed: e.EventConfirmedTokens, eventEvicted: e.EventEvictedTokens, fallbacks: e.TokenizeFallbacks}
 }
 
 func exported(rs []result) []exportedResult {
@@ -660,7 +666,7 @@ func exported(rs []result) []exportedResult {
 	for i, r := range rs {
 		out[i] = exportedResult{r.groups, r.load, r.rate, r.router, r.replicas, r.ttft50.Seconds(), r.ttft90.Seconds(), r.ttft99.Seconds(), r.e2e90.Seconds(),
 			r.critTTFT90.Seconds(), r.hitRate, r.throughput, r.shed, r.sheddable, r.failed, r.unfinished, r.predicted, r.confirmed, r.queueSpread,
-			r.eventPredicted, r.eventConfirmed, r.fallbacks}
+			r.eventPredicted, r.eventConfirmed, r.eventEvicted, r.fallbacks}
 	}
 	return out
 }

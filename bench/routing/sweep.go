@@ -360,12 +360,14 @@ type result struct {
 	predicted, confirmed    int64
 	overPredicted, observed int64
 	// eventPredicted and eventConfirmed are the same for the predictions
-	// of a precise scorer's event index alone; fallbacks counts its picks
-	// scored from the learned index for want of the prompt's tokens.
-	eventPredicted, eventConfirmed, fallbacks int64
-	wall                                      time.Duration
-	requestsMeasure                           int
-	servers                                   []string // per-server counters, for -v
+	// of a precise scorer's event index alone, eventEvicted the predicted
+	// tokens not confirmed whose blocks the servers evicted after the
+	// pick; fallbacks counts its picks scored from the learned index for
+	// want of the prompt's tokens.
+	eventPredicted, eventConfirmed, eventEvicted, fallbacks int64
+	wall                                                    time.Duration
+	requestsMeasure                                         int
+	servers                                                 []string // per-server counters, for -v
 	// waits is where the measured requests waited, by priority (flow.go).
 	waits string
 	// kvEvents is the replicas' KV-event subscriptions' record.
@@ -490,7 +492,7 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, replicas in
 		res.servers = append(res.servers, s.Name()+": "+s.summary())
 	}
 	res.predicted, res.confirmed, res.overPredicted, res.observed = f.agreement()
-	res.eventPredicted, res.eventConfirmed, res.fallbacks = f.eventAgreement()
+	res.eventPredicted, res.eventConfirmed, res.eventEvicted, res.fallbacks = f.eventAgreement()
 	res.kvEvents = f.kvEventsSummary()
 	first := int(float64(len(reqs)) * c.warmup)
 	res.requestsMeasure = len(reqs) - first

@@ -32,6 +32,7 @@ const (
 	TokenizerRender          = "render"
 	TokenizerEstimate        = "estimate"
 	MetricTokenizeFallbacks  = "poolpicker_prefix_cache_tokenize_fallbacks_total"
+	MetricEvictedAfterPick   = "poolpicker_prefix_cache_evicted_after_pick_tokens_total"
 	maxPreciseBlockSize      = 1 << 12
 	maxPreciseTokenizerTimer = time.Second
 )
@@ -168,6 +169,9 @@ type Precise struct {
 	affinityRules bool
 	agreement     agreement
 	fallbacks     *prometheus.CounterVec
+	// evictedAfterPick counts the predicted tokens the servers did not
+	// report cached because their events removed the blocks after the pick.
+	evictedAfterPick prometheus.Counter
 
 	// start starts the subscriptions' manager when the first endpoint
 	// arrives, under the handle's context: a config is also built once to
@@ -227,9 +231,15 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 	if err != nil {
 		return nil, err
 	}
+	ev, err := registerShared(h.MetricsRegisterer(), prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricEvictedAfterPick,
+		Help: "Of the predicted prompt tokens the servers did not report cached, those whose blocks the servers' KV events removed after the pick: evicted while the request waited, where the index was right when it picked."}, []string{"plugin"}))
+	if err != nil {
+		return nil, err
+	}
 	s := &Precise{name: framework.TypedName{Type: PreciseType, Name: name}, key: framework.StateKey(PreciseType + "/" + name),
 		approx: a.(*Scorer), hasher: hasher, agreement: ag, fallbacks: c.(*prometheus.CounterVec),
-		maxPrompt: p.MaxPromptBytes, maxBlocks: DefaultMaxPreciseBlocks, pools: map[framework.PoolKey]map[string]struct{}{}}
+		evictedAfterPick: ev.(*prometheus.CounterVec).WithLabelValues(name),
+		maxPrompt:        p.MaxPromptBytes, maxBlocks: DefaultMaxPreciseBlocks, pools: map[framework.PoolKey]map[string]struct{}{}}
 	if s.maxPrompt <= 0 {
 		s.maxPrompt = DefaultMaxPromptBytes
 	}
@@ -546,20 +556,33 @@ func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []fr
 func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *framework.Request, res *framework.Result) {
 	if v, ok := cs.Read(s.key); ok && len(res.Endpoints) > 0 {
 		st := v.(*preciseCycle)
-		if n, ok := st.matched[res.Endpoints[0].Address()]; ok {
+		primary := res.Endpoints[0]
+		if n, ok := st.matched[primary.Address()]; ok {
 			bs := s.hasher.BlockSize()
 			// The server computes at least the prompt's last token.
 			if st.whole {
 				n = min(n, (st.promptTokens-1)/bs)
 			}
-			res.Predict(framework.CachePrediction{Observer: s, PredictedTokens: n * bs, PromptTokens: st.promptTokens})
+			p := framework.CachePrediction{Observer: s, PredictedTokens: n * bs, PromptTokens: st.promptTokens}
+			if ep := s.eventIndex(cs.Pool, primary); ep != nil && n > 0 {
+				p.Ref, p.Mark = &predictedBlocks{ep: ep, keys: slices.Clone(st.keys[:n])}, uint64(ep.Epoch())
+			}
+			res.Predict(p)
 		}
 	}
 	s.approx.PostPick(ctx, cs, req, res)
 }
 
+// predictedBlocks are the blocks a pick found on its primary endpoint,
+// for the server's report to tell those evicted after the pick.
+type predictedBlocks struct {
+	ep   *kvevents.Endpoint
+	keys []uint64
+}
+
 // ObserveCachedTokens counts the server's report against the events'
-// prediction.
+// prediction, and of what it did not confirm, the blocks the server
+// removed after the pick.
 func (s *Precise) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens int) {
 	if cachedTokens < 0 {
 		return
@@ -567,8 +590,13 @@ func (s *Precise) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens
 	s.agreement.observed.Inc()
 	s.agreement.predictedTokens.Add(float64(p.PredictedTokens))
 	s.agreement.confirmedTokens.Add(float64(min(cachedTokens, p.PredictedTokens)))
-	if cachedTokens < p.PredictedTokens {
-		s.agreement.overPredicted.Inc()
+	if cachedTokens >= p.PredictedTokens {
+		return
+	}
+	s.agreement.overPredicted.Inc()
+	if b, ok := p.Ref.(*predictedBlocks); ok {
+		removed := b.ep.RemovedSince(b.keys, uint32(p.Mark)) * s.hasher.BlockSize()
+		s.evictedAfterPick.Add(float64(min(removed, p.PredictedTokens-cachedTokens)))
 	}
 }
 

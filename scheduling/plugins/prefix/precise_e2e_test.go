@@ -537,3 +537,69 @@ schedulingProfiles:
 		})
 	}
 }
+
+// TestPreciseEvictedAfterPick: when the blocks a pick found are evicted
+// before the server runs the request (other prompts fill its cache while
+// the request is on its way), the server reports fewer cached tokens than
+// predicted, and the events tell that the index was right at the pick:
+// the shortfall is counted as evicted after it. When nothing is evicted,
+// nothing is counted.
+func TestPreciseEvictedAfterPick(t *testing.T) {
+	ps := newPreciseServers(t, []string{"127.0.97.2"})
+	pp := newPrecisePicker(t, ps, preciseConfig, nil)
+	pp.followed(t)
+	sim := ps.sims[0]
+	received := func() float64 {
+		return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": sim.Addr()})
+	}
+	missed := float64(sim.KVEventBatches()) - received()
+	inSync := func() bool { return float64(sim.KVEventBatches())-received() <= missed }
+	labels := map[string]string{"plugin": "precise-prefix-cache-scorer"}
+	counters := func() (predicted, confirmed, evicted float64) {
+		return promtest.Value(pp.prom, prefix.MetricPredictedTokens, labels), promtest.Value(pp.prom, prefix.MetricConfirmedTokens, labels),
+			promtest.Value(pp.prom, prefix.MetricEvictedAfterPick, labels)
+	}
+	httpc := &http.Client{Timeout: 10 * time.Second}
+	// Four prompts of 40 blocks fill the server's 160: the oldest prefix
+	// goes.
+	evict := func(string) {
+		for i := range 4 {
+			resp, err := httpc.Post("http://"+sim.Addr()+"/v1/completions", "application/json", bytes.NewReader(completionBody(fmt.Sprintf("filler %d round 0", i), 40)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		poll.Until(t, 10*time.Second, "the server's events received", inSync)
+	}
+	pp.send(completionBody("held round 0", 40))
+	poll.Until(t, 10*time.Second, "the server's events received", inSync)
+	for round, tc := range []struct {
+		name       string
+		forwarding func(string)
+		evicted    bool
+	}{
+		{"kept", nil, false},
+		{"evicted while on its way", evict, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p0, c0, e0 := counters()
+			pp.forwarding = tc.forwarding
+			defer func() { pp.forwarding = nil }()
+			pp.send(completionBody(fmt.Sprintf("held round %d", round+1), 40))
+			poll.Until(t, 10*time.Second, "the server's events received", inSync)
+			p1, c1, e1 := counters()
+			predicted, confirmed, evicted := p1-p0, c1-c0, e1-e0
+			if predicted < 39*16 {
+				t.Fatalf("predicted %v cached tokens of a 40-block prefix the server held at the pick", predicted)
+			}
+			switch {
+			case !tc.evicted && (confirmed != predicted || evicted != 0):
+				t.Errorf("nothing evicted: confirmed %v of %v, %v counted evicted after the pick; want all, 0", confirmed, predicted, evicted)
+			case tc.evicted && (confirmed == predicted || evicted != predicted-confirmed):
+				t.Errorf("prefix evicted after the pick: confirmed %v of %v, %v counted evicted after it; want the shortfall", confirmed, predicted, evicted)
+			}
+		})
+	}
+}
