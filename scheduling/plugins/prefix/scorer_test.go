@@ -1026,6 +1026,9 @@ func TestPrefixScorerRendezvousByCacheSize(t *testing.T) {
 			for pod := 1; pod <= 4; pod++ {
 				m := schedtest.Load(0, 0.1)
 				m.NumBlocks, m.BlockSize = c.blocks[pod], 16
+				// Fresh however long the 2,000 picks take on a loaded
+				// machine: stale metrics have no cache size.
+				m.ScrapedAt = m.ScrapedAt.Add(time.Hour)
 				f.tp.Ep(t, pod).SetMetrics(m)
 			}
 			got := make([]float64, 5)
