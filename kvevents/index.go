@@ -57,6 +57,16 @@ type Endpoint struct {
 	// stream from its start, or replayed it, or the server cleared its
 	// cache since); until then the scorer does not trust it.
 	confirmed bool
+	// removed records the keys whose last copy the server removed, most
+	// recent last, for MatchRemoved: every replica reads the same events,
+	// so each can send an evicted prefix back to the server that held it
+	// last, where its own picks would differ. Its keys are reserved from
+	// the budget as held blocks are.
+	removed removedRecord
+	// highWater is the most blocks the server was seen holding: the
+	// record keeps at most as many keys, about what the server's cache
+	// held before it evicted them.
+	highWater int
 }
 
 type keyState struct {
@@ -105,6 +115,24 @@ func (e *Endpoint) Match(keys []uint64) (n int, ok bool) {
 	return n, true
 }
 
+// MatchRemoved is how many leading keys the server holds or removed
+// recently (of the last removed keys, as many as it held at most); ok is
+// false when the index is not confirmed, as Match's.
+func (e *Endpoint) MatchRemoved(keys []uint64) (n int, ok bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if !e.confirmed {
+		return 0, false
+	}
+	for n < len(keys) {
+		if e.keys[keys[n]].refs == 0 && !e.removed.has(keys[n]) {
+			break
+		}
+		n++
+	}
+	return n, true
+}
+
 // Epoch is the index's mark now, for RemovedSince.
 func (e *Endpoint) Epoch() uint32 {
 	e.mu.RLock()
@@ -135,12 +163,24 @@ func (e *Endpoint) RemovedSince(keys []uint64, epoch uint32) int {
 func (e *Endpoint) reset(confirmed bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.budget != nil && len(e.engine) > 0 {
-		e.budget.Release(len(e.engine))
-	}
+	e.clear()
+	e.confirmed = confirmed
+}
+
+// clear forgets every block, held or removed: a server that restarted or
+// cleared its cache holds nothing of anything, so no prefix is its more
+// than another's.
+func (e *Endpoint) clear() {
+	e.release(len(e.engine) + e.removed.len())
 	clear(e.engine)
 	clear(e.keys)
-	e.confirmed = confirmed
+	e.removed.clear()
+}
+
+func (e *Endpoint) release(n int) {
+	if e.budget != nil && n > 0 {
+		e.budget.Release(n)
+	}
 }
 
 func (e *Endpoint) setConfirmed() {
@@ -165,11 +205,7 @@ func (e *Endpoint) apply(model string, b *Batch) {
 				e.remove(engineKey{h, ev.Medium})
 			}
 		case AllBlocksCleared:
-			if e.budget != nil && len(e.engine) > 0 {
-				e.budget.Release(len(e.engine))
-			}
-			clear(e.engine)
-			clear(e.keys)
+			e.clear()
 			// The server holds nothing: the index is its whole truth.
 			e.confirmed = true
 		}
@@ -239,6 +275,9 @@ func (e *Endpoint) add(ek engineKey, key uint64) {
 		}
 		e.unref(old)
 		e.engine[ek] = key
+		if e.removed.forget(key) {
+			e.release(1)
+		}
 		e.ref(key)
 		return
 	}
@@ -246,12 +285,24 @@ func (e *Endpoint) add(ek engineKey, key uint64) {
 		e.dropped(DropBlocks, 1)
 		return
 	}
-	if e.budget != nil && !e.budget.Reserve(1) {
+	// A key stored again leaves the record, its reservation with it.
+	if !e.removed.forget(key) && !e.reserve() {
 		e.dropped(DropBudget, 1)
 		return
 	}
 	e.engine[ek] = key
 	e.ref(key)
+	e.highWater = max(e.highWater, len(e.engine))
+}
+
+// reserve reserves a held block from the budget; held blocks come first,
+// so when the budget is full the oldest removed key gives its reservation.
+func (e *Endpoint) reserve() bool {
+	if e.budget == nil || e.budget.Reserve(1) {
+		return true
+	}
+	_, ok := e.removed.forgetOldest()
+	return ok
 }
 
 func (e *Endpoint) ref(k uint64) {
@@ -269,17 +320,125 @@ func (e *Endpoint) remove(ek engineKey) {
 		return
 	}
 	delete(e.engine, ek)
-	e.unref(k)
-	if e.budget != nil {
-		e.budget.Release(1)
+	if e.unref(k) && e.record(k) {
+		// The block's reservation is the record's now.
+		return
 	}
+	e.release(1)
 }
 
-func (e *Endpoint) unref(k uint64) {
+// unref reports whether k's last copy is gone.
+func (e *Endpoint) unref(k uint64) bool {
 	st := e.keys[k]
 	if st.refs--; st.refs <= 0 {
 		delete(e.keys, k)
-		return
+		return true
 	}
 	e.keys[k] = st
+	return false
+}
+
+// record records k, removed, in the record, under the reservation of the
+// block it was; false when the record keeps nothing (the caller releases
+// the block).
+func (e *Endpoint) record(k uint64) bool {
+	bound := e.highWater
+	if e.maxBlocks > 0 {
+		bound = min(bound, e.maxBlocks)
+	}
+	if bound <= 0 {
+		return false
+	}
+	for e.removed.len() >= bound {
+		e.removed.forgetOldest()
+		e.release(1)
+	}
+	e.removed.add(k)
+	return true
+}
+
+// removedRecord is a bounded record of keys in the order they were added:
+// a doubly linked list in a slice, so that a key leaves it from anywhere,
+// and the oldest first, without allocating once it has grown.
+type removedRecord struct {
+	at    map[uint64]int32 // key → its node
+	nodes []recordNode
+	// free is the first unused node, and oldest and newest the ends of
+	// the list; -1 for none.
+	free, oldest, newest int32
+}
+
+type recordNode struct {
+	key        uint64
+	prev, next int32
+}
+
+func (r *removedRecord) len() int { return len(r.at) }
+
+func (r *removedRecord) has(k uint64) bool {
+	_, ok := r.at[k]
+	return ok
+}
+
+func (r *removedRecord) clear() {
+	clear(r.at)
+	r.nodes = r.nodes[:0]
+	r.free, r.oldest, r.newest = -1, -1, -1
+}
+
+// add appends k, which the record does not hold, as the newest key.
+func (r *removedRecord) add(k uint64) {
+	if r.at == nil {
+		r.at = map[uint64]int32{}
+		r.free, r.oldest, r.newest = -1, -1, -1
+	}
+	i := r.free
+	if i >= 0 {
+		r.free = r.nodes[i].next
+	} else {
+		i = int32(len(r.nodes))
+		r.nodes = append(r.nodes, recordNode{})
+	}
+	r.nodes[i] = recordNode{key: k, prev: r.newest, next: -1}
+	if r.newest >= 0 {
+		r.nodes[r.newest].next = i
+	} else {
+		r.oldest = i
+	}
+	r.newest = i
+	r.at[k] = i
+}
+
+// forget takes k out of the record, reporting whether it was there.
+func (r *removedRecord) forget(k uint64) bool {
+	i, ok := r.at[k]
+	if !ok {
+		return false
+	}
+	delete(r.at, k)
+	n := r.nodes[i]
+	if n.prev >= 0 {
+		r.nodes[n.prev].next = n.next
+	} else {
+		r.oldest = n.next
+	}
+	if n.next >= 0 {
+		r.nodes[n.next].prev = n.prev
+	} else {
+		r.newest = n.prev
+	}
+	r.nodes[i].next = r.free
+	r.free = i
+	return true
+}
+
+// forgetOldest takes the oldest key out of the record; false when it is
+// empty.
+func (r *removedRecord) forgetOldest() (uint64, bool) {
+	if len(r.at) == 0 {
+		return 0, false
+	}
+	k := r.nodes[r.oldest].key
+	r.forget(k)
+	return k, true
 }

@@ -3,7 +3,10 @@
 
 package kvevents
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // TestEndpointApply: the index keys blocks from their tokens whatever the
 // server's hashes are, roots a LoRA adapter's blocks at the adapter, keeps
@@ -117,5 +120,191 @@ func TestEndpointRemovedSince(t *testing.T) {
 				t.Errorf("RemovedSince = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// countingBudget counts the blocks reserved, up to limit when it is set.
+type countingBudget struct {
+	t        *testing.T
+	n, limit int
+}
+
+func (b *countingBudget) Reserve(n int) bool {
+	if b.limit > 0 && b.n+n > b.limit {
+		return false
+	}
+	b.n += n
+	return true
+}
+
+func (b *countingBudget) Release(n int) {
+	if b.n -= n; b.n < 0 {
+		b.t.Fatalf("released %d blocks more than reserved", -b.n)
+	}
+}
+
+// TestEndpointRemovedRecord: the keys a server removed match with those it
+// holds until it stores them again, the record keeps the most recent ones
+// up to the most blocks the server held, a cleared or restarted server
+// keeps none, held blocks take the record's budget when the budget is
+// full, and every block reserved is released once everything is removed
+// and the record cleared.
+func TestEndpointRemovedRecord(t *testing.T) {
+	h, _ := NewHasher(2, "s", "")
+	a := h.Keys(nil, h.Root("m"), []uint32{1, 2, 3, 4, 5, 6})
+	b := h.Keys(nil, h.Root("m"), []uint32{11, 12, 13, 14, 15, 16})
+	stored := func(hashes []uint64, toks ...uint32) Event {
+		return Event{Kind: BlockStored, BlockHashes: hashes, Tokens: toks, BlockSize: 2, Medium: "GPU"}
+	}
+	storeA := stored([]uint64{1, 2, 3}, 1, 2, 3, 4, 5, 6)
+	storeB := stored([]uint64{11, 12, 13}, 11, 12, 13, 14, 15, 16)
+	removed := func(medium string, hashes ...uint64) Event {
+		return Event{Kind: BlockRemoved, BlockHashes: hashes, Medium: medium}
+	}
+	type match struct {
+		keys                []uint64
+		held, heldOrRemoved int
+	}
+	tests := []struct {
+		name      string
+		maxBlocks int
+		limit     int
+		batches   []Event // one batch each
+		reset     bool    // the subscription resets after the batches
+		want      []match
+		record    int
+		dropped   string
+	}{
+		{name: "removed blocks match as removed, not as held",
+			batches: []Event{storeA, removed("GPU", 1, 2, 3)},
+			want:    []match{{a, 0, 3}, {b, 0, 0}}, record: 3},
+		{name: "a held head and a removed tail match together",
+			batches: []Event{storeA, removed("GPU", 3)},
+			want:    []match{{a, 2, 3}}, record: 1},
+		{name: "a key stored again leaves the record",
+			batches: []Event{storeA, removed("GPU", 1, 2, 3), storeA},
+			want:    []match{{a, 3, 3}}, record: 0},
+		{name: "keys stored again and removed again are the newest",
+			batches: []Event{storeA, removed("GPU", 1, 2, 3), stored([]uint64{1, 2}, 1, 2, 3, 4), removed("GPU", 1, 2), storeB, removed("GPU", 11)},
+			want:    []match{{a, 0, 2}, {a[2:], 0, 0}, {b, 0, 3}}, record: 3},
+		{name: "a key held in another tier is not removed",
+			batches: []Event{storeA, {Kind: BlockStored, BlockHashes: []uint64{1}, Medium: "CPU"}, removed("GPU", 1, 2)},
+			want:    []match{{a, 1, 3}, {a[:2], 1, 2}}, record: 1},
+		{name: "a removed block's hash reused for a removed key",
+			batches: []Event{storeA, removed("GPU", 3), {Kind: BlockStored, BlockHashes: []uint64{1}, ParentHash: 2, HasParent: true, Tokens: []uint32{5, 6}, BlockSize: 2, Medium: "GPU"}},
+			want:    []match{{a, 0, 0}, {a[1:], 2, 2}}, record: 0},
+		{name: "past the most blocks held, the oldest removed are forgotten",
+			batches: []Event{storeA, removed("GPU", 1, 2, 3), storeB, removed("GPU", 11, 12)},
+			want:    []match{{a, 0, 0}, {a[2:], 0, 1}, {b, 0, 3}, {b[2:], 1, 1}}, record: 3},
+		{name: "past maxBlocks, the oldest removed are forgotten",
+			maxBlocks: 2,
+			batches:   []Event{storeA, removed("GPU", 1, 2), storeB, removed("GPU", 11, 12)},
+			want:      []match{{a, 0, 0}, {b, 0, 2}}, record: 2, dropped: DropBlocks},
+		{name: "all blocks cleared: nothing held or removed",
+			batches: []Event{storeA, removed("GPU", 2, 3), {Kind: AllBlocksCleared}},
+			want:    []match{{a, 0, 0}}, record: 0},
+		{name: "reset: nothing held or removed",
+			batches: []Event{storeA, removed("GPU", 2, 3)}, reset: true,
+			want: []match{{a, 0, 0}}, record: 0},
+		{name: "held blocks take the record's budget when it is full",
+			limit:   3,
+			batches: []Event{storeA, removed("GPU", 1, 2, 3), storeB},
+			want:    []match{{a, 0, 0}, {b, 3, 3}}, record: 0},
+		{name: "held blocks take what they need of the record's budget, its oldest keys",
+			limit:   4,
+			batches: []Event{storeA, removed("GPU", 1, 2, 3), storeB},
+			want:    []match{{a, 0, 0}, {a[2:], 0, 1}, {b, 3, 3}}, record: 1},
+		{name: "a full budget and an empty record: the block is dropped",
+			limit:   2,
+			batches: []Event{storeA},
+			want:    []match{{a, 2, 2}}, record: 0, dropped: DropBudget},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			budget := &countingBudget{t: t, limit: tt.limit}
+			dropped := map[string]int{}
+			ep := newEndpoint(h, tt.maxBlocks, budget, func(r string, n int) { dropped[r] += n })
+			ep.reset(true)
+			for _, ev := range tt.batches {
+				ep.apply("m", &Batch{Events: []Event{ev}})
+			}
+			if tt.reset {
+				ep.reset(true)
+			}
+			for _, m := range tt.want {
+				if n, ok := ep.Match(m.keys); !ok || n != m.held {
+					t.Errorf("Match(%x) = %d, %v; want %d", m.keys, n, ok, m.held)
+				}
+				if n, ok := ep.MatchRemoved(m.keys); !ok || n != m.heldOrRemoved {
+					t.Errorf("MatchRemoved(%x) = %d, %v; want %d", m.keys, n, ok, m.heldOrRemoved)
+				}
+			}
+			if got := ep.removed.len(); got != tt.record {
+				t.Errorf("%d keys recorded, want %d", got, tt.record)
+			}
+			if tt.dropped != "" && dropped[tt.dropped] == 0 {
+				t.Errorf("nothing dropped for %s: %v", tt.dropped, dropped)
+			}
+			if budget.n != ep.Blocks()+ep.removed.len() {
+				t.Errorf("budget counts %d blocks; %d held and %d recorded", budget.n, ep.Blocks(), ep.removed.len())
+			}
+			// Everything removed, then the record cleared: nothing is
+			// left reserved.
+			var all []Event
+			for ek := range ep.engine {
+				all = append(all, removed(ek.medium, ek.hash))
+			}
+			ep.apply("m", &Batch{Events: all})
+			if budget.n != ep.removed.len() || ep.Blocks() != 0 {
+				t.Errorf("everything removed: budget counts %d blocks; %d held and %d recorded", budget.n, ep.Blocks(), ep.removed.len())
+			}
+			ep.reset(true)
+			if budget.n != 0 {
+				t.Errorf("reset: budget counts %d blocks, want 0", budget.n)
+			}
+		})
+	}
+	// An unconfirmed index does not answer.
+	ep := newEndpoint(h, 0, nil, func(string, int) {})
+	if _, ok := ep.MatchRemoved(a); ok {
+		t.Error("an unconfirmed index answered MatchRemoved")
+	}
+}
+
+// TestRemovedRecordOrder: keys leave the record from anywhere, the oldest
+// first, and their nodes are reused.
+func TestRemovedRecordOrder(t *testing.T) {
+	var r removedRecord
+	for k := uint64(1); k <= 5; k++ {
+		r.add(k)
+	}
+	for _, k := range []uint64{3, 1, 5} {
+		if !r.forget(k) {
+			t.Fatalf("forget(%d): not recorded", k)
+		}
+	}
+	if r.forget(3) {
+		t.Fatal("forget(3) twice")
+	}
+	r.add(6)
+	r.add(7)
+	var got []uint64
+	for {
+		k, ok := r.forgetOldest()
+		if !ok {
+			break
+		}
+		got = append(got, k)
+	}
+	if want := []uint64{2, 4, 6, 7}; !slices.Equal(got, want) {
+		t.Errorf("forgotten oldest first: %v, want %v", got, want)
+	}
+	if len(r.nodes) != 5 {
+		t.Errorf("%d nodes for at most 5 keys", len(r.nodes))
+	}
+	r.add(8)
+	r.clear()
+	if r.has(8) || r.len() != 0 {
+		t.Error("clear kept a key")
 	}
 }
