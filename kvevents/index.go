@@ -33,8 +33,9 @@ const (
 )
 
 // Endpoint is what the index knows of one endpoint's server: the blocks its
-// events say it holds. The subscription that feeds it is its only writer;
-// the pick path reads it under the read lock.
+// events say it holds, and those they say it removed recently. The
+// subscription that feeds it is its only writer; the pick path reads it
+// under the read lock.
 type Endpoint struct {
 	hasher    *Hasher
 	maxBlocks int
