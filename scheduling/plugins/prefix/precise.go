@@ -134,14 +134,18 @@ type PreciseParams struct {
 	// AffinityRules scores the events' matches by the learned index's
 	// rules (its Approximate parameters): a holder's cached tokens, in the
 	// learned index's estimate of them, less queueCostTokens per request
-	// of its extra load, and a prompt no
-	// candidate is worth sending to for its cache by the learned index
-	// (where it last sent the prefix, else the rendezvous choice, which
-	// every replica makes alike). False: the share of the prompt's blocks
-	// held, whatever the load, and by load for a prompt nobody holds: a
-	// hot prefix then queues on its holder, and where the prefixes do not
-	// fit each server caches every prefix in turn (the routing sweep on
-	// llm-d's simulator, site-src/performance.md). Absent: true.
+	// of its extra load; a prompt no candidate is worth sending to for its
+	// cache, by the blocks the candidates hold or their servers' events
+	// removed recently, weighed alike (every replica reads the same
+	// events, so every replica sends an evicted prefix back to the server
+	// that last held it); and a prompt still unplaced, by the learned
+	// index (where it last sent the prefix, else the rendezvous choice,
+	// which every replica makes alike). False: the share of the prompt's
+	// blocks held, whatever the load, and by load for a prompt nobody
+	// holds: a hot prefix then queues on its holder, and where the
+	// prefixes do not fit each server caches every prefix in turn (the
+	// routing sweep on llm-d's simulator, site-src/performance.md).
+	// Absent: true.
 	AffinityRules *bool `json:"affinityRules"`
 }
 
@@ -503,37 +507,65 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		scores[i] = float64(n) / total
 	}
 	if s.affinityRules {
-		s.weigh(cs, req, c, eps, st, scores)
+		s.weigh(cs, c, eps, st, scores)
 	}
 	return nil
 }
 
 // weigh rescores the candidates the events scored by the learned index's
 // rules (PreciseParams.AffinityRules): their cached tokens against their
-// extra load, and, when no candidate is then worth its cache, the learned
-// index's scores: where it last sent the prompt's prefix, else the
-// rendezvous choice. So an evicted prefix goes back to the server it was
-// on rather than to whichever is least loaded, and the servers keep
-// caching each their own prefixes. The tokens are weighed in the learned
-// index's units (its estimate of them), so that its queueCostTokens moves
-// a prefix at the load the approximate scorer moves it: counted in the
-// servers' tokens, a prompt of longer words than the estimate assumes
-// would give way sooner.
-func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, scores []float64) {
-	a := s.approx
-	bs := float64(s.hasher.BlockSize())
-	if a.params.QueueCostTokens > 0 {
-		var states []*prefixEndpoint
-		learned := a.index(cs.Pool)
-		if learned != nil {
+// extra load; when no candidate is then worth its cache, the blocks they
+// hold or removed recently, weighed alike; and when none is worth those
+// either, the learned index's scores: where it last sent the prompt's
+// prefix, else the rendezvous choice. So an evicted prefix goes back to
+// the server it was on rather than to whichever is least loaded, and the
+// servers keep caching each their own prefixes; the removed blocks come
+// first because every replica reads the same events, where each sent the
+// prefix last differs between replicas. The tokens are weighed in the
+// learned index's units (its estimate of them), so that its
+// queueCostTokens moves a prefix at the load the approximate scorer moves
+// it: counted in the servers' tokens, a prompt of longer words than the
+// estimate assumes would give way sooner.
+func (s *Precise) weigh(cs *framework.CycleState, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, scores []float64) {
+	var learned *prefixIndex
+	var states []*prefixEndpoint
+	if s.approx.params.QueueCostTokens > 0 {
+		if learned = s.approx.index(cs.Pool); learned != nil {
 			states = learned.statesFor(cs.Endpoints)
 		}
-		units := st.estimatePerToken
+	}
+	if s.weighMatches(learned, states, c, eps, st, false, scores) {
+		return
+	}
+	if s.weighMatches(learned, states, c, eps, st, true, scores) {
+		return
+	}
+	copy(scores, st.learned)
+}
+
+// weighMatches scores the candidates by the leading blocks they hold
+// (their matches of Score) or, when removed, hold or removed recently
+// (kvevents.Endpoint.MatchRemoved), against their extra load when
+// queueCostTokens is set, and reports whether any candidate scores > 0.
+// learned and states are the learned index and its states of the pick's
+// endpoints.
+func (s *Precise) weighMatches(learned *prefixIndex, states []*prefixEndpoint, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, removed bool, scores []float64) bool {
+	a := s.approx
+	match := func(i int) (int, bool) {
+		if eps[i] == nil {
+			return 0, false
+		}
+		if removed {
+			return eps[i].MatchRemoved(st.keys)
+		}
+		n, ok := st.matched[c[i].Endpoint.Address()]
+		return n, ok
+	}
+	switch {
+	case a.params.QueueCostTokens > 0:
+		bs, units := float64(s.hasher.BlockSize()), st.estimatePerToken
 		a.weighAgainstLoad(nil, learned, states, c, float64(st.promptTokens)*units, func(i int) (float64, bool) {
-			if eps[i] == nil {
-				return 0, false
-			}
-			n, ok := st.matched[c[i].Endpoint.Address()]
+			n, ok := match(i)
 			if !ok {
 				return 0, false
 			}
@@ -544,11 +576,16 @@ func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []fr
 			}
 			return float64(n) * bs * units, true
 		}, scores)
+	case removed:
+		// Unweighed, as Score scores the holders: the share of the
+		// prompt's blocks.
+		for i := range c {
+			if n, ok := match(i); ok && n > 0 {
+				scores[i] = float64(n) / float64(len(st.keys))
+			}
+		}
 	}
-	if slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {
-		return
-	}
-	copy(scores, st.learned)
+	return slices.ContainsFunc(scores, func(v float64) bool { return v > 0 })
 }
 
 // PostPick leaves on the Result what the events predicted on the primary

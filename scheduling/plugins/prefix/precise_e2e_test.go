@@ -603,3 +603,117 @@ func TestPreciseEvictedAfterPick(t *testing.T) {
 		})
 	}
 }
+
+// TestPreciseEvictedPrefixReturns: with affinityRules, a prefix that its
+// server evicted goes back to that server from every replica, though none
+// of them sent it there: the servers' events, which every replica reads
+// alike, tell where it was. Two pickers of the same servers without peer
+// sync are the replicas; the prefix is put on a server other than the
+// rendezvous choice (where a replica that never saw it would send it
+// otherwise) by posting it there directly, then evicted there by four
+// prompts that fill the server's 160 blocks.
+func TestPreciseEvictedPrefixReturns(t *testing.T) {
+	ps := newPreciseServers(t, []string{"127.0.98.2", "127.0.98.3", "127.0.98.4"})
+	config := strings.Replace(affinityConfig, "affinityRules: %s", "affinityRules: true", 1)
+	replicas := []*precisePool{newPrecisePicker(t, ps, config, nil), newPrecisePicker(t, ps, config, nil)}
+	for _, pp := range replicas {
+		pp.followed(t)
+	}
+	// The batches published before a subscription connected were
+	// replayed, not received live.
+	var inSync []func() bool
+	for _, pp := range replicas {
+		received := func(s *modelsim.Server) float64 {
+			return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
+		}
+		missed := make([]float64, len(ps.sims))
+		for i, s := range ps.sims {
+			missed[i] = float64(s.KVEventBatches()) - received(s)
+		}
+		inSync = append(inSync, func() bool {
+			for i, s := range ps.sims {
+				if float64(s.KVEventBatches())-received(s) > missed[i] {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	awaitEvents := func() {
+		t.Helper()
+		poll.Until(t, 10*time.Second, "the servers' events received by both replicas", func() bool {
+			return inSync[0]() && inSync[1]()
+		})
+	}
+	prompt := func(body []byte) []byte {
+		var req struct {
+			Prompt json.RawMessage `json:"prompt"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
+			t.Fatal(err)
+		}
+		return req.Prompt
+	}
+	learned, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+  parameters:
+    rendezvousBlocks: 4
+    rendezvousLoadSlack: 8
+- type: max-score-picker
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := completionBody("evicted round 1", 40)
+	res, err := learned.ScheduleDeferred(context.Background(), replicas[0].pool, &scheduling.Request{Model: "m", Prompt: prompt(next)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendezvous := res.Endpoints[0].Address
+	res.Commit()
+	var holder *modelsim.Server
+	for _, s := range ps.sims {
+		if s.Addr() != rendezvous {
+			holder = s
+			break
+		}
+	}
+	httpc := &http.Client{Timeout: 10 * time.Second}
+	post := func(body []byte) {
+		t.Helper()
+		resp, err := httpc.Post("http://"+holder.Addr()+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s answered %d", holder.Addr(), resp.StatusCode)
+		}
+	}
+	post(completionBody("evicted round 0", 40))
+	awaitEvents()
+	for i := range 4 {
+		post(completionBody(fmt.Sprintf("filler %d round 0", i), 40))
+	}
+	awaitEvents()
+	for i, pp := range replicas {
+		res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: prompt(next)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := res.Endpoints[0].Address
+		res.Commit()
+		if got != holder.Addr() {
+			t.Errorf("replica %d sent the evicted prefix to %s, want %s, where it was (the rendezvous choice: %s)", i, got, holder.Addr(), rendezvous)
+		}
+	}
+	// The server had evicted it: the pick was not of blocks it held.
+	before := holder.Stats().CachedPromptTokens
+	replicas[0].send(next)
+	if cached := holder.Stats().CachedPromptTokens - before; replicas[0].picked == holder.Addr() && cached != 0 {
+		t.Errorf("%s still held %d tokens of the prefix: it was not evicted", holder.Addr(), cached)
+	}
+}
