@@ -253,6 +253,43 @@ func (pp *precisePool) followed(t testing.TB) {
 	})
 }
 
+// eventsCaughtUp reports, from the call on, whether pp received every
+// KV-event batch its servers published: those published before a
+// subscription connected were replayed, not received live, so the lag at
+// the call is the baseline.
+func (pp *precisePool) eventsCaughtUp() func() bool {
+	received := func(s *modelsim.Server) float64 {
+		return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
+	}
+	missed := make([]float64, len(pp.sims))
+	for i, s := range pp.sims {
+		missed[i] = float64(s.KVEventBatches()) - received(s)
+	}
+	return func() bool {
+		for i, s := range pp.sims {
+			if float64(s.KVEventBatches())-received(s) > missed[i] {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// postTo sends a completion to s itself, not through a picker: what s
+// caches is the test's choice.
+func postTo(t testing.TB, s *modelsim.Server, body []byte) {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Post("http://"+s.Addr()+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s answered %d", s.Addr(), resp.StatusCode)
+	}
+}
+
 // TestPreciseEndToEnd runs llm-d's precise configuration through the
 // picker's ext_proc over gRPC against model servers publishing their KV
 // events over ZMQ: the servers confirm at least 0.98 of the cached tokens
@@ -264,23 +301,7 @@ func TestPreciseEndToEnd(t *testing.T) {
 	// 9 prefixes of 40 blocks over 3 servers of 160 blocks: not all fit.
 	// Each request is picked once the events of the one before arrived:
 	// what is measured is the index, not the events' time on the wire.
-	received := func(s *modelsim.Server) float64 {
-		return promtest.Value(prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
-	}
-	// The batches published before a subscription connected were replayed,
-	// not received live.
-	missed := make([]float64, len(sims))
-	for i, s := range sims {
-		missed[i] = float64(s.KVEventBatches()) - received(s)
-	}
-	inSync := func() bool {
-		for i, s := range sims {
-			if float64(s.KVEventBatches())-received(s) > missed[i] {
-				return false
-			}
-		}
-		return true
-	}
+	inSync := pp.eventsCaughtUp()
 	for round := range 6 {
 		for p := range 9 {
 			send(completionBody(fmt.Sprintf("prefix %d round %d", p, round), 40))
@@ -383,35 +404,12 @@ plugins:
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The batches published before a subscription connected were
-			// replayed, not received live.
-			received := func(s *modelsim.Server) float64 {
-				return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
-			}
-			missed := make([]float64, len(pp.sims))
-			for i, s := range pp.sims {
-				missed[i] = float64(s.KVEventBatches()) - received(s)
-			}
-			inSync := func() bool {
-				for i, s := range pp.sims {
-					if float64(s.KVEventBatches())-received(s) > missed[i] {
-						return false
-					}
-				}
-				return true
-			}
+			inSync := pp.eventsCaughtUp()
 			const prefixes = 12
 			agreed := 0
 			for p := range prefixes {
 				body := completionBody(fmt.Sprintf("new prefix %d round 0", p), 40)
-				// The picker reads the prompt as the request's JSON holds it.
-				var req struct {
-					Prompt json.RawMessage `json:"prompt"`
-				}
-				if err := json.Unmarshal(body, &req); err != nil {
-					t.Fatal(err)
-				}
-				res, err := learned.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: []byte(req.Prompt)})
+				res, err := learned.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(body)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -478,37 +476,11 @@ schedulingProfiles:
 	pp := newPrecisePicker(t, ps, config, nil)
 	pp.followed(t)
 	whole, half := ps.sims[0], ps.sims[1]
-	httpc := &http.Client{Timeout: 10 * time.Second}
-	for _, place := range []struct {
-		s      *modelsim.Server
-		blocks int
-	}{{whole, 40}, {half, 20}} {
-		received := func() float64 {
-			return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": place.s.Addr()})
-		}
-		// Batches published before the subscription connected were
-		// replayed, not received live.
-		before := place.s.KVEventBatches()
-		missed := float64(before) - received()
-		resp, err := httpc.Post("http://"+place.s.Addr()+"/v1/completions", "application/json", bytes.NewReader(completionBody("shared round 0", place.blocks)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s answered %d", place.s.Addr(), resp.StatusCode)
-		}
-		poll.Until(t, 10*time.Second, "the server's events received", func() bool {
-			return place.s.KVEventBatches() > before && float64(place.s.KVEventBatches())-received() <= missed
-		})
-	}
-	var req struct {
-		Prompt json.RawMessage `json:"prompt"`
-	}
-	if err := json.Unmarshal(completionBody("shared round 1", 40), &req); err != nil {
-		t.Fatal(err)
-	}
+	inSync := pp.eventsCaughtUp()
+	postTo(t, whole, completionBody("shared round 0", 40))
+	postTo(t, half, completionBody("shared round 0", 20))
+	poll.Until(t, 10*time.Second, "the servers' events received", inSync)
+	prompt := promptOf(completionBody("shared round 1", 40))
 	for _, tc := range []struct {
 		extraLoad int
 		want      *modelsim.Server
@@ -525,7 +497,7 @@ schedulingProfiles:
 				}
 				e.SetMetrics(m)
 			}
-			res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: []byte(req.Prompt)})
+			res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: prompt})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -535,6 +507,15 @@ schedulingProfiles:
 				t.Errorf("picked %s, want %s", got, tc.want.Addr())
 			}
 		})
+	}
+}
+
+// fill posts s four prompts of 40 blocks, which fill its 160: the prefix
+// it cached before them is evicted.
+func fill(t testing.TB, s *modelsim.Server) {
+	t.Helper()
+	for i := range 4 {
+		postTo(t, s, completionBody(fmt.Sprintf("filler %d round 0", i), 40))
 	}
 }
 
@@ -549,28 +530,14 @@ func TestPreciseEvictedAfterPick(t *testing.T) {
 	pp := newPrecisePicker(t, ps, preciseConfig, nil)
 	pp.followed(t)
 	sim := ps.sims[0]
-	received := func() float64 {
-		return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": sim.Addr()})
-	}
-	missed := float64(sim.KVEventBatches()) - received()
-	inSync := func() bool { return float64(sim.KVEventBatches())-received() <= missed }
+	inSync := pp.eventsCaughtUp()
 	labels := map[string]string{"plugin": "precise-prefix-cache-scorer"}
 	counters := func() (predicted, confirmed, evicted float64) {
 		return promtest.Value(pp.prom, prefix.MetricPredictedTokens, labels), promtest.Value(pp.prom, prefix.MetricConfirmedTokens, labels),
 			promtest.Value(pp.prom, prefix.MetricEvictedAfterPick, labels)
 	}
-	httpc := &http.Client{Timeout: 10 * time.Second}
-	// Four prompts of 40 blocks fill the server's 160: the oldest prefix
-	// goes.
 	evict := func(string) {
-		for i := range 4 {
-			resp, err := httpc.Post("http://"+sim.Addr()+"/v1/completions", "application/json", bytes.NewReader(completionBody(fmt.Sprintf("filler %d round 0", i), 40)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
+		fill(t, sim)
 		poll.Until(t, 10*time.Second, "the server's events received", inSync)
 	}
 	pp.send(completionBody("held round 0", 40))
@@ -619,40 +586,12 @@ func TestPreciseEvictedPrefixReturns(t *testing.T) {
 	for _, pp := range replicas {
 		pp.followed(t)
 	}
-	// The batches published before a subscription connected were
-	// replayed, not received live.
-	var inSync []func() bool
-	for _, pp := range replicas {
-		received := func(s *modelsim.Server) float64 {
-			return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
-		}
-		missed := make([]float64, len(ps.sims))
-		for i, s := range ps.sims {
-			missed[i] = float64(s.KVEventBatches()) - received(s)
-		}
-		inSync = append(inSync, func() bool {
-			for i, s := range ps.sims {
-				if float64(s.KVEventBatches())-received(s) > missed[i] {
-					return false
-				}
-			}
-			return true
-		})
-	}
+	inSync := []func() bool{replicas[0].eventsCaughtUp(), replicas[1].eventsCaughtUp()}
 	awaitEvents := func() {
 		t.Helper()
 		poll.Until(t, 10*time.Second, "the servers' events received by both replicas", func() bool {
 			return inSync[0]() && inSync[1]()
 		})
-	}
-	prompt := func(body []byte) []byte {
-		var req struct {
-			Prompt json.RawMessage `json:"prompt"`
-		}
-		if err := json.Unmarshal(body, &req); err != nil {
-			t.Fatal(err)
-		}
-		return req.Prompt
 	}
 	learned, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
@@ -667,7 +606,7 @@ plugins:
 		t.Fatal(err)
 	}
 	next := completionBody("evicted round 1", 40)
-	res, err := learned.ScheduleDeferred(context.Background(), replicas[0].pool, &scheduling.Request{Model: "m", Prompt: prompt(next)})
+	res, err := learned.ScheduleDeferred(context.Background(), replicas[0].pool, &scheduling.Request{Model: "m", Prompt: promptOf(next)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -680,27 +619,12 @@ plugins:
 			break
 		}
 	}
-	httpc := &http.Client{Timeout: 10 * time.Second}
-	post := func(body []byte) {
-		t.Helper()
-		resp, err := httpc.Post("http://"+holder.Addr()+"/v1/completions", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s answered %d", holder.Addr(), resp.StatusCode)
-		}
-	}
-	post(completionBody("evicted round 0", 40))
+	postTo(t, holder, completionBody("evicted round 0", 40))
 	awaitEvents()
-	for i := range 4 {
-		post(completionBody(fmt.Sprintf("filler %d round 0", i), 40))
-	}
+	fill(t, holder)
 	awaitEvents()
 	for i, pp := range replicas {
-		res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: prompt(next)})
+		res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(next)})
 		if err != nil {
 			t.Fatal(err)
 		}
