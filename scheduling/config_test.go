@@ -4,14 +4,17 @@
 package scheduling
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/poolpicker/poolpicker/scheduling/framework"
+	"github.com/poolpicker/poolpicker/scheduling/plugins/prefix"
 )
 
 const header = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -39,6 +42,27 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	if len(p.postPickers) != 1 {
 		t.Fatalf("default profile has %d post-pickers, want the prefix scorer", len(p.postPickers))
+	}
+}
+
+// TestDefaultLearnedParamsAreTheDefaultProfiles: a precise scorer without
+// learned-index parameters routes by the default profile's prefix-cache
+// rules, so the two must not drift apart.
+func TestDefaultLearnedParamsAreTheDefaultProfiles(t *testing.T) {
+	var profile map[string]any
+	for _, p := range DefaultConfig().Plugins {
+		if p.Type == PrefixCacheScorerType {
+			if err := json.Unmarshal(p.Parameters, &profile); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var learned map[string]any
+	if err := json.Unmarshal([]byte(prefix.DefaultLearnedParams), &learned); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(profile, learned) {
+		t.Errorf("prefix.DefaultLearnedParams %v, the default profile's prefix-cache-scorer %v", learned, profile)
 	}
 }
 

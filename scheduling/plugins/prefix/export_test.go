@@ -57,6 +57,10 @@ func (s *Scorer) Holds(pool framework.Pool, e framework.Endpoint) bool {
 // Params returns the scorer's parameters, defaults filled in.
 func (s *Scorer) Params() Params { return s.params }
 
+// LearnedParams returns the precise scorer's learned index's parameters,
+// defaults filled in.
+func (s *Precise) LearnedParams() Params { return s.approx.params }
+
 // blocks counts the distinct blocks in the index.
 func (x *prefixIndex) blocks() int {
 	n := 0

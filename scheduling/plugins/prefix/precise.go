@@ -37,6 +37,16 @@ const (
 	maxPreciseTokenizerTimer = time.Second
 )
 
+// DefaultLearnedParams are the learned index's parameters when a precise
+// scorer's config gives none (approximate absent, as in llm-d's precise
+// configuration): the default profile's prefix-cache-scorer's (a test of
+// package scheduling keeps the two alike), so that the events' matches are
+// weighed against load, and new prefixes placed, by the rules the default
+// profile routes by.
+const DefaultLearnedParams = `{"hashBlockSize": 64, "maxPrefixBlocksToMatch": 256, "lruCapacityPerServer": 31250,
+ "queueCostTokens": 192, "queueCostTokensWithRoom": 384, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8,
+ "rendezvousBalanceCache": true}`
+
 // The local tokenizer backend: tokenizer.json files found as llm-d's
 // tokenizersPoolConfig.local says, DefaultLocalTokenizerDir when its local
 // block names no directory.
@@ -119,7 +129,9 @@ type PreciseParams struct {
 		CacheEntries int `json:"cacheEntries"`
 	} `json:"tokenizer"`
 	// Approximate are the parameters of the learned index (a
-	// prefix-cache-scorer's) that scores endpoints without events.
+	// prefix-cache-scorer's) that scores endpoints without events, and
+	// whose rules AffinityRules applies. Absent: DefaultLearnedParams, the
+	// default profile's; given, they replace those whole.
 	Approximate json.RawMessage `json:"approximate"`
 	// MaxBlocksPerEndpoint bounds the blocks indexed per endpoint. Zero:
 	// 1<<20.
@@ -221,7 +233,11 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 		return nil, fmt.Errorf("parameters: tokenProcessorConfig: %w", err)
 	}
 	approxName := name + "-approximate"
-	a, err := New(approxName, p.Approximate, h)
+	learnedParams := p.Approximate
+	if len(learnedParams) == 0 || string(learnedParams) == "null" {
+		learnedParams = json.RawMessage(DefaultLearnedParams)
+	}
+	a, err := New(approxName, learnedParams, h)
 	if err != nil {
 		return nil, fmt.Errorf("parameters: approximate: %w", err)
 	}

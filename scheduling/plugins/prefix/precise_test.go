@@ -59,3 +59,31 @@ func TestNewPreciseParameters(t *testing.T) {
 		})
 	}
 }
+
+// TestPreciseLearnedParams: a precise config without an approximate block
+// (llm-d's) gets the default profile's learned-index rules; one with the
+// block gets exactly what it says.
+func TestPreciseLearnedParams(t *testing.T) {
+	for _, tt := range []struct {
+		name, params                string
+		queueCost, room, rendezvous int
+	}{
+		{"absent: the default profile's", `{}`, 192, 384, 4},
+		{"null: the default profile's", `{"approximate":null}`, 192, 384, 4},
+		{"given: replaces them whole", `{"approximate":{"queueCostTokens":100}}`, 100, 0, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			p, err := prefix.NewPrecise("p", []byte(tt.params), framework.NewHandle(ctx, logr.Discard(), nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := p.(*prefix.Precise).LearnedParams()
+			if got.QueueCostTokens != tt.queueCost || got.QueueCostTokensWithRoom != tt.room || got.RendezvousBlocks != tt.rendezvous {
+				t.Errorf("queueCostTokens %d, queueCostTokensWithRoom %d, rendezvousBlocks %d; want %d, %d, %d",
+					got.QueueCostTokens, got.QueueCostTokensWithRoom, got.RendezvousBlocks, tt.queueCost, tt.room, tt.rendezvous)
+			}
+		})
+	}
+}
