@@ -8,8 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -194,6 +196,11 @@ type Precise struct {
 	// check it, and that instance must not bind or dial anything.
 	start func()
 
+	// estimateScale is the recent estimatePerToken of the prompts (float64
+	// bits; 0 until the first): what turns the events' blocks into the
+	// learned index's for its rendezvous balance (eventHeldBlocks).
+	estimateScale atomic.Uint64
+
 	mu    sync.Mutex
 	pools map[framework.PoolKey]map[string]struct{} // endpoint addresses
 }
@@ -337,6 +344,9 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 		// replica reads (the requests in flight are shared all the same).
 		s.approx.peers = unfollowedPeers{Peers: s.approx.peers, s: s}
 	}
+	// The learned index balances new prefixes by what the events say each
+	// server holds, as every replica does.
+	s.approx.heldBlocks = s.eventHeldBlocks
 	s.start = sync.OnceFunc(func() {
 		if err := s.events.Start(h.Context()); err != nil {
 			h.Logger().Error(err, "KV events: endpoints are scored from the learned index")
@@ -506,6 +516,7 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	st.promptTokens, st.whole = len(tokens), res.Whole
 	if len(res.IDs) > 0 {
 		st.estimatePerToken = float64(len(req.Prompt)) / float64(s.approx.params.BytesPerToken) / float64(len(res.IDs))
+		s.observeEstimateScale(st.estimatePerToken)
 	}
 	if len(st.keys) == 0 {
 		return nil
@@ -602,6 +613,36 @@ func (s *Precise) weighMatches(learned *prefixIndex, states []*prefixEndpoint, c
 		}
 	}
 	return slices.ContainsFunc(scores, func(v float64) bool { return v > 0 })
+}
+
+// estimateScaleWeight is one prompt's weight in the moving estimateScale.
+const estimateScaleWeight = 0.05
+
+// observeEstimateScale folds one prompt's estimate per token into the
+// recent one. Picks race on it; a lost update only weighs one prompt less.
+func (s *Precise) observeEstimateScale(v float64) {
+	old := math.Float64frombits(s.estimateScale.Load())
+	if old != 0 {
+		v = old + estimateScaleWeight*(v-old)
+	}
+	s.estimateScale.Store(math.Float64bits(v))
+}
+
+// eventHeldBlocks is the blocks e's server holds according to its events,
+// in the learned index's blocks (its estimate of their tokens over its
+// tokens a block); false when e's events are not followed.
+func (s *Precise) eventHeldBlocks(pool framework.Pool, e framework.Endpoint) (int, bool) {
+	ep := s.eventIndex(pool, e)
+	if ep == nil || !ep.Confirmed() {
+		return 0, false
+	}
+	scale := math.Float64frombits(s.estimateScale.Load())
+	if scale == 0 {
+		scale = 1
+	}
+	a := s.approx.params
+	perBlock := float64(a.HashBlockSize) / float64(a.BytesPerToken)
+	return int(float64(ep.Blocks()*s.hasher.BlockSize()) * scale / perBlock), true
 }
 
 // PostPick leaves on the Result what the events predicted on the primary

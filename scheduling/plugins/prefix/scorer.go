@@ -244,6 +244,12 @@ type Scorer struct {
 	peers framework.Peers
 	// memory is the index's memory budget in blocks, shared by the pools.
 	memory *fairshare.Limit
+	// heldBlocks, when set, tells the blocks e's server holds, in this
+	// index's blocks, from what every replica knows alike (the precise
+	// scorer's KV events) for RendezvousBalanceCache; false: this index's
+	// own count. Replicas balancing by their own picks would each keep a
+	// new prefix off a different server and place it differently.
+	heldBlocks func(pool framework.Pool, e framework.Endpoint) (int, bool)
 }
 
 // agreement is the scorer's series of the prediction metrics.
@@ -569,7 +575,9 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		st.held = held
 		for i := range c {
 			held[i] = 0
-			if pe := states[c[i].Index]; pe != nil && !pe.dead.Load() {
+			if n, ok := s.heldElsewhere(cs.Pool, c[i].Endpoint); ok {
+				held[i] = n
+			} else if pe := states[c[i].Index]; pe != nil && !pe.dead.Load() {
 				held[i] = pe.heldBlocks()
 			}
 			if candidateLoad(&c[i])-least <= slack {
@@ -599,6 +607,13 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		}
 	}
 	scores[best] = max(scores[best], RendezvousScore)
+}
+
+func (s *Scorer) heldElsewhere(pool framework.Pool, e framework.Endpoint) (int, bool) {
+	if s.heldBlocks == nil {
+		return 0, false
+	}
+	return s.heldBlocks(pool, e)
 }
 
 // cacheWeights weighs candidates by their servers' KV caches in tokens: a
