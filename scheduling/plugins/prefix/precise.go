@@ -8,10 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -195,11 +193,6 @@ type Precise struct {
 	// arrives, under the handle's context: a config is also built once to
 	// check it, and that instance must not bind or dial anything.
 	start func()
-
-	// estimateScale is the recent estimatePerToken of the prompts (float64
-	// bits; 0 until the first): what turns the events' blocks into the
-	// learned index's for its rendezvous balance (eventHeldBlocks).
-	estimateScale atomic.Uint64
 
 	mu    sync.Mutex
 	pools map[framework.PoolKey]map[string]struct{} // endpoint addresses
@@ -449,9 +442,10 @@ type preciseCycle struct {
 	matched      map[string]int
 	promptTokens int
 	whole        bool
-	// estimatePerToken is the learned index's estimate of the prompt's
-	// tokens over the server's count of them: what turns the servers'
-	// tokens into the learned index's units when weighing (weigh).
+	// estimatePerToken is the learned index's estimate of tokens over the
+	// servers' count of them (the pool's recent scale's inverse): what
+	// turns the servers' tokens into the learned index's units when
+	// weighing (weigh).
 	estimatePerToken float64
 }
 
@@ -514,10 +508,7 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	// Tokens of a learned prefix only (not Whole): the prompt goes on
 	// past them, so the server may hold and reuse all their blocks.
 	st.promptTokens, st.whole = len(tokens), res.Whole
-	if len(res.IDs) > 0 {
-		st.estimatePerToken = float64(len(req.Prompt)) / float64(s.approx.params.BytesPerToken) / float64(len(res.IDs))
-		s.observeEstimateScale(st.estimatePerToken)
-	}
+	st.estimatePerToken = 1 / s.observeTokenScale(cs.Pool, req, res)
 	if len(st.keys) == 0 {
 		return nil
 	}
@@ -615,17 +606,22 @@ func (s *Precise) weighMatches(learned *prefixIndex, states []*prefixEndpoint, c
 	return slices.ContainsFunc(scores, func(v float64) bool { return v > 0 })
 }
 
-// estimateScaleWeight is one prompt's weight in the moving estimateScale.
-const estimateScaleWeight = 0.05
-
-// observeEstimateScale folds one prompt's estimate per token into the
-// recent one. Picks race on it; a lost update only weighs one prompt less.
-func (s *Precise) observeEstimateScale(v float64) {
-	old := math.Float64frombits(s.estimateScale.Load())
-	if old != 0 {
-		v = old + estimateScaleWeight*(v-old)
+// observeTokenScale tells the learned index the scale of the servers'
+// tokens to its estimate, from a whole prompt's tokens, and returns the
+// pool's recent scale (1 without an index). The servers' usage reports,
+// which tell it in the approximate scorer, go to the events' predictions
+// here; without the scale, the learned index would size its LRUs, and
+// weigh, in the estimate's tokens (TokenScaledCapacity).
+func (s *Precise) observeTokenScale(pool framework.Pool, req *framework.Request, res tokenize.Tokens) float64 {
+	x := s.approx.index(pool)
+	if x == nil {
+		return 1
 	}
-	s.estimateScale.Store(math.Float64bits(v))
+	if res.Whole && len(res.IDs) > 0 && len(req.Prompt) > 0 {
+		estimate := float64(len(req.Prompt)) / float64(s.approx.params.BytesPerToken)
+		x.observeTokenScale(min(max(float64(len(res.IDs))/estimate, minTokenScale), maxTokenScale))
+	}
+	return x.recentTokenScale()
 }
 
 // eventHeldBlocks is the blocks e's server holds according to its events,
@@ -636,13 +632,13 @@ func (s *Precise) eventHeldBlocks(pool framework.Pool, e framework.Endpoint) (in
 	if ep == nil || !ep.Confirmed() {
 		return 0, false
 	}
-	scale := math.Float64frombits(s.estimateScale.Load())
-	if scale == 0 {
-		scale = 1
+	scale := 1.0
+	if x := s.approx.index(pool); x != nil {
+		scale = x.recentTokenScale()
 	}
 	a := s.approx.params
 	perBlock := float64(a.HashBlockSize) / float64(a.BytesPerToken)
-	return int(float64(ep.Blocks()*s.hasher.BlockSize()) * scale / perBlock), true
+	return int(float64(ep.Blocks()*s.hasher.BlockSize()) / scale / perBlock), true
 }
 
 // PostPick leaves on the Result what the events predicted on the primary

@@ -648,16 +648,28 @@ plugins:
 // llm-d precise config gets), counting what the servers' events say they
 // hold, as every replica does alike, not its own picks: two replicas that
 // never picked for the full server both keep the prefix off it and agree
-// where it goes.
+// where it goes. The events' blocks are counted in the learned index's
+// estimate of tokens: where the servers count 8 bytes a token, 30 of their
+// blocks are 60 of the estimate's (of 4 bytes), beyond the prompt's 40.
 func TestPreciseBalancesByEvents(t *testing.T) {
-	ps := newPreciseServers(t, []string{"127.0.99.2", "127.0.99.3", "127.0.99.4"})
-	replicas := []*precisePool{newPrecisePicker(t, ps, preciseConfig, nil), newPrecisePicker(t, ps, preciseConfig, nil)}
-	inSync := make([]func() bool, len(replicas))
-	for i, pp := range replicas {
-		pp.followed(t)
-		inSync[i] = pp.eventsCaughtUp()
-	}
-	hashOnly, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
+	for _, tc := range []struct {
+		name          string
+		ips           []string
+		bytesPerToken int
+		fill          []int // the prompts' blocks (64 bytes each) put on the full server
+	}{
+		{"as the estimate counts", []string{"127.0.99.2", "127.0.99.3", "127.0.99.4"}, 4, []int{40, 40}},
+		{"twice the estimate's bytes a token", []string{"127.0.100.2", "127.0.100.3", "127.0.100.4"}, 8, []int{60}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ps := newPreciseServersTokenizing(t, tc.ips, tc.bytesPerToken)
+			replicas := []*precisePool{newPrecisePicker(t, ps, preciseConfig, nil), newPrecisePicker(t, ps, preciseConfig, nil)}
+			inSync := make([]func() bool, len(replicas))
+			for i, pp := range replicas {
+				pp.followed(t)
+				inSync[i] = pp.eventsCaughtUp()
+			}
+			hashOnly, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
 - type: prefix-cache-scorer
@@ -666,38 +678,39 @@ plugins:
     rendezvousLoadSlack: 8
 - type: max-score-picker
 `})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := promptOf(completionBody("new prefix round 0", 40))
-	res, err := hashOnly.ScheduleDeferred(context.Background(), replicas[0].pool, &scheduling.Request{Model: "m", Prompt: prompt})
-	if err != nil {
-		t.Fatal(err)
-	}
-	full := res.Endpoints[0].Address
-	res.Commit()
-	// 80 blocks on the hash's choice, none elsewhere: more than the
-	// prompt's 40 beyond the least held.
-	for _, s := range ps.sims {
-		if s.Addr() == full {
-			postTo(t, s, completionBody("filler 0 round 0", 40))
-			postTo(t, s, completionBody("filler 1 round 0", 40))
-		}
-	}
-	poll.Until(t, 10*time.Second, "the servers' events received by both replicas", func() bool { return inSync[0]() && inSync[1]() })
-	var picked []string
-	for _, pp := range replicas {
-		res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: prompt})
-		if err != nil {
-			t.Fatal(err)
-		}
-		picked = append(picked, res.Endpoints[0].Address)
-		res.Commit()
-	}
-	if picked[0] == full || picked[1] == full {
-		t.Errorf("replicas picked %v for a new prefix: the full server %s too", picked, full)
-	}
-	if picked[0] != picked[1] {
-		t.Errorf("replicas placed the new prefix differently: %v", picked)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompt := promptOf(completionBody("new prefix round 0", 40))
+			res, err := hashOnly.ScheduleDeferred(context.Background(), replicas[0].pool, &scheduling.Request{Model: "m", Prompt: prompt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			full := res.Endpoints[0].Address
+			res.Commit()
+			for _, s := range ps.sims {
+				if s.Addr() == full {
+					for i, blocks := range tc.fill {
+						postTo(t, s, completionBody(fmt.Sprintf("filler %d round 0", i), blocks))
+					}
+				}
+			}
+			poll.Until(t, 10*time.Second, "the servers' events received by both replicas", func() bool { return inSync[0]() && inSync[1]() })
+			var picked []string
+			for _, pp := range replicas {
+				res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: prompt})
+				if err != nil {
+					t.Fatal(err)
+				}
+				picked = append(picked, res.Endpoints[0].Address)
+				res.Commit()
+			}
+			if picked[0] == full || picked[1] == full {
+				t.Errorf("replicas picked %v for a new prefix: the full server %s too", picked, full)
+			}
+			if picked[0] != picked[1] {
+				t.Errorf("replicas placed the new prefix differently: %v", picked)
+			}
+		})
 	}
 }
