@@ -392,18 +392,7 @@ func TestPreciseAffinityRules(t *testing.T) {
 			}
 			pp := newPrecisePool(t, tc.ips, config)
 			pp.followed(t)
-			learned, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-  parameters:
-    rendezvousBlocks: 4
-    rendezvousLoadSlack: 8
-- type: max-score-picker
-`})
-			if err != nil {
-				t.Fatal(err)
-			}
+			learned := rendezvousOnly(t)
 			inSync := pp.eventsCaughtUp()
 			const prefixes = 12
 			agreed := 0
@@ -510,6 +499,27 @@ schedulingProfiles:
 	}
 }
 
+// rendezvousOnly is a scheduler of the learned index alone with the
+// rendezvous parameters of the precise configs' learned index, and no
+// knowledge of any pool: its pick for a new prompt is the rendezvous choice
+// every replica makes (without the cache balance).
+func rendezvousOnly(t testing.TB) *scheduling.Scheduler {
+	t.Helper()
+	s, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+  parameters:
+    rendezvousBlocks: 4
+    rendezvousLoadSlack: 8
+- type: max-score-picker
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // fill posts s four prompts of 40 blocks, which fill its 160: the prefix
 // it cached before them is evicted.
 func fill(t testing.TB, s *modelsim.Server) {
@@ -593,18 +603,7 @@ func TestPreciseEvictedPrefixReturns(t *testing.T) {
 			return inSync[0]() && inSync[1]()
 		})
 	}
-	learned, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-  parameters:
-    rendezvousBlocks: 4
-    rendezvousLoadSlack: 8
-- type: max-score-picker
-`})
-	if err != nil {
-		t.Fatal(err)
-	}
+	learned := rendezvousOnly(t)
 	next := completionBody("evicted round 1", 40)
 	res, err := learned.ScheduleDeferred(context.Background(), replicas[0].pool, &scheduling.Request{Model: "m", Prompt: promptOf(next)})
 	if err != nil {
@@ -669,18 +668,7 @@ func TestPreciseBalancesByEvents(t *testing.T) {
 				pp.followed(t)
 				inSync[i] = pp.eventsCaughtUp()
 			}
-			hashOnly, err := scheduling.New(nil, scheduling.Options{ConfigText: `apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-  parameters:
-    rendezvousBlocks: 4
-    rendezvousLoadSlack: 8
-- type: max-score-picker
-`})
-			if err != nil {
-				t.Fatal(err)
-			}
+			hashOnly := rendezvousOnly(t)
 			prompt := promptOf(completionBody("new prefix round 0", 40))
 			res, err := hashOnly.ScheduleDeferred(context.Background(), replicas[0].pool, &scheduling.Request{Model: "m", Prompt: prompt})
 			if err != nil {

@@ -99,6 +99,11 @@ func TestPrecisePeerSync(t *testing.T) {
 				a.send(completionBody(fmt.Sprintf("prefix %d round 0", p), 20))
 			}
 			held(completionBody("barrier round 1", 4))
+			if tc.wantBlocks {
+				// A pick's blocks are shared when it is committed, after
+				// the answer: they may trail the barrier's count.
+				eventually(10*time.Second, func() bool { return received("blocks")-blocksBefore >= 6 })
+			}
 			blocks := received("blocks") - blocksBefore
 			t.Logf("b received %v block records of a's picks, %v in-flight records", blocks, received("in-flight"))
 			if received("in-flight") == 0 {

@@ -151,6 +151,9 @@ func (sp *sharedPicker) stillFollowed(t *testing.T, pool string) {
 	}
 	p0 := predicted()
 	sp.send(pool, completionBody("after round 1", 40))
+	// The server's report reaches the scorer after the client has the
+	// answer.
+	eventually(10*time.Second, func() bool { return predicted()-p0 >= 39*16 })
 	if got := predicted() - p0; got < 39*16 {
 		t.Errorf("the repeated prefix's pick was predicted %v cached tokens from the events, want at least %d", got, 39*16)
 	}
