@@ -185,7 +185,11 @@ func TestCostlyPageSlowsOnlyItsPool(t *testing.T) {
 	costly, cheap := servers[0], servers[1]
 	costly.serve(http.StatusOK, hostilePages[0].page(20000))
 	cheap.servePage(t, vllmpage.State{Running: 2}, vllmpage.Options{MinBytes: -1})
-	h := newHarness(t, Options{RefreshInterval: 100 * time.Millisecond, CPUBudget: -1, MaxServerCPUShare: 0.02})
+	// The costly page takes about 150 ms of CPU to read under the race
+	// detector, the cheap one about 1 ms, up to a few on a loaded machine
+	// (GC assists): a share of 0.1 at 100 ms draws the line at 10 ms,
+	// far from both.
+	h := newHarness(t, Options{RefreshInterval: 100 * time.Millisecond, CPUBudget: -1, MaxServerCPUShare: 0.1})
 	a := h.addPool("a", nil, costly.port, costly)
 	h.addPool("b", nil, cheap.port, cheap)
 	h.await(t, "a costly scrape counted", func(scrapeEvent) bool { return h.series(t, "poolpicker_scrape_costly_pages_total", "a")[""] >= 1 })
