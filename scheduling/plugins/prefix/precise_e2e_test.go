@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,15 +257,33 @@ func (pp *precisePool) followed(t testing.TB) {
 // eventsCaughtUp reports, from the call on, whether pp received every
 // KV-event batch its servers published: those published before a
 // subscription connected were replayed, not received live, so the lag at
-// the call is the baseline.
-func (pp *precisePool) eventsCaughtUp() func() bool {
+// the call is the baseline. A batch still on its way at the call would
+// count as replayed, and the next one could then be missed: the baseline
+// is taken once the counts stand still, no request being under way.
+func (pp *precisePool) eventsCaughtUp(t testing.TB) func() bool {
+	t.Helper()
 	received := func(s *modelsim.Server) float64 {
 		return promtest.Value(pp.prom, kvevents.MetricLLMDMessages, map[string]string{"pod_identifier": s.Addr()})
 	}
 	missed := make([]float64, len(pp.sims))
-	for i, s := range pp.sims {
-		missed[i] = float64(s.KVEventBatches()) - received(s)
+	lag := func() []float64 {
+		l := make([]float64, len(pp.sims))
+		for i, s := range pp.sims {
+			l[i] = float64(s.KVEventBatches()) - received(s)
+		}
+		return l
 	}
+	steady := 0
+	poll.Until(t, 10*time.Second, "the servers' event counts standing still", func() bool {
+		now := lag()
+		if slices.Equal(now, missed) {
+			steady++
+		} else {
+			steady = 0
+		}
+		missed = now
+		return steady >= 5
+	})
 	return func() bool {
 		for i, s := range pp.sims {
 			if float64(s.KVEventBatches())-received(s) > missed[i] {
@@ -301,7 +320,7 @@ func TestPreciseEndToEnd(t *testing.T) {
 	// 9 prefixes of 40 blocks over 3 servers of 160 blocks: not all fit.
 	// Each request is picked once the events of the one before arrived:
 	// what is measured is the index, not the events' time on the wire.
-	inSync := pp.eventsCaughtUp()
+	inSync := pp.eventsCaughtUp(t)
 	for round := range 6 {
 		for p := range 9 {
 			send(completionBody(fmt.Sprintf("prefix %d round %d", p, round), 40))
@@ -393,7 +412,7 @@ func TestPreciseAffinityRules(t *testing.T) {
 			pp := newPrecisePool(t, tc.ips, config)
 			pp.followed(t)
 			learned := rendezvousOnly(t)
-			inSync := pp.eventsCaughtUp()
+			inSync := pp.eventsCaughtUp(t)
 			const prefixes = 12
 			agreed := 0
 			for p := range prefixes {
@@ -465,7 +484,7 @@ schedulingProfiles:
 	pp := newPrecisePicker(t, ps, config, nil)
 	pp.followed(t)
 	whole, half := ps.sims[0], ps.sims[1]
-	inSync := pp.eventsCaughtUp()
+	inSync := pp.eventsCaughtUp(t)
 	postTo(t, whole, completionBody("shared round 0", 40))
 	postTo(t, half, completionBody("shared round 0", 20))
 	poll.Until(t, 10*time.Second, "the servers' events received", inSync)
@@ -540,7 +559,7 @@ func TestPreciseEvictedAfterPick(t *testing.T) {
 	pp := newPrecisePicker(t, ps, preciseConfig, nil)
 	pp.followed(t)
 	sim := ps.sims[0]
-	inSync := pp.eventsCaughtUp()
+	inSync := pp.eventsCaughtUp(t)
 	labels := map[string]string{"plugin": "precise-prefix-cache-scorer"}
 	counters := func() (predicted, confirmed, evicted float64) {
 		return promtest.Value(pp.prom, prefix.MetricPredictedTokens, labels), promtest.Value(pp.prom, prefix.MetricConfirmedTokens, labels),
@@ -596,7 +615,7 @@ func TestPreciseEvictedPrefixReturns(t *testing.T) {
 	for _, pp := range replicas {
 		pp.followed(t)
 	}
-	inSync := []func() bool{replicas[0].eventsCaughtUp(), replicas[1].eventsCaughtUp()}
+	inSync := []func() bool{replicas[0].eventsCaughtUp(t), replicas[1].eventsCaughtUp(t)}
 	awaitEvents := func() {
 		t.Helper()
 		poll.Until(t, 10*time.Second, "the servers' events received by both replicas", func() bool {
@@ -666,7 +685,7 @@ func TestPreciseBalancesByEvents(t *testing.T) {
 			inSync := make([]func() bool, len(replicas))
 			for i, pp := range replicas {
 				pp.followed(t)
-				inSync[i] = pp.eventsCaughtUp()
+				inSync[i] = pp.eventsCaughtUp(t)
 			}
 			hashOnly := rendezvousOnly(t)
 			prompt := promptOf(completionBody("new prefix round 0", 40))
