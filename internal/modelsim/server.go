@@ -205,6 +205,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// KVEventsPending reports whether the server has recorded KV events not
+// yet numbered into a published batch. A request's events are recorded
+// before its response; they are published a moment later, so a test that
+// waits for a request's events to be received waits for this to be false
+// first, then for the batches KVEventBatches counts.
+func (s *Server) KVEventsPending() bool {
+	if s.eng.pub == nil {
+		return false
+	}
+	s.eng.pub.mu.Lock()
+	defer s.eng.pub.mu.Unlock()
+	return len(s.eng.pub.pending) > 0
+}
+
 // KVEventsAddr is the address the KV-event PUB socket listens on, and
 // KVReplayAddr its replay socket's ("" when none or before Start).
 func (s *Server) KVEventsAddr() string {

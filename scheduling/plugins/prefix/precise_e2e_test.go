@@ -255,11 +255,13 @@ func (pp *precisePool) followed(t testing.TB) {
 }
 
 // eventsCaughtUp reports, from the call on, whether pp received every
-// KV-event batch its servers published: those published before a
-// subscription connected were replayed, not received live, so the lag at
-// the call is the baseline. A batch still on its way at the call would
-// count as replayed, and the next one could then be missed: the baseline
-// is taken once the counts stand still, no request being under way.
+// KV-event batch its servers published, the events they recorded and have
+// yet to publish included: those published before a subscription
+// connected were replayed, not received live, so the lag at the call is
+// the baseline. A batch still on its way at the call would count as
+// replayed, and the next one could then be missed: the baseline is taken
+// once nothing is pending and the counts stand still, no request being
+// under way.
 func (pp *precisePool) eventsCaughtUp(t testing.TB) func() bool {
 	t.Helper()
 	received := func(s *modelsim.Server) float64 {
@@ -276,7 +278,7 @@ func (pp *precisePool) eventsCaughtUp(t testing.TB) func() bool {
 	steady := 0
 	poll.Until(t, 10*time.Second, "the servers' event counts standing still", func() bool {
 		now := lag()
-		if slices.Equal(now, missed) {
+		if slices.Equal(now, missed) && !pp.eventsPending() {
 			steady++
 		} else {
 			steady = 0
@@ -285,6 +287,9 @@ func (pp *precisePool) eventsCaughtUp(t testing.TB) func() bool {
 		return steady >= 5
 	})
 	return func() bool {
+		if pp.eventsPending() {
+			return false
+		}
 		for i, s := range pp.sims {
 			if float64(s.KVEventBatches())-received(s) > missed[i] {
 				return false
@@ -292,6 +297,12 @@ func (pp *precisePool) eventsCaughtUp(t testing.TB) func() bool {
 		}
 		return true
 	}
+}
+
+// eventsPending reports whether a server of pp has KV events it has not
+// yet published.
+func (pp *precisePool) eventsPending() bool {
+	return slices.ContainsFunc(pp.sims, (*modelsim.Server).KVEventsPending)
 }
 
 // postTo sends a completion to s itself, not through a picker: what s
