@@ -618,6 +618,7 @@ type outcome struct {
 	promptTokens int
 	cachedTokens int
 	done         time.Time
+	server       string // the endpoint that served it
 }
 
 // send runs one request as a gateway with the ext_proc filter in
@@ -638,6 +639,7 @@ func (f *fleet) send(ctx context.Context, start time.Time, id string, objective 
 	// usage), as the gateway sends it.
 	req.Forward = func(ctx context.Context, res *eppclient.Result) (*eppclient.Response, error) {
 		dest := res.Endpoints()[0]
+		out.server = dest
 		hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+dest+"/v1/completions", bytes.NewReader(body))
 		if err != nil {
 			return nil, err

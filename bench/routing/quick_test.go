@@ -6,7 +6,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
+	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +45,7 @@ func quickSweep() sweepConfig {
 // sweep, not asserted here.
 func TestQuickSweep(t *testing.T) {
 	c := quickSweep()
+	c.traceDir = t.TempDir()
 	for _, g := range c.groups {
 		for _, load := range c.loads {
 			rs, err := runPoint(context.Background(), &c, g, load, false)
@@ -66,6 +73,7 @@ func TestQuickSweep(t *testing.T) {
 			if pp2.hitRate < pp.hitRate-quickReplicaHitLoss {
 				t.Errorf("G=%d load=%.0f%%: two replicas without peer sync: hit rate %.3f, one replica's %.3f: more than %.2f lower", g, load*100, pp2.hitRate, pp.hitRate, quickReplicaHitLoss)
 			}
+			checkTrace(t, c.traceDir, rs, c.requests)
 		}
 	}
 }
@@ -81,3 +89,46 @@ const quickPeerSyncHitLoss = 0.08
 // 0.14 (0.18 in a run on a starved machine); before they agreed on where
 // a new prefix goes they lost more than 0.22 at G = 12, 40 %.
 const quickReplicaHitLoss = 0.25
+
+// checkTrace checks that each router's run wrote its trace (-trace): a
+// line per request, each one served naming its server, and the measured
+// requests' cached tokens over their prompt tokens making the run's hit
+// rate.
+func checkTrace(t *testing.T, dir string, rs []result, requests int) {
+	t.Helper()
+	for _, r := range rs {
+		files, err := filepath.Glob(filepath.Join(dir, strings.ReplaceAll(r.series(), " ", "_")+".*.csv"))
+		if err != nil || len(files) != 1 {
+			t.Fatalf("%s: trace files %v (%v), want one", r.series(), files, err)
+		}
+		f, err := os.Open(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(f).ReadAll()
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != requests+1 {
+			t.Fatalf("%s: %d trace lines, want a header and %d", r.series(), len(rows), requests)
+		}
+		var prompt, cached int
+		for _, row := range rows[1:] {
+			if row[10] != "" || row[4] != "200" {
+				continue
+			}
+			if row[5] == "" {
+				t.Fatalf("%s: request %s served by no server: %v", r.series(), row[0], row)
+			}
+			if row[9] == "true" {
+				p, _ := strconv.Atoi(row[7])
+				c, _ := strconv.Atoi(row[8])
+				prompt, cached = prompt+p, cached+c
+			}
+		}
+		if got := float64(cached) / float64(max(prompt, 1)); math.Abs(got-r.hitRate) > 1e-9 {
+			t.Fatalf("%s: the trace's hit rate is %v, the run's %v", r.series(), got, r.hitRate)
+		}
+	}
+}

@@ -5,11 +5,14 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -169,6 +172,9 @@ type sweepConfig struct {
 	// sim is the model servers' simulator (simModelsim, simLLMD), llmdBin
 	// the llm-d simulator's binary.
 	sim, llmdBin string
+	// traceDir, when set, is where each router's run writes a line per
+	// request (traceRequests).
+	traceDir string
 }
 
 // defaultSweep is the fleet and traffic of the issue that motivated the
@@ -249,6 +255,7 @@ func loraName(i int) string { return fmt.Sprintf("adapter-%d", i) }
 type request struct {
 	at        time.Duration // simulated arrival since the start
 	group     int
+	conv      int // the conversation (chat), or -1
 	sheddable bool
 	body      []byte
 }
@@ -282,15 +289,16 @@ func workload(c *sweepConfig, groups int, load float64) []request {
 		g := rnd.IntN(groups)
 		suffix := text(rnd, fmt.Sprintf(" question %d: ", i), c.suffixTokens)
 		prompt := prefixes[g] + suffix
+		conv := -1
 		if c.conversations > 0 {
-			conv := rnd.IntN(c.conversations)
+			conv = rnd.IntN(c.conversations)
 			g = conv % groups
 			prompt = history[conv] + suffix
 			history[conv] = prompt + text(rnd, " answer: ", c.outputTokens)
 		}
 		body := fmt.Sprintf(`{"model":%q,"prompt":"%s","max_tokens":%d,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`,
 			c.model(g), prompt, c.outputTokens)
-		reqs[i] = request{at: at, group: g, sheddable: rnd.Float64() < c.sheddable, body: []byte(body)}
+		reqs[i] = request{at: at, group: g, conv: conv, sheddable: rnd.Float64() < c.sheddable, body: []byte(body)}
 	}
 	return reqs
 }
@@ -546,6 +554,11 @@ func runRouter(ctx context.Context, c *sweepConfig, n int, r router, replicas in
 			}
 		}
 	}
+	if c.traceDir != "" {
+		if err := traceRequests(c.traceDir, res.series(), reqs, outs, errs, first, sim); err != nil {
+			return result{}, err
+		}
+	}
 	res.waits = waitSplit(reqs[first:], outs[first:], errs[first:], start, real, sim)
 	res.ttft50, res.ttft90, res.ttft99 = quantile(ttft, 0.5), quantile(ttft, 0.9), quantile(ttft, 0.99)
 	res.e2e90, res.critTTFT90 = quantile(e2e, 0.9), quantile(crit, 0.9)
@@ -575,4 +588,34 @@ func seeded(seed uint64) func() uint64 {
 		defer mu.Unlock()
 		return r.Uint64()
 	}
+}
+
+// traceRequests writes a CSV line per request to a new file of dir named
+// after name: its arrival, group, conversation, status, the server that
+// served it, its TTFT, its prompt and cached tokens, whether it was
+// measured (after the warm-up) and its error, so that a run's misses can be
+// told apart.
+func traceRequests(dir, name string, reqs []request, outs []outcome, errs []error, first int, sim func(time.Duration) time.Duration) error {
+	f, err := os.CreateTemp(dir, strings.ReplaceAll(name, " ", "_")+".*.csv")
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	w.Write([]string{"request", "arrival_s", "group", "conversation", "status", "server", "ttft_s", "prompt_tokens", "cached_tokens", "measured", "error"})
+	for i, r := range reqs {
+		e := ""
+		if errs[i] != nil {
+			e = errs[i].Error()
+		}
+		o := outs[i]
+		w.Write([]string{strconv.Itoa(i), strconv.FormatFloat(r.at.Seconds(), 'f', 3, 64), strconv.Itoa(r.group), strconv.Itoa(r.conv),
+			strconv.Itoa(o.status), o.server, strconv.FormatFloat(sim(o.ttft).Seconds(), 'f', 3, 64),
+			strconv.Itoa(o.promptTokens), strconv.Itoa(o.cachedTokens), strconv.FormatBool(i >= first), e})
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
