@@ -166,6 +166,17 @@ type Params struct {
 	// differently. False (the plugin default): the hash within the load
 	// slack alone.
 	RendezvousBalanceCache bool `json:"rendezvousBalanceCache"`
+	// RendezvousBalanceEven tightens RendezvousBalanceCache's bound to
+	// less than one prompt's blocks beyond the candidate holding the
+	// fewest, each candidate's blocks counted per its share of the
+	// candidates' mean cache (as LoadPerCacheSize counts load): a new
+	// prefix goes to a server among those holding the fewest prompts for
+	// their cache. With the looser bound two of four chat system prompts
+	// were placed on one server in one run of three, its conversations
+	// then outgrew its cache and moved between it and a neighbour, while
+	// another server stood nearly idle. False (the plugin default): the
+	// bound of RendezvousBalanceCache.
+	RendezvousBalanceEven bool `json:"rendezvousBalanceEven"`
 	// RendezvousByCacheSize weighs each candidate's rendezvous hash by
 	// the size of its server's KV cache (the scraped cache_config_info's
 	// blocks × block size), as weighted rendezvous hashing does: a
@@ -569,6 +580,10 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	// the slack.
 	var held []int
 	minHeld := math.MaxInt
+	even := s.params.RendezvousBalanceEven
+	// perMeanCache weighs held blocks per share of the mean cache
+	// (RendezvousBalanceEven).
+	perMeanCache := newCacheWeights(c, even)
 	if s.params.RendezvousBalanceCache && st != nil && st.index != nil {
 		states := st.index.statesFor(cs.Endpoints)
 		held = slices.Grow(st.held[:0], len(c))[:len(c)]
@@ -580,19 +595,26 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 			} else if pe := states[c[i].Index]; pe != nil && !pe.dead.Load() {
 				held[i] = pe.heldBlocks()
 			}
+			if even {
+				held[i] = int(float64(held[i]) * perMeanCache.mean / perMeanCache.of(&c[i]))
+			}
 			if candidateLoad(&c[i])-least <= slack {
 				minHeld = min(minHeld, held[i])
 			}
 		}
 	}
-	promptBlocks := min(len(req.Prompt)/s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
+	// A candidate may hold at most beyond blocks more than minHeld.
+	beyond := min(len(req.Prompt)/s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
+	if even {
+		beyond--
+	}
 	sizes := newCacheWeights(c, *s.params.RendezvousByCacheSize)
 	best, bestWeight := -1, 0.0
 	for i := range c {
 		if candidateLoad(&c[i])-least > slack {
 			continue
 		}
-		if held != nil && held[i]-minHeld > promptBlocks {
+		if held != nil && held[i]-minHeld > beyond {
 			continue
 		}
 		h := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address()))

@@ -964,41 +964,61 @@ func TestObserveCachedTokensInServerTokens(t *testing.T) {
 	}
 }
 
-// TestPrefixScorerRendezvousBalanceCache places 24 new prefixes, each where
-// the rendezvous choice sends it, on an idle pool of 4: with
-// rendezvousBalanceCache no endpoint is chosen while its index holds more
-// than a prompt beyond the endpoint holding the least, so the prefixes
-// spread within two of each other; two replicas with the same picks (peer
-// sync) choose alike.
+// TestPrefixScorerRendezvousBalanceCache places 24 new prefixes on 4
+// servers from two replicas: they agree on each, and the bound keeps the
+// servers' counts close (rendezvousBalanceCache: within 2 of each other;
+// rendezvousBalanceEven: within 1, and on unequal caches in proportion to
+// them, the server of twice the others' cache taking twice their share).
 func TestPrefixScorerRendezvousBalanceCache(t *testing.T) {
-	const params = `{"queueCostTokens": 128, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8, "rendezvousBalanceCache": true}`
-	a, b := newPrefixFixture(t, 4, params), newPrefixFixture(t, 4, params)
-	chosen := func(scores []float64) int {
-		for pod, v := range scores {
-			if v == RendezvousScore {
-				return pod
+	const loose = `{"queueCostTokens": 128, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8, "rendezvousBalanceCache": true`
+	cases := []struct {
+		name   string
+		params string
+		blocks [5]int    // each pod's KV-cache blocks (0: not scraped)
+		want   [5][2]int // each pod's least and most prefixes
+	}{
+		{"within two", loose + "}", [5]int{}, [5][2]int{{}, {5, 7}, {5, 7}, {5, 7}, {5, 7}}},
+		{"even", loose + `, "rendezvousBalanceEven": true}`, [5]int{}, [5][2]int{{}, {6, 6}, {6, 6}, {6, 6}, {6, 6}}},
+		{"even, unequal caches", loose + `, "rendezvousBalanceEven": true}`, [5]int{0, 400, 200, 200, 200}, [5][2]int{{}, {10, 14}, {3, 5}, {3, 5}, {3, 5}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newPrefixFixture(t, 4, tc.params), newPrefixFixture(t, 4, tc.params)
+			for pod := 1; pod <= 4; pod++ {
+				if tc.blocks[pod] > 0 {
+					for _, f := range []*prefixFixture{a, b} {
+						m := schedtest.Load(0, 0.1)
+						m.NumBlocks, m.BlockSize = tc.blocks[pod], 16
+						f.tp.Ep(t, pod).SetMetrics(m)
+					}
+				}
 			}
-		}
-		t.Fatalf("scores %v: no rendezvous choice", scores)
-		return 0
-	}
-	count := map[int]int{}
-	for g := range 24 {
-		p := schedtest.Prompt(fmt.Sprintf("system prompt %d", g), 2048)
-		ca, cb := chosen(a.score(p, 0)), chosen(b.score(p, 0))
-		if ca != cb {
-			t.Fatalf("prompt %d: replica A chose pod %d, B pod %d", g, ca, cb)
-		}
-		a.score(p, ca)
-		b.score(p, cb)
-		count[ca]++
-	}
-	lo, hi := 24, 0
-	for pod := 1; pod <= 4; pod++ {
-		lo, hi = min(lo, count[pod]), max(hi, count[pod])
-	}
-	if hi-lo > 2 {
-		t.Fatalf("prefixes per pod %v: want within 2 of each other", count)
+			chosen := func(scores []float64) int {
+				for pod, v := range scores {
+					if v == RendezvousScore {
+						return pod
+					}
+				}
+				t.Fatalf("scores %v: no rendezvous choice", scores)
+				return 0
+			}
+			count := map[int]int{}
+			for g := range 24 {
+				p := schedtest.Prompt(fmt.Sprintf("system prompt %d", g), 2048)
+				ca, cb := chosen(a.score(p, 0)), chosen(b.score(p, 0))
+				if ca != cb {
+					t.Fatalf("prompt %d: replica A chose pod %d, B pod %d", g, ca, cb)
+				}
+				a.score(p, ca)
+				b.score(p, cb)
+				count[ca]++
+			}
+			for pod := 1; pod <= 4; pod++ {
+				if n := count[pod]; n < tc.want[pod][0] || n > tc.want[pod][1] {
+					t.Fatalf("prefixes per pod %v: pod %d has %d, want %d to %d", count, pod, n, tc.want[pod][0], tc.want[pod][1])
+				}
+			}
+		})
 	}
 }
 
