@@ -600,20 +600,18 @@ func traceRequests(dir, name string, reqs []request, outs []outcome, errs []erro
 	if err != nil {
 		return err
 	}
-	w := csv.NewWriter(f)
-	w.Write([]string{"request", "arrival_s", "group", "conversation", "status", "server", "ttft_s", "prompt_tokens", "cached_tokens", "measured", "error"})
+	rows := [][]string{{"request", "arrival_s", "group", "conversation", "status", "server", "ttft_s", "prompt_tokens", "cached_tokens", "measured", "error"}}
 	for i, r := range reqs {
 		e := ""
 		if errs[i] != nil {
 			e = errs[i].Error()
 		}
 		o := outs[i]
-		w.Write([]string{strconv.Itoa(i), strconv.FormatFloat(r.at.Seconds(), 'f', 3, 64), strconv.Itoa(r.group), strconv.Itoa(r.conv),
+		rows = append(rows, []string{strconv.Itoa(i), strconv.FormatFloat(r.at.Seconds(), 'f', 3, 64), strconv.Itoa(r.group), strconv.Itoa(r.conv),
 			strconv.Itoa(o.status), o.server, strconv.FormatFloat(sim(o.ttft).Seconds(), 'f', 3, 64),
 			strconv.Itoa(o.promptTokens), strconv.Itoa(o.cachedTokens), strconv.FormatBool(i >= first), e})
 	}
-	w.Flush()
-	if err := w.Error(); err != nil {
+	if err := csv.NewWriter(f).WriteAll(rows); err != nil {
 		f.Close()
 		return err
 	}
