@@ -582,11 +582,11 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	var held []int
 	minHeld := math.MaxInt
 	even := s.params.RendezvousBalanceEven
-	// perMeanCache weighs held blocks per share of the mean cache
-	// (RendezvousBalanceEven).
-	perMeanCache := newCacheWeights(c, even)
 	if s.params.RendezvousBalanceCache && st != nil && st.index != nil {
 		states := st.index.statesFor(cs.Endpoints)
+		// perMeanCache weighs held blocks per share of the mean cache
+		// (RendezvousBalanceEven).
+		perMeanCache := newCacheWeights(c, even)
 		held = slices.Grow(st.held[:0], len(c))[:len(c)]
 		st.held = held
 		for i := range c {
