@@ -120,7 +120,7 @@ func (st *stream) finish(outcome string, completed bool) {
 		st.s.metrics.completed(st.labels, time.Since(st.start), ttft, st.respBytes, u, ok)
 		if ok && u.HasCachedTokens {
 			// The prefix index checks its prediction against the server.
-			st.req.ObserveCachedTokens(u.CachedTokens, u.PromptTokens)
+			st.req.ObserveResponse(u.CachedTokens, u.PromptTokens, ttft)
 		}
 	}
 	if log := st.s.log.V(5); st.req.Endpoint() != nil && log.Enabled() {

@@ -31,7 +31,7 @@ type Scheduler interface {
 	// *scheduling.Error is answered with its HTTP code. What the scheduler
 	// learns from the pick waits for Result.Commit, which the controller
 	// calls once the answer is sent (Request.Sent), before req (and the
-	// body its Prompt aliases) goes; then Result.ObserveCachedTokens if the
+	// body its Prompt aliases) goes; then Result.ObserveResponse if the
 	// model server reports them.
 	ScheduleDeferred(ctx context.Context, pool *datastore.Pool, req *scheduling.Request) (*scheduling.Result, error)
 }

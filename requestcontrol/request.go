@@ -230,10 +230,11 @@ func (r *Request) Finish() {
 	r.ticket.Done()
 }
 
-// ObserveCachedTokens tells the scheduler what the model server reported
-// of its cached prompt tokens, after Finish of a completed response.
-func (r *Request) ObserveCachedTokens(cached, prompt int) {
+// ObserveResponse tells the scheduler what the model server reported of
+// its cached prompt tokens, and the response's time to its first byte
+// (ttft; 0 when not streamed), after Finish of a completed response.
+func (r *Request) ObserveResponse(cached, prompt int, ttft time.Duration) {
 	if r.lease != nil {
-		r.res.ObserveCachedTokens(cached, prompt)
+		r.res.ObserveResponse(cached, prompt, ttft)
 	}
 }

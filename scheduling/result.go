@@ -4,6 +4,8 @@
 package scheduling
 
 import (
+	"time"
+
 	"github.com/poolpicker/poolpicker/datastore"
 	"github.com/poolpicker/poolpicker/scheduling/framework"
 )
@@ -50,18 +52,20 @@ func (r *Result) Commit() {
 	p.commit(r)
 }
 
-// ObserveCachedTokens tells the post-pick plugin that predicted the
-// primary endpoint's prefix cache how many prompt tokens the endpoint
-// reported serving from it (the usage's prompt_tokens_details.cached_tokens)
-// of the prompt's promptTokens (the usage's prompt_tokens; 0 when not
-// reported), after Commit. Call it at most once, only with a count the
+// ObserveResponse tells the post-pick plugin that predicted the primary
+// endpoint's prefix cache how many prompt tokens the endpoint reported
+// serving from it (the usage's prompt_tokens_details.cached_tokens) of the
+// prompt's promptTokens (the usage's prompt_tokens; 0 when not reported),
+// and the response's time to its first byte (ttft; 0 when it was not
+// streamed), after Commit. Call it at most once, only with a count the
 // server reported; a nil Result ignores it.
-func (r *Result) ObserveCachedTokens(cachedTokens, promptTokens int) {
+func (r *Result) ObserveResponse(cachedTokens, promptTokens int, ttft time.Duration) {
 	if r == nil || r.prediction.Observer == nil {
 		return
 	}
 	p := r.prediction
 	r.prediction = framework.CachePrediction{}
 	p.ReportedPromptTokens = max(promptTokens, 0)
+	p.ReportedTTFT = max(ttft, 0)
 	p.Observer.ObserveCachedTokens(&p, cachedTokens)
 }

@@ -649,6 +649,7 @@ func TestScheduleScores(t *testing.T) {
 type predictor struct {
 	heard []int
 	ref   string
+	ttft  time.Duration
 }
 
 func (p *predictor) TypedName() TypedName { return TypedName{Type: "predictor", Name: "predictor"} }
@@ -660,12 +661,13 @@ func (p *predictor) PostPick(_ context.Context, _ *framework.CycleState, _ *Requ
 func (p *predictor) ObserveCachedTokens(c *framework.CachePrediction, cached int) {
 	p.heard = append(p.heard, c.PredictedTokens, cached, c.ReportedPromptTokens)
 	p.ref, _ = c.Ref.(string)
+	p.ttft = c.ReportedTTFT
 }
 
-// TestObserveCachedTokens: the server's report (cached and prompt tokens)
+// TestObserveResponse: the server's report (cached and prompt tokens, TTFT)
 // reaches the post-pick plugin that predicted, once, with its prediction,
 // after Commit; a nil Result ignores it.
-func TestObserveCachedTokens(t *testing.T) {
+func TestObserveResponse(t *testing.T) {
 	pr := &predictor{}
 	r := NewRegistry()
 	if err := r.Register("predictor", func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return pr, nil }); err != nil {
@@ -681,15 +683,15 @@ func TestObserveCachedTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res.ObserveCachedTokens(1, 100) // before Commit: nothing predicted yet
+	res.ObserveResponse(1, 100, 0) // before Commit: nothing predicted yet
 	res.Commit()
-	res.ObserveCachedTokens(48, 60)
-	res.ObserveCachedTokens(48, 60)
-	if !slices.Equal(pr.heard, []int{64, 48, 60}) || pr.ref != res.Endpoints[0].Address {
-		t.Fatalf("heard %v for %q, want [64 48 60] once for %s", pr.heard, pr.ref, res.Endpoints[0].Address)
+	res.ObserveResponse(48, 60, 250*time.Millisecond)
+	res.ObserveResponse(48, 60, 250*time.Millisecond)
+	if !slices.Equal(pr.heard, []int{64, 48, 60}) || pr.ref != res.Endpoints[0].Address || pr.ttft != 250*time.Millisecond {
+		t.Fatalf("heard %v for %q after %v, want [64 48 60] once for %s after 250ms", pr.heard, pr.ref, pr.ttft, res.Endpoints[0].Address)
 	}
 	var none *Result
-	none.ObserveCachedTokens(5, 10)
+	none.ObserveResponse(5, 10, 0)
 	none.Commit()
 }
 

@@ -4,7 +4,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -624,7 +623,8 @@ type outcome struct {
 // send runs one request as a gateway with the ext_proc filter in
 // FULL_DUPLEX_STREAMED mode does: headers and body to the picker, the
 // request to the endpoint it names, then the response back through the
-// stream (so poolpicker sees it finish and reads its usage). start is the
+// stream as it comes (so poolpicker sees its first token, its end and its
+// usage). start is the
 // request's arrival, from which TTFT and end-to-end time count.
 func (f *fleet) send(ctx context.Context, start time.Time, id string, objective string, body []byte) (outcome, error) {
 	var out outcome
@@ -649,33 +649,15 @@ func (f *fleet) send(ctx context.Context, start time.Time, id string, objective 
 		if err != nil {
 			return nil, err
 		}
-		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
 			return nil, fmt.Errorf("request %s: %s answered %d: %s", id, dest, resp.StatusCode, b)
 		}
-		var all bytes.Buffer
-		br := bufio.NewReader(resp.Body)
-		for {
-			line, err := br.ReadBytes('\n')
-			all.Write(line)
-			if out.ttft == 0 && bytes.HasPrefix(line, []byte("data: {")) {
-				out.ttft = time.Since(start)
-			}
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
-		}
-		out.e2e = time.Since(start)
-		out.done = time.Now()
-		out.status = http.StatusOK
-		if out.promptTokens, out.cachedTokens, err = usageOf(all.Bytes()); err != nil {
-			return nil, fmt.Errorf("request %s: %w", id, err)
-		}
-		return &eppclient.Response{Status: http.StatusOK, Headers: []eppclient.Header{{Key: "content-type", Value: "text/event-stream"}}, Body: all.Bytes()}, nil
+		// The body goes back through the stream as it comes, as the
+		// gateway streams it.
+		return &eppclient.Response{Status: http.StatusOK, Headers: []eppclient.Header{{Key: "content-type", Value: "text/event-stream"}},
+			Stream: &sseBody{body: resp.Body, id: id, start: start, out: &out}}, nil
 	}
 	opened := time.Now()
 	res, err := rp.client.Do(ctx, req)
@@ -693,6 +675,37 @@ func (f *fleet) send(ctx context.Context, start time.Time, id string, objective 
 	}
 	return out, nil
 }
+
+// sseBody is a completion's event stream as the gateway reads it from
+// the server: it notes the request's TTFT when the first event comes,
+// and at its end its end-to-end time and the usage event's tokens.
+type sseBody struct {
+	body  io.ReadCloser
+	id    string
+	start time.Time
+	out   *outcome
+	all   bytes.Buffer
+}
+
+func (b *sseBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	b.all.Write(p[:n])
+	if b.out.ttft == 0 && bytes.Contains(b.all.Bytes(), []byte("data: {")) {
+		b.out.ttft = time.Since(b.start)
+	}
+	if errors.Is(err, io.EOF) {
+		b.out.e2e = time.Since(b.start)
+		b.out.done = time.Now()
+		b.out.status = http.StatusOK
+		var uerr error
+		if b.out.promptTokens, b.out.cachedTokens, uerr = usageOf(b.all.Bytes()); uerr != nil {
+			return n, fmt.Errorf("request %s: %w", b.id, uerr)
+		}
+	}
+	return n, err
+}
+
+func (b *sseBody) Close() error { return b.body.Close() }
 
 // usageOf reads the usage event of an SSE completion stream.
 func usageOf(sse []byte) (prompt, cached int, err error) {

@@ -95,7 +95,7 @@ func mainCode(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.runs, "runs", c.runs, "runs of each point, every router on the same requests in each (the odd runs take the routers in reverse order); with more than one, the medians are printed after the runs and written to -json and -markdown")
 	fs.IntVar(&c.conversations, "conversations", c.conversations, "multi-turn chat: this many conversations over the -groups system prompts, each turn's prompt the conversation so far and a new question (0: single prompts)")
 	fs.IntVar(&c.kvEventBatch, "kv-event-batch", c.kvEventBatch, "KV-cache events the llm-d simulator sends together (its --event-batch-size; it sends a smaller batch after a second): 1 publishes each at once, as vLLM publishes each engine step's")
-	fs.StringVar(&c.traceDir, "trace", "", "write a CSV line per request of each router's run (its server, TTFT, prompt and cached tokens) to a new file in this directory")
+	fs.StringVar(&c.traceDir, "trace", "", "write a CSV line per request of each router's run (its server, TTFT, end-to-end time, prompt and cached tokens) to a new file in this directory")
 	fs.Float64Var(&c.warmup, "warmup", c.warmup, "leading share of each run's requests left out of the figures")
 	fs.Float64Var(&c.sheddable, "sheddable", c.sheddable, "share of requests whose objective is sheddable (priority -1)")
 	fs.Float64Var(&c.timeScale, "time-scale", c.timeScale, "servers run this many times faster than the simulated costs")

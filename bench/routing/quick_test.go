@@ -91,7 +91,8 @@ const quickPeerSyncHitLoss = 0.08
 const quickReplicaHitLoss = 0.25
 
 // checkTrace checks that each router's run wrote its trace (-trace): a
-// line per request, each one served naming its server, and the measured
+// line per request, each one served naming its server and its first
+// token coming before its end, and the measured
 // requests' cached tokens over their prompt tokens making the run's hit
 // rate.
 func checkTrace(t *testing.T, dir string, rs []result, requests int) {
@@ -115,15 +116,20 @@ func checkTrace(t *testing.T, dir string, rs []result, requests int) {
 		}
 		var prompt, cached int
 		for _, row := range rows[1:] {
-			if row[10] != "" || row[4] != "200" {
+			if row[11] != "" || row[4] != "200" {
 				continue
 			}
 			if row[5] == "" {
 				t.Fatalf("%s: request %s served by no server: %v", r.series(), row[0], row)
 			}
-			if row[9] == "true" {
-				p, _ := strconv.Atoi(row[7])
-				c, _ := strconv.Atoi(row[8])
+			ttft, _ := strconv.ParseFloat(row[6], 64)
+			e2e, _ := strconv.ParseFloat(row[7], 64)
+			if ttft <= 0 || e2e < ttft {
+				t.Fatalf("%s: request %s: TTFT %s s, end to end %s s", r.series(), row[0], row[6], row[7])
+			}
+			if row[10] == "true" {
+				p, _ := strconv.Atoi(row[8])
+				c, _ := strconv.Atoi(row[9])
 				prompt, cached = prompt+p, cached+c
 			}
 		}

@@ -20,11 +20,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1 "github.com/poolpicker/poolpicker/api/v1"
 	"github.com/poolpicker/poolpicker/api/v1alpha2"
@@ -148,6 +150,9 @@ func sharedControlPlane() (*testenv.Env, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	// The API server's client logs nothing the harness reports; unset,
+	// controller-runtime prints a stack to say so.
+	ctrllog.SetLogger(logr.Discard())
 	env, err := testenv.Start(testenv.Options{})
 	if err != nil {
 		os.RemoveAll(dir)

@@ -592,7 +592,8 @@ func seeded(seed uint64) func() uint64 {
 
 // traceRequests writes a CSV line per request to a new file of dir named
 // after name: its arrival, group, conversation, status, the server that
-// served it, its TTFT, its prompt and cached tokens, whether it was
+// served it, its TTFT and end-to-end time (together, each server's
+// requests in flight at any instant), its prompt and cached tokens, whether it was
 // measured (after the warm-up) and its error, so that a run's misses can be
 // told apart.
 func traceRequests(dir, name string, reqs []request, outs []outcome, errs []error, first int, sim func(time.Duration) time.Duration) error {
@@ -600,7 +601,7 @@ func traceRequests(dir, name string, reqs []request, outs []outcome, errs []erro
 	if err != nil {
 		return err
 	}
-	rows := [][]string{{"request", "arrival_s", "group", "conversation", "status", "server", "ttft_s", "prompt_tokens", "cached_tokens", "measured", "error"}}
+	rows := [][]string{{"request", "arrival_s", "group", "conversation", "status", "server", "ttft_s", "e2e_s", "prompt_tokens", "cached_tokens", "measured", "error"}}
 	for i, r := range reqs {
 		e := ""
 		if errs[i] != nil {
@@ -608,7 +609,7 @@ func traceRequests(dir, name string, reqs []request, outs []outcome, errs []erro
 		}
 		o := outs[i]
 		rows = append(rows, []string{strconv.Itoa(i), strconv.FormatFloat(r.at.Seconds(), 'f', 3, 64), strconv.Itoa(r.group), strconv.Itoa(r.conv),
-			strconv.Itoa(o.status), o.server, strconv.FormatFloat(sim(o.ttft).Seconds(), 'f', 3, 64),
+			strconv.Itoa(o.status), o.server, strconv.FormatFloat(sim(o.ttft).Seconds(), 'f', 3, 64), strconv.FormatFloat(sim(o.e2e).Seconds(), 'f', 3, 64),
 			strconv.Itoa(o.promptTokens), strconv.Itoa(o.cachedTokens), strconv.FormatBool(i >= first), e})
 	}
 	if err := csv.NewWriter(f).WriteAll(rows); err != nil {

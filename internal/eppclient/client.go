@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -167,6 +168,11 @@ type Response struct {
 	// Headers beside :status; content-type application/json unless given.
 	Headers []Header
 	Body    []byte
+	// Stream, when set, is the body in place of Body, sent as it is read,
+	// a message a read, as Envoy streams a response body in
+	// FULL_DUPLEX_STREAMED mode (the picker sees the first bytes when the
+	// gateway does); Do closes it.
+	Stream io.ReadCloser
 	// Served, when not empty, is the endpoint the gateway reports as the one
 	// that served the request (metadata_context envoy.lb,
 	// x-gateway-destination-endpoint-served).
@@ -221,7 +227,7 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &stream{s: s, start: start, res: &Result{ResponseHeaders: map[string]string{}}}
+	st := &stream{s: s, start: start, res: &Result{ResponseHeaders: map[string]string{}}, cancel: cancel}
 	if err := st.request(req); err != nil {
 		return st.res, err
 	}
@@ -230,6 +236,9 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 		if resp, err = req.Forward(ctx, st.res); err != nil {
 			return st.res, err
 		}
+	}
+	if resp != nil && resp.Stream != nil {
+		defer resp.Stream.Close()
 	}
 	if st.res.Immediate != nil || resp == nil || req.Shape == NGF || st.res.Destination == "" {
 		if err := s.CloseSend(); err != nil {
@@ -247,9 +256,10 @@ func (c *Client) Do(ctx context.Context, req Request) (*Result, error) {
 }
 
 type stream struct {
-	s     extprocv3.ExternalProcessor_ProcessClient
-	start time.Time
-	res   *Result
+	s      extprocv3.ExternalProcessor_ProcessClient
+	start  time.Time
+	res    *Result
+	cancel context.CancelFunc
 }
 
 // recv reads one answer and notes what it says.
@@ -413,7 +423,7 @@ func (st *stream) response(r *Response) error {
 		hdrs.Headers = append(hdrs.Headers, &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")})
 	}
 	m := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
-		Headers: hdrs, EndOfStream: len(r.Body) == 0}}}
+		Headers: hdrs, EndOfStream: len(r.Body) == 0 && r.Stream == nil}}}
 	served := r.Served
 	if r.ServedPrimary {
 		served = st.res.Endpoints()[0]
@@ -428,8 +438,14 @@ func (st *stream) response(r *Response) error {
 	if err := st.send(m); err != nil {
 		return err
 	}
-	if _, err := st.recv("response_headers"); err != nil || len(r.Body) == 0 {
+	if _, err := st.recv("response_headers"); err != nil || r.Stream != nil {
+		if err == nil {
+			err = st.streamBody(r.Stream, m.MetadataContext)
+		}
 		return err
+	}
+	if len(r.Body) == 0 {
+		return nil
 	}
 	// As on the request path, the metadata comes with the body too.
 	b := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: r.Body, EndOfStream: true}},
@@ -439,6 +455,59 @@ func (st *stream) response(r *Response) error {
 	}
 	_, err := st.recv("response_body")
 	return err
+}
+
+// streamBody sends body as it is read, a message a read, the last one
+// ending the stream (empty when the read that found the end brought
+// nothing), while the picker's answers are read meanwhile: the picker
+// answers each message, and a body longer than the stream's window
+// would otherwise wait for answers nobody reads.
+func (st *stream) streamBody(body io.Reader, md *corev3.Metadata) error {
+	answers := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := st.recv("response_body"); err != nil {
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				answers <- err
+				return
+			}
+		}
+	}()
+	err := st.sendBody(body, md)
+	if err == nil {
+		err = st.s.CloseSend()
+	}
+	if err != nil {
+		// The stream ends, and with it the reads.
+		st.cancel()
+		<-answers
+		return err
+	}
+	return <-answers
+}
+
+// sendBody sends body's reads as response body messages.
+func (st *stream) sendBody(body io.Reader, md *corev3.Metadata) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := body.Read(buf)
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return rerr
+		}
+		eos := errors.Is(rerr, io.EOF)
+		if n > 0 || eos {
+			m := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+				Body: slices.Clone(buf[:n]), EndOfStream: eos}}, MetadataContext: md}
+			if err := st.send(m); err != nil {
+				return err
+			}
+		}
+		if eos {
+			return nil
+		}
+	}
 }
 
 // drain reads until the picker ends the stream.

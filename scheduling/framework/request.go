@@ -6,6 +6,7 @@ package framework
 import (
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Request is what the scheduler needs of one inference request; extproc
@@ -79,7 +80,7 @@ type CachePredictionObserver interface {
 
 // CachePrediction is a post-picker's belief about the primary endpoint's
 // prefix cache for this request, checked when the server reports its
-// cached tokens. The fields other than Observer and ReportedPromptTokens
+// cached tokens. The fields other than Observer and the Reported ones
 // are the observer's own; Ref should hold a pointer (storing one costs no
 // allocation).
 type CachePrediction struct {
@@ -88,12 +89,20 @@ type CachePrediction struct {
 	PredictedTokens int
 	PromptTokens    int
 	Mark            uint64
+	// LoadAtPick is the requests the primary endpoint had ahead of this
+	// one when it was picked, for an observer that learns what a request
+	// ahead costs (ReportedTTFT).
+	LoadAtPick int
 	// ReportedPromptTokens is the prompt's tokens as the server counted
 	// them (the usage's prompt_tokens), set by the scheduler when it hands
 	// the report to ObserveCachedTokens; zero when the server reported
 	// none. The cached tokens are in the server's tokens too, so an
 	// observer that predicted in its own estimate of tokens can scale.
 	ReportedPromptTokens int
+	// ReportedTTFT is the time from the request to the first byte of its
+	// streamed response, set by the scheduler with the report; zero when
+	// the response was not streamed.
+	ReportedTTFT time.Duration
 }
 
 // Predict leaves p on the result for the server's report of cached tokens

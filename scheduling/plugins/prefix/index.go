@@ -70,6 +70,10 @@ type prefixIndex struct {
 	// replica, 1/N with N replicas that the streams are spread over alike.
 	loadShare    atomic.Uint64
 	hasLoadShare atomic.Bool
+
+	// wait is what a request ahead costs on the pool's endpoints, as
+	// their responses show (Params.QueueCostFromServers).
+	wait waitCost
 }
 
 // loadShareWeight is the weight of one sample in the moving average of

@@ -653,9 +653,12 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 			if st.whole {
 				n = min(n, (st.promptTokens-1)/bs)
 			}
-			p := framework.CachePrediction{Observer: s, PredictedTokens: n * bs, PromptTokens: st.promptTokens}
+			p := framework.CachePrediction{Observer: s, PredictedTokens: n * bs, PromptTokens: st.promptTokens, LoadAtPick: loadAtPick(primary)}
+			learned := s.approx.index(cs.Pool)
 			if ep := s.eventIndex(cs.Pool, primary); ep != nil && n > 0 {
-				p.Ref, p.Mark = &predictedBlocks{ep: ep, keys: slices.Clone(st.keys[:n])}, uint64(ep.Epoch())
+				p.Ref, p.Mark = &predictedBlocks{ep: ep, keys: slices.Clone(st.keys[:n]), learned: learned}, uint64(ep.Epoch())
+			} else if learned != nil {
+				p.Ref = learned
 			}
 			res.Predict(p)
 		}
@@ -664,10 +667,13 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 }
 
 // predictedBlocks are the blocks a pick found on its primary endpoint,
-// for the server's report to tell those evicted after the pick.
+// for the server's report to tell those evicted after the pick, and the
+// pool's learned index, whose fit of what a request ahead costs the
+// report joins.
 type predictedBlocks struct {
-	ep   *kvevents.Endpoint
-	keys []uint64
+	ep      *kvevents.Endpoint
+	keys    []uint64
+	learned *prefixIndex
 }
 
 // ObserveCachedTokens counts the server's report against the events'
@@ -676,6 +682,12 @@ type predictedBlocks struct {
 func (s *Precise) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens int) {
 	if cachedTokens < 0 {
 		return
+	}
+	switch ref := p.Ref.(type) {
+	case *predictedBlocks:
+		s.approx.observeWait(ref.learned, p, cachedTokens)
+	case *prefixIndex:
+		s.approx.observeWait(ref, p, cachedTokens)
 	}
 	s.agreement.observed.Inc()
 	s.agreement.predictedTokens.Add(float64(p.PredictedTokens))

@@ -422,7 +422,7 @@ plugins:
 				t.Fatal(err)
 			}
 			res.Commit()
-			res.ObserveCachedTokens(c.cached, 160)
+			res.ObserveResponse(c.cached, 160, 0)
 			if got := toB.forgot.Load(); got != c.forgot {
 				t.Fatalf("A made its peer forget %d times, want %d", got, c.forgot)
 			}
@@ -441,6 +441,88 @@ plugins:
 						t.Errorf("%s: p%d scores %v, the server held it: %v, want %v", r.name, i, res.Scores, held, want)
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestScheduleQueueCostFromServers: with queueCostFromServers, what a
+// holder's extra load costs against its cached prefix is what the
+// servers' responses show (their TTFT against their uncached tokens and
+// the requests ahead at the pick), not queueCostTokens: a holder of a
+// 400-token prefix, W requests busier than the other server, keeps the
+// prompt while W requests ahead cost less than the prefix's prefill.
+func TestScheduleQueueCostFromServers(t *testing.T) {
+	config := func(learn bool) string {
+		return fmt.Sprintf(`apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+  parameters:
+    queueCostTokens: 192
+    queueCostFromServers: %t
+    usageFeedback: false
+- type: max-score-picker
+`, learn)
+	}
+	cases := []struct {
+		name  string
+		learn bool
+		// perRequest is what a request ahead adds to the responses' TTFT
+		// (a token of prefill takes 1ms); streamed says whether they
+		// were streamed (a TTFT reported); none: no responses.
+		perRequest time.Duration
+		streamed   bool
+		// busier is the holder's extra load; held, whether it keeps the
+		// prompt.
+		busier int
+		held   bool
+	}{
+		{name: "no responses: 192 tokens a request", learn: true, busier: 2, held: true},
+		{name: "no responses: 192 tokens a request, busier", learn: true, busier: 3, held: false},
+		{name: "a request ahead costs 10 tokens", learn: true, perRequest: 10 * time.Millisecond, streamed: true, busier: 30, held: true},
+		{name: "a request ahead costs 1,000 tokens", learn: true, perRequest: time.Second, streamed: true, busier: 1, held: false},
+		{name: "responses not streamed: 192 tokens", learn: true, perRequest: 10 * time.Millisecond, streamed: false, busier: 3, held: false},
+		{name: "off: 192 tokens whatever the servers show", learn: false, perRequest: 10 * time.Millisecond, streamed: true, busier: 3, held: false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := scheduling.New(nil, scheduling.Options{ConfigText: config(c.learn), Rand: schedtest.SeededRand(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp := schedtest.NewPool(t, 2, s)
+			holder, other := tp.Ep(t, 1), tp.Ep(t, 2)
+			if c.perRequest > 0 {
+				// 64 responses of other prompts on the other server, at
+				// loads 0-7, each with up to 400 of its tokens uncached.
+				for i := range 64 {
+					ahead, uncached := i%8, (i*37)%401
+					other.SetMetrics(schedtest.Load(ahead, 0.1))
+					res, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: schedtest.Prompt(fmt.Sprint("q", i), 1600), Subset: []string{other.Address}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					var ttft time.Duration
+					if c.streamed {
+						ttft = 30*time.Millisecond + time.Duration(uncached)*time.Millisecond + time.Duration(ahead)*c.perRequest
+					}
+					res.ObserveResponse(400-uncached, 400, ttft)
+				}
+			}
+			p := schedtest.Prompt("p", 1600) // 400 tokens, 25 blocks
+			if _, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Subset: []string{holder.Address}}); err != nil {
+				t.Fatal(err)
+			}
+			holder.SetMetrics(schedtest.Load(c.busier, 0.1))
+			other.SetMetrics(schedtest.Load(0, 0.1))
+			// Not committed: the check learns nothing.
+			res, err := s.ScheduleDeferred(context.Background(), tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Scores: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held := res.Scores[holder.Address] > res.Scores[other.Address]; held != c.held {
+				t.Fatalf("scores %v with the holder %d requests busier: held %v, want %v", res.Scores, c.busier, held, c.held)
 			}
 		})
 	}

@@ -127,6 +127,19 @@ type Params struct {
 	// more against its cached prefix. False (the plugin default): the
 	// queue costs QueueCostTokens per request however the pool hits.
 	QueueMissCost bool `json:"queueMissCost"`
+	// QueueCostFromServers replaces the tokens a request of a holder's
+	// extra load costs (QueueCostTokensWithRoom, else QueueCostTokens) by
+	// what the pool's servers show it costs: a least-squares fit, over the
+	// last few hundred streamed responses, of each one's time to first
+	// token against its uncached prompt tokens (the usage report) and the
+	// requests ahead of it on its endpoint at the pick. The seconds a
+	// request ahead adds over the seconds a token of prefill takes is the
+	// cost in tokens. While the caches have no room it is scaled by
+	// QueueCostTokens over QueueCostTokensWithRoom, when both are set; until
+	// the fit holds (32 responses, with spread in both), the configured
+	// costs apply. Needs QueueCostTokens. False (the plugin default): the
+	// configured costs.
+	QueueCostFromServers bool `json:"queueCostFromServers"`
 	// RendezvousBlocks, when set, makes the choice for a prompt that no
 	// candidate is worth sending to for its cache (none is believed to
 	// hold its prefix, or every holder is too loaded) the same on every
@@ -174,8 +187,9 @@ type Params struct {
 	// their cache. The looser bound can place two of four chat system
 	// prompts on one server and none on another. Measured on llm-d's
 	// simulator against the default profile, it shortened the tail with
-	// 6 and 12 prefixes and lengthened it with chat, so it is not in the
-	// default profile. False (the plugin default): the bound of
+	// 6, 12 and 24 prefixes and lost hit rate with chat and over
+	// capacity, so it is not in the default profile. False (the plugin
+	// default): the bound of
 	// RendezvousBalanceCache.
 	RendezvousBalanceEven bool `json:"rendezvousBalanceEven"`
 	// RendezvousByCacheSize weighs each candidate's rendezvous hash by
@@ -351,6 +365,9 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 			return nil, fmt.Errorf("parameters: %s %d must be between 1 and %d", c.field, *c.v, c.max)
 		}
 	}
+	if p.QueueCostFromServers && p.QueueCostTokens == 0 {
+		return nil, fmt.Errorf("parameters: queueCostFromServers learns what queueCostTokens sets, and needs it set")
+	}
 	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.TokenScaledCapacity, &p.RendezvousByCacheSize, &p.LoadPerCacheSize} {
 		if *b == nil {
 			t := true
@@ -497,7 +514,7 @@ func (s *Scorer) weighAgainstLoad(x, room *prefixIndex, states []*prefixEndpoint
 	// counted in batches (the most sequences an endpoint was seen running).
 	// Without this, affinity gives way under overload, each miss adds load,
 	// and the pool falls to round-robin's hit rate.
-	perRequest := float64(s.queueCost(room, states, c)) / (1 + least/float64(running))
+	perRequest := s.queueCost(room, states, c) / (1 + least/float64(running))
 	if s.params.QueueMissCost && x != nil {
 		// Not divided like the above: when the pool misses anyway, a miss
 		// here evicts little that would have hit, and every request
@@ -523,11 +540,24 @@ const roomFill = 0.4
 // costs: QueueCostTokensWithRoom while the candidates' live blocks in x
 // (those a later prompt found again: prefixes in use, not the tails of
 // single prompts) fill at most roomFill of their LRUs together,
-// QueueCostTokens otherwise. states are x's endpoint states aligned with
-// the pick's endpoint set.
-func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framework.Candidate) int {
-	if s.params.QueueCostTokensWithRoom == 0 || x == nil {
-		return s.params.QueueCostTokens
+// QueueCostTokens otherwise; with QueueCostFromServers, what x's servers
+// show it costs, in x's tokens, scaled alike. states are x's endpoint
+// states aligned with the pick's endpoint set.
+func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framework.Candidate) float64 {
+	if x == nil {
+		return float64(s.params.QueueCostTokens)
+	}
+	learned, ok := x.wait.tokensPerRequest()
+	if ok && s.params.QueueCostFromServers {
+		learned /= x.recentTokenScale()
+	} else {
+		ok = false
+	}
+	if s.params.QueueCostTokensWithRoom == 0 {
+		if ok {
+			return learned
+		}
+		return float64(s.params.QueueCostTokens)
 	}
 	var live, capacity int64
 	for i := range c {
@@ -538,10 +568,16 @@ func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framewo
 			}
 		}
 	}
-	if float64(live) <= roomFill*float64(capacity) {
-		return s.params.QueueCostTokensWithRoom
+	room := float64(live) <= roomFill*float64(capacity)
+	switch {
+	case ok && room:
+		return learned
+	case ok:
+		return learned * float64(s.params.QueueCostTokens) / float64(s.params.QueueCostTokensWithRoom)
+	case room:
+		return float64(s.params.QueueCostTokensWithRoom)
 	}
-	return s.params.QueueCostTokens
+	return float64(s.params.QueueCostTokens)
 }
 
 // rendezvous scores RendezvousScore for the candidate every replica would
@@ -736,6 +772,7 @@ func (s *Scorer) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens 
 	if promptTokens > 0 {
 		pe.idx.observeMiss(1 - min(float64(cachedTokens)/float64(promptTokens), 1))
 	}
+	s.observeWait(pe.idx, p, cachedTokens)
 	s.agreement.observed.Inc()
 	s.agreement.predictedTokens.Add(float64(predicted))
 	s.agreement.confirmedTokens.Add(float64(min(cachedTokens, predicted)))
@@ -765,6 +802,17 @@ func (s *Scorer) ObserveCachedTokens(p *framework.CachePrediction, cachedTokens 
 		// from the peers' LRUs too): at most a record's worth.
 		s.peers.ForgetBlocks(pe.pool, pe.endpoint, dropped[max(len(dropped)-maxForgetBlocks, 0):])
 	}
+}
+
+// observeWait folds a response into x's fit of what a request ahead
+// costs (Params.QueueCostFromServers), when the server counted the
+// prompt's tokens: the uncached are the prompt's less the cached, both in
+// the server's tokens.
+func (s *Scorer) observeWait(x *prefixIndex, p *framework.CachePrediction, cachedTokens int) {
+	if !s.params.QueueCostFromServers || x == nil || p.ReportedPromptTokens <= 0 {
+		return
+	}
+	x.wait.observe(max(p.ReportedPromptTokens-cachedTokens, 0), p.LoadAtPick, p.ReportedTTFT)
 }
 
 // maxForgetBlocks bounds the blocks one report makes the peers forget (and
@@ -836,7 +884,8 @@ func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *fram
 		watermark := pe.record(st.hashes, capacity, int(predicted))
 		res.Predict(framework.CachePrediction{Observer: s, Ref: pe, Mark: watermark,
 			PredictedTokens: int(predicted) * (s.params.HashBlockSize / s.params.BytesPerToken),
-			PromptTokens:    min(len(req.Prompt), s.PromptBytes()) / s.params.BytesPerToken})
+			PromptTokens:    min(len(req.Prompt), s.PromptBytes()) / s.params.BytesPerToken,
+			LoadAtPick:      loadAtPick(e)})
 		if s.peers != nil {
 			s.peers.ShareBlocks(cs.Pool, e, st.hashes)
 		}
