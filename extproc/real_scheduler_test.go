@@ -474,3 +474,84 @@ func TestSaturationAdmission(t *testing.T) {
 		})
 	}
 }
+
+// reportRecorder is a post-pick plugin that predicts the primary
+// endpoint's cache and hears the server's report of each response.
+type reportRecorder struct{ heard chan heardReport }
+
+type heardReport struct {
+	p      framework.CachePrediction
+	cached int
+}
+
+const reportRecorderType = "report-recorder"
+
+func (r *reportRecorder) TypedName() framework.TypedName {
+	return framework.TypedName{Type: reportRecorderType, Name: reportRecorderType}
+}
+
+func (r *reportRecorder) PostPick(_ context.Context, _ *framework.CycleState, _ *framework.Request, res *framework.Result) {
+	res.Predict(framework.CachePrediction{Observer: r, PredictedTokens: 32})
+}
+
+func (r *reportRecorder) ObserveCachedTokens(p *framework.CachePrediction, cached int) {
+	r.heard <- heardReport{*p, cached}
+}
+
+// TestResponseReportReachesThePrediction: the cached and prompt tokens a
+// response's usage reports, and the time to the first byte of a streamed
+// one, reach the post-pick plugin that predicted the primary endpoint's
+// cache, through the real scheduler; a response not streamed reports no
+// TTFT.
+func TestResponseReportReachesThePrediction(t *testing.T) {
+	reg := datastore.NewRegistry()
+	rec := &reportRecorder{heard: make(chan heardReport, 1)}
+	plugins := scheduling.NewRegistry()
+	if err := plugins.Register(reportRecorderType, func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return rec, nil }); err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduling.New(nil, scheduling.Options{Registry: plugins, ConfigText: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: " + reportRecorderType + "\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.AddObserver(s)
+	f := &poolFixture{reg: reg}
+	f.add(0, poolNS(0), poolName(0), poolSvc(0), 9002, 1)
+	ts := startServer(t, f.reg, s, Options{Insecure: true})
+	const firstGap = 30 * time.Millisecond
+	for _, c := range []struct {
+		contentType string
+		chunks      []string
+	}{
+		{"text/event-stream", []string{"data: {\"choices\":[{\"text\":\"a\"}]}\n\n", "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":32}}}\n\ndata: [DONE]\n\n"}},
+		{"application/json", []string{`{"choices":[{"text":"ab"}],"usage":{"prompt_tokens":40,`, `"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32}}}`}},
+	} {
+		t.Run(c.contentType, func(t *testing.T) {
+			start := time.Now()
+			g := ts.open(t, authorityOf(0), nil)
+			g.send(withProtocol(reqHeaders(envoyHeaders("POST", "/v1/completions"), false), duplex, duplex))
+			g.send(reqBody([]byte(`{"model":"m","prompt":"hi","stream":true}`), true))
+			g.recv()
+			g.recv()
+			g.send(respHeaders([]hdr{{":status", "200", true}, {"content-type", c.contentType, true}}, false, ""))
+			g.recv()
+			// The model server's time to its first token: what is measured
+			// is time passing, so the test lets it pass.
+			time.Sleep(firstGap)
+			for i, chunk := range c.chunks {
+				g.send(respBody([]byte(chunk), i == len(c.chunks)-1))
+				g.recv()
+			}
+			g.expectEOF()
+			total := time.Since(start)
+			h := <-rec.heard
+			if h.cached != 32 || h.p.ReportedPromptTokens != 40 || h.p.PredictedTokens != 32 {
+				t.Fatalf("heard %d cached of %d (predicted %d), want 32 of 40 (32)", h.cached, h.p.ReportedPromptTokens, h.p.PredictedTokens)
+			}
+			streamed := c.contentType == "text/event-stream"
+			if got := h.p.ReportedTTFT; streamed && (got < firstGap || got > total) || !streamed && got != 0 {
+				t.Fatalf("TTFT %v, want between %v and %v when streamed, else 0", got, firstGap, total)
+			}
+		})
+	}
+}

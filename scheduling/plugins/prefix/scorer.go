@@ -544,20 +544,19 @@ const roomFill = 0.4
 // show it costs, in x's tokens, scaled alike. states are x's endpoint
 // states aligned with the pick's endpoint set.
 func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framework.Candidate) float64 {
-	if x == nil {
-		return float64(s.params.QueueCostTokens)
-	}
-	learned, ok := x.wait.tokensPerRequest()
-	if ok && s.params.QueueCostFromServers {
-		learned /= x.recentTokenScale()
-	} else {
-		ok = false
-	}
-	if s.params.QueueCostTokensWithRoom == 0 {
-		if ok {
-			return learned
+	withRoom, withoutRoom := float64(s.params.QueueCostTokensWithRoom), float64(s.params.QueueCostTokens)
+	if x != nil && s.params.QueueCostFromServers {
+		if learned, ok := x.wait.tokensPerRequest(); ok {
+			learned /= x.recentTokenScale()
+			if withRoom > 0 {
+				withRoom, withoutRoom = learned, learned*withoutRoom/withRoom
+			} else {
+				withoutRoom = learned
+			}
 		}
-		return float64(s.params.QueueCostTokens)
+	}
+	if withRoom == 0 || x == nil {
+		return withoutRoom
 	}
 	var live, capacity int64
 	for i := range c {
@@ -568,16 +567,10 @@ func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framewo
 			}
 		}
 	}
-	room := float64(live) <= roomFill*float64(capacity)
-	switch {
-	case ok && room:
-		return learned
-	case ok:
-		return learned * float64(s.params.QueueCostTokens) / float64(s.params.QueueCostTokensWithRoom)
-	case room:
-		return float64(s.params.QueueCostTokensWithRoom)
+	if float64(live) <= roomFill*float64(capacity) {
+		return withRoom
 	}
-	return float64(s.params.QueueCostTokens)
+	return withoutRoom
 }
 
 // rendezvous scores RendezvousScore for the candidate every replica would
