@@ -257,12 +257,18 @@ func (r *promptRecorder) PostPick(context.Context, *framework.CycleState, *frame
 
 // newRecordingScheduler is a real scheduler whose one scorer is rec.
 func newRecordingScheduler(t testing.TB, reg *datastore.Registry, rec *promptRecorder) *scheduling.Scheduler {
+	return newPluginScheduler(t, reg, promptRecorderType, rec)
+}
+
+// newPluginScheduler is a real scheduler of reg's pools whose one plugin,
+// of type typ, is p.
+func newPluginScheduler(t testing.TB, reg *datastore.Registry, typ string, p framework.Plugin) *scheduling.Scheduler {
 	t.Helper()
 	plugins := scheduling.NewRegistry()
-	if err := plugins.Register(promptRecorderType, func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return rec, nil }); err != nil {
+	if err := plugins.Register(typ, func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return p, nil }); err != nil {
 		t.Fatal(err)
 	}
-	s, err := scheduling.New(nil, scheduling.Options{Registry: plugins, ConfigText: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: " + promptRecorderType + "\n"})
+	s, err := scheduling.New(nil, scheduling.Options{Registry: plugins, ConfigText: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: " + typ + "\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,15 +512,7 @@ func (r *reportRecorder) ObserveCachedTokens(p *framework.CachePrediction, cache
 func TestResponseReportReachesThePrediction(t *testing.T) {
 	reg := datastore.NewRegistry()
 	rec := &reportRecorder{heard: make(chan heardReport, 1)}
-	plugins := scheduling.NewRegistry()
-	if err := plugins.Register(reportRecorderType, func(string, json.RawMessage, framework.Handle) (framework.Plugin, error) { return rec, nil }); err != nil {
-		t.Fatal(err)
-	}
-	s, err := scheduling.New(nil, scheduling.Options{Registry: plugins, ConfigText: "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: " + reportRecorderType + "\n"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.AddObserver(s)
+	s := newPluginScheduler(t, reg, reportRecorderType, rec)
 	f := &poolFixture{reg: reg}
 	f.add(0, poolNS(0), poolName(0), poolSvc(0), 9002, 1)
 	ts := startServer(t, f.reg, s, Options{Insecure: true})
