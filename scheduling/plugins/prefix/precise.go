@@ -653,8 +653,13 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 			if st.whole {
 				n = min(n, (st.promptTokens-1)/bs)
 			}
-			p := framework.CachePrediction{Observer: s, PredictedTokens: n * bs, PromptTokens: st.promptTokens, LoadAtPick: loadAtPick(primary)}
-			learned := s.approx.index(cs.Pool)
+			p := framework.CachePrediction{Observer: s, PredictedTokens: n * bs, PromptTokens: st.promptTokens}
+			// The learned index fits what a request ahead costs only when
+			// asked to; otherwise the pick pays for neither.
+			var learned *prefixIndex
+			if s.approx.params.QueueCostFromServers {
+				p.LoadAtPick, learned = loadAtPick(primary), s.approx.index(cs.Pool)
+			}
 			if ep := s.eventIndex(cs.Pool, primary); ep != nil && n > 0 {
 				p.Ref, p.Mark = &predictedBlocks{ep: ep, keys: slices.Clone(st.keys[:n]), learned: learned}, uint64(ep.Epoch())
 			} else if learned != nil {

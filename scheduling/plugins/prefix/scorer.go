@@ -875,10 +875,13 @@ func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *fram
 			predicted = st.matched[pe.slot]
 		}
 		watermark := pe.record(st.hashes, capacity, int(predicted))
-		res.Predict(framework.CachePrediction{Observer: s, Ref: pe, Mark: watermark,
+		p := framework.CachePrediction{Observer: s, Ref: pe, Mark: watermark,
 			PredictedTokens: int(predicted) * (s.params.HashBlockSize / s.params.BytesPerToken),
-			PromptTokens:    min(len(req.Prompt), s.PromptBytes()) / s.params.BytesPerToken,
-			LoadAtPick:      loadAtPick(e)})
+			PromptTokens:    min(len(req.Prompt), s.PromptBytes()) / s.params.BytesPerToken}
+		if s.params.QueueCostFromServers {
+			p.LoadAtPick = loadAtPick(e)
+		}
+		res.Predict(p)
 		if s.peers != nil {
 			s.peers.ShareBlocks(cs.Pool, e, st.hashes)
 		}
