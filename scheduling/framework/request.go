@@ -89,10 +89,10 @@ type CachePrediction struct {
 	PredictedTokens int
 	PromptTokens    int
 	Mark            uint64
-	// LoadAtPick is the requests the primary endpoint had ahead of this
-	// one when it was picked, for an observer that learns what a request
-	// ahead costs (ReportedTTFT).
-	LoadAtPick int
+	// LoadAtPick is the load the primary endpoint had ahead of this one
+	// when it was picked (requests, weighed as the observer weighs load),
+	// for an observer that learns what that load costs (ReportedTTFT).
+	LoadAtPick float64
 	// ReportedPromptTokens is the prompt's tokens as the server counted
 	// them (the usage's prompt_tokens), set by the scheduler when it hands
 	// the report to ObserveCachedTokens; zero when the server reported

@@ -658,7 +658,7 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 			// asked to; otherwise the pick pays for neither.
 			var learned *prefixIndex
 			if s.approx.params.QueueCostFromServers {
-				p.LoadAtPick, learned = loadAtPick(primary), s.approx.index(cs.Pool)
+				p.LoadAtPick, learned = loadAtPick(cs.Endpoints, primary, *s.approx.params.LoadPerCacheSize), s.approx.index(cs.Pool)
 			}
 			if ep := s.eventIndex(cs.Pool, primary); ep != nil && n > 0 {
 				p.Ref, p.Mark = &predictedBlocks{ep: ep, keys: slices.Clone(st.keys[:n]), learned: learned}, uint64(ep.Epoch())

@@ -446,6 +446,69 @@ plugins:
 	}
 }
 
+// TestScheduleQueueCostFromServersUnequalCaches: on servers of unequal KV
+// caches the scorer counts a holder's load per its share of the pool's
+// mean cache (loadPerCacheSize), and the fit learns the cost of that
+// load, not of a raw request: a holder of half the other's cache (a
+// weight of 1.5), whose requests ahead cost 100 ms each, keeps a 400-token
+// prefix while its extra requests cost less than the prefill (3: 300 ms),
+// and gives way beyond (5: 500 ms). Fitting raw requests would charge 1.5
+// times what they cost, and the holder would give way at 3.
+func TestScheduleQueueCostFromServersUnequalCaches(t *testing.T) {
+	const config = `apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+  parameters:
+    queueCostTokens: 192
+    queueCostFromServers: true
+    usageFeedback: false
+- type: max-score-picker
+`
+	loaded := func(waiting, blocks int) *datastore.Metrics {
+		m := schedtest.Load(waiting, 0.1)
+		m.BlockSize, m.NumBlocks = 16, blocks
+		return m
+	}
+	for _, c := range []struct {
+		busier int
+		held   bool
+	}{{busier: 3, held: true}, {busier: 5, held: false}} {
+		t.Run(fmt.Sprint("holder busier by ", c.busier), func(t *testing.T) {
+			s, err := scheduling.New(nil, scheduling.Options{ConfigText: config, Rand: schedtest.SeededRand(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp := schedtest.NewPool(t, 2, s)
+			holder, other := tp.Ep(t, 1), tp.Ep(t, 2)
+			other.SetMetrics(loaded(0, 1000))
+			// 64 responses of other prompts on the holder, at loads 0-7,
+			// each with up to 400 of its tokens uncached.
+			for i := range 64 {
+				ahead, uncached := i%8, (i*37)%401
+				holder.SetMetrics(loaded(ahead, 500))
+				res, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: schedtest.Prompt(fmt.Sprint("q", i), 1600), Subset: []string{holder.Address}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				res.ObserveResponse(400-uncached, 400, 30*time.Millisecond+time.Duration(uncached)*time.Millisecond+time.Duration(ahead)*100*time.Millisecond)
+			}
+			p := schedtest.Prompt("p", 1600) // 400 tokens, 25 blocks
+			if _, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Subset: []string{holder.Address}}); err != nil {
+				t.Fatal(err)
+			}
+			holder.SetMetrics(loaded(c.busier, 500))
+			res, err := s.ScheduleDeferred(context.Background(), tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Scores: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held := res.Scores[holder.Address] > res.Scores[other.Address]; held != c.held {
+				t.Fatalf("scores %v with the holder %d requests busier: held %v, want %v", res.Scores, c.busier, held, c.held)
+			}
+		})
+	}
+}
+
 // TestScheduleQueueCostFromServers: with queueCostFromServers, what a
 // holder's extra load costs against its cached prefix is what the
 // servers' responses show (their TTFT against their uncached tokens and

@@ -707,8 +707,12 @@ func (w cacheWeights) of(c *framework.Candidate) float64 {
 }
 
 // knownCacheSize is c's server's KV cache in tokens, if its metrics say.
-func knownCacheSize(c *framework.Candidate) (float64, bool) {
-	if m := c.Metrics; !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
+func knownCacheSize(c *framework.Candidate) (float64, bool) { return metricsCacheSize(c.Metrics) }
+
+// metricsCacheSize is the KV cache in tokens m says its server has, if it
+// says.
+func metricsCacheSize(m framework.Metrics) (float64, bool) {
+	if !m.IsZero() && m.NumBlocks() > 0 && m.BlockSize() > 0 {
 		return float64(m.NumBlocks()) * float64(m.BlockSize()), true
 	}
 	return 0, false
@@ -879,7 +883,7 @@ func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *fram
 			PredictedTokens: int(predicted) * (s.params.HashBlockSize / s.params.BytesPerToken),
 			PromptTokens:    min(len(req.Prompt), s.PromptBytes()) / s.params.BytesPerToken}
 		if s.params.QueueCostFromServers {
-			p.LoadAtPick = loadAtPick(e)
+			p.LoadAtPick = loadAtPick(cs.Endpoints, e, *s.params.LoadPerCacheSize)
 		}
 		res.Predict(p)
 		if s.peers != nil {

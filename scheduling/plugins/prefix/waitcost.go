@@ -58,13 +58,13 @@ const (
 )
 
 // observe folds in one response: its uncached prompt tokens (in the
-// server's tokens), the requests ahead of it at the pick, and its TTFT
+// server's tokens), the load ahead of it at the pick (loadAtPick), and its TTFT
 // (0: the response was not streamed, nothing to learn).
-func (w *waitCost) observe(uncached, ahead int, ttft time.Duration) {
-	if ttft <= 0 || ttft > maxWaitCostTTFT || uncached < 0 || ahead < 0 {
+func (w *waitCost) observe(uncached int, ahead float64, ttft time.Duration) {
+	if ttft <= 0 || ttft > maxWaitCostTTFT || uncached < 0 || !(ahead >= 0) || math.IsInf(ahead, 1) {
 		return
 	}
-	u, k, y := float64(uncached), float64(ahead), ttft.Seconds()
+	u, k, y := float64(uncached), ahead, ttft.Seconds()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.n = min(w.n+1, waitCostWindow)
@@ -109,13 +109,35 @@ func (w *waitCost) tokensPerRequest() (float64, bool) {
 }
 
 // loadAtPick is the requests e had ahead of the one a PostPick just
-// picked it for: the picker's count holds that one already, the scrape
-// not yet. A count off by one for every request does not move the fit's
-// slopes.
-func loadAtPick(e framework.Endpoint) int {
+// picked it for, counted as the scorer counts a holder's load: per its
+// server's share of the pool's mean KV cache when perCacheSize
+// (Params.LoadPerCacheSize), so that on servers of unequal sizes the fit
+// learns the cost of the load the scorer charges, not of a raw request
+// (a request ahead on a server of twice the mean cache, and twice the
+// sequences, delays less). The picker's count holds the picked request
+// already, the scrape not yet; a count off by one for every request does
+// not move the fit's slopes.
+func loadAtPick(pool framework.EndpointSet, e framework.Endpoint, perCacheSize bool) float64 {
 	n := max(e.InFlight()-1, 0)
-	if m := e.Metrics(); !m.IsZero() {
+	m := e.Metrics()
+	if !m.IsZero() {
 		n = max(n, int64(m.RunningRequests()+m.WaitingRequests()))
 	}
-	return int(n)
+	load := float64(n)
+	if !perCacheSize || pool == nil {
+		return load
+	}
+	size, ok := metricsCacheSize(m)
+	if !ok {
+		return load
+	}
+	var sum float64
+	var known int
+	for _, o := range framework.All(pool) {
+		if s, ok := metricsCacheSize(o.Metrics()); ok {
+			sum += s
+			known++
+		}
+	}
+	return load * (sum / float64(known)) / size
 }

@@ -16,8 +16,9 @@ import (
 // enough responses and spread in both, and is bounded.
 func TestWaitCost(t *testing.T) {
 	type response struct {
-		uncached, ahead int
-		ttft            time.Duration
+		uncached int
+		ahead    float64
+		ttft     time.Duration
 	}
 	// server answers n responses of a server whose prefill takes perToken
 	// a token and whose requests ahead cost perRequest each, over the given
@@ -32,7 +33,7 @@ func TestWaitCost(t *testing.T) {
 			if noise > 0 {
 				jitter = time.Duration(r.Int64N(int64(2*noise))) - noise
 			}
-			out[i] = response{u, k, 30*time.Millisecond + time.Duration(u)*perToken + time.Duration(k)*perRequest + jitter}
+			out[i] = response{u, float64(k), 30*time.Millisecond + time.Duration(u)*perToken + time.Duration(k)*perRequest + jitter}
 		}
 		return out
 	}
@@ -52,7 +53,7 @@ func TestWaitCost(t *testing.T) {
 		{name: "prefill costs nothing: no trade", responses: server(200, 0, 87*time.Millisecond, 2000, 5, 0)},
 		{name: "prefill nearly free: the ceiling", responses: server(200, time.Microsecond, time.Second, 2000, 5, 0), want: maxWaitCostTokens},
 		{name: "unstreamed and stalled responses teach nothing", responses: append(server(waitCostMinResponses-1, time.Millisecond, 87*time.Millisecond, 2000, 5, 0),
-			response{100, 1, 0}, response{100, 1, -time.Second}, response{100, 1, time.Hour}, response{-1, 1, time.Second}, response{1, -1, time.Second})},
+			response{100, 1, 0}, response{100, 1, -time.Second}, response{100, 1, time.Hour}, response{-1, 1, time.Second}, response{1, -1, time.Second}, response{1, math.NaN(), time.Second}, response{1, math.Inf(1), time.Second})},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -76,7 +77,7 @@ func TestWaitCostFollowsTheServers(t *testing.T) {
 	feed := func(n int, perRequest time.Duration) {
 		for range n {
 			u, k := r.IntN(2001), r.IntN(6)
-			w.observe(u, k, 30*time.Millisecond+time.Duration(u)*time.Millisecond+time.Duration(k)*perRequest)
+			w.observe(u, float64(k), 30*time.Millisecond+time.Duration(u)*time.Millisecond+time.Duration(k)*perRequest)
 		}
 	}
 	feed(waitCostWindow, 50*time.Millisecond)
