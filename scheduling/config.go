@@ -36,7 +36,9 @@ const ProfileAnnotation = "poolpicker.io/scheduling-profile"
 // subset filter, prefix-cache affinity weighed against load (a cached
 // prefix counts for the prefill it saves, less queueCostTokens per request
 // its holder has in flight beyond the least loaded endpoint, twice that
-// while the prefixes in use leave the caches room), LoRA
+// while the prefixes in use leave the caches room; once the pool's
+// streamed responses show what a request ahead costs in tokens of
+// prefill, that cost while the caches have room and half of it after), LoRA
 // affinity, and load scorers (poolpicker's in-flight count, the queue)
 // with the max-score picker. The load scorers weigh half each: min-max
 // normalised, together they are worth a third of a whole cached prompt, so
@@ -68,6 +70,7 @@ plugins:
     rendezvousBlocks: 4
     rendezvousLoadSlack: 8
     rendezvousBalanceCache: true
+    queueCostFromServers: true
 - type: max-score-picker
 schedulingProfiles:
 - name: default

@@ -45,7 +45,7 @@ const (
 // profile routes by.
 const DefaultLearnedParams = `{"hashBlockSize": 64, "maxPrefixBlocksToMatch": 256, "lruCapacityPerServer": 31250,
  "queueCostTokens": 192, "queueCostTokensWithRoom": 384, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8,
- "rendezvousBalanceCache": true}`
+ "rendezvousBalanceCache": true, "queueCostFromServers": true}`
 
 // The local tokenizer backend: tokenizer.json files found as llm-d's
 // tokenizersPoolConfig.local says, DefaultLocalTokenizerDir when its local
