@@ -552,10 +552,11 @@ func (s *Precise) weigh(cs *framework.CycleState, c []framework.Candidate, eps [
 			states = learned.statesFor(cs.Endpoints)
 		}
 	}
-	if s.weighMatches(learned, states, c, eps, st, false, scores) {
+	cacheMean := s.approx.cacheMean(cs)
+	if s.weighMatches(learned, states, cacheMean, c, eps, st, false, scores) {
 		return
 	}
-	if s.weighMatches(learned, states, c, eps, st, true, scores) {
+	if s.weighMatches(learned, states, cacheMean, c, eps, st, true, scores) {
 		return
 	}
 	copy(scores, st.learned)
@@ -566,8 +567,8 @@ func (s *Precise) weigh(cs *framework.CycleState, c []framework.Candidate, eps [
 // (kvevents.Endpoint.MatchRemoved), against their extra load when
 // queueCostTokens is set, and reports whether any candidate scores > 0.
 // learned and states are the learned index and its states of the pick's
-// endpoints.
-func (s *Precise) weighMatches(learned *prefixIndex, states []*prefixEndpoint, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, removed bool, scores []float64) bool {
+// endpoints, cacheMean the pool's mean cache (prefixCycle).
+func (s *Precise) weighMatches(learned *prefixIndex, states []*prefixEndpoint, cacheMean float64, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, removed bool, scores []float64) bool {
 	a := s.approx
 	match := func(i int) (int, bool) {
 		if eps[i] == nil {
@@ -582,7 +583,7 @@ func (s *Precise) weighMatches(learned *prefixIndex, states []*prefixEndpoint, c
 	switch {
 	case a.params.QueueCostTokens > 0:
 		bs, units := float64(s.hasher.BlockSize()), st.estimatePerToken
-		a.weighAgainstLoad(nil, learned, states, c, float64(st.promptTokens)*units, func(i int) (float64, bool) {
+		a.weighAgainstLoad(nil, learned, states, c, cacheMean, float64(st.promptTokens)*units, func(i int) (float64, bool) {
 			n, ok := match(i)
 			if !ok {
 				return 0, false
@@ -658,7 +659,7 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 			// asked to; otherwise the pick pays for neither.
 			var learned *prefixIndex
 			if s.approx.params.QueueCostFromServers {
-				p.LoadAtPick, learned = loadAtPick(cs.Endpoints, primary, *s.approx.params.LoadPerCacheSize), s.approx.index(cs.Pool)
+				p.LoadAtPick, learned = loadAtPick(primary, s.approx.cacheMean(cs)), s.approx.index(cs.Pool)
 			}
 			if ep := s.eventIndex(cs.Pool, primary); ep != nil && n > 0 {
 				p.Ref, p.Mark = &predictedBlocks{ep: ep, keys: slices.Clone(st.keys[:n]), learned: learned}, uint64(ep.Epoch())

@@ -415,6 +415,11 @@ type prefixCycle struct {
 	scratch []int32
 	held    []int // rendezvous: the blocks each candidate holds
 	index   *prefixIndex
+	// cacheMean is the pool's mean KV cache in tokens, 0 when no server
+	// says or Params.LoadPerCacheSize is off: the unit of a holder's load
+	// both in the scores and in what PostPick gives the wait fit, so that
+	// the fit learns the cost of the load the scores charge.
+	cacheMean float64
 }
 
 // Score scores each candidate by the share of the request's prompt prefix
@@ -431,6 +436,10 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 		st.hashes = hashPrompt(s.seed, st.hashes[:0], cs.TargetModel, req.Prompt, s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
 	}
 	st.index = s.index(cs.Pool)
+	st.cacheMean = 0
+	if *s.params.LoadPerCacheSize {
+		st.cacheMean = poolCacheMean(cs.Endpoints)
+	}
 	if len(st.hashes) == 0 || st.index == nil {
 		return nil
 	}
@@ -460,6 +469,15 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 	return nil
 }
 
+// cacheMean is the pool's mean KV cache of this pick (prefixCycle), as
+// Score found it.
+func (s *Scorer) cacheMean(cs *framework.CycleState) float64 {
+	if st, ok := cs.Read(s.key); ok {
+		return st.(*prefixCycle).cacheMean
+	}
+	return 0
+}
+
 // ageByServers ages the candidates' LRUs by their servers' newest samples
 // (Params.ServerCounterAging): a pointer compare per candidate when the
 // sample was seen, so it costs the pick path nothing between scrapes.
@@ -481,7 +499,7 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 	// PromptBytes of it), and what each endpoint's cached prefix saves.
 	promptTokens := float64(min(len(req.Prompt), s.PromptBytes())) / float64(s.params.BytesPerToken)
 	blockTokens := float64(s.params.HashBlockSize) / float64(s.params.BytesPerToken)
-	s.weighAgainstLoad(st.index, st.index, states, c, promptTokens, func(i int) (float64, bool) {
+	s.weighAgainstLoad(st.index, st.index, states, c, st.cacheMean, promptTokens, func(i int) (float64, bool) {
 		matched := float64(st.matchedBlocks(&c[i], states))
 		return matched * blockTokens, matched > 0
 	}, scores)
@@ -489,17 +507,15 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 
 // weighAgainstLoad scores each candidate whose cached tokens cachedTokens
 // reports (ok false: left as it is) by what they save of promptTokens less
-// QueueCostTokens per request of its extra load; x, when not nil, is the
+// QueueCostTokens per request of its extra load, counted per its server's
+// share of cacheMean (weighedLoad); x, when not nil, is the
 // index whose recent misses QueueMissCost counts; room, when not nil, is
 // the index whose live blocks QueueCostTokensWithRoom weighs against the
 // candidates' capacity, states its endpoint states aligned with the pick's
 // endpoint set.
-func (s *Scorer) weighAgainstLoad(x, room *prefixIndex, states []*prefixEndpoint, c []framework.Candidate, promptTokens float64, cachedTokens func(i int) (float64, bool), scores []float64) {
-	// load is each candidate's load, per its share of the mean cache
-	// (LoadPerCacheSize).
-	sizes := newCacheWeights(c, *s.params.LoadPerCacheSize)
+func (s *Scorer) weighAgainstLoad(x, room *prefixIndex, states []*prefixEndpoint, c []framework.Candidate, cacheMean, promptTokens float64, cachedTokens func(i int) (float64, bool), scores []float64) {
 	load := func(i int) float64 {
-		return float64(candidateLoad(&c[i])) * (sizes.mean / sizes.of(&c[i]))
+		return weighedLoad(float64(candidateLoad(&c[i])), c[i].Metrics, cacheMean)
 	}
 	least, running := math.Inf(1), 1
 	for i := range c {
@@ -706,6 +722,34 @@ func (w cacheWeights) of(c *framework.Candidate) float64 {
 	return w.mean
 }
 
+// poolCacheMean is the mean KV cache in tokens of set's servers that say,
+// 0 when none does.
+func poolCacheMean(set framework.EndpointSet) float64 {
+	var sum float64
+	var known int
+	for _, e := range framework.All(set) {
+		if size, ok := metricsCacheSize(e.Metrics()); ok {
+			sum += size
+			known++
+		}
+	}
+	if known == 0 {
+		return 0
+	}
+	return sum / float64(known)
+}
+
+// weighedLoad is load on a server whose metrics are m, per its share of
+// cacheMean (Params.LoadPerCacheSize): a request ahead on a server of
+// twice the mean cache, and twice the sequences, delays less. Unweighed
+// when cacheMean is 0 or m does not say.
+func weighedLoad(load float64, m framework.Metrics, cacheMean float64) float64 {
+	if size, ok := metricsCacheSize(m); ok && cacheMean > 0 {
+		return load * cacheMean / size
+	}
+	return load
+}
+
 // knownCacheSize is c's server's KV cache in tokens, if its metrics say.
 func knownCacheSize(c *framework.Candidate) (float64, bool) { return metricsCacheSize(c.Metrics) }
 
@@ -883,7 +927,7 @@ func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *fram
 			PredictedTokens: int(predicted) * (s.params.HashBlockSize / s.params.BytesPerToken),
 			PromptTokens:    min(len(req.Prompt), s.PromptBytes()) / s.params.BytesPerToken}
 		if s.params.QueueCostFromServers {
-			p.LoadAtPick = loadAtPick(cs.Endpoints, e, *s.params.LoadPerCacheSize)
+			p.LoadAtPick = loadAtPick(e, st.cacheMean)
 		}
 		res.Predict(p)
 		if s.peers != nil {

@@ -109,35 +109,16 @@ func (w *waitCost) tokensPerRequest() (float64, bool) {
 }
 
 // loadAtPick is the requests e had ahead of the one a PostPick just
-// picked it for, counted as the scorer counts a holder's load: per its
-// server's share of the pool's mean KV cache when perCacheSize
-// (Params.LoadPerCacheSize), so that on servers of unequal sizes the fit
-// learns the cost of the load the scorer charges, not of a raw request
-// (a request ahead on a server of twice the mean cache, and twice the
-// sequences, delays less). The picker's count holds the picked request
-// already, the scrape not yet; a count off by one for every request does
-// not move the fit's slopes.
-func loadAtPick(pool framework.EndpointSet, e framework.Endpoint, perCacheSize bool) float64 {
+// picked it for, counted as the scorer counts a holder's load (per its
+// server's share of cacheMean, weighedLoad): the fit learns the cost of
+// the load the scores charge, not of a raw request. The picker's count
+// holds the picked request already, the scrape not yet; a count off by
+// one for every request does not move the fit's slopes.
+func loadAtPick(e framework.Endpoint, cacheMean float64) float64 {
 	n := max(e.InFlight()-1, 0)
 	m := e.Metrics()
 	if !m.IsZero() {
 		n = max(n, int64(m.RunningRequests()+m.WaitingRequests()))
 	}
-	load := float64(n)
-	if !perCacheSize || pool == nil {
-		return load
-	}
-	size, ok := metricsCacheSize(m)
-	if !ok {
-		return load
-	}
-	var sum float64
-	var known int
-	for _, o := range framework.All(pool) {
-		if s, ok := metricsCacheSize(o.Metrics()); ok {
-			sum += s
-			known++
-		}
-	}
-	return load * (sum / float64(known)) / size
+	return weighedLoad(float64(n), m, cacheMean)
 }
