@@ -204,9 +204,11 @@ type Params struct {
 	// Absent: true.
 	RendezvousByCacheSize *bool `json:"rendezvousByCacheSize"`
 	// LoadPerCacheSize counts, in QueueCostTokens' rule, each candidate's
-	// load per token of its server's KV cache, in units of the
-	// candidates' mean cache (the mean of the known for a server that
-	// has not said): a request queued on a server of half the mean cache
+	// load per token of its server's KV cache, in units of the pool's
+	// mean cache (over the servers that say; a server that has not said
+	// counts as one of the mean), in the scores as in the fit of
+	// QueueCostFromServers, whose unit it is: a request queued on a
+	// server of half the mean cache
 	// (and, as servers are sized, half the batch) waits as long as two
 	// on a mean one, so a small holder's affinity gives way twice as
 	// soon. Equal caches count requests as before. Absent: true.
