@@ -93,6 +93,10 @@ type CachePrediction struct {
 	// when it was picked (requests, weighed as the observer weighs load),
 	// for an observer that learns what that load costs (ReportedTTFT).
 	LoadAtPick float64
+	// QueuedAtPick is the part of LoadAtPick beyond the most sequences
+	// the endpoint's servers were seen running (0 when the observer does
+	// not ask).
+	QueuedAtPick float64
 	// ReportedPromptTokens is the prompt's tokens as the server counted
 	// them (the usage's prompt_tokens), set by the scheduler when it hands
 	// the report to ObserveCachedTokens; zero when the server reported

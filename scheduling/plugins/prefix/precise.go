@@ -659,7 +659,9 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 			// asked to; otherwise the pick pays for neither.
 			var learned *prefixIndex
 			if s.approx.params.QueueCostFromServers {
-				p.LoadAtPick, learned = loadAtPick(primary, s.approx.cacheMean(cs)), s.approx.index(cs.Pool)
+				learned = s.approx.index(cs.Pool)
+				mean := s.approx.cacheMean(cs)
+				p.LoadAtPick, p.QueuedAtPick = loadAtPick(primary, mean, s.approx.batchAtPick(learned, primary, mean))
 			}
 			if ep := s.eventIndex(cs.Pool, primary); ep != nil && n > 0 {
 				p.Ref, p.Mark = &predictedBlocks{ep: ep, keys: slices.Clone(st.keys[:n]), learned: learned}, uint64(ep.Epoch())

@@ -590,3 +590,78 @@ plugins:
 		})
 	}
 }
+
+// TestScheduleQueueCostBeyondBatch: with queueCostBeyondBatch the fit
+// tells a request ahead within the batch (28 ms, sharing the batch) from
+// one beyond it (300 ms more, waiting for a sequence), as the servers'
+// responses show, and a holder of a 400-token prefix keeps it while its
+// extra load fits in the batch (4 requests: 112 ms) and gives way to a
+// queue (6: 2 beyond the batch). One slope over both charges about 180
+// tokens a request, and the holder gives way at 4.
+func TestScheduleQueueCostBeyondBatch(t *testing.T) {
+	config := func(beyond bool) string {
+		return fmt.Sprintf(`apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+  parameters:
+    queueCostTokens: 192
+    queueCostFromServers: true
+    queueCostBeyondBatch: %t
+    usageFeedback: false
+- type: max-score-picker
+`, beyond)
+	}
+	const batch = 4
+	loaded := func(ahead int) *datastore.Metrics {
+		m := schedtest.Load(max(ahead-batch, 0), 0.1)
+		m.RunningRequests = min(ahead, batch)
+		return m
+	}
+	for _, c := range []struct {
+		beyond bool
+		busier int
+		held   bool
+	}{
+		{beyond: true, busier: 2, held: true},
+		{beyond: true, busier: 4, held: true},
+		{beyond: true, busier: 6, held: false},
+		{beyond: false, busier: 2, held: true},
+		{beyond: false, busier: 4, held: false},
+	} {
+		t.Run(fmt.Sprintf("beyond the batch %v, holder busier by %d", c.beyond, c.busier), func(t *testing.T) {
+			s, err := scheduling.New(nil, scheduling.Options{ConfigText: config(c.beyond), Rand: schedtest.SeededRand(1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp := schedtest.NewPool(t, 2, s)
+			holder, other := tp.Ep(t, 1), tp.Ep(t, 2)
+			// 90 responses of other prompts on the other server, at loads
+			// 0-8, each with up to 400 of its tokens uncached.
+			for i := range 90 {
+				ahead, uncached := i%9, (i*37)%401
+				other.SetMetrics(loaded(ahead))
+				res, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: schedtest.Prompt(fmt.Sprint("q", i), 1600), Subset: []string{other.Address}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ttft := 30*time.Millisecond + time.Duration(uncached)*time.Millisecond +
+					time.Duration(ahead)*28*time.Millisecond + time.Duration(max(ahead-batch, 0))*300*time.Millisecond
+				res.ObserveResponse(400-uncached, 400, ttft)
+			}
+			p := schedtest.Prompt("p", 1600) // 400 tokens, 25 blocks
+			if _, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Subset: []string{holder.Address}}); err != nil {
+				t.Fatal(err)
+			}
+			holder.SetMetrics(loaded(c.busier))
+			other.SetMetrics(loaded(0))
+			res, err := s.ScheduleDeferred(context.Background(), tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Scores: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held := res.Scores[holder.Address] > res.Scores[other.Address]; held != c.held {
+				t.Fatalf("scores %v with the holder %d requests busier: held %v, want %v", res.Scores, c.busier, held, c.held)
+			}
+		})
+	}
+}

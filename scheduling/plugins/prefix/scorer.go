@@ -140,6 +140,19 @@ type Params struct {
 	// costs apply. Needs QueueCostTokens. False (the plugin default): the
 	// configured costs.
 	QueueCostFromServers bool `json:"queueCostFromServers"`
+	// QueueCostBeyondBatch has QueueCostFromServers fit a second cost: of
+	// each request ahead beyond the most sequences a server was seen
+	// running (counted per its share of the mean cache, as
+	// LoadPerCacheSize counts load), which waits for a sequence to free
+	// rather than sharing the batch. On llm-d's simulator a hit's time to
+	// first token grew about 28 ms with each request ahead below a full
+	// batch and about 0.3 s with each beyond; one slope over both charged
+	// about 85 tokens a request, and a holder of two hot prefixes kept
+	// them through 11 requests in flight. A holder's queued requests then
+	// cost the second figure each, on top of the first. Needs
+	// QueueCostFromServers. False (the plugin default): one cost for
+	// every request ahead.
+	QueueCostBeyondBatch bool `json:"queueCostBeyondBatch"`
 	// RendezvousBlocks, when set, makes the choice for a prompt that no
 	// candidate is worth sending to for its cache (none is believed to
 	// hold its prefix, or every holder is too loaded) the same on every
@@ -370,6 +383,9 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 	if p.QueueCostFromServers && p.QueueCostTokens == 0 {
 		return nil, fmt.Errorf("parameters: queueCostFromServers learns what queueCostTokens sets, and needs it set")
 	}
+	if p.QueueCostBeyondBatch && !p.QueueCostFromServers {
+		return nil, fmt.Errorf("parameters: queueCostBeyondBatch is a second cost of queueCostFromServers' fit, and needs it true")
+	}
 	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.TokenScaledCapacity, &p.RendezvousByCacheSize, &p.LoadPerCacheSize} {
 		if *b == nil {
 			t := true
@@ -480,6 +496,18 @@ func (s *Scorer) cacheMean(cs *framework.CycleState) float64 {
 	return 0
 }
 
+// batchAtPick is what loadAtPick counts e's load beyond: x's batch, with
+// e's running sequences seen, under QueueCostBeyondBatch; else 0.
+func (s *Scorer) batchAtPick(x *prefixIndex, e framework.Endpoint, cacheMean float64) float64 {
+	if !s.params.QueueCostBeyondBatch || x == nil {
+		return 0
+	}
+	if m := e.Metrics(); !m.IsZero() {
+		x.wait.seeBatch(weighedLoad(float64(m.RunningRequests()), m, cacheMean))
+	}
+	return x.wait.batchSeen()
+}
+
 // ageByServers ages the candidates' LRUs by their servers' newest samples
 // (Params.ServerCounterAging): a pointer compare per candidate when the
 // sample was seen, so it costs the pick path nothing between scrapes.
@@ -509,12 +537,13 @@ func (s *Scorer) scoreAgainstLoad(st *prefixCycle, req *framework.Request, c []f
 
 // weighAgainstLoad scores each candidate whose cached tokens cachedTokens
 // reports (ok false: left as it is) by what they save of promptTokens less
-// QueueCostTokens per request of its extra load, counted per its server's
-// share of cacheMean (weighedLoad); x, when not nil, is the
-// index whose recent misses QueueMissCost counts; room, when not nil, is
-// the index whose live blocks QueueCostTokensWithRoom weighs against the
-// candidates' capacity, states its endpoint states aligned with the pick's
-// endpoint set.
+// QueueCostTokens per request of its extra load (and, with
+// QueueCostBeyondBatch, a second cost per request beyond the batch),
+// counted per its server's share of cacheMean (weighedLoad); x, when not
+// nil, is the index whose recent misses QueueMissCost counts; room, when
+// not nil, is the index whose live blocks QueueCostTokensWithRoom weighs
+// against the candidates' capacity and whose fit QueueCostFromServers
+// reads, states its endpoint states aligned with the pick's endpoint set.
 func (s *Scorer) weighAgainstLoad(x, room *prefixIndex, states []*prefixEndpoint, c []framework.Candidate, cacheMean, promptTokens float64, cachedTokens func(i int) (float64, bool), scores []float64) {
 	load := func(i int) float64 {
 		return weighedLoad(float64(candidateLoad(&c[i])), c[i].Metrics, cacheMean)
@@ -524,6 +553,9 @@ func (s *Scorer) weighAgainstLoad(x, room *prefixIndex, states []*prefixEndpoint
 		least = min(least, load(i))
 		if m := c[i].Metrics; !m.IsZero() {
 			running = max(running, m.RunningRequests())
+			if room != nil && s.params.QueueCostBeyondBatch {
+				room.wait.seeBatch(weighedLoad(float64(m.RunningRequests()), m, cacheMean))
+			}
 		}
 	}
 	// When every endpoint is busy, a miss also delays everything queued
@@ -532,19 +564,36 @@ func (s *Scorer) weighAgainstLoad(x, room *prefixIndex, states []*prefixEndpoint
 	// counted in batches (the most sequences an endpoint was seen running).
 	// Without this, affinity gives way under overload, each miss adds load,
 	// and the pool falls to round-robin's hit rate.
-	perRequest := s.queueCost(room, states, c) / (1 + least/float64(running))
+	perRequest, perQueued := s.queueCost(room, states, c)
+	perRequest /= 1 + least/float64(running)
+	perQueued /= 1 + least/float64(running)
 	if s.params.QueueMissCost && x != nil {
 		// Not divided like the above: when the pool misses anyway, a miss
 		// here evicts little that would have hit, and every request
 		// queued ahead costs its prefill.
 		perRequest += x.recentMissShare() * promptTokens / float64(running)
 	}
+	// cost is what candidate i's load costs in tokens: perRequest a
+	// request, and perQueued more a request beyond the batch
+	// (QueueCostBeyondBatch).
+	cost := func(i int) float64 { return perRequest * load(i) }
+	if perQueued > 0 {
+		batch := room.wait.batchSeen()
+		cost = func(i int) float64 {
+			l := load(i)
+			return perRequest*l + perQueued*max(l-batch, 0)
+		}
+	}
+	leastCost := math.Inf(1)
+	for i := range c {
+		leastCost = min(leastCost, cost(i))
+	}
 	for i := range c {
 		cached, ok := cachedTokens(i)
 		if !ok {
 			continue
 		}
-		saved := cached - perRequest*(load(i)-least)
+		saved := cached - (cost(i) - leastCost)
 		scores[i] = saved / promptTokens
 	}
 }
@@ -559,12 +608,19 @@ const roomFill = 0.4
 // (those a later prompt found again: prefixes in use, not the tails of
 // single prompts) fill at most roomFill of their LRUs together,
 // QueueCostTokens otherwise; with QueueCostFromServers, what x's servers
-// show it costs, in x's tokens, scaled alike. states are x's endpoint
-// states aligned with the pick's endpoint set.
-func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framework.Candidate) float64 {
+// show it costs, in x's tokens, scaled alike. queued is what one beyond
+// the batch costs besides (QueueCostBeyondBatch; 0 until the fit has
+// it), scaled alike. states are x's endpoint states aligned with the
+// pick's endpoint set.
+func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framework.Candidate) (perRequest, queued float64) {
 	withRoom, withoutRoom := float64(s.params.QueueCostTokensWithRoom), float64(s.params.QueueCostTokens)
+	// queuedPer is queued per unit of the cost a request.
+	var queuedPer float64
 	if x != nil && s.params.QueueCostFromServers {
-		if learned, ok := x.wait.tokensPerRequest(); ok {
+		if learned, beyond, ok := x.wait.tokensPerRequest(); ok {
+			if s.params.QueueCostBeyondBatch {
+				queuedPer = beyond / learned
+			}
 			learned /= x.recentTokenScale()
 			if withRoom > 0 {
 				withRoom, withoutRoom = learned, learned*withoutRoom/withRoom
@@ -574,7 +630,7 @@ func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framewo
 		}
 	}
 	if withRoom == 0 || x == nil {
-		return withoutRoom
+		return withoutRoom, withoutRoom * queuedPer
 	}
 	var live, capacity int64
 	for i := range c {
@@ -586,9 +642,9 @@ func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framewo
 		}
 	}
 	if float64(live) <= roomFill*float64(capacity) {
-		return withRoom
+		return withRoom, withRoom * queuedPer
 	}
-	return withoutRoom
+	return withoutRoom, withoutRoom * queuedPer
 }
 
 // rendezvous scores RendezvousScore for the candidate every replica would
@@ -855,7 +911,7 @@ func (s *Scorer) observeWait(x *prefixIndex, p *framework.CachePrediction, cache
 	if !s.params.QueueCostFromServers || x == nil || p.ReportedPromptTokens <= 0 {
 		return
 	}
-	x.wait.observe(max(p.ReportedPromptTokens-cachedTokens, 0), p.LoadAtPick, p.ReportedTTFT)
+	x.wait.observe(max(p.ReportedPromptTokens-cachedTokens, 0), p.LoadAtPick, p.QueuedAtPick, p.ReportedTTFT)
 }
 
 // maxForgetBlocks bounds the blocks one report makes the peers forget (and
@@ -929,7 +985,7 @@ func (s *Scorer) PostPick(_ context.Context, cs *framework.CycleState, req *fram
 			PredictedTokens: int(predicted) * (s.params.HashBlockSize / s.params.BytesPerToken),
 			PromptTokens:    min(len(req.Prompt), s.PromptBytes()) / s.params.BytesPerToken}
 		if s.params.QueueCostFromServers {
-			p.LoadAtPick = loadAtPick(e, st.cacheMean)
+			p.LoadAtPick, p.QueuedAtPick = loadAtPick(e, st.cacheMean, s.batchAtPick(st.index, e, st.cacheMean))
 		}
 		res.Predict(p)
 		if s.peers != nil {
