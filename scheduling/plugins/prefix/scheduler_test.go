@@ -455,16 +455,7 @@ plugins:
 // and gives way beyond (5: 500 ms). Fitting raw requests would charge 1.5
 // times what they cost, and the holder would give way at 3.
 func TestScheduleQueueCostFromServersUnequalCaches(t *testing.T) {
-	const config = `apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-  parameters:
-    queueCostTokens: 192
-    queueCostFromServers: true
-    usageFeedback: false
-- type: max-score-picker
-`
+	config := queueCostConfig("queueCostFromServers: true")
 	loaded := func(waiting, blocks int) *datastore.Metrics {
 		m := schedtest.Load(waiting, 0.1)
 		m.BlockSize, m.NumBlocks = 16, blocks
@@ -475,36 +466,14 @@ plugins:
 		held   bool
 	}{{busier: 3, held: true}, {busier: 5, held: false}} {
 		t.Run(fmt.Sprint("holder busier by ", c.busier), func(t *testing.T) {
-			s, err := scheduling.New(nil, scheduling.Options{ConfigText: config, Rand: schedtest.SeededRand(1)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tp := schedtest.NewPool(t, 2, s)
-			holder, other := tp.Ep(t, 1), tp.Ep(t, 2)
-			other.SetMetrics(loaded(0, 1000))
-			// 64 responses of other prompts on the holder, at loads 0-7,
-			// each with up to 400 of its tokens uncached.
-			for i := range 64 {
-				ahead, uncached := i%8, (i*37)%401
-				holder.SetMetrics(loaded(ahead, 500))
-				res, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: schedtest.Prompt(fmt.Sprint("q", i), 1600), Subset: []string{holder.Address}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				res.ObserveResponse(400-uncached, 400, 30*time.Millisecond+time.Duration(uncached)*time.Millisecond+time.Duration(ahead)*100*time.Millisecond)
-			}
-			p := schedtest.Prompt("p", 1600) // 400 tokens, 25 blocks
-			if _, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Subset: []string{holder.Address}}); err != nil {
-				t.Fatal(err)
-			}
-			holder.SetMetrics(loaded(c.busier, 500))
-			res, err := s.ScheduleDeferred(context.Background(), tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Scores: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if held := res.Scores[holder.Address] > res.Scores[other.Address]; held != c.held {
-				t.Fatalf("scores %v with the holder %d requests busier: held %v, want %v", res.Scores, c.busier, held, c.held)
-			}
+			// The responses are the holder's, at loads 0-7.
+			holdUnderLoad{config: config, responses: 64, loads: 8, teachHolder: true,
+				metrics: func(ahead int) *datastore.Metrics { return loaded(ahead, 500) },
+				ttft: func(ahead, uncached int) time.Duration {
+					return 30*time.Millisecond + time.Duration(uncached)*time.Millisecond + time.Duration(ahead)*100*time.Millisecond
+				},
+				holder: loaded(c.busier, 500), other: loaded(0, 1000),
+			}.check(t, c.held)
 		})
 	}
 }
@@ -516,18 +485,7 @@ plugins:
 // 400-token prefix, W requests busier than the other server, keeps the
 // prompt while W requests ahead cost less than the prefix's prefill.
 func TestScheduleQueueCostFromServers(t *testing.T) {
-	config := func(learn bool) string {
-		return fmt.Sprintf(`apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-  parameters:
-    queueCostTokens: 192
-    queueCostFromServers: %t
-    usageFeedback: false
-- type: max-score-picker
-`, learn)
-	}
+	config := func(learn bool) string { return queueCostConfig(fmt.Sprint("queueCostFromServers: ", learn)) }
 	cases := []struct {
 		name  string
 		learn bool
@@ -550,43 +508,20 @@ plugins:
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s, err := scheduling.New(nil, scheduling.Options{ConfigText: config(c.learn), Rand: schedtest.SeededRand(1)})
-			if err != nil {
-				t.Fatal(err)
+			h := holdUnderLoad{config: config(c.learn), loads: 8,
+				metrics: func(ahead int) *datastore.Metrics { return schedtest.Load(ahead, 0.1) },
+				ttft: func(ahead, uncached int) time.Duration {
+					if !c.streamed {
+						return 0
+					}
+					return 30*time.Millisecond + time.Duration(uncached)*time.Millisecond + time.Duration(ahead)*c.perRequest
+				},
+				holder: schedtest.Load(c.busier, 0.1), other: schedtest.Load(0, 0.1),
 			}
-			tp := schedtest.NewPool(t, 2, s)
-			holder, other := tp.Ep(t, 1), tp.Ep(t, 2)
 			if c.perRequest > 0 {
-				// 64 responses of other prompts on the other server, at
-				// loads 0-7, each with up to 400 of its tokens uncached.
-				for i := range 64 {
-					ahead, uncached := i%8, (i*37)%401
-					other.SetMetrics(schedtest.Load(ahead, 0.1))
-					res, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: schedtest.Prompt(fmt.Sprint("q", i), 1600), Subset: []string{other.Address}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					var ttft time.Duration
-					if c.streamed {
-						ttft = 30*time.Millisecond + time.Duration(uncached)*time.Millisecond + time.Duration(ahead)*c.perRequest
-					}
-					res.ObserveResponse(400-uncached, 400, ttft)
-				}
+				h.responses = 64
 			}
-			p := schedtest.Prompt("p", 1600) // 400 tokens, 25 blocks
-			if _, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Subset: []string{holder.Address}}); err != nil {
-				t.Fatal(err)
-			}
-			holder.SetMetrics(schedtest.Load(c.busier, 0.1))
-			other.SetMetrics(schedtest.Load(0, 0.1))
-			// Not committed: the check learns nothing.
-			res, err := s.ScheduleDeferred(context.Background(), tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Scores: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if held := res.Scores[holder.Address] > res.Scores[other.Address]; held != c.held {
-				t.Fatalf("scores %v with the holder %d requests busier: held %v, want %v", res.Scores, c.busier, held, c.held)
-			}
+			h.check(t, c.held)
 		})
 	}
 }
@@ -600,17 +535,7 @@ plugins:
 // tokens a request, and the holder gives way at 4.
 func TestScheduleQueueCostBeyondBatch(t *testing.T) {
 	config := func(beyond bool) string {
-		return fmt.Sprintf(`apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: prefix-cache-scorer
-  parameters:
-    queueCostTokens: 192
-    queueCostFromServers: true
-    queueCostBeyondBatch: %t
-    usageFeedback: false
-- type: max-score-picker
-`, beyond)
+		return queueCostConfig("queueCostFromServers: true", fmt.Sprint("queueCostBeyondBatch: ", beyond))
 	}
 	const batch = 4
 	loaded := func(ahead int) *datastore.Metrics {
@@ -630,38 +555,83 @@ plugins:
 		{beyond: false, busier: 4, held: false},
 	} {
 		t.Run(fmt.Sprintf("beyond the batch %v, holder busier by %d", c.beyond, c.busier), func(t *testing.T) {
-			s, err := scheduling.New(nil, scheduling.Options{ConfigText: config(c.beyond), Rand: schedtest.SeededRand(1)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tp := schedtest.NewPool(t, 2, s)
-			holder, other := tp.Ep(t, 1), tp.Ep(t, 2)
-			// 90 responses of other prompts on the other server, at loads
-			// 0-8, each with up to 400 of its tokens uncached.
-			for i := range 90 {
-				ahead, uncached := i%9, (i*37)%401
-				other.SetMetrics(loaded(ahead))
-				res, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: schedtest.Prompt(fmt.Sprint("q", i), 1600), Subset: []string{other.Address}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				ttft := 30*time.Millisecond + time.Duration(uncached)*time.Millisecond +
-					time.Duration(ahead)*28*time.Millisecond + time.Duration(max(ahead-batch, 0))*300*time.Millisecond
-				res.ObserveResponse(400-uncached, 400, ttft)
-			}
-			p := schedtest.Prompt("p", 1600) // 400 tokens, 25 blocks
-			if _, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Subset: []string{holder.Address}}); err != nil {
-				t.Fatal(err)
-			}
-			holder.SetMetrics(loaded(c.busier))
-			other.SetMetrics(loaded(0))
-			res, err := s.ScheduleDeferred(context.Background(), tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Scores: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if held := res.Scores[holder.Address] > res.Scores[other.Address]; held != c.held {
-				t.Fatalf("scores %v with the holder %d requests busier: held %v, want %v", res.Scores, c.busier, held, c.held)
-			}
+			holdUnderLoad{config: config(c.beyond), responses: 90, loads: 9, metrics: loaded,
+				ttft: func(ahead, uncached int) time.Duration {
+					return 30*time.Millisecond + time.Duration(uncached)*time.Millisecond +
+						time.Duration(ahead)*28*time.Millisecond + time.Duration(max(ahead-batch, 0))*300*time.Millisecond
+				},
+				holder: loaded(c.busier), other: loaded(0),
+			}.check(t, c.held)
 		})
 	}
+}
+
+// holdUnderLoad is a two-server pool asked whether the holder of a
+// 400-token prefix (25 blocks) keeps it at a load. The scheduler of
+// config first has responses responses of other prompts, on the other
+// server or, with teachHolder, on the holder: the i-th at ahead = i%loads
+// requests ahead (the server's metrics(ahead)), with up to 400 of its
+// tokens uncached and the TTFT ttft(ahead, uncached). Then the prefix is
+// placed on the holder and the prompt checked, uncommitted, with the
+// servers' metrics holder and other.
+type holdUnderLoad struct {
+	config           string
+	responses, loads int
+	teachHolder      bool
+	metrics          func(ahead int) *datastore.Metrics
+	ttft             func(ahead, uncached int) time.Duration
+	holder, other    *datastore.Metrics
+}
+
+// check fails t unless whether the holder keeps the prompt is held.
+func (h holdUnderLoad) check(t *testing.T, held bool) {
+	t.Helper()
+	s, err := scheduling.New(nil, scheduling.Options{ConfigText: h.config, Rand: schedtest.SeededRand(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := schedtest.NewPool(t, 2, s)
+	holder, other := tp.Ep(t, 1), tp.Ep(t, 2)
+	other.SetMetrics(h.other)
+	teacher := other
+	if h.teachHolder {
+		teacher = holder
+	}
+	for i := range h.responses {
+		ahead, uncached := i%h.loads, (i*37)%401
+		teacher.SetMetrics(h.metrics(ahead))
+		res, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: schedtest.Prompt(fmt.Sprint("q", i), 1600), Subset: []string{teacher.Address}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.ObserveResponse(400-uncached, 400, h.ttft(ahead, uncached))
+	}
+	p := schedtest.Prompt("p", 1600)
+	if _, err := schedule(s, tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Subset: []string{holder.Address}}); err != nil {
+		t.Fatal(err)
+	}
+	holder.SetMetrics(h.holder)
+	other.SetMetrics(h.other)
+	// Not committed: the check learns nothing.
+	res, err := s.ScheduleDeferred(context.Background(), tp.Pool, &scheduling.Request{Model: "m", Prompt: p, Scores: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Scores[holder.Address] > res.Scores[other.Address]; got != held {
+		t.Fatalf("scores %v: the holder kept the prompt %v, want %v", res.Scores, got, held)
+	}
+}
+
+// queueCostConfig is a config of the prefix scorer alone, its holders'
+// load weighed at queueCostTokens 192 and no usage feedback, with params
+// (lines of YAML) among its parameters.
+func queueCostConfig(params ...string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n" +
+		"- type: prefix-cache-scorer\n  parameters:\n    queueCostTokens: 192\n    usageFeedback: false\n")
+	for _, p := range params {
+		b.WriteString("    " + p + "\n")
+	}
+	b.WriteString("- type: max-score-picker\n")
+	return b.String()
 }
