@@ -434,7 +434,8 @@ type prefixCycle struct {
 	held    []int // rendezvous: the blocks each candidate holds
 	index   *prefixIndex
 	// cacheMean is the pool's mean KV cache in tokens, 0 when no server
-	// says or Params.LoadPerCacheSize is off: the unit of a holder's load
+	// says, Params.LoadPerCacheSize is off or no QueueCostTokens weighs
+	// load: the unit of a holder's load
 	// both in the scores and in what PostPick gives the wait fit, so that
 	// the fit learns the cost of the load the scores charge.
 	cacheMean float64
@@ -455,7 +456,9 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 	}
 	st.index = s.index(cs.Pool)
 	st.cacheMean = 0
-	if *s.params.LoadPerCacheSize {
+	// Only a holder's load against QueueCostTokens (and the fit of it)
+	// reads the mean: a pool walk a pick is not paid for nothing.
+	if *s.params.LoadPerCacheSize && s.params.QueueCostTokens > 0 {
 		st.cacheMean = poolCacheMean(cs.Endpoints)
 	}
 	if len(st.hashes) == 0 || st.index == nil {
