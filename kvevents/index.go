@@ -4,7 +4,9 @@
 package kvevents
 
 import (
+	"maps"
 	"sync"
+	"time"
 )
 
 // Budget is a process-wide bound on index blocks that the event index
@@ -68,7 +70,18 @@ type Endpoint struct {
 	// record keeps at most as many keys, about what the server's cache
 	// held before it evicted them.
 	highWater int
+	// expected are the keys of prompts sent to the server (ExpectStored)
+	// that its events have not stored since, each with its deadline (Unix
+	// nanoseconds): until the prefill stores them, a prompt of the same
+	// prefix may count on them (MatchExpected). A key leaves when the
+	// events store it, so a block evicted after that is not brought back.
+	expected map[uint64]int64
 }
+
+// minExpected is the fewest keys an endpoint's expected set may hold
+// however few blocks its server was seen holding: a new server's first
+// prompts.
+const minExpected = 4096
 
 type keyState struct {
 	refs   int32
@@ -134,6 +147,69 @@ func (e *Endpoint) MatchRemoved(keys []uint64) (n int, ok bool) {
 	return n, true
 }
 
+// ExpectStored records keys, the blocks of a prompt sent to the server,
+// as about to be stored: MatchExpected counts those the server does not
+// hold until the events store them or until the deadline (now + ttl), the
+// picker's guess of when the prefill is done. The set holds about as many
+// keys as the server's cache (its most blocks seen, at least 4096, at
+// most MaxBlocksPerEndpoint); past that, expired keys are dropped and, if
+// it is still full, the rest of keys go unrecorded.
+func (e *Endpoint) ExpectStored(keys []uint64, now time.Time, ttl time.Duration) {
+	nowNanos := now.UnixNano()
+	deadline := nowNanos + int64(ttl)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.expected == nil {
+		e.expected = map[uint64]int64{}
+	}
+	bound := max(e.highWater, minExpected)
+	if e.maxBlocks > 0 {
+		bound = min(bound, e.maxBlocks)
+	}
+	swept := false
+	for _, k := range keys {
+		if e.keys[k].refs > 0 {
+			continue
+		}
+		if d, ok := e.expected[k]; ok {
+			e.expected[k] = max(d, deadline)
+			continue
+		}
+		if len(e.expected) >= bound {
+			if swept {
+				return
+			}
+			maps.DeleteFunc(e.expected, func(_ uint64, d int64) bool { return d <= nowNanos })
+			swept = true
+			if len(e.expected) >= bound {
+				return
+			}
+		}
+		e.expected[k] = deadline
+	}
+}
+
+// MatchExpected is how many leading keys the server holds or is expected
+// to store (ExpectStored) at now; ok is false when the index is not
+// confirmed, as Match's.
+func (e *Endpoint) MatchExpected(keys []uint64, now time.Time) (n int, ok bool) {
+	nowNanos := now.UnixNano()
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if !e.confirmed {
+		return 0, false
+	}
+	for n < len(keys) {
+		if e.keys[keys[n]].refs == 0 {
+			if d, ok := e.expected[keys[n]]; !ok || d <= nowNanos {
+				break
+			}
+		}
+		n++
+	}
+	return n, true
+}
+
 // Epoch is the index's mark now, for RemovedSince.
 func (e *Endpoint) Epoch() uint32 {
 	e.mu.RLock()
@@ -175,6 +251,7 @@ func (e *Endpoint) clear() {
 	e.release(len(e.engine) + e.removed.len())
 	clear(e.engine)
 	clear(e.keys)
+	clear(e.expected)
 	e.removed.clear()
 }
 
@@ -310,6 +387,7 @@ func (e *Endpoint) ref(k uint64) {
 	st := e.keys[k]
 	if st.refs == 0 {
 		st.stored = e.epoch
+		delete(e.expected, k)
 	}
 	st.refs++
 	e.keys[k] = st

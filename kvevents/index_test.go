@@ -6,6 +6,7 @@ package kvevents
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestEndpointApply: the index keys blocks from their tokens whatever the
@@ -120,6 +121,73 @@ func TestEndpointRemovedSince(t *testing.T) {
 				t.Errorf("RemovedSince = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestEndpointExpectStored: the blocks of a prompt sent to a server count
+// until its events store them or their deadline passes; a block the
+// events stored and then removed is not brought back, one the server held
+// when the prompt was sent is not recorded, a cleared cache drops them,
+// and the set stops growing at its bound until its keys expire.
+func TestEndpointExpectStored(t *testing.T) {
+	h, _ := NewHasher(2, "s", "")
+	tokens := []uint32{1, 2, 3, 4, 5, 6}
+	keys := h.Keys(nil, h.Root("m"), tokens)
+	storedFirst := Event{Kind: BlockStored, BlockHashes: []uint64{1, 2}, Tokens: tokens[:4], BlockSize: 2}
+	removedFirst := Event{Kind: BlockRemoved, BlockHashes: []uint64{1, 2}}
+	now := time.Unix(1000, 0)
+	const ttl = 2 * time.Second
+	tests := []struct {
+		name      string
+		before    []Event // applied before the prompt is sent
+		after     []Event // applied after
+		maxBlocks int
+		at        time.Duration // after the send
+		want      int
+		wantHeld  int
+	}{
+		{name: "sent, not yet stored", want: 3},
+		{name: "past the deadline", at: ttl, want: 0},
+		{name: "partly stored, the rest still expected", after: []Event{storedFirst}, want: 3, wantHeld: 2},
+		{name: "stored, then evicted: not brought back", after: []Event{storedFirst, removedFirst}, want: 0},
+		{name: "held when sent, evicted since: not expected", before: []Event{storedFirst}, after: []Event{removedFirst}, want: 0},
+		{name: "the cache cleared", after: []Event{{Kind: AllBlocksCleared}}, want: 0},
+		{name: "a bound of two keys", maxBlocks: 2, want: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ep := newEndpoint(h, tt.maxBlocks, nil, func(string, int) {})
+			ep.reset(true)
+			ep.apply("m", &Batch{Events: tt.before})
+			ep.ExpectStored(keys, now, ttl)
+			for _, ev := range tt.after {
+				ep.apply("m", &Batch{Events: []Event{ev}})
+			}
+			if n, ok := ep.MatchExpected(keys, now.Add(tt.at)); !ok || n != tt.want {
+				t.Errorf("MatchExpected = %d, %v; want %d", n, ok, tt.want)
+			}
+			if n, _ := ep.Match(keys); n != tt.wantHeld {
+				t.Errorf("Match = %d, want %d: expected blocks are not held", n, tt.wantHeld)
+			}
+		})
+	}
+
+	// A full set takes new keys once its own have expired.
+	ep := newEndpoint(h, 2, nil, func(string, int) {})
+	ep.reset(true)
+	other := h.Keys(nil, h.Root("other"), tokens)
+	ep.ExpectStored(keys, now, ttl)
+	ep.ExpectStored(other, now.Add(time.Second), ttl)
+	if n, _ := ep.MatchExpected(other, now.Add(time.Second)); n != 0 {
+		t.Errorf("a full set recorded %d more keys", n)
+	}
+	ep.ExpectStored(other, now.Add(ttl), ttl)
+	if n, _ := ep.MatchExpected(other, now.Add(ttl)); n != 2 {
+		t.Errorf("after its keys expired the set took %d keys, want 2", n)
+	}
+	ep.reset(false)
+	if _, ok := ep.MatchExpected(keys, now); ok {
+		t.Error("an unconfirmed index answered")
 	}
 }
 

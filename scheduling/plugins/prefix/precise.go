@@ -35,6 +35,10 @@ const (
 	MetricEvictedAfterPick   = "poolpicker_prefix_cache_evicted_after_pick_tokens_total"
 	maxPreciseBlockSize      = 1 << 12
 	maxPreciseTokenizerTimer = time.Second
+	// DefaultSpeculativeTTL is how long a pick's blocks count on its
+	// endpoint before its events store them (speculativeTTL), llm-d's.
+	DefaultSpeculativeTTL = 2 * time.Second
+	maxSpeculativeTTL     = time.Minute
 )
 
 // DefaultLearnedParams are the learned index's parameters when a precise
@@ -99,8 +103,11 @@ type PreciseParams struct {
 	// bounded by the parameters below. Of it, tokenizersPoolConfig's
 	// minPrefixOverlapRatio and local tokenizers are read (llmdTokenizers).
 	IndexerConfig json.RawMessage `json:"indexerConfig"`
-	// SpeculativeIndexing and SpeculativeTTL are accepted: the learned
-	// index (Approximate) stands in for an endpoint until its events do.
+	// SpeculativeIndexing counts a pick's prompt blocks on the endpoint
+	// picked from the pick until its events store them, at most
+	// SpeculativeTTL: a prompt of the same prefix picked meanwhile then
+	// finds them there, as it would in the learned index. SpeculativeTTL
+	// is a duration ("2s"); empty: 2s, at most 1m.
 	SpeculativeIndexing bool   `json:"speculativeIndexing"`
 	SpeculativeTTL      string `json:"speculativeTTL"`
 
@@ -183,8 +190,12 @@ type Precise struct {
 	maxBlocks int
 	// affinityRules: PreciseParams.AffinityRules.
 	affinityRules bool
-	agreement     agreement
-	fallbacks     *prometheus.CounterVec
+	// speculativeTTL is how long a pick's blocks count on its endpoint
+	// before its events store them (PreciseParams.SpeculativeIndexing);
+	// zero: not at all.
+	speculativeTTL time.Duration
+	agreement      agreement
+	fallbacks      *prometheus.CounterVec
 	// evictedAfterPick counts the predicted tokens the servers did not
 	// report cached because their events removed the blocks after the pick.
 	evictedAfterPick prometheus.Counter
@@ -264,6 +275,21 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 		s.maxPrompt = DefaultMaxPromptBytes
 	}
 	s.affinityRules = p.AffinityRules == nil || *p.AffinityRules
+	if p.SpeculativeIndexing {
+		s.speculativeTTL = DefaultSpeculativeTTL
+	}
+	if p.SpeculativeTTL != "" {
+		ttl, err := time.ParseDuration(p.SpeculativeTTL)
+		if err != nil {
+			return nil, fmt.Errorf("parameters: speculativeTTL: %w", err)
+		}
+		if ttl <= 0 || ttl > maxSpeculativeTTL {
+			return nil, fmt.Errorf("parameters: speculativeTTL %v must be above 0 and at most %v", ttl, maxSpeculativeTTL)
+		}
+		if p.SpeculativeIndexing {
+			s.speculativeTTL = ttl
+		}
+	}
 	backend, timeout, cacheEntries := defaultTokenizerBackend, time.Duration(0), 0
 	if t := p.Tokenizer; t != nil {
 		if t.Backend != "" {
@@ -439,7 +465,11 @@ type preciseCycle struct {
 	keys    []uint64
 	// matched are the blocks each candidate (by address) holds according to
 	// its events; absent: scored from the learned index.
-	matched      map[string]int
+	matched map[string]int
+	// expected are the blocks each candidate holds or is expected to
+	// store (speculativeTTL), the blocks it is scored by; absent: those
+	// matched.
+	expected     map[string]int
 	promptTokens int
 	whole        bool
 	// estimatePerToken is the learned index's estimate of tokens over the
@@ -455,12 +485,13 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 	s.approx.Score(ctx, cs, req, c, scores)
 	st, _ := cs.Reuse(s.key).(*preciseCycle)
 	if st == nil {
-		st = &preciseCycle{matched: map[string]int{}}
+		st = &preciseCycle{matched: map[string]int{}, expected: map[string]int{}}
 	}
 	if s.affinityRules {
 		st.learned = append(st.learned[:0], scores...)
 	}
 	clear(st.matched)
+	clear(st.expected)
 	st.keys, st.promptTokens = st.keys[:0], 0
 	cs.Write(s.key, st)
 	if s.events == nil {
@@ -513,6 +544,7 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		return nil
 	}
 	total := float64(len(st.keys))
+	now := time.Now()
 	for i, ep := range eps {
 		if ep == nil {
 			continue
@@ -521,7 +553,13 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		if !ok {
 			continue
 		}
-		st.matched[c[i].Endpoint.Address()] = n
+		addr := c[i].Endpoint.Address()
+		st.matched[addr] = n
+		if s.speculativeTTL > 0 {
+			if e, ok := ep.MatchExpected(st.keys, now); ok && e > n {
+				st.expected[addr], n = e, e
+			}
+		}
 		scores[i] = float64(n) / total
 	}
 	if s.affinityRules {
@@ -577,7 +615,11 @@ func (s *Precise) weighMatches(learned *prefixIndex, states []*prefixEndpoint, c
 		if removed {
 			return eps[i].MatchRemoved(st.keys)
 		}
-		n, ok := st.matched[c[i].Endpoint.Address()]
+		addr := c[i].Endpoint.Address()
+		if n, ok := st.expected[addr]; ok {
+			return n, true
+		}
+		n, ok := st.matched[addr]
 		return n, ok
 	}
 	switch {
@@ -663,7 +705,11 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 				mean := s.approx.cacheMean(cs)
 				p.LoadAtPick, p.QueuedAtPick = loadAtPick(primary, mean, s.approx.batchAtPick(learned, primary, mean))
 			}
-			if ep := s.eventIndex(cs.Pool, primary); ep != nil && n > 0 {
+			ep := s.eventIndex(cs.Pool, primary)
+			if ep != nil && s.speculativeTTL > 0 {
+				ep.ExpectStored(st.keys, time.Now(), s.speculativeTTL)
+			}
+			if ep != nil && n > 0 {
 				p.Ref, p.Mark = &predictedBlocks{ep: ep, keys: slices.Clone(st.keys[:n]), learned: learned}, uint64(ep.Epoch())
 			} else if learned != nil {
 				p.Ref = learned

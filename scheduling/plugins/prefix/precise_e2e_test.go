@@ -457,6 +457,52 @@ func TestPreciseAffinityRules(t *testing.T) {
 	}
 }
 
+// TestPreciseSpeculativeIndexing: with speculativeIndexing a pick's
+// prompt blocks count on its endpoint before the server's events store
+// them, so the prefix's next request, picked before its first is served,
+// follows it; without, the events score every server 0 for it (the
+// learned index's rules off) and the choice is the load scorers'
+// tie-break. The picks are committed and never sent, so no event stores
+// their blocks.
+func TestPreciseSpeculativeIndexing(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		speculative string
+		ips         []string
+	}{
+		{"on", "\n    speculativeIndexing: true\n    speculativeTTL: 1m", []string{"127.0.101.2", "127.0.101.3", "127.0.101.4"}},
+		{"off", "", []string{"127.0.102.2", "127.0.102.3", "127.0.102.4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pp := newPrecisePool(t, tc.ips, strings.Replace(affinityConfig, "affinityRules: %s", "affinityRules: false"+tc.speculative, 1))
+			pp.followed(t)
+			pick := func(body []byte) string {
+				t.Helper()
+				res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(body)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer res.Commit()
+				return res.Endpoints[0].Address
+			}
+			const prefixes = 12
+			followed := 0
+			for p := range prefixes {
+				first := pick(completionBody(fmt.Sprintf("unsent prefix %d round 0", p), 40))
+				if pick(completionBody(fmt.Sprintf("unsent prefix %d round 1", p), 40)) == first {
+					followed++
+				}
+			}
+			switch {
+			case tc.speculative != "" && followed != prefixes:
+				t.Errorf("%d of %d prefixes' next requests followed their first, want all", followed, prefixes)
+			case tc.speculative == "" && followed == prefixes:
+				t.Errorf("all %d prefixes' next requests followed their first without speculative indexing: the test does not tell the two apart", prefixes)
+			}
+		})
+	}
+}
+
 // TestPreciseWeighsInLearnedUnits: with affinityRules the events' matches
 // are weighed against load in the learned index's units, its estimate of
 // the tokens, so that queueCostTokens moves a prefix at the load the

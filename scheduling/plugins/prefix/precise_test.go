@@ -23,7 +23,10 @@ func TestNewPreciseParameters(t *testing.T) {
 	}{
 		{name: "llm-d's defaults: dial each endpoint at 5557", params: `{}`},
 		{name: "llm-d's simulator dials the picker", params: `{"tokenProcessorConfig":{"blockSizeTokens":16,"hashSeed":"42"},"kvEventsConfig":{"zmqEndpoint":"tcp://127.0.0.1:0","discoverPods":false}}`},
-		{name: "indexer and speculative settings read past", params: `{"indexerConfig":{"kvBlockIndexConfig":{"enableMetrics":true}},"speculativeIndexing":true,"speculativeTTL":"2s","kvEventsConfig":{"engineType":"sglang","concurrency":4}}`},
+		{name: "indexer settings read past, speculative indexing", params: `{"indexerConfig":{"kvBlockIndexConfig":{"enableMetrics":true}},"speculativeIndexing":true,"speculativeTTL":"2s","kvEventsConfig":{"engineType":"sglang","concurrency":4}}`},
+		{name: "speculativeTTL unreadable", params: `{"speculativeIndexing":true,"speculativeTTL":"soon"}`, wantErr: "speculativeTTL"},
+		{name: "speculativeTTL too long", params: `{"speculativeIndexing":true,"speculativeTTL":"2m"}`, wantErr: "speculativeTTL 2m0s"},
+		{name: "speculativeTTL zero", params: `{"speculativeTTL":"0s"}`, wantErr: "speculativeTTL 0s"},
 		{name: "estimate backend", params: `{"tokenizer":{"backend":"estimate"}}`},
 		{name: "the base model rendered for", params: `{"tokenizer":{"modelName":"Qwen/Qwen3-0.6B","url":"http://127.0.0.1:9"}}`},
 		{name: "the base model, llm-d's tokenizersPoolConfig spelling", params: `{"indexerConfig":{"tokenizersPoolConfig":{"modelName":"Qwen/Qwen3-0.6B"}}}`},
