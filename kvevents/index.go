@@ -35,9 +35,10 @@ const (
 )
 
 // Endpoint is what the index knows of one endpoint's server: the blocks its
-// events say it holds, and those they say it removed recently. The
-// subscription that feeds it is its only writer; the pick path reads it
-// under the read lock.
+// events say it holds, those they say it removed recently, and those of
+// prompts sent to it that they have yet to store (ExpectStored). The
+// subscription that feeds it writes the first two, the pick path the
+// third; the pick path reads it under the read lock.
 type Endpoint struct {
 	hasher    *Hasher
 	maxBlocks int
