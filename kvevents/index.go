@@ -77,6 +77,8 @@ type Endpoint struct {
 	// prefix may count on them (MatchExpected). A key leaves when the
 	// events store it, so a block evicted after that is not brought back.
 	expected map[uint64]int64
+	// nextSweep is when ExpectStored next drops the expired keys.
+	nextSweep int64
 }
 
 // minExpected is the fewest keys an endpoint's expected set may hold
@@ -149,12 +151,12 @@ func (e *Endpoint) MatchRemoved(keys []uint64) (n int, ok bool) {
 }
 
 // ExpectStored records keys, the blocks of a prompt sent to the server,
-// as about to be stored: MatchExpected counts those the server does not
-// hold until the events store them or until the deadline (now + ttl), the
-// picker's guess of when the prefill is done. The set holds about as many
-// keys as the server's cache (its most blocks seen, at least 4096, at
-// most MaxBlocksPerEndpoint); past that, expired keys are dropped and, if
-// it is still full, the rest of keys go unrecorded.
+// as about to be stored: MatchExpected and ExpectedBlocks count those the
+// server does not hold until the events store them or until the deadline
+// (now + ttl), the picker's guess of when the prefill is done. Expired keys
+// are dropped every ttl; the set holds at most about as many keys as the
+// server's cache (its most blocks seen, at least 4096, at most
+// MaxBlocksPerEndpoint), and past that the rest of keys go unrecorded.
 func (e *Endpoint) ExpectStored(keys []uint64, now time.Time, ttl time.Duration) {
 	nowNanos := now.UnixNano()
 	deadline := nowNanos + int64(ttl)
@@ -163,11 +165,14 @@ func (e *Endpoint) ExpectStored(keys []uint64, now time.Time, ttl time.Duration)
 	if e.expected == nil {
 		e.expected = map[uint64]int64{}
 	}
+	if nowNanos >= e.nextSweep {
+		maps.DeleteFunc(e.expected, func(_ uint64, d int64) bool { return d <= nowNanos })
+		e.nextSweep = deadline
+	}
 	bound := max(e.highWater, minExpected)
 	if e.maxBlocks > 0 {
 		bound = min(bound, e.maxBlocks)
 	}
-	swept := false
 	for _, k := range keys {
 		if e.keys[k].refs > 0 {
 			continue
@@ -177,17 +182,19 @@ func (e *Endpoint) ExpectStored(keys []uint64, now time.Time, ttl time.Duration)
 			continue
 		}
 		if len(e.expected) >= bound {
-			if swept {
-				return
-			}
-			maps.DeleteFunc(e.expected, func(_ uint64, d int64) bool { return d <= nowNanos })
-			swept = true
-			if len(e.expected) >= bound {
-				return
-			}
+			return
 		}
 		e.expected[k] = deadline
 	}
+}
+
+// ExpectedBlocks is the number of blocks the server is expected to store
+// (ExpectStored): those its events have not stored, their deadlines passed
+// or not until the next sweep.
+func (e *Endpoint) ExpectedBlocks() int {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return len(e.expected)
 }
 
 // MatchExpected is how many leading keys the server holds or is expected

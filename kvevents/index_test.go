@@ -145,14 +145,16 @@ func TestEndpointExpectStored(t *testing.T) {
 		at        time.Duration // after the send
 		want      int
 		wantHeld  int
+		// wantExpected is ExpectedBlocks before the deadline.
+		wantExpected int
 	}{
-		{name: "sent, not yet stored", want: 3},
+		{name: "sent, not yet stored", want: 3, wantExpected: 3},
 		{name: "past the deadline", at: ttl, want: 0},
-		{name: "partly stored, the rest still expected", after: []Event{storedFirst}, want: 3, wantHeld: 2},
-		{name: "stored, then evicted: not brought back", after: []Event{storedFirst, removedFirst}, want: 0},
-		{name: "held when sent, evicted since: not expected", before: []Event{storedFirst}, after: []Event{removedFirst}, want: 0},
+		{name: "partly stored, the rest still expected", after: []Event{storedFirst}, want: 3, wantHeld: 2, wantExpected: 1},
+		{name: "stored, then evicted: not brought back", after: []Event{storedFirst, removedFirst}, want: 0, wantExpected: 1},
+		{name: "held when sent, evicted since: not expected", before: []Event{storedFirst}, after: []Event{removedFirst}, want: 0, wantExpected: 1},
 		{name: "the cache cleared", after: []Event{{Kind: AllBlocksCleared}}, want: 0},
-		{name: "a bound of two keys", maxBlocks: 2, want: 2},
+		{name: "a bound of two keys", maxBlocks: 2, want: 2, wantExpected: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,21 +171,24 @@ func TestEndpointExpectStored(t *testing.T) {
 			if n, _ := ep.Match(keys); n != tt.wantHeld {
 				t.Errorf("Match = %d, want %d: expected blocks are not held", n, tt.wantHeld)
 			}
+			if tt.at == 0 && ep.ExpectedBlocks() != tt.wantExpected {
+				t.Errorf("ExpectedBlocks = %d, want %d", ep.ExpectedBlocks(), tt.wantExpected)
+			}
 		})
 	}
 
-	// A full set takes new keys once its own have expired.
+	// A full set takes new keys once its own have expired and been swept.
 	ep := newEndpoint(h, 2, nil, func(string, int) {})
 	ep.reset(true)
 	other := h.Keys(nil, h.Root("other"), tokens)
 	ep.ExpectStored(keys, now, ttl)
 	ep.ExpectStored(other, now.Add(time.Second), ttl)
-	if n, _ := ep.MatchExpected(other, now.Add(time.Second)); n != 0 {
-		t.Errorf("a full set recorded %d more keys", n)
+	if n, _ := ep.MatchExpected(other, now.Add(time.Second)); n != 0 || ep.ExpectedBlocks() != 2 {
+		t.Errorf("a full set recorded %d more keys, holds %d", n, ep.ExpectedBlocks())
 	}
 	ep.ExpectStored(other, now.Add(ttl), ttl)
-	if n, _ := ep.MatchExpected(other, now.Add(ttl)); n != 2 {
-		t.Errorf("after its keys expired the set took %d keys, want 2", n)
+	if n, _ := ep.MatchExpected(other, now.Add(ttl)); n != 2 || ep.ExpectedBlocks() != 2 {
+		t.Errorf("after its keys expired the set took %d keys (holds %d), want 2", n, ep.ExpectedBlocks())
 	}
 	ep.reset(false)
 	if _, ok := ep.MatchExpected(keys, now); ok {

@@ -668,12 +668,17 @@ func (s *Precise) observeTokenScale(pool framework.Pool, req *framework.Request,
 }
 
 // eventHeldBlocks is the blocks e's server holds according to its events,
-// in the learned index's blocks (its estimate of their tokens over its
-// tokens a block); false when e's events are not followed.
+// with speculative indexing those it is expected to store too, in the
+// learned index's blocks (its estimate of their tokens over its tokens a
+// block); false when e's events are not followed.
 func (s *Precise) eventHeldBlocks(pool framework.Pool, e framework.Endpoint) (int, bool) {
 	ep := s.eventIndex(pool, e)
 	if ep == nil || !ep.Confirmed() {
 		return 0, false
+	}
+	blocks := ep.Blocks()
+	if s.speculativeTTL > 0 {
+		blocks += ep.ExpectedBlocks()
 	}
 	scale := 1.0
 	if x := s.approx.index(pool); x != nil {
@@ -681,7 +686,7 @@ func (s *Precise) eventHeldBlocks(pool framework.Pool, e framework.Endpoint) (in
 	}
 	a := s.approx.params
 	perBlock := float64(a.HashBlockSize) / float64(a.BytesPerToken)
-	return int(float64(ep.Blocks()*s.hasher.BlockSize()) / scale / perBlock), true
+	return int(float64(blocks*s.hasher.BlockSize()) / scale / perBlock), true
 }
 
 // PostPick leaves on the Result what the events predicted on the primary

@@ -503,6 +503,70 @@ func TestPreciseSpeculativeIndexing(t *testing.T) {
 	}
 }
 
+// TestPreciseSpeculativeBalance: the cache balance of new prefixes
+// (rendezvousBalanceCache) counts, with speculativeIndexing, the blocks
+// each server is expected to store, so new prefixes placed before any of
+// their events arrive are spread as if stored: eight whose rendezvous
+// choice is one server end at most two prompts apart on three servers.
+// Without it the events show nothing yet and all eight go to that server.
+// The picks are committed and never sent.
+func TestPreciseSpeculativeBalance(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		speculative bool
+		ips         []string
+	}{
+		{"on", true, []string{"127.0.103.2", "127.0.103.3", "127.0.103.4"}},
+		{"off", false, []string{"127.0.104.2", "127.0.104.3", "127.0.104.4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			config := preciseConfig
+			if tc.speculative {
+				config = strings.Replace(config, "      timeout: 1s\n", "      timeout: 1s\n    speculativeIndexing: true\n    speculativeTTL: 1m\n", 1)
+			}
+			pp := newPrecisePool(t, tc.ips, config)
+			pp.followed(t)
+			pick := func(sched *scheduling.Scheduler, prompt []byte) string {
+				t.Helper()
+				res, err := sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: prompt})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer res.Commit()
+				return res.Endpoints[0].Address
+			}
+			// Eight new prefixes the rendezvous hash alone puts on one server.
+			hashOnly := rendezvousOnly(t)
+			var favoured string
+			var prompts [][]byte
+			for i := 0; len(prompts) < 8; i++ {
+				prompt := promptOf(completionBody(fmt.Sprintf("balanced prefix %d round 0", i), 40))
+				choice := pick(hashOnly, prompt)
+				if favoured == "" {
+					favoured = choice
+				}
+				if choice == favoured {
+					prompts = append(prompts, prompt)
+				}
+			}
+			counts := map[string]int{}
+			for _, prompt := range prompts {
+				counts[pick(pp.sched, prompt)]++
+			}
+			least := len(prompts)
+			for _, ip := range tc.ips {
+				least = min(least, counts[ip+":"+strings.Split(favoured, ":")[1]])
+			}
+			switch {
+			case tc.speculative && counts[favoured]-least > 2:
+				t.Errorf("placed %v: the favoured server %s holds more than two prompts beyond the least", counts, favoured)
+			case !tc.speculative && counts[favoured] != len(prompts):
+				t.Errorf("placed %v without speculative indexing, want all on %s", counts, favoured)
+			}
+		})
+	}
+}
+
 // TestPreciseWeighsInLearnedUnits: with affinityRules the events' matches
 // are weighed against load in the learned index's units, its estimate of
 // the tokens, so that queueCostTokens moves a prefix at the load the
