@@ -34,7 +34,8 @@ schedulingProfiles:
 // BenchmarkPickPrecise is the time and CPU of one pick (scheduling and its post-pick
 // step, no ext_proc) of a 40-block prompt whose prefix the servers hold, with
 // the precise scorer (its tokens cached, or rendered by a server each time:
-// a new suffix) against the approximate one, on the same pool.
+// a new suffix), with and without speculative indexing, against the
+// approximate one, on the same pool.
 func BenchmarkPickPrecise(b *testing.B) {
 	for _, bc := range []struct {
 		name, config string
@@ -43,6 +44,8 @@ func BenchmarkPickPrecise(b *testing.B) {
 		{"approximate", approximateConfig, false},
 		{"precise tokens cached", preciseConfig, false},
 		{"precise rendered", preciseConfig, true},
+		{"precise speculative tokens cached", speculativeConfig, false},
+		{"precise speculative rendered", speculativeConfig, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			pp := newPrecisePool(b, []string{"127.0.92.2", "127.0.92.3", "127.0.92.4"}, bc.config)

@@ -503,6 +503,10 @@ func TestPreciseSpeculativeIndexing(t *testing.T) {
 	}
 }
 
+// speculativeConfig is preciseConfig with speculativeIndexing, its blocks
+// counted for a minute: longer than any test waits.
+var speculativeConfig = strings.Replace(preciseConfig, "      timeout: 1s\n", "      timeout: 1s\n    speculativeIndexing: true\n    speculativeTTL: 1m\n", 1)
+
 // TestPreciseSpeculativeBalance: the cache balance of new prefixes
 // (rendezvousBalanceCache) counts, with speculativeIndexing, the blocks
 // each server is expected to store, so new prefixes placed before any of
@@ -522,7 +526,7 @@ func TestPreciseSpeculativeBalance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			config := preciseConfig
 			if tc.speculative {
-				config = strings.Replace(config, "      timeout: 1s\n", "      timeout: 1s\n    speculativeIndexing: true\n    speculativeTTL: 1m\n", 1)
+				config = speculativeConfig
 			}
 			pp := newPrecisePool(t, tc.ips, config)
 			pp.followed(t)
