@@ -106,9 +106,13 @@ type PreciseParams struct {
 	// SpeculativeIndexing counts a pick's prompt blocks on the endpoint
 	// picked from the pick until its events store them, at most
 	// SpeculativeTTL: a prompt of the same prefix picked meanwhile then
-	// finds them there, as it would in the learned index. SpeculativeTTL
-	// is a duration ("2s"); empty: 2s, at most 1m.
-	SpeculativeIndexing bool   `json:"speculativeIndexing"`
+	// finds them there, as it would in the learned index, and new
+	// prefixes are balanced by them (rendezvousBalanceCache). Absent: true
+	// (llm-d's default is false: on unequal servers it kept the hit rate
+	// and the tail that the events' delay cost, in the routing sweep on
+	// llm-d's simulator). SpeculativeTTL is a duration ("2s"); empty: 2s,
+	// at most 1m.
+	SpeculativeIndexing *bool  `json:"speculativeIndexing"`
 	SpeculativeTTL      string `json:"speculativeTTL"`
 
 	// Tokenizer says how a prompt becomes token ids.
@@ -275,7 +279,8 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 		s.maxPrompt = DefaultMaxPromptBytes
 	}
 	s.affinityRules = p.AffinityRules == nil || *p.AffinityRules
-	if p.SpeculativeIndexing {
+	speculative := p.SpeculativeIndexing == nil || *p.SpeculativeIndexing
+	if speculative {
 		s.speculativeTTL = DefaultSpeculativeTTL
 	}
 	if p.SpeculativeTTL != "" {
@@ -286,7 +291,7 @@ func NewPrecise(name string, raw json.RawMessage, h framework.Handle) (framework
 		if ttl <= 0 || ttl > maxSpeculativeTTL {
 			return nil, fmt.Errorf("parameters: speculativeTTL %v must be above 0 and at most %v", ttl, maxSpeculativeTTL)
 		}
-		if p.SpeculativeIndexing {
+		if speculative {
 			s.speculativeTTL = ttl
 		}
 	}

@@ -462,8 +462,8 @@ func TestPreciseAffinityRules(t *testing.T) {
 // them, so the prefix's next request, picked before its first is served,
 // follows it; without, the events score every server 0 for it (the
 // learned index's rules off) and the choice is the load scorers'
-// tie-break. The picks are committed and never sent, so no event stores
-// their blocks.
+// tie-break. Not set, it is on. The picks are committed and never sent,
+// so no event stores their blocks.
 func TestPreciseSpeculativeIndexing(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -471,7 +471,8 @@ func TestPreciseSpeculativeIndexing(t *testing.T) {
 		ips         []string
 	}{
 		{"on", "\n    speculativeIndexing: true\n    speculativeTTL: 1m", []string{"127.0.101.2", "127.0.101.3", "127.0.101.4"}},
-		{"off", "", []string{"127.0.102.2", "127.0.102.3", "127.0.102.4"}},
+		{"off", "\n    speculativeIndexing: false", []string{"127.0.102.2", "127.0.102.3", "127.0.102.4"}},
+		{"absent", "", []string{"127.0.105.2", "127.0.105.3", "127.0.105.4"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pp := newPrecisePool(t, tc.ips, strings.Replace(affinityConfig, "affinityRules: %s", "affinityRules: false"+tc.speculative, 1))
@@ -494,9 +495,9 @@ func TestPreciseSpeculativeIndexing(t *testing.T) {
 				}
 			}
 			switch {
-			case tc.speculative != "" && followed != prefixes:
+			case tc.name != "off" && followed != prefixes:
 				t.Errorf("%d of %d prefixes' next requests followed their first, want all", followed, prefixes)
-			case tc.speculative == "" && followed == prefixes:
+			case tc.name == "off" && followed == prefixes:
 				t.Errorf("all %d prefixes' next requests followed their first without speculative indexing: the test does not tell the two apart", prefixes)
 			}
 		})
@@ -524,9 +525,9 @@ func TestPreciseSpeculativeBalance(t *testing.T) {
 		{"off", false, []string{"127.0.104.2", "127.0.104.3", "127.0.104.4"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			config := preciseConfig
-			if tc.speculative {
-				config = speculativeConfig
+			config := speculativeConfig
+			if !tc.speculative {
+				config = strings.Replace(preciseConfig, "      timeout: 1s\n", "      timeout: 1s\n    speculativeIndexing: false\n", 1)
 			}
 			pp := newPrecisePool(t, tc.ips, config)
 			pp.followed(t)
