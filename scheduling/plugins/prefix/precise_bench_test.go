@@ -42,8 +42,8 @@ func BenchmarkPickPrecise(b *testing.B) {
 		newSuffix    bool
 	}{
 		{"approximate", approximateConfig, false},
-		{"precise tokens cached", preciseConfig, false},
-		{"precise rendered", preciseConfig, true},
+		{"precise tokens cached", unspeculativeConfig, false},
+		{"precise rendered", unspeculativeConfig, true},
 		{"precise speculative tokens cached", speculativeConfig, false},
 		{"precise speculative rendered", speculativeConfig, true},
 	} {

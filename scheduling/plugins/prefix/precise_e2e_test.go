@@ -505,8 +505,12 @@ func TestPreciseSpeculativeIndexing(t *testing.T) {
 }
 
 // speculativeConfig is preciseConfig with speculativeIndexing, its blocks
-// counted for a minute: longer than any test waits.
-var speculativeConfig = strings.Replace(preciseConfig, "      timeout: 1s\n", "      timeout: 1s\n    speculativeIndexing: true\n    speculativeTTL: 1m\n", 1)
+// counted for a minute: longer than any test waits; unspeculativeConfig
+// is preciseConfig without it.
+var (
+	speculativeConfig   = strings.Replace(preciseConfig, "      timeout: 1s\n", "      timeout: 1s\n    speculativeIndexing: true\n    speculativeTTL: 1m\n", 1)
+	unspeculativeConfig = strings.Replace(preciseConfig, "      timeout: 1s\n", "      timeout: 1s\n    speculativeIndexing: false\n", 1)
+)
 
 // TestPreciseSpeculativeBalance: the cache balance of new prefixes
 // (rendezvousBalanceCache) counts, with speculativeIndexing, the blocks
@@ -527,7 +531,7 @@ func TestPreciseSpeculativeBalance(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			config := speculativeConfig
 			if !tc.speculative {
-				config = strings.Replace(preciseConfig, "      timeout: 1s\n", "      timeout: 1s\n    speculativeIndexing: false\n", 1)
+				config = unspeculativeConfig
 			}
 			pp := newPrecisePool(t, tc.ips, config)
 			pp.followed(t)
