@@ -118,36 +118,14 @@ func (e *Endpoint) Blocks() int {
 // Match is how many leading keys the server holds; ok is false when the
 // index is not confirmed (the caller falls back to what it learned).
 func (e *Endpoint) Match(keys []uint64) (n int, ok bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if !e.confirmed {
-		return 0, false
-	}
-	for n < len(keys) {
-		if e.keys[keys[n]].refs == 0 {
-			break
-		}
-		n++
-	}
-	return n, true
+	return e.matchLeading(keys, func(uint64) bool { return false })
 }
 
 // MatchRemoved is how many leading keys the server holds or removed
 // recently (of the last removed keys, as many as it held at most); ok is
 // false when the index is not confirmed, as Match's.
 func (e *Endpoint) MatchRemoved(keys []uint64) (n int, ok bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if !e.confirmed {
-		return 0, false
-	}
-	for n < len(keys) {
-		if e.keys[keys[n]].refs == 0 && !e.removed.has(keys[n]) {
-			break
-		}
-		n++
-	}
-	return n, true
+	return e.matchLeading(keys, e.removed.has)
 }
 
 // ExpectStored records keys, the blocks of a prompt sent to the server,
@@ -202,17 +180,22 @@ func (e *Endpoint) ExpectedBlocks() int {
 // confirmed, as Match's.
 func (e *Endpoint) MatchExpected(keys []uint64, now time.Time) (n int, ok bool) {
 	nowNanos := now.UnixNano()
+	return e.matchLeading(keys, func(k uint64) bool {
+		d, ok := e.expected[k]
+		return ok && d > nowNanos
+	})
+}
+
+// matchLeading is how many leading keys the server holds or also has
+// (called under the read lock); ok is false when the index is not
+// confirmed.
+func (e *Endpoint) matchLeading(keys []uint64, also func(k uint64) bool) (n int, ok bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if !e.confirmed {
 		return 0, false
 	}
-	for n < len(keys) {
-		if e.keys[keys[n]].refs == 0 {
-			if d, ok := e.expected[keys[n]]; !ok || d <= nowNanos {
-				break
-			}
-		}
+	for n < len(keys) && (e.keys[keys[n]].refs > 0 || also(keys[n])) {
 		n++
 	}
 	return n, true
