@@ -107,11 +107,11 @@ type PreciseParams struct {
 	// picked from the pick until its events store them, at most
 	// SpeculativeTTL: a prompt of the same prefix picked meanwhile then
 	// finds them there, as it would in the learned index, and new
-	// prefixes are balanced by them (rendezvousBalanceCache). Absent: true
-	// (llm-d's default is false: on unequal servers it kept the hit rate
-	// and the tail that the events' delay cost, in the routing sweep on
-	// llm-d's simulator). SpeculativeTTL is a duration ("2s"); empty: 2s,
-	// at most 1m.
+	// prefixes are balanced by them (rendezvousBalanceCache). Absent: true,
+	// where llm-d's default is false: on unequal servers, in the routing
+	// sweep on llm-d's simulator, it kept the hit rate and the tail that
+	// waiting for the events cost. SpeculativeTTL is a duration ("2s");
+	// empty: 2s, at most 1m.
 	SpeculativeIndexing *bool  `json:"speculativeIndexing"`
 	SpeculativeTTL      string `json:"speculativeTTL"`
 
