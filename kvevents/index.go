@@ -134,7 +134,9 @@ func (e *Endpoint) MatchRemoved(keys []uint64) (n int, ok bool) {
 // (now + ttl), the picker's guess of when the prefill is done. Expired keys
 // are dropped every ttl; the set holds at most about as many keys as the
 // server's cache (its most blocks seen, at least 4096, at most
-// MaxBlocksPerEndpoint), and past that the rest of keys go unrecorded.
+// MaxBlocksPerEndpoint), each reserved from the budget as a held block is,
+// and past that, or when the budget is full, the rest of keys go
+// unrecorded.
 func (e *Endpoint) ExpectStored(keys []uint64, now time.Time, ttl time.Duration) {
 	nowNanos := now.UnixNano()
 	deadline := nowNanos + int64(ttl)
@@ -144,7 +146,9 @@ func (e *Endpoint) ExpectStored(keys []uint64, now time.Time, ttl time.Duration)
 		e.expected = map[uint64]int64{}
 	}
 	if nowNanos >= e.nextSweep {
+		n := len(e.expected)
 		maps.DeleteFunc(e.expected, func(_ uint64, d int64) bool { return d <= nowNanos })
+		e.release(n - len(e.expected))
 		e.nextSweep = deadline
 	}
 	bound := max(e.highWater, minExpected)
@@ -159,7 +163,7 @@ func (e *Endpoint) ExpectStored(keys []uint64, now time.Time, ttl time.Duration)
 			e.expected[k] = max(d, deadline)
 			continue
 		}
-		if len(e.expected) >= bound {
+		if len(e.expected) >= bound || (e.budget != nil && !e.budget.Reserve(1)) {
 			return
 		}
 		e.expected[k] = deadline
@@ -239,7 +243,7 @@ func (e *Endpoint) reset(confirmed bool) {
 // cleared its cache holds nothing of anything, so no prefix is its more
 // than another's.
 func (e *Endpoint) clear() {
-	e.release(len(e.engine) + e.removed.len())
+	e.release(len(e.engine) + e.removed.len() + len(e.expected))
 	clear(e.engine)
 	clear(e.keys)
 	clear(e.expected)
@@ -378,7 +382,10 @@ func (e *Endpoint) ref(k uint64) {
 	st := e.keys[k]
 	if st.refs == 0 {
 		st.stored = e.epoch
-		delete(e.expected, k)
+		if _, ok := e.expected[k]; ok {
+			delete(e.expected, k)
+			e.release(1)
+		}
 	}
 	st.refs++
 	e.keys[k] = st

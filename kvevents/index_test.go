@@ -128,7 +128,8 @@ func TestEndpointRemovedSince(t *testing.T) {
 // until its events store them or their deadline passes; a block the
 // events stored and then removed is not brought back, one the server held
 // when the prompt was sent is not recorded, a cleared cache drops them,
-// and the set stops growing at its bound until its keys expire.
+// the set stops growing at its bound or a full budget until its keys
+// expire, and every key's reservation is released when it leaves.
 func TestEndpointExpectStored(t *testing.T) {
 	h, _ := NewHasher(2, "s", "")
 	tokens := []uint32{1, 2, 3, 4, 5, 6}
@@ -142,6 +143,7 @@ func TestEndpointExpectStored(t *testing.T) {
 		before    []Event // applied before the prompt is sent
 		after     []Event // applied after
 		maxBlocks int
+		budget    int           // blocks the budget allows; 0: any
 		at        time.Duration // after the send
 		want      int
 		wantHeld  int
@@ -155,10 +157,12 @@ func TestEndpointExpectStored(t *testing.T) {
 		{name: "held when sent, evicted since: not expected", before: []Event{storedFirst}, after: []Event{removedFirst}, want: 0, wantExpected: 1},
 		{name: "the cache cleared", after: []Event{{Kind: AllBlocksCleared}}, want: 0},
 		{name: "a bound of two keys", maxBlocks: 2, want: 2, wantExpected: 2},
+		{name: "a budget of one block", budget: 1, want: 1, wantExpected: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ep := newEndpoint(h, tt.maxBlocks, nil, func(string, int) {})
+			budget := &countingBudget{t: t, limit: tt.budget}
+			ep := newEndpoint(h, tt.maxBlocks, budget, func(string, int) {})
 			ep.reset(true)
 			ep.apply("m", &Batch{Events: tt.before})
 			ep.ExpectStored(keys, now, ttl)
@@ -174,11 +178,17 @@ func TestEndpointExpectStored(t *testing.T) {
 			if tt.at == 0 && ep.ExpectedBlocks() != tt.wantExpected {
 				t.Errorf("ExpectedBlocks = %d, want %d", ep.ExpectedBlocks(), tt.wantExpected)
 			}
+			ep.reset(true)
+			if budget.n != 0 {
+				t.Errorf("%d blocks still reserved after the index was cleared", budget.n)
+			}
 		})
 	}
 
-	// A full set takes new keys once its own have expired and been swept.
-	ep := newEndpoint(h, 2, nil, func(string, int) {})
+	// A full set takes new keys once its own have expired and been swept,
+	// and the swept keys' reservations are released.
+	budget := &countingBudget{t: t}
+	ep := newEndpoint(h, 2, budget, func(string, int) {})
 	ep.reset(true)
 	other := h.Keys(nil, h.Root("other"), tokens)
 	ep.ExpectStored(keys, now, ttl)
@@ -187,8 +197,8 @@ func TestEndpointExpectStored(t *testing.T) {
 		t.Errorf("a full set recorded %d more keys, holds %d", n, ep.ExpectedBlocks())
 	}
 	ep.ExpectStored(other, now.Add(ttl), ttl)
-	if n, _ := ep.MatchExpected(other, now.Add(ttl)); n != 2 || ep.ExpectedBlocks() != 2 {
-		t.Errorf("after its keys expired the set took %d keys (holds %d), want 2", n, ep.ExpectedBlocks())
+	if n, _ := ep.MatchExpected(other, now.Add(ttl)); n != 2 || ep.ExpectedBlocks() != 2 || budget.n != 2 {
+		t.Errorf("after its keys expired the set took %d keys (holds %d, %d reserved), want 2", n, ep.ExpectedBlocks(), budget.n)
 	}
 	ep.reset(false)
 	if _, ok := ep.MatchExpected(keys, now); ok {
