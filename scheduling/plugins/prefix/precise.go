@@ -468,13 +468,9 @@ type preciseCycle struct {
 	// learned are the learned index's scores (with AffinityRules).
 	learned []float64
 	keys    []uint64
-	// matched are the blocks each candidate (by address) holds according to
-	// its events; absent: scored from the learned index.
-	matched map[string]int
-	// expected are the blocks each candidate holds or is expected to
-	// store (speculativeTTL), the blocks it is scored by; absent: those
-	// matched.
-	expected     map[string]int
+	// matched are each candidate's (by address) leading blocks by its
+	// events; absent: scored from the learned index.
+	matched      map[string]eventMatch
 	promptTokens int
 	whole        bool
 	// estimatePerToken is the learned index's estimate of tokens over the
@@ -484,19 +480,22 @@ type preciseCycle struct {
 	estimatePerToken float64
 }
 
+// eventMatch is a candidate's leading blocks: held by its events, and
+// scored by (held or expected to be stored, with speculative indexing).
+type eventMatch struct{ held, scored int }
+
 // Score scores from the learned index, then, for the candidates whose
 // events are their servers' whole history, from the events.
 func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) *framework.Status {
 	s.approx.Score(ctx, cs, req, c, scores)
 	st, _ := cs.Reuse(s.key).(*preciseCycle)
 	if st == nil {
-		st = &preciseCycle{matched: map[string]int{}, expected: map[string]int{}}
+		st = &preciseCycle{matched: map[string]eventMatch{}}
 	}
 	if s.affinityRules {
 		st.learned = append(st.learned[:0], scores...)
 	}
 	clear(st.matched)
-	clear(st.expected)
 	st.keys, st.promptTokens = st.keys[:0], 0
 	cs.Write(s.key, st)
 	if s.events == nil {
@@ -549,7 +548,10 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		return nil
 	}
 	total := float64(len(st.keys))
-	now := time.Now()
+	var now time.Time
+	if s.speculativeTTL > 0 {
+		now = time.Now()
+	}
 	for i, ep := range eps {
 		if ep == nil {
 			continue
@@ -558,14 +560,14 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		if !ok {
 			continue
 		}
-		addr := c[i].Endpoint.Address()
-		st.matched[addr] = n
+		m := eventMatch{held: n, scored: n}
 		if s.speculativeTTL > 0 {
-			if e, ok := ep.MatchExpected(st.keys, now); ok && e > n {
-				st.expected[addr], n = e, e
+			if e, ok := ep.MatchExpected(st.keys, now); ok {
+				m.scored = max(e, n)
 			}
 		}
-		scores[i] = float64(n) / total
+		st.matched[c[i].Endpoint.Address()] = m
+		scores[i] = float64(m.scored) / total
 	}
 	if s.affinityRules {
 		s.weigh(cs, c, eps, st, scores)
@@ -620,12 +622,8 @@ func (s *Precise) weighMatches(learned *prefixIndex, states []*prefixEndpoint, c
 		if removed {
 			return eps[i].MatchRemoved(st.keys)
 		}
-		addr := c[i].Endpoint.Address()
-		if n, ok := st.expected[addr]; ok {
-			return n, true
-		}
-		n, ok := st.matched[addr]
-		return n, ok
+		m, ok := st.matched[c[i].Endpoint.Address()]
+		return m.scored, ok
 	}
 	switch {
 	case a.params.QueueCostTokens > 0:
@@ -700,7 +698,8 @@ func (s *Precise) PostPick(ctx context.Context, cs *framework.CycleState, req *f
 	if v, ok := cs.Read(s.key); ok && len(res.Endpoints) > 0 {
 		st := v.(*preciseCycle)
 		primary := res.Endpoints[0]
-		if n, ok := st.matched[primary.Address()]; ok {
+		if m, ok := st.matched[primary.Address()]; ok {
+			n := m.held
 			bs := s.hasher.BlockSize()
 			// The server computes at least the prompt's last token.
 			if st.whole {

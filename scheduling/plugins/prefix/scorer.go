@@ -435,9 +435,9 @@ type prefixCycle struct {
 	index   *prefixIndex
 	// cacheMean is the pool's mean KV cache in tokens, 0 when no server
 	// says, Params.LoadPerCacheSize is off or no QueueCostTokens weighs
-	// load: the unit of a holder's load
-	// both in the scores and in what PostPick gives the wait fit, so that
-	// the fit learns the cost of the load the scores charge.
+	// load: the unit of a holder's load both in the scores and in what
+	// PostPick gives the wait fit, so that the fit learns the cost of the
+	// load the scores charge.
 	cacheMean float64
 }
 
