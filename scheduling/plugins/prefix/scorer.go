@@ -179,6 +179,16 @@ type Params struct {
 	// narrow slack spreads its load better. False (the plugin default):
 	// RendezvousLoadSlack however many replicas there are.
 	RendezvousSlackPerReplica bool `json:"rendezvousSlackPerReplica"`
+	// RendezvousNeedsRoom keeps the rendezvous choice off a candidate
+	// whose server has no free sequence (its load, per its share of the
+	// pool's mean cache as LoadPerCacheSize counts it, at least the most
+	// sequences a server of the pool was seen running) while another
+	// within the load slack has one: a new prefix's prefill then starts at
+	// once instead of waiting behind the batch, and the choice falls to
+	// the next of the hash's ranking, the same on every replica that sees
+	// the same load. False (the plugin default): the slack alone bounds
+	// the choice's load.
+	RendezvousNeedsRoom bool `json:"rendezvousNeedsRoom"`
 	// RendezvousBalanceCache keeps the rendezvous choice off a candidate
 	// whose index holds more than one prompt's blocks beyond the one
 	// holding the fewest (of the candidates within the load slack). With
@@ -715,13 +725,34 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	if even {
 		beyond--
 	}
+	eligible := func(i int) bool {
+		return candidateLoad(&c[i])-least <= slack && (held == nil || held[i]-minHeld <= beyond)
+	}
+	// With RendezvousNeedsRoom, a candidate is full whose load reaches the
+	// most sequences a server was seen running (both weighed as load is),
+	// and full ones are passed over while an eligible one is not.
+	full := func(int) bool { return false }
+	if s.params.RendezvousNeedsRoom && st != nil && st.index != nil {
+		for i := range c {
+			if m := c[i].Metrics; !m.IsZero() {
+				st.index.wait.seeBatch(weighedLoad(float64(m.RunningRequests()), m, st.cacheMean))
+			}
+		}
+		batch := st.index.wait.batchSeen()
+		atBatch := func(i int) bool {
+			return weighedLoad(float64(candidateLoad(&c[i])), c[i].Metrics, st.cacheMean) >= batch
+		}
+		for i := range c {
+			if eligible(i) && !atBatch(i) {
+				full = atBatch
+				break
+			}
+		}
+	}
 	sizes := newCacheWeights(c, *s.params.RendezvousByCacheSize)
 	best, bestWeight := -1, 0.0
 	for i := range c {
-		if candidateLoad(&c[i])-least > slack {
-			continue
-		}
-		if held != nil && held[i]-minHeld > beyond {
+		if !eligible(i) || full(i) {
 			continue
 		}
 		h := chainHash(key, fnvString(fnvOffset, c[i].Endpoint.Address()))

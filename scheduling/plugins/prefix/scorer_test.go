@@ -1144,3 +1144,84 @@ func TestPrefixScorerQueueCostWithRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixScorerRendezvousNeedsRoom: with rendezvousNeedsRoom, the
+// rendezvous choice passes over a server whose load reaches the most
+// sequences a server was seen running while another within the slack
+// has a free one, the same on two replicas; with none free, or the
+// parameter off, the slack alone bounds it.
+func TestPrefixScorerRendezvousNeedsRoom(t *testing.T) {
+	const params = `{"queueCostTokens": 128, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8`
+	p := schedtest.Prompt("new system prompt", 2048)
+	cases := []struct {
+		name      string
+		needsRoom bool
+		// seen is the most sequences a server was seen running before;
+		// then running and waiting on the chosen server, running on the
+		// others (every one seen by a scrape), and the chosen server's
+		// own requests in flight.
+		seen, running, waiting, othersRunning, inFlight int
+		wantMoved                                       bool
+	}{
+		{"full and queueing: moved", true, 4, 4, 2, 2, 0, true},
+		{"full: moved", true, 4, 4, 0, 3, 0, true},
+		{"a sequence free: kept", true, 4, 3, 0, 0, 0, false},
+		{"full by its own requests since the scrape: moved", true, 4, 3, 0, 2, 4, true},
+		{"the most seen running: moved", true, 0, 3, 0, 2, 0, true},
+		{"every server full: kept", true, 4, 4, 1, 4, 0, false},
+		{"off: kept within the slack", false, 4, 4, 2, 2, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			room := ""
+			if c.needsRoom {
+				room = `, "rendezvousNeedsRoom": true`
+			}
+			a, b := newPrefixFixture(t, 4, params+room+"}"), newPrefixFixture(t, 4, params+room+"}")
+			first := rendezvousChoice(t, a.score(p, 0))
+			load := func(running, waiting, othersRunning, inFlight int) {
+				for _, f := range []*prefixFixture{a, b} {
+					for pod := 1; pod <= 4; pod++ {
+						m := schedtest.Load(0, 0.1)
+						m.RunningRequests = othersRunning
+						if pod == first {
+							m.RunningRequests, m.WaitingRequests = running, waiting
+							f.tp.Ep(t, pod).AddInFlight(int64(inFlight))
+						}
+						f.tp.Ep(t, pod).SetMetrics(m)
+					}
+				}
+			}
+			load(c.seen, 0, c.seen, 0)
+			if ca, cb := rendezvousChoice(t, a.score(p, 0)), rendezvousChoice(t, b.score(p, 0)); ca != first || cb != first {
+				t.Fatalf("every server at %d running: chose pods %d and %d, want %d", c.seen, ca, cb, first)
+			}
+			load(c.running, c.waiting, c.othersRunning, c.inFlight)
+			ca, cb := rendezvousChoice(t, a.score(p, 0)), rendezvousChoice(t, b.score(p, 0))
+			if ca != cb {
+				t.Fatalf("replica A chose pod %d, B pod %d", ca, cb)
+			}
+			if moved := ca != first; moved != c.wantMoved {
+				t.Fatalf("chose pod %d, first choice %d: moved %v, want %v", ca, first, moved, c.wantMoved)
+			}
+		})
+	}
+}
+
+// rendezvousChoice is the one pod scored RendezvousScore.
+func rendezvousChoice(t *testing.T, scores []float64) int {
+	t.Helper()
+	chosen := 0
+	for pod, v := range scores {
+		switch {
+		case v == RendezvousScore && chosen == 0:
+			chosen = pod
+		case v != 0:
+			t.Fatalf("scores %v: want one pod scored %v, the others 0", scores, RendezvousScore)
+		}
+	}
+	if chosen == 0 {
+		t.Fatalf("scores %v: no rendezvous choice", scores)
+	}
+	return chosen
+}
