@@ -179,15 +179,18 @@ type Params struct {
 	// narrow slack spreads its load better. False (the plugin default):
 	// RendezvousLoadSlack however many replicas there are.
 	RendezvousSlackPerReplica bool `json:"rendezvousSlackPerReplica"`
-	// RendezvousNeedsRoom keeps the rendezvous choice off a candidate
-	// whose server has no free sequence (its load, per its share of the
-	// pool's mean cache as LoadPerCacheSize counts it, at least the most
-	// sequences a server of the pool was seen running) while another
-	// within the load slack has one: a new prefix's prefill then starts at
-	// once instead of waiting behind the batch, and the choice falls to
-	// the next of the hash's ranking, the same on every replica that sees
-	// the same load. False (the plugin default): the slack alone bounds
-	// the choice's load.
+	// RendezvousNeedsRoom keeps the rendezvous choice for a prompt the
+	// index holds nowhere off a candidate whose server has no free
+	// sequence (its load, per its share of the pool's mean cache as
+	// LoadPerCacheSize counts it, at least the most sequences a server of
+	// the pool was seen running) while another within the load slack has
+	// one: a new or evicted prefix's prefill then starts at once instead of
+	// waiting behind the batch, and the choice falls to the next of the
+	// hash's ranking, the same on every replica that sees the same load.
+	// A prompt whose holders are all too loaded to be worth their cache
+	// spills as without it: sent to whichever server had a free sequence,
+	// it would be copied to each in turn. False (the plugin default): the
+	// slack alone bounds the choice's load.
 	RendezvousNeedsRoom bool `json:"rendezvousNeedsRoom"`
 	// RendezvousBalanceCache keeps the rendezvous choice off a candidate
 	// whose index holds more than one prompt's blocks beyond the one
@@ -730,9 +733,12 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	}
 	// With RendezvousNeedsRoom, a candidate is full whose load reaches the
 	// most sequences a server was seen running (both weighed as load is),
-	// and full ones are passed over while an eligible one is not.
+	// and full ones are passed over while an eligible one is not, for a
+	// prompt no candidate holds a block of: one a holder gives up for its
+	// load spills where the hash says, not to a copy on every server with
+	// a free sequence in turn.
 	full := func(int) bool { return false }
-	if s.params.RendezvousNeedsRoom && st != nil && st.index != nil {
+	if s.params.RendezvousNeedsRoom && st != nil && st.index != nil && !st.heldByAny(st.index.statesFor(cs.Endpoints), c) {
 		for i := range c {
 			if m := c[i].Metrics; !m.IsZero() {
 				st.index.wait.seeBatch(weighedLoad(float64(m.RunningRequests()), m, st.cacheMean))
@@ -979,6 +985,17 @@ func (s *Scorer) tokenScale(x *prefixIndex, p *framework.CachePrediction) float6
 
 // matchedBlocks is how many leading blocks of the prompt the candidate is
 // believed to hold.
+// heldByAny reports whether the index holds a block of the prompt on any
+// candidate.
+func (st *prefixCycle) heldByAny(states []*prefixEndpoint, c []framework.Candidate) bool {
+	for i := range c {
+		if st.matchedBlocks(&c[i], states) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (st *prefixCycle) matchedBlocks(c *framework.Candidate, states []*prefixEndpoint) int32 {
 	if pe := states[c.Index]; pe != nil && int(pe.slot) < len(st.matched) && !pe.dead.Load() {
 		return st.matched[pe.slot]

@@ -1161,15 +1161,19 @@ func TestPrefixScorerRendezvousNeedsRoom(t *testing.T) {
 		// others (every one seen by a scrape), and the chosen server's
 		// own requests in flight.
 		seen, running, waiting, othersRunning, inFlight int
-		wantMoved                                       bool
+		// held: the chosen server holds the prompt, too loaded to be
+		// worth its cache.
+		held, wantMoved bool
 	}{
-		{"full and queueing: moved", true, 4, 4, 2, 2, 0, true},
-		{"full: moved", true, 4, 4, 0, 3, 0, true},
-		{"a sequence free: kept", true, 4, 3, 0, 0, 0, false},
-		{"full by its own requests since the scrape: moved", true, 4, 3, 0, 2, 4, true},
-		{"the most seen running: moved", true, 0, 3, 0, 2, 0, true},
-		{"every server full: kept", true, 4, 4, 1, 4, 0, false},
-		{"off: kept within the slack", false, 4, 4, 2, 2, 0, false},
+		{"full and queueing: moved", true, 4, 4, 2, 2, 0, false, true},
+		{"full: moved", true, 4, 4, 0, 3, 0, false, true},
+		{"a sequence free: kept", true, 4, 3, 0, 0, 0, false, false},
+		{"full by its own requests since the scrape: moved", true, 4, 3, 0, 2, 4, false, true},
+		{"held by a holder too loaded for its cache: kept", true, 4, 4, 7, 3, 0, true, false},
+		{"not held, the same load: moved", true, 4, 4, 7, 3, 0, false, true},
+		{"the most seen running: moved", true, 0, 3, 0, 2, 0, false, true},
+		{"every server full: kept", true, 4, 4, 1, 4, 0, false, false},
+		{"off: kept within the slack", false, 4, 4, 2, 2, 0, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -1195,6 +1199,11 @@ func TestPrefixScorerRendezvousNeedsRoom(t *testing.T) {
 			load(c.seen, 0, c.seen, 0)
 			if ca, cb := rendezvousChoice(t, a.score(p, 0)), rendezvousChoice(t, b.score(p, 0)); ca != first || cb != first {
 				t.Fatalf("every server at %d running: chose pods %d and %d, want %d", c.seen, ca, cb, first)
+			}
+			if c.held {
+				for _, f := range []*prefixFixture{a, b} {
+					f.score(p, first)
+				}
 			}
 			load(c.running, c.waiting, c.othersRunning, c.inFlight)
 			ca, cb := rendezvousChoice(t, a.score(p, 0)), rendezvousChoice(t, b.score(p, 0))
