@@ -46,9 +46,9 @@ const (
 // configuration): the default profile's prefix-cache-scorer's (a test of
 // package scheduling keeps the two alike), so that the events' matches are
 // weighed against load, and new prefixes placed, by the rules the default
-// profile routes by; and rendezvousNeedsRoom, which the events make worth
-// it: the learned index alone believes evicted prefixes held longer, and
-// over capacity the default profile lost hit rate with it.
+// profile routes by; and rendezvousNeedsRoom, which shortened precise
+// routing's TTFT where the prefixes do not fit the caches, and which the
+// default profile leaves off, its own measurements being mixed.
 const DefaultLearnedParams = `{"hashBlockSize": 64, "maxPrefixBlocksToMatch": 256, "lruCapacityPerServer": 31250,
  "queueCostTokens": 192, "queueCostTokensWithRoom": 384, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8,
  "rendezvousBalanceCache": true, "queueCostFromServers": true, "rendezvousNeedsRoom": true}`

@@ -983,8 +983,6 @@ func (s *Scorer) tokenScale(x *prefixIndex, p *framework.CachePrediction) float6
 	return scale
 }
 
-// matchedBlocks is how many leading blocks of the prompt the candidate is
-// believed to hold.
 // heldByAny reports whether the index holds a block of the prompt on any
 // candidate.
 func (st *prefixCycle) heldByAny(states []*prefixEndpoint, c []framework.Candidate) bool {
@@ -996,6 +994,8 @@ func (st *prefixCycle) heldByAny(states []*prefixEndpoint, c []framework.Candida
 	return false
 }
 
+// matchedBlocks is how many leading blocks of the prompt the candidate is
+// believed to hold.
 func (st *prefixCycle) matchedBlocks(c *framework.Candidate, states []*prefixEndpoint) int32 {
 	if pe := states[c.Index]; pe != nil && int(pe.slot) < len(st.matched) && !pe.dead.Load() {
 		return st.matched[pe.slot]
