@@ -47,8 +47,7 @@ func TestDefaultConfig(t *testing.T) {
 
 // TestDefaultLearnedParamsAreTheDefaultProfiles: a precise scorer without
 // learned-index parameters routes by the default profile's prefix-cache
-// rules, so the two must not drift apart; rendezvousNeedsRoom is the
-// precise scorer's own.
+// rules, so the two must not drift apart.
 func TestDefaultLearnedParamsAreTheDefaultProfiles(t *testing.T) {
 	var profile map[string]any
 	for _, p := range DefaultConfig().Plugins {
@@ -62,11 +61,6 @@ func TestDefaultLearnedParamsAreTheDefaultProfiles(t *testing.T) {
 	if err := json.Unmarshal([]byte(prefix.DefaultLearnedParams), &learned); err != nil {
 		t.Fatal(err)
 	}
-	if learned["rendezvousNeedsRoom"] != true || profile["rendezvousNeedsRoom"] != nil {
-		t.Errorf("rendezvousNeedsRoom: %v in prefix.DefaultLearnedParams, %v in the default profile; want true and unset",
-			learned["rendezvousNeedsRoom"], profile["rendezvousNeedsRoom"])
-	}
-	delete(learned, "rendezvousNeedsRoom")
 	if !reflect.DeepEqual(profile, learned) {
 		t.Errorf("prefix.DefaultLearnedParams %v, the default profile's prefix-cache-scorer %v", learned, profile)
 	}

@@ -46,12 +46,10 @@ const (
 // configuration): the default profile's prefix-cache-scorer's (a test of
 // package scheduling keeps the two alike), so that the events' matches are
 // weighed against load, and new prefixes placed, by the rules the default
-// profile routes by; and rendezvousNeedsRoom, which shortened precise
-// routing's TTFT where the prefixes do not fit the caches, and which the
-// default profile leaves off, its own measurements being mixed.
+// profile routes by.
 const DefaultLearnedParams = `{"hashBlockSize": 64, "maxPrefixBlocksToMatch": 256, "lruCapacityPerServer": 31250,
  "queueCostTokens": 192, "queueCostTokensWithRoom": 384, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8,
- "rendezvousBalanceCache": true, "queueCostFromServers": true, "rendezvousNeedsRoom": true}`
+ "rendezvousBalanceCache": true, "queueCostFromServers": true}`
 
 // The local tokenizer backend: tokenizer.json files found as llm-d's
 // tokenizersPoolConfig.local says, DefaultLocalTokenizerDir when its local
