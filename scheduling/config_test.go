@@ -47,7 +47,8 @@ func TestDefaultConfig(t *testing.T) {
 
 // TestDefaultLearnedParamsAreTheDefaultProfiles: a precise scorer without
 // learned-index parameters routes by the default profile's prefix-cache
-// rules, so the two must not drift apart.
+// rules, so the two must not drift apart; rendezvousNeedsRoom and
+// rendezvousBalanceNewPrefix are the precise scorer's own.
 func TestDefaultLearnedParamsAreTheDefaultProfiles(t *testing.T) {
 	var profile map[string]any
 	for _, p := range DefaultConfig().Plugins {
@@ -60,6 +61,12 @@ func TestDefaultLearnedParamsAreTheDefaultProfiles(t *testing.T) {
 	var learned map[string]any
 	if err := json.Unmarshal([]byte(prefix.DefaultLearnedParams), &learned); err != nil {
 		t.Fatal(err)
+	}
+	for _, own := range []string{"rendezvousNeedsRoom", "rendezvousBalanceNewPrefix"} {
+		if learned[own] != true || profile[own] != nil {
+			t.Errorf("%s: %v in prefix.DefaultLearnedParams, %v in the default profile; want true and unset", own, learned[own], profile[own])
+		}
+		delete(learned, own)
 	}
 	if !reflect.DeepEqual(profile, learned) {
 		t.Errorf("prefix.DefaultLearnedParams %v, the default profile's prefix-cache-scorer %v", learned, profile)

@@ -46,10 +46,15 @@ const (
 // configuration): the default profile's prefix-cache-scorer's (a test of
 // package scheduling keeps the two alike), so that the events' matches are
 // weighed against load, and new prefixes placed, by the rules the default
-// profile routes by.
+// profile routes by; and two rules for new prefixes that the default
+// profile leaves off, measured with the events: rendezvousNeedsRoom, which
+// shortened precise routing's TTFT where the prefixes do not fit the
+// caches, and rendezvousBalanceNewPrefix, which kept four chat system
+// prompts on four servers.
 const DefaultLearnedParams = `{"hashBlockSize": 64, "maxPrefixBlocksToMatch": 256, "lruCapacityPerServer": 31250,
  "queueCostTokens": 192, "queueCostTokensWithRoom": 384, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8,
- "rendezvousBalanceCache": true, "queueCostFromServers": true}`
+ "rendezvousBalanceCache": true, "queueCostFromServers": true, "rendezvousNeedsRoom": true,
+ "rendezvousBalanceNewPrefix": true}`
 
 // The local tokenizer backend: tokenizer.json files found as llm-d's
 // tokenizersPoolConfig.local says, DefaultLocalTokenizerDir when its local
@@ -570,7 +575,7 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 		scores[i] = float64(m.scored) / total
 	}
 	if s.affinityRules {
-		s.weigh(cs, c, eps, st, scores)
+		s.weigh(cs, req, c, eps, st, scores)
 	}
 	return nil
 }
@@ -580,7 +585,12 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 // extra load; when no candidate is then worth its cache, the blocks they
 // hold or removed recently, weighed alike; and when none is worth those
 // either, the learned index's scores: where it last sent the prompt's
-// prefix, else the rendezvous choice. So an evicted prefix goes back to
+// prefix, else the rendezvous choice; but when every candidate's events
+// are followed and none holds or lately removed a block of the prompt, the
+// rendezvous choice for a prefix held nowhere, whatever the learned index
+// believes: its belief is then older than the events, and sent back to a
+// server that no longer holds it, the prompt would wait behind that
+// server's queue as a miss. So an evicted prefix goes back to
 // the server it was on rather than to whichever is least loaded, and the
 // servers keep caching each their own prefixes; the removed blocks come
 // first because every replica reads the same events, where each sent the
@@ -589,7 +599,7 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 // queueCostTokens moves a prefix at the load the approximate scorer moves
 // it: counted in the servers' tokens, a prompt of longer words than the
 // estimate assumes would give way sooner.
-func (s *Precise) weigh(cs *framework.CycleState, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, scores []float64) {
+func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, scores []float64) {
 	var learned *prefixIndex
 	var states []*prefixEndpoint
 	if s.approx.params.QueueCostTokens > 0 {
@@ -604,7 +614,27 @@ func (s *Precise) weigh(cs *framework.CycleState, c []framework.Candidate, eps [
 	if s.weighMatches(learned, states, cacheMean, c, eps, st, true, scores) {
 		return
 	}
+	if s.eventsHoldNone(c, eps, st) {
+		clear(scores)
+		s.approx.rendezvousHeldNowhere(cs, req, c, scores)
+		return
+	}
 	copy(scores, st.learned)
+}
+
+// eventsHoldNone reports whether every candidate's events are followed and
+// none of them holds, is expected to store or lately removed a leading
+// block of the prompt.
+func (s *Precise) eventsHoldNone(c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle) bool {
+	for i := range c {
+		if eps[i] == nil || st.matched[c[i].Endpoint.Address()].scored > 0 {
+			return false
+		}
+		if n, _ := eps[i].MatchRemoved(st.keys); n > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // weighMatches scores the candidates by the leading blocks they hold

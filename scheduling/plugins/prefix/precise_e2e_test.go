@@ -851,3 +851,40 @@ func TestPreciseBalancesByEvents(t *testing.T) {
 		})
 	}
 }
+
+// TestPreciseEventsOverLearnedBelief: a prefix the learned index last
+// sent to a server that has since evicted it, and whose removal the events
+// no longer remember, is placed as a new prefix (the rendezvous choice,
+// which passes over the server holding a full cache), not sent back to
+// where the learned index believes it is: the events are newer than the
+// belief.
+func TestPreciseEventsOverLearnedBelief(t *testing.T) {
+	ps := newPreciseServers(t, []string{"127.0.106.2", "127.0.106.3", "127.0.106.4"})
+	pp := newPrecisePicker(t, ps, preciseConfig, nil)
+	pp.followed(t)
+	inSync := pp.eventsCaughtUp(t)
+	body := completionBody("forgotten round 0", 40)
+	pp.send(body)
+	believed := pp.picked
+	poll.Until(t, 10*time.Second, "the servers' events received", inSync)
+	// Three caches' worth of other prompts: the first evicts the prefix,
+	// the next two push its removal out of the events' record of removed
+	// blocks, which keeps as many as the server held at most.
+	for _, s := range ps.sims {
+		if s.Addr() == believed {
+			for i := range 12 {
+				postTo(t, s, completionBody(fmt.Sprintf("filler %d round 0", i), 40))
+			}
+		}
+	}
+	poll.Until(t, 10*time.Second, "the servers' events received", inSync)
+	res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Endpoints[0].Address
+	res.Commit()
+	if got == believed {
+		t.Errorf("the prefix went back to %s, where the learned index last sent it and the server evicted it", got)
+	}
+}

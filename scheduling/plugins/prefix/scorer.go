@@ -192,6 +192,19 @@ type Params struct {
 	// it would be copied to each in turn. False (the plugin default): the
 	// slack alone bounds the choice's load.
 	RendezvousNeedsRoom bool `json:"rendezvousNeedsRoom"`
+	// RendezvousBalanceNewPrefix tightens RendezvousBalanceCache's bound
+	// for a prompt the index holds on no candidate while a candidate
+	// within the load slack holds less than half the prompt's blocks: the
+	// prompt then goes to a candidate holding at most half its blocks
+	// beyond that one, an empty server before one that holds a prompt.
+	// The looser bound lets a second system prompt of the same length join
+	// the first on one server while another holds nothing, and their
+	// conversations then outgrow that server's cache. Once every server
+	// holds a prompt's worth, the looser bound applies again: measured,
+	// the tight bound for every new prefix lengthened the tail where the
+	// prefixes do not fit the caches. False (the plugin default): the
+	// bound of RendezvousBalanceCache.
+	RendezvousBalanceNewPrefix bool `json:"rendezvousBalanceNewPrefix"`
 	// RendezvousBalanceCache keeps the rendezvous choice off a candidate
 	// whose index holds more than one prompt's blocks beyond the one
 	// holding the fewest (of the candidates within the load slack). With
@@ -498,7 +511,7 @@ func (s *Scorer) Score(_ context.Context, cs *framework.CycleState, req *framewo
 		}
 	}
 	if !slices.ContainsFunc(scores, func(v float64) bool { return v > 0 }) {
-		s.rendezvous(cs, req, c, scores, st)
+		s.rendezvous(cs, req, c, scores, st, false)
 	}
 	return nil
 }
@@ -522,6 +535,16 @@ func (s *Scorer) batchAtPick(x *prefixIndex, e framework.Endpoint, cacheMean flo
 		x.wait.seeBatch(weighedLoad(float64(m.RunningRequests()), m, cacheMean))
 	}
 	return x.wait.batchSeen()
+}
+
+// seeBatches records the sequences each candidate's server was seen
+// running, weighed per its share of cacheMean as load is (waitCost.seeBatch).
+func (x *prefixIndex) seeBatches(c []framework.Candidate, cacheMean float64) {
+	for i := range c {
+		if m := c[i].Metrics; !m.IsZero() {
+			x.wait.seeBatch(weighedLoad(float64(m.RunningRequests()), m, cacheMean))
+		}
+	}
 }
 
 // ageByServers ages the candidates' LRUs by their servers' newest samples
@@ -564,14 +587,14 @@ func (s *Scorer) weighAgainstLoad(x, room *prefixIndex, states []*prefixEndpoint
 	load := func(i int) float64 {
 		return weighedLoad(float64(candidateLoad(&c[i])), c[i].Metrics, cacheMean)
 	}
+	if room != nil && s.params.QueueCostBeyondBatch {
+		room.seeBatches(c, cacheMean)
+	}
 	least, running := math.Inf(1), 1
 	for i := range c {
 		least = min(least, load(i))
 		if m := c[i].Metrics; !m.IsZero() {
 			running = max(running, m.RunningRequests())
-			if room != nil && s.params.QueueCostBeyondBatch {
-				room.wait.seeBatch(weighedLoad(float64(m.RunningRequests()), m, cacheMean))
-			}
 		}
 	}
 	// When every endpoint is busy, a miss also delays everything queued
@@ -670,7 +693,11 @@ func (s *Scorer) queueCost(x *prefixIndex, states []*prefixEndpoint, c []framewo
 // hash is fixed, not the scorer's seed, so that every replica agrees; a
 // crafted prompt can only choose which endpoint it lands on, which any
 // client can do by sending load there.
-func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64, st *prefixCycle) {
+//
+// heldNowhere says the prompt is known, from a truer source than the
+// index (a precise scorer's events), to be held on no candidate; false:
+// the index is asked.
+func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64, st *prefixCycle, heldNowhere bool) {
 	if s.params.RendezvousBlocks == 0 || len(c) == 0 {
 		return
 	}
@@ -698,11 +725,20 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	// With RendezvousBalanceCache, held is the blocks each candidate's LRU
 	// holds (nil: not bounded by them), minHeld the fewest of those within
 	// the slack.
+	// newPrefix: the index holds the prompt on no candidate (asked only
+	// by RendezvousNeedsRoom and RendezvousBalanceNewPrefix).
+	var states []*prefixEndpoint
+	newPrefix := false
+	if st != nil && st.index != nil && (s.params.RendezvousBalanceCache || s.params.RendezvousNeedsRoom) {
+		states = st.index.statesFor(cs.Endpoints)
+		if s.params.RendezvousNeedsRoom || s.params.RendezvousBalanceNewPrefix {
+			newPrefix = heldNowhere || !st.heldByAny(states, c)
+		}
+	}
 	var held []int
 	minHeld := math.MaxInt
 	even := s.params.RendezvousBalanceEven
-	if s.params.RendezvousBalanceCache && st != nil && st.index != nil {
-		states := st.index.statesFor(cs.Endpoints)
+	if s.params.RendezvousBalanceCache && states != nil {
 		// perMeanCache weighs held blocks per share of the mean cache
 		// (RendezvousBalanceEven).
 		perMeanCache := newCacheWeights(c, even)
@@ -725,7 +761,10 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	}
 	// A candidate may hold at most beyond blocks more than minHeld.
 	beyond := min(len(req.Prompt)/s.params.HashBlockSize, s.params.MaxPrefixBlocksToMatch)
-	if even {
+	switch {
+	case s.params.RendezvousBalanceNewPrefix && newPrefix && minHeld < beyond/2:
+		beyond /= 2
+	case even:
 		beyond--
 	}
 	eligible := func(i int) bool {
@@ -738,12 +777,8 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	// load spills where the hash says, not to a copy on every server with
 	// a free sequence in turn.
 	full := func(int) bool { return false }
-	if s.params.RendezvousNeedsRoom && st != nil && st.index != nil && !st.heldByAny(st.index.statesFor(cs.Endpoints), c) {
-		for i := range c {
-			if m := c[i].Metrics; !m.IsZero() {
-				st.index.wait.seeBatch(weighedLoad(float64(m.RunningRequests()), m, st.cacheMean))
-			}
-		}
+	if s.params.RendezvousNeedsRoom && newPrefix {
+		st.index.seeBatches(c, st.cacheMean)
 		batch := st.index.wait.batchSeen()
 		atBatch := func(i int) bool {
 			return weighedLoad(float64(candidateLoad(&c[i])), c[i].Metrics, st.cacheMean) >= batch
@@ -773,6 +808,14 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		}
 	}
 	scores[best] = max(scores[best], RendezvousScore)
+}
+
+// rendezvousHeldNowhere scores the rendezvous choice for a prompt known
+// to be held on no candidate, after Score of the same pick.
+func (s *Scorer) rendezvousHeldNowhere(cs *framework.CycleState, req *framework.Request, c []framework.Candidate, scores []float64) {
+	st, _ := cs.Read(s.key)
+	pc, _ := st.(*prefixCycle)
+	s.rendezvous(cs, req, c, scores, pc, true)
 }
 
 func (s *Scorer) heldElsewhere(pool framework.Pool, e framework.Endpoint) (int, bool) {

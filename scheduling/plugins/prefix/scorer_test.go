@@ -968,7 +968,9 @@ func TestObserveCachedTokensInServerTokens(t *testing.T) {
 // servers from two replicas: they agree on each, and the bound keeps the
 // servers' counts close (rendezvousBalanceCache: within 2 of each other;
 // rendezvousBalanceEven: within 1, and on unequal caches in proportion to
-// them, the server of twice the others' cache taking twice their share).
+// them, the server of twice the others' cache taking twice their share;
+// rendezvousBalanceNewPrefix: the first four on four servers, where the
+// looser bound puts two of them on one, then within 2).
 func TestPrefixScorerRendezvousBalanceCache(t *testing.T) {
 	const loose = `{"queueCostTokens": 128, "rendezvousBlocks": 4, "rendezvousLoadSlack": 8, "rendezvousBalanceCache": true`
 	cases := []struct {
@@ -976,10 +978,14 @@ func TestPrefixScorerRendezvousBalanceCache(t *testing.T) {
 		params string
 		blocks [5]int    // each pod's KV-cache blocks (0: not scraped)
 		want   [5][2]int // each pod's least and most prefixes
+		// firstFour is how many pods the first four prefixes land on:
+		// 3 where the looser bound lets a second join the first.
+		firstFour int
 	}{
-		{"within two", loose + "}", [5]int{}, [5][2]int{{}, {5, 7}, {5, 7}, {5, 7}, {5, 7}}},
-		{"even", loose + `, "rendezvousBalanceEven": true}`, [5]int{}, [5][2]int{{}, {6, 6}, {6, 6}, {6, 6}, {6, 6}}},
-		{"even, unequal caches", loose + `, "rendezvousBalanceEven": true}`, [5]int{0, 400, 200, 200, 200}, [5][2]int{{}, {10, 14}, {3, 5}, {3, 5}, {3, 5}}},
+		{"within two", loose + "}", [5]int{}, [5][2]int{{}, {5, 7}, {5, 7}, {5, 7}, {5, 7}}, 3},
+		{"even", loose + `, "rendezvousBalanceEven": true}`, [5]int{}, [5][2]int{{}, {6, 6}, {6, 6}, {6, 6}, {6, 6}}, 4},
+		{"new prefix to an empty server first", loose + `, "rendezvousBalanceNewPrefix": true}`, [5]int{}, [5][2]int{{}, {5, 7}, {5, 7}, {5, 7}, {5, 7}}, 4},
+		{"even, unequal caches", loose + `, "rendezvousBalanceEven": true}`, [5]int{0, 400, 200, 200, 200}, [5][2]int{{}, {10, 14}, {3, 5}, {3, 5}, {3, 5}}, 3},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1004,6 +1010,9 @@ func TestPrefixScorerRendezvousBalanceCache(t *testing.T) {
 			}
 			count := map[int]int{}
 			for g := range 24 {
+				if g == 4 && len(count) != tc.firstFour {
+					t.Fatalf("the first four prefixes on %d pods %v, want %d", len(count), count, tc.firstFour)
+				}
 				p := schedtest.Prompt(fmt.Sprintf("system prompt %d", g), 2048)
 				ca, cb := chosen(a.score(p, 0)), chosen(b.score(p, 0))
 				if ca != cb {
