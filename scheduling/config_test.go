@@ -184,6 +184,7 @@ schedulingProfiles:
 		{name: "negative parameter", text: header + "plugins:\n- type: prefix-cache-scorer\n  parameters: {lruCapacityPerServer: -5}\n", wantErr: []string{"lruCapacityPerServer -5"}},
 		{name: "huge parameter", text: header + "plugins:\n- type: prefix-cache-scorer\n  parameters: {lruCapacityPerServer: 99999999999}\n", wantErr: []string{"lruCapacityPerServer"}},
 		{name: "a learned queue cost without one to learn", text: header + "plugins:\n- type: prefix-cache-scorer\n  parameters: {queueCostFromServers: true}\n", wantErr: []string{"prefix-cache-scorer", "queueCostFromServers", "queueCostTokens"}},
+		{name: "a new prefix's bound without the balance", text: header + "plugins:\n- type: prefix-cache-scorer\n  parameters: {rendezvousBlocks: 4, rendezvousBalanceNewPrefix: true}\n", wantErr: []string{"prefix-cache-scorer", "rendezvousBalanceNewPrefix", "rendezvousBalanceCache"}},
 		{name: "a cost beyond the batch without the fit", text: header + "plugins:\n- type: prefix-cache-scorer\n  parameters: {queueCostTokens: 192, queueCostBeyondBatch: true}\n", wantErr: []string{"prefix-cache-scorer", "queueCostBeyondBatch", "queueCostFromServers"}},
 		{name: "parameters on parameterless plugin", text: header + "plugins:\n- type: queue-scorer\n  parameters: {threshold: 3}\n", wantErr: []string{"queue-scorer", "threshold"}},
 		{name: "bad picker parameter", text: header + "plugins:\n- type: max-score-picker\n  parameters: {maxNumOfEndpoints: -1}\n", wantErr: []string{"max-score-picker", "maxNumOfEndpoints -1"}},

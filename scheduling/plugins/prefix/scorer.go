@@ -192,19 +192,6 @@ type Params struct {
 	// it would be copied to each in turn. False (the plugin default): the
 	// slack alone bounds the choice's load.
 	RendezvousNeedsRoom bool `json:"rendezvousNeedsRoom"`
-	// RendezvousBalanceNewPrefix tightens RendezvousBalanceCache's bound
-	// for a prompt the index holds on no candidate while a candidate
-	// within the load slack holds less than half the prompt's blocks: the
-	// prompt then goes to a candidate holding at most half its blocks
-	// beyond that one, an empty server before one that holds a prompt.
-	// The looser bound lets a second system prompt of the same length join
-	// the first on one server while another holds nothing, and their
-	// conversations then outgrow that server's cache. Once every server
-	// holds a prompt's worth, the looser bound applies again: measured,
-	// the tight bound for every new prefix lengthened the tail where the
-	// prefixes do not fit the caches. False (the plugin default): the
-	// bound of RendezvousBalanceCache.
-	RendezvousBalanceNewPrefix bool `json:"rendezvousBalanceNewPrefix"`
 	// RendezvousBalanceCache keeps the rendezvous choice off a candidate
 	// whose index holds more than one prompt's blocks beyond the one
 	// holding the fewest (of the candidates within the load slack). With
@@ -231,6 +218,19 @@ type Params struct {
 	// default): the bound of
 	// RendezvousBalanceCache.
 	RendezvousBalanceEven bool `json:"rendezvousBalanceEven"`
+	// RendezvousBalanceNewPrefix tightens RendezvousBalanceCache's bound
+	// for a prompt the index holds on no candidate while a candidate
+	// within the load slack holds less than half the prompt's blocks: the
+	// prompt then goes to a candidate holding at most half its blocks
+	// beyond that one, an empty server before one that holds a prompt.
+	// The looser bound lets a second system prompt of the same length join
+	// the first on one server while another holds nothing, and their
+	// conversations then outgrow that server's cache. Once every server
+	// holds a prompt's worth, the looser bound applies again: measured,
+	// the tight bound for every new prefix lengthened the tail where the
+	// prefixes do not fit the caches. False (the plugin default): the
+	// bound of RendezvousBalanceCache.
+	RendezvousBalanceNewPrefix bool `json:"rendezvousBalanceNewPrefix"`
 	// RendezvousByCacheSize weighs each candidate's rendezvous hash by
 	// the size of its server's KV cache (the scraped cache_config_info's
 	// blocks × block size), as weighted rendezvous hashing does: a
@@ -411,6 +411,9 @@ func New(name string, raw json.RawMessage, h framework.Handle) (framework.Plugin
 	}
 	if p.QueueCostBeyondBatch && !p.QueueCostFromServers {
 		return nil, fmt.Errorf("parameters: queueCostBeyondBatch is a second cost of queueCostFromServers' fit, and needs it true")
+	}
+	if p.RendezvousBalanceNewPrefix && !p.RendezvousBalanceCache {
+		return nil, fmt.Errorf("parameters: rendezvousBalanceNewPrefix tightens rendezvousBalanceCache's bound, and needs it true")
 	}
 	for _, b := range []**bool{&p.AutoTune, &p.UsageFeedback, &p.TokenScaledCapacity, &p.RendezvousByCacheSize, &p.LoadPerCacheSize} {
 		if *b == nil {
@@ -722,11 +725,8 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 			slack *= int64(x.replicas())
 		}
 	}
-	// With RendezvousBalanceCache, held is the blocks each candidate's LRU
-	// holds (nil: not bounded by them), minHeld the fewest of those within
-	// the slack.
-	// newPrefix: the index holds the prompt on no candidate (asked only
-	// by RendezvousNeedsRoom and RendezvousBalanceNewPrefix).
+	// newPrefix: the prompt is held on no candidate (asked only by
+	// RendezvousNeedsRoom and RendezvousBalanceNewPrefix).
 	var states []*prefixEndpoint
 	newPrefix := false
 	if st != nil && st.index != nil && (s.params.RendezvousBalanceCache || s.params.RendezvousNeedsRoom) {
@@ -735,6 +735,9 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 			newPrefix = heldNowhere || !st.heldByAny(states, c)
 		}
 	}
+	// With RendezvousBalanceCache, held is the blocks each candidate's LRU
+	// holds (nil: not bounded by them), minHeld the fewest of those within
+	// the slack.
 	var held []int
 	minHeld := math.MaxInt
 	even := s.params.RendezvousBalanceEven
