@@ -583,10 +583,12 @@ func (s *Precise) Score(ctx context.Context, cs *framework.CycleState, req *fram
 // weigh rescores the candidates the events scored by the learned index's
 // rules (PreciseParams.AffinityRules): their cached tokens against their
 // extra load; when no candidate is then worth its cache, the blocks they
-// hold or removed recently, weighed alike; and when none is worth those
+// hold or removed recently, weighed alike (with rendezvousNeedsRoom, a
+// server with no free sequence passed over while another has one: it
+// holds none of the blocks it removed); and when none is worth those
 // either, the learned index's scores: where it last sent the prompt's
 // prefix, else the rendezvous choice; but when every candidate's events
-// are followed and none holds or lately removed a block of the prompt, the
+// are followed and none holds a block of the prompt, the
 // rendezvous choice for a prefix held nowhere, whatever the learned index
 // believes: its belief is then older than the events, and sent back to a
 // server that no longer holds it, the prompt would wait behind that
@@ -623,14 +625,11 @@ func (s *Precise) weigh(cs *framework.CycleState, req *framework.Request, c []fr
 }
 
 // eventsHoldNone reports whether every candidate's events are followed and
-// none of them holds, is expected to store or lately removed a leading
-// block of the prompt.
+// none of them holds or is expected to store a leading block of the
+// prompt (those that removed it were weighed before).
 func (s *Precise) eventsHoldNone(c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle) bool {
 	for i := range c {
 		if eps[i] == nil || st.matched[c[i].Endpoint.Address()].scored > 0 {
-			return false
-		}
-		if n, _ := eps[i].MatchRemoved(st.keys); n > 0 {
 			return false
 		}
 	}
@@ -645,11 +644,22 @@ func (s *Precise) eventsHoldNone(c []framework.Candidate, eps []*kvevents.Endpoi
 // endpoints, cacheMean the pool's mean cache (prefixCycle).
 func (s *Precise) weighMatches(learned *prefixIndex, states []*prefixEndpoint, cacheMean float64, c []framework.Candidate, eps []*kvevents.Endpoint, st *preciseCycle, removed bool, scores []float64) bool {
 	a := s.approx
+	// A server that removed the prompt's blocks holds none of them: sent
+	// there, the prompt is a miss, worth it for the prefix's home but not
+	// for a wait behind a full batch (RendezvousNeedsRoom), which a server
+	// with a free sequence spares it.
+	full := func(int) bool { return false }
+	if removed && a.params.RendezvousNeedsRoom && learned != nil {
+		full = fullWhileRoom(learned, c, cacheMean, func(int) bool { return true })
+	}
 	match := func(i int) (int, bool) {
 		if eps[i] == nil {
 			return 0, false
 		}
 		if removed {
+			if full(i) {
+				return 0, true
+			}
 			return eps[i].MatchRemoved(st.keys)
 		}
 		m, ok := st.matched[c[i].Endpoint.Address()]

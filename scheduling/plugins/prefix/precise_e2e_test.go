@@ -888,3 +888,51 @@ func TestPreciseEventsOverLearnedBelief(t *testing.T) {
 		t.Errorf("the prefix went back to %s, where the learned index last sent it and the server evicted it", got)
 	}
 }
+
+// TestPreciseEvictedPrefixSparesAFullServer: an evicted prefix goes back
+// to the server that removed it (TestPreciseEvictedPrefixReturns) only
+// while that server has a free sequence; with a request in flight there
+// and none elsewhere (these servers were never seen running more than
+// one), the prompt, a miss wherever it goes, is placed as a prefix held
+// nowhere instead (rendezvousNeedsRoom, on in the default learned-index
+// parameters), not queued behind the full batch. Mutation-checked: without
+// the rule it goes back to the full server.
+func TestPreciseEvictedPrefixSparesAFullServer(t *testing.T) {
+	ps := newPreciseServers(t, []string{"127.0.107.2", "127.0.107.3", "127.0.107.4"})
+	pp := newPrecisePicker(t, ps, preciseConfig, nil)
+	pp.followed(t)
+	inSync := pp.eventsCaughtUp(t)
+	next := completionBody("evicted round 1", 40)
+	res, err := rendezvousOnly(t).ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(next)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendezvous := res.Endpoints[0].Address
+	res.Commit()
+	var holder *modelsim.Server
+	for _, s := range ps.sims {
+		if s.Addr() != rendezvous {
+			holder = s
+			break
+		}
+	}
+	postTo(t, holder, completionBody("evicted round 0", 40))
+	poll.Until(t, 10*time.Second, "the servers' events received", inSync)
+	fill(t, holder)
+	poll.Until(t, 10*time.Second, "the servers' events received", inSync)
+	e, ok := pp.pool.Endpoints().Get(holder.Addr())
+	if !ok {
+		t.Fatalf("%s is not in the pool", holder.Addr())
+	}
+	lease := pp.pool.Acquire(e)
+	defer lease.Release()
+	res, err = pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(next)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Endpoints[0].Address
+	res.Commit()
+	if got == holder.Addr() {
+		t.Errorf("the evicted prefix went back to %s with its batch full and the other servers free", got)
+	}
+}

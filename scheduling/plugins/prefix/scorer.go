@@ -781,17 +781,7 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 	// a free sequence in turn.
 	full := func(int) bool { return false }
 	if s.params.RendezvousNeedsRoom && newPrefix {
-		st.index.seeBatches(c, st.cacheMean)
-		batch := st.index.wait.batchSeen()
-		atBatch := func(i int) bool {
-			return weighedLoad(float64(candidateLoad(&c[i])), c[i].Metrics, st.cacheMean) >= batch
-		}
-		for i := range c {
-			if eligible(i) && !atBatch(i) {
-				full = atBatch
-				break
-			}
-		}
+		full = fullWhileRoom(st.index, c, st.cacheMean, eligible)
 	}
 	sizes := newCacheWeights(c, *s.params.RendezvousByCacheSize)
 	best, bestWeight := -1, 0.0
@@ -811,6 +801,26 @@ func (s *Scorer) rendezvous(cs *framework.CycleState, req *framework.Request, c 
 		}
 	}
 	scores[best] = max(scores[best], RendezvousScore)
+}
+
+// fullWhileRoom returns whether candidate i's server has no free sequence
+// (its load, weighed per its share of cacheMean, reaches the most
+// sequences a server of the pool was seen running, both as
+// RendezvousNeedsRoom counts them) while an alternative (a candidate
+// alternative says may take the prompt instead) has one; when none has,
+// no candidate is full, and the prompt goes where it would without.
+func fullWhileRoom(x *prefixIndex, c []framework.Candidate, cacheMean float64, alternative func(i int) bool) func(i int) bool {
+	x.seeBatches(c, cacheMean)
+	batch := x.wait.batchSeen()
+	atBatch := func(i int) bool {
+		return weighedLoad(float64(candidateLoad(&c[i])), c[i].Metrics, cacheMean) >= batch
+	}
+	for i := range c {
+		if alternative(i) && !atBatch(i) {
+			return atBatch
+		}
+	}
+	return func(int) bool { return false }
 }
 
 // rendezvousHeldNowhere scores the rendezvous choice for a prompt known
