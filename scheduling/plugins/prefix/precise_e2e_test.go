@@ -752,34 +752,15 @@ func TestPreciseEvictedPrefixReturns(t *testing.T) {
 			return inSync[0]() && inSync[1]()
 		})
 	}
-	learned := rendezvousOnly(t)
 	next := completionBody("evicted round 1", 40)
-	res, err := learned.ScheduleDeferred(context.Background(), replicas[0].pool, &scheduling.Request{Model: "m", Prompt: promptOf(next)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rendezvous := res.Endpoints[0].Address
-	res.Commit()
-	var holder *modelsim.Server
-	for _, s := range ps.sims {
-		if s.Addr() != rendezvous {
-			holder = s
-			break
-		}
-	}
+	holder := offRendezvous(t, ps, replicas[0].pool, promptOf(next))
 	postTo(t, holder, completionBody("evicted round 0", 40))
 	awaitEvents()
 	fill(t, holder)
 	awaitEvents()
 	for i, pp := range replicas {
-		res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(next)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := res.Endpoints[0].Address
-		res.Commit()
-		if got != holder.Addr() {
-			t.Errorf("replica %d sent the evicted prefix to %s, want %s, where it was (the rendezvous choice: %s)", i, got, holder.Addr(), rendezvous)
+		if got := pickedBy(t, pp.sched, pp.pool, promptOf(next)); got != holder.Addr() {
+			t.Errorf("replica %d sent the evicted prefix to %s, want %s, where it was (not the rendezvous choice)", i, got, holder.Addr())
 		}
 	}
 	// The server had evicted it: the pick was not of blocks it held.
@@ -859,10 +840,7 @@ func TestPreciseBalancesByEvents(t *testing.T) {
 // where the learned index believes it is: the events are newer than the
 // belief.
 func TestPreciseEventsOverLearnedBelief(t *testing.T) {
-	ps := newPreciseServers(t, []string{"127.0.106.2", "127.0.106.3", "127.0.106.4"})
-	pp := newPrecisePicker(t, ps, preciseConfig, nil)
-	pp.followed(t)
-	inSync := pp.eventsCaughtUp(t)
+	ps, pp, inSync := followedPrecise(t, []string{"127.0.106.2", "127.0.106.3", "127.0.106.4"})
 	body := completionBody("forgotten round 0", 40)
 	pp.send(body)
 	believed := pp.picked
@@ -878,13 +856,7 @@ func TestPreciseEventsOverLearnedBelief(t *testing.T) {
 		}
 	}
 	poll.Until(t, 10*time.Second, "the servers' events received", inSync)
-	res, err := pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(body)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := res.Endpoints[0].Address
-	res.Commit()
-	if got == believed {
+	if got := pickedBy(t, pp.sched, pp.pool, promptOf(body)); got == believed {
 		t.Errorf("the prefix went back to %s, where the learned index last sent it and the server evicted it", got)
 	}
 }
@@ -898,24 +870,9 @@ func TestPreciseEventsOverLearnedBelief(t *testing.T) {
 // parameters), not queued behind the full batch. Mutation-checked: without
 // the rule it goes back to the full server.
 func TestPreciseEvictedPrefixSparesAFullServer(t *testing.T) {
-	ps := newPreciseServers(t, []string{"127.0.107.2", "127.0.107.3", "127.0.107.4"})
-	pp := newPrecisePicker(t, ps, preciseConfig, nil)
-	pp.followed(t)
-	inSync := pp.eventsCaughtUp(t)
+	ps, pp, inSync := followedPrecise(t, []string{"127.0.107.2", "127.0.107.3", "127.0.107.4"})
 	next := completionBody("evicted round 1", 40)
-	res, err := rendezvousOnly(t).ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(next)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rendezvous := res.Endpoints[0].Address
-	res.Commit()
-	var holder *modelsim.Server
-	for _, s := range ps.sims {
-		if s.Addr() != rendezvous {
-			holder = s
-			break
-		}
-	}
+	holder := offRendezvous(t, ps, pp.pool, promptOf(next))
 	postTo(t, holder, completionBody("evicted round 0", 40))
 	poll.Until(t, 10*time.Second, "the servers' events received", inSync)
 	fill(t, holder)
@@ -926,13 +883,44 @@ func TestPreciseEvictedPrefixSparesAFullServer(t *testing.T) {
 	}
 	lease := pp.pool.Acquire(e)
 	defer lease.Release()
-	res, err = pp.sched.ScheduleDeferred(context.Background(), pp.pool, &scheduling.Request{Model: "m", Prompt: promptOf(next)})
+	if got := pickedBy(t, pp.sched, pp.pool, promptOf(next)); got == holder.Addr() {
+		t.Errorf("the evicted prefix went back to %s with its batch full and the other servers free", got)
+	}
+}
+
+// pickedBy is the endpoint sched picks for prompt in pool, its pick
+// committed (and never sent).
+func pickedBy(t testing.TB, sched *scheduling.Scheduler, pool *datastore.Pool, prompt []byte) string {
+	t.Helper()
+	res, err := sched.ScheduleDeferred(context.Background(), pool, &scheduling.Request{Model: "m", Prompt: prompt})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := res.Endpoints[0].Address
-	res.Commit()
-	if got == holder.Addr() {
-		t.Errorf("the evicted prefix went back to %s with its batch full and the other servers free", got)
+	defer res.Commit()
+	return res.Endpoints[0].Address
+}
+
+// offRendezvous is a server of ps other than the rendezvous choice for
+// prompt in pool.
+func offRendezvous(t testing.TB, ps *preciseServers, pool *datastore.Pool, prompt []byte) *modelsim.Server {
+	t.Helper()
+	rendezvous := pickedBy(t, rendezvousOnly(t), pool, prompt)
+	for _, s := range ps.sims {
+		if s.Addr() != rendezvous {
+			return s
+		}
 	}
+	t.Fatalf("every server is the rendezvous choice %s", rendezvous)
+	return nil
+}
+
+// followedPrecise is a picker of preciseConfig over servers on ips, their
+// events followed, and the test of its having caught up with them
+// (eventsCaughtUp).
+func followedPrecise(t testing.TB, ips []string) (*preciseServers, *precisePool, func() bool) {
+	t.Helper()
+	ps := newPreciseServers(t, ips)
+	pp := newPrecisePicker(t, ps, preciseConfig, nil)
+	pp.followed(t)
+	return ps, pp, pp.eventsCaughtUp(t)
 }
